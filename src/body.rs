@@ -1,0 +1,99 @@
+//! The request and response types every stage of the flow passes along.
+//!
+//! Bodies are boxed so a stage can replace one (admission rewrites the request
+//! object) and so the upstream's streaming body and a static `Bytes` body have
+//! one type. Nothing here buffers: a proxied body streams through.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full, combinators::UnsyncBoxBody};
+
+/// The error a body stream can end with.
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A streaming body of bytes.
+#[derive(Debug)]
+pub struct Body(UnsyncBoxBody<Bytes, BodyError>);
+
+pub type Request = http::Request<Body>;
+pub type Response = http::Response<Body>;
+
+impl Body {
+    pub fn empty() -> Self {
+        Body(Empty::new().map_err(|never| match never {}).boxed_unsync())
+    }
+
+    pub fn full(bytes: impl Into<Bytes>) -> Self {
+        Body(Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync())
+    }
+
+    /// Wraps any body whose errors convert into [`BodyError`].
+    pub fn wrap<B>(body: B) -> Self
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BodyError>,
+    {
+        Body(body.map_err(Into::into).boxed_unsync())
+    }
+}
+
+impl Body {
+    /// Keeps `guard` alive until this body has been sent or dropped (an
+    /// in-flight slot, a connection's activity count).
+    pub fn with_guard<G: Send + 'static>(self, guard: G) -> Self {
+        Body::wrap(Guarded { body: self, _guard: guard })
+    }
+}
+
+pin_project_lite::pin_project! {
+    struct Guarded<G> {
+        #[pin]
+        body: Body,
+        _guard: G,
+    }
+}
+
+impl<G> http_body::Body for Guarded<G> {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BodyError>>> {
+        self.project().body.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Default for Body {
+    fn default() -> Self {
+        Body::empty()
+    }
+}
+
+impl http_body::Body for Body {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BodyError>>> {
+        std::pin::Pin::new(&mut self.0).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.0.size_hint()
+    }
+}

@@ -1,0 +1,228 @@
+//! Configuration: the TOML manifest is read ([`manifest`]), then *completed*
+//! (defaults filled in, paths resolved, files loaded) and *validated* into a
+//! [`Config`], as kube-apiserver completes its options before anything
+//! starts. Every problem is collected and reported with its place
+//! ([`error`]); a half-valid manifest never reaches the server.
+//!
+//! `wasmgate check`, start-up and (later) a reload all go through [`load`].
+
+pub mod error;
+mod manifest;
+mod validate;
+
+pub use error::{ConfigError, Location, Problem};
+pub use validate::parse_duration;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderValue, StatusCode};
+use regex::Regex;
+use rustls::RootCertStore;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+
+
+/// A manifest, completed and validated.
+#[derive(Debug)]
+pub struct Config {
+    /// The manifest file this came from.
+    pub source: PathBuf,
+    pub listen: Listen,
+    pub limits: Limits,
+    /// HSTS directives (`max-age=31536000`, `includeSubDomains`); none means
+    /// no `Strict-Transport-Security` header.
+    pub hsts: Option<HeaderValue>,
+    /// Allowed CORS origins; empty means CORS is off.
+    pub cors_allowed_origins: Vec<Regex>,
+    pub hooks: Vec<Hook>,
+    /// The delegation chain, in order: never empty.
+    pub servers: Vec<Server>,
+}
+
+#[derive(Debug)]
+pub struct Listen {
+    pub address: SocketAddr,
+    pub transport: Transport,
+}
+
+/// How the listener speaks.
+#[derive(Debug)]
+pub enum Transport {
+    /// Plain HTTP/1.1 and h2c (explicit opt-out of TLS).
+    Plaintext,
+    /// TLS with certificates from the manifest.
+    Tls(Arc<TlsMaterial>),
+    /// TLS with a self-signed certificate kept in this directory, generated
+    /// at start when absent, as kube-apiserver does with `--cert-dir`.
+    SelfSigned { cert_dir: PathBuf },
+}
+
+/// Loaded serving certificate, key and optional client CA.
+#[derive(Debug)]
+pub struct TlsMaterial {
+    pub cert_chain: Vec<CertificateDer<'static>>,
+    pub key: PrivateKeyDer<'static>,
+    /// When set, client certificates are verified against these roots.
+    pub client_ca: Option<Arc<RootCertStore>>,
+}
+
+/// Server-wide limits and timeouts (kube-reference §6, §9).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Read-only requests in flight at once; 0 means unlimited.
+    pub max_requests_in_flight: usize,
+    /// Mutating requests in flight at once; 0 means unlimited.
+    pub max_mutating_requests_in_flight: usize,
+    pub request_timeout: Duration,
+    /// The minimum timeout of long-running requests (watch, proxy).
+    pub min_request_timeout: Duration,
+    pub max_request_body: u64,
+    pub max_header_bytes: usize,
+    pub read_header_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub shutdown_delay: Duration,
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for Limits {
+    /// kube-apiserver's defaults.
+    fn default() -> Self {
+        Limits {
+            max_requests_in_flight: 400,
+            max_mutating_requests_in_flight: 200,
+            request_timeout: Duration::from_secs(60),
+            min_request_timeout: Duration::from_secs(1800),
+            max_request_body: 3 * 1024 * 1024,
+            max_header_bytes: 1024 * 1024,
+            read_header_timeout: Duration::from_secs(32),
+            idle_timeout: Duration::from_secs(90),
+            shutdown_delay: Duration::ZERO,
+            shutdown_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A lifecycle hook: a command run after the listener is up or when
+/// shutdown begins.
+#[derive(Debug, Clone)]
+pub struct Hook {
+    pub name: Name,
+    pub phase: HookPhase,
+    /// The program and its arguments; run without a shell.
+    pub command: Vec<String>,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HookPhase {
+    PostStart,
+    PreShutdown,
+}
+
+/// A name that is a DNS-1123 label: lower-case letters, digits and `-`,
+/// 1 to 63 characters, starting and ending with a letter or digit.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Name(String);
+
+impl Name {
+    pub fn parse(text: &str) -> Result<Name, String> {
+        let valid_chars = text
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        let valid_ends = !text.starts_with('-') && !text.ends_with('-');
+        if text.is_empty() || text.len() > 63 || !valid_chars || !valid_ends {
+            return Err(format!(
+                "{text:?} is not a valid name: use 1 to 63 lower-case letters, digits and '-', \
+                 starting and ending with a letter or digit"
+            ));
+        }
+        Ok(Name(text.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One server of the delegation chain.
+#[derive(Debug)]
+pub struct Server {
+    pub name: Name,
+    pub routes: Vec<Route>,
+}
+
+#[derive(Debug)]
+pub struct Route {
+    pub matcher: RouteMatch,
+    pub handler: RouteHandler,
+}
+
+/// Where a route applies (kube's director: API roots, exact paths, prefixes).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RouteMatch {
+    /// An API root (`/api`, `/apis`, `/apis/<group>`, `/apis/<group>/<version>`):
+    /// the root itself and everything below `<root>/`.
+    Api(String),
+    /// Exactly this path.
+    Exact(String),
+    /// Every path that starts with this.
+    Prefix(String),
+}
+
+#[derive(Debug)]
+pub enum RouteHandler {
+    Upstream(Upstream),
+    Static(StaticResponse),
+}
+
+/// A reverse-proxy target.
+#[derive(Debug)]
+pub struct Upstream {
+    /// `http://` or `https://`, authority and optional base path.
+    pub url: http::Uri,
+    /// Roots to verify an `https://` upstream with; the system's web PKI
+    /// roots are not used, so an https upstream needs a CA.
+    pub ca: Option<Arc<RootCertStore>>,
+    /// How long to wait for the upstream's response headers.
+    pub timeout: Option<Duration>,
+}
+
+/// A fixed response.
+#[derive(Debug, Clone)]
+pub struct StaticResponse {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: bytes::Bytes,
+}
+
+/// Reads, completes and validates the manifest at `path`.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let source = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse(path, &source)
+}
+
+/// Completes and validates manifest text that came from `path` (used to
+/// resolve relative file names and to name the file in problems).
+pub fn parse(path: &Path, source: &str) -> Result<Config, ConfigError> {
+    let invalid = |problems| ConfigError::Invalid { path: path.to_owned(), problems };
+    let manifest: manifest::Manifest = toml::from_str(source).map_err(|error| {
+        invalid(vec![Problem {
+            location: error.span().map(|span| Location::of_span(source, &span)),
+            key: String::new(),
+            message: error.message().trim().to_owned(),
+        }])
+    })?;
+    validate::complete(path, source, manifest).map_err(invalid)
+}

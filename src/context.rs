@@ -1,0 +1,57 @@
+//! What the flow learns about a request, carried in its extensions: the
+//! connection it came on (set by the listener), its audit ID, arrival time
+//! and deadline (set by the first native filters), and the user (set by
+//! authentication). [`crate::request_info::RequestInfo`] travels the same way.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use rustls_pki_types::CertificateDer;
+
+/// The connection a request arrived on.
+#[derive(Debug, Clone)]
+pub struct ConnectionInfo {
+    pub remote_addr: SocketAddr,
+    /// True when the connection is TLS.
+    pub tls: bool,
+    /// The client's certificate chain, leaf first, when the listener verified
+    /// one (mTLS).
+    pub client_chain: Option<Arc<Vec<CertificateDer<'static>>>>,
+}
+
+/// The request's audit ID, from the client's `Audit-ID` header or generated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditId(pub String);
+
+/// When the request arrived (kube's request-received timestamp).
+#[derive(Debug, Clone, Copy)]
+pub struct ReceivedAt {
+    pub instant: Instant,
+    pub wall: SystemTime,
+}
+
+/// The latest moment the request may finish at; handlers that wait on
+/// others (the upstream proxy) stop waiting then.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline(pub Instant);
+
+/// Who is making the request (kube's user.Info).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+pub struct UserInfo {
+    pub name: String,
+    pub uid: String,
+    pub groups: Vec<String>,
+    pub extra: Vec<(String, Vec<String>)>,
+}
+
+impl UserInfo {
+    /// kube's anonymous user: `system:anonymous` in `system:unauthenticated`.
+    pub fn anonymous() -> Self {
+        UserInfo {
+            name: "system:anonymous".to_owned(),
+            groups: vec!["system:unauthenticated".to_owned()],
+            ..UserInfo::default()
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Each server's director (kube's `APIServerHandler.director`): API routes
+//! first, then the non-API mux (exact paths, then prefixes, longest first),
+//! and whatever matches nothing goes to the next server of the delegation
+//! chain.
+//!
+//! A path belongs to an API root when it equals the root or continues it with
+//! `/`. The root `/apis` is special, as in kube: it takes only `/apis` and
+//! `/apis/`, so that a route for all of `/apis` does not hide the groups below.
+
+use std::collections::HashMap;
+
+use futures_util::future::BoxFuture;
+
+use crate::body::{Request, Response};
+use crate::handler::{Handler, SharedHandler};
+
+pub struct Director {
+    /// API roots, longest first so a version root wins over its group root.
+    api: Vec<(String, SharedHandler)>,
+    exact: HashMap<String, SharedHandler>,
+    /// Prefixes, longest first.
+    prefixes: Vec<(String, SharedHandler)>,
+    /// The next server of the delegation chain, or the not-found end.
+    delegate: SharedHandler,
+}
+
+/// The routes of one server, gathered before the director is built.
+#[derive(Default)]
+pub struct Routes {
+    pub api: Vec<(String, SharedHandler)>,
+    pub exact: Vec<(String, SharedHandler)>,
+    pub prefixes: Vec<(String, SharedHandler)>,
+}
+
+impl Director {
+    pub fn new(routes: Routes, delegate: SharedHandler) -> Self {
+        let Routes { mut api, exact, mut prefixes } = routes;
+        api.sort_by_key(|(root, _)| std::cmp::Reverse(root.len()));
+        prefixes.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
+        // The first registration of an exact path wins, like the mux it models.
+        let mut exact_map = HashMap::with_capacity(exact.len());
+        for (path, handler) in exact {
+            exact_map.entry(path).or_insert(handler);
+        }
+        Director { api, exact: exact_map, prefixes, delegate }
+    }
+
+    /// The handler for `path`, or the delegate.
+    fn route(&self, path: &str) -> &SharedHandler {
+        if let Some((_, handler)) = self.api.iter().find(|(root, _)| api_root_matches(root, path)) {
+            return handler;
+        }
+        if let Some(handler) = self.exact.get(path) {
+            return handler;
+        }
+        self.prefixes
+            .iter()
+            .find(|(prefix, _)| path.starts_with(prefix.as_str()))
+            .map_or(&self.delegate, |(_, handler)| handler)
+    }
+}
+
+impl Handler for Director {
+    fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+        let handler = self.route(request.uri().path());
+        handler.call(request)
+    }
+}
+
+/// kube's rule: the path is the root, or the root followed by `/`; `/apis`
+/// matches only itself and `/apis/`.
+fn api_root_matches(root: &str, path: &str) -> bool {
+    if root == "/apis" {
+        return path == "/apis" || path == "/apis/";
+    }
+    match path.strip_prefix(root) {
+        Some(rest) => rest.is_empty() || rest.starts_with('/'),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::api_root_matches;
+
+    #[test]
+    fn api_roots_match_as_kube_does() {
+        let cases = [
+            ("/apis/demo.example.io/v1", "/apis/demo.example.io/v1", true),
+            ("/apis/demo.example.io/v1", "/apis/demo.example.io/v1/widgets", true),
+            ("/apis/demo.example.io/v1", "/apis/demo.example.io/v1beta1", false),
+            ("/apis/demo.example.io", "/apis/demo.example.io/v1/x", true),
+            ("/apis", "/apis", true),
+            ("/apis", "/apis/", true),
+            ("/apis", "/apis/apps/v1", false),
+            ("/api", "/api/v1/pods", true),
+            ("/api", "/apis", false),
+            ("/api", "/api", true),
+        ];
+        for (root, path, expected) in cases {
+            assert_eq!(api_root_matches(root, path), expected, "{root} vs {path}");
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! wasmgate: an API gateway that re-creates the Kubernetes API server's
+//! generic server, with its policy stages pluggable as WebAssembly components.
+//!
+//! One request, end to end:
+//!
+//! ```text
+//! client ──TCP/TLS──> server::listener (HTTP/1.1 + HTTP/2)
+//!   └─> chain::build, outermost first:
+//!         audit ID ─ panic recovery ─ request info ─ HTTP log ─ HSTS ─
+//!         cache-control ─ body limit ─ deadline/timeout ─ CORS ─
+//!         [authentication] ─ [audit] ─ max-in-flight ─ [authorization] ─ [admission]
+//!   └─> server 1's director ──match──> handler (upstream | static | health | discovery)
+//!         │ no match
+//!         └─> server 2's director ─ ... ─> not-found (404 Status)
+//! ```
+//!
+//! Module map, in the order a request meets them:
+//! - [`config`]: the manifest, completed and validated before anything starts.
+//! - [`server`]: listener, TLS, lifecycle hooks, graceful shutdown.
+//! - [`chain`]: the native handler chain, built in one function.
+//! - [`request_info`]: kube's RequestInfo resolver.
+//! - [`delegation`] and [`director`]: the server chain and each server's routing.
+//! - [`upstream`], [`static_response`], [`health`], [`discovery`]: the handlers.
+//! - [`status`]: the one place errors become kube Status responses.
+//! - [`body`], [`handler`], [`context`]: the types every step shares.
+
+pub mod body;
+pub mod chain;
+pub mod config;
+pub mod context;
+pub mod delegation;
+pub mod director;
+pub mod discovery;
+pub mod handler;
+pub mod health;
+pub mod request_info;
+pub mod server;
+pub mod static_response;
+pub mod status;
+pub mod upstream;

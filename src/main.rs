@@ -1,0 +1,177 @@
+//! The `wasmgate` command: parse the CLI, load and complete the manifest,
+//! build the gateway, run it until a signal asks it to stop.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use wasmgate::config::{self, Config, RouteHandler, RouteMatch, Transport};
+use wasmgate::server::{Drained, Gateway};
+
+#[derive(Parser)]
+#[command(name = "wasmgate", version, about = "A WebAssembly-pluggable API gateway in the shape of the Kubernetes API server")]
+struct Cli {
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the gateway described by a manifest.
+    Run {
+        /// The TOML manifest.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Tokio worker threads (default: one per core).
+        #[arg(long)]
+        workers: Option<usize>,
+    },
+    /// Load, complete and validate a manifest without serving: every problem
+    /// with its file:line:column, or a summary of the chain.
+    Check {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match cli.command {
+        Command::Check { config } => check(&config),
+        Command::Run { config, workers } => run(&config, workers),
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn check(path: &std::path::Path) -> ExitCode {
+    match config::load(path) {
+        Ok(config) => {
+            print!("{}", summary(&config));
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A one-screen picture of what the manifest builds.
+fn summary(config: &Config) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let transport = match &config.listen.transport {
+        Transport::Plaintext => "plaintext".to_owned(),
+        Transport::Tls(material) if material.client_ca.is_some() => "TLS, client certificates verified".to_owned(),
+        Transport::Tls(_) => "TLS".to_owned(),
+        Transport::SelfSigned { cert_dir } => format!("TLS, self-signed certificate in {}", cert_dir.display()),
+    };
+    let _ = writeln!(out, "{}: valid", config.source.display());
+    let _ = writeln!(out, "listen: {} ({transport})", config.listen.address);
+    let _ = writeln!(
+        out,
+        "chain: audit-id, panic-recovery, request-info, http-log,{} cache-control, body-limit, timeout,{} authentication (anonymous), max-in-flight",
+        if config.hsts.is_some() { " hsts," } else { "" },
+        if config.cors_allowed_origins.is_empty() { "" } else { " cors," },
+    );
+    for (index, server) in config.servers.iter().enumerate() {
+        let _ = writeln!(out, "server {} {:?}{}", index + 1, server.name.as_str(), if index == 0 { " (wrapped by the chain)" } else { "" });
+        for route in &server.routes {
+            let matcher = match &route.matcher {
+                RouteMatch::Api(root) => format!("api    {root}"),
+                RouteMatch::Exact(path) => format!("path   {path}"),
+                RouteMatch::Prefix(prefix) => format!("prefix {prefix}"),
+            };
+            let target = match &route.handler {
+                RouteHandler::Upstream(upstream) => format!("upstream {}", upstream.url),
+                RouteHandler::Static(fixed) => format!("static {}", fixed.status.as_u16()),
+            };
+            let _ = writeln!(out, "  {matcher:<40} -> {target}");
+        }
+    }
+    let _ = writeln!(out, "then: 404 NotFound");
+    for hook in &config.hooks {
+        let _ = writeln!(out, "hook {:?} ({:?}): {}", hook.name.as_str(), hook.phase, hook.command.join(" "));
+    }
+    out
+}
+
+fn run(path: &std::path::Path, workers: Option<usize>) -> ExitCode {
+    let config = match config::load(path) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("{error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if let Some(workers) = workers {
+        runtime.worker_threads(workers.max(1));
+    }
+    let runtime = match runtime.build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: Config) -> ExitCode {
+    let gateway = match Gateway::new(config) {
+        Ok(gateway) => gateway,
+        Err(error) => {
+            tracing::error!(%error, "cannot build the gateway");
+            return ExitCode::FAILURE;
+        }
+    };
+    let running = match gateway.start().await {
+        Ok(running) => running,
+        Err(error) => {
+            tracing::error!(%error, "cannot start the gateway");
+            return ExitCode::FAILURE;
+        }
+    };
+    let signal = wait_for_signal().await;
+    tracing::info!(signal, "stop requested");
+    match running.shutdown().await {
+        Drained::Complete => ExitCode::SUCCESS,
+        Drained::TimedOut { .. } => ExitCode::SUCCESS,
+    }
+}
+
+async fn wait_for_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("cannot install signal handlers; stopping on Ctrl-C only");
+        let _ = tokio::signal::ctrl_c().await;
+        return "SIGINT";
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}

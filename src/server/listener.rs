@@ -1,0 +1,195 @@
+//! The listener: accepts TCP connections, does the TLS handshake when the
+//! transport is TLS, and serves HTTP/1.1 and HTTP/2 on each connection
+//! (ALPN over TLS, prior-knowledge h2c on plaintext) through the current
+//! handler. It enforces the connection-level limits: header bytes (431),
+//! read-header timeout, idle timeout; and it drains: when asked to stop it
+//! stops accepting, lets every connection finish its in-flight requests, and
+//! reports when the last one closed.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::body::Body;
+use crate::config::Limits;
+use crate::context::ConnectionInfo;
+use crate::handler::SharedHandler;
+
+/// What the listener needs to serve.
+pub struct Listener {
+    pub tcp: TcpListener,
+    pub tls: Option<TlsAcceptor>,
+    pub handler: SharedHandler,
+    pub limits: Limits,
+}
+
+/// Handles to stop a running listener.
+#[derive(Clone)]
+pub struct Drain {
+    /// Cancelled to stop accepting new connections.
+    pub stop_accepting: CancellationToken,
+    /// Cancelled to ask every open connection to finish and close.
+    pub close_connections: CancellationToken,
+    pub connections: TaskTracker,
+}
+
+impl Listener {
+    /// Accepts until `drain.stop_accepting` is cancelled.
+    pub async fn run(self, drain: Drain) {
+        let builder = Arc::new(http_builder(&self.limits));
+        loop {
+            let accepted = tokio::select! {
+                accepted = self.tcp.accept() => accepted,
+                () = drain.stop_accepting.cancelled() => break,
+            };
+            let (stream, remote_addr) = match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors and the like: back off, go on.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let connection = Connection {
+                builder: builder.clone(),
+                handler: self.handler.clone(),
+                idle_timeout: self.limits.idle_timeout,
+                close: drain.close_connections.clone(),
+            };
+            let tls = self.tls.clone();
+            let handshake_timeout = self.limits.read_header_timeout;
+            drain.connections.spawn(async move {
+                match tls {
+                    None => connection.serve(stream, ConnectionInfo { remote_addr, tls: false, client_chain: None }).await,
+                    Some(acceptor) => {
+                        match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                            Ok(Ok(stream)) => {
+                                let client_chain = stream.get_ref().1.peer_certificates().map(|chain| {
+                                    Arc::new(chain.iter().map(|cert| cert.clone().into_owned()).collect())
+                                });
+                                connection.serve(stream, ConnectionInfo { remote_addr, tls: true, client_chain }).await;
+                            }
+                            Ok(Err(error)) => tracing::debug!(%remote_addr, %error, "TLS handshake failed"),
+                            Err(_) => tracing::debug!(%remote_addr, "TLS handshake timed out"),
+                        }
+                    }
+                }
+            });
+        }
+    }
+}
+
+fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.read_header_timeout)
+        .max_buf_size(limits.max_header_bytes.max(8192));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    builder
+}
+
+struct Connection {
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    handler: SharedHandler,
+    idle_timeout: Duration,
+    close: CancellationToken,
+}
+
+/// How many requests of one connection are being served (headers or body
+/// still going), and a wake-up for the idle timer when that changes.
+#[derive(Default)]
+struct Activity {
+    in_flight: AtomicUsize,
+    changed: Notify,
+}
+
+/// Decrements the activity count when the response body is done.
+struct ActiveRequest(Arc<Activity>);
+
+impl Drop for ActiveRequest {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.changed.notify_one();
+    }
+}
+
+impl Connection {
+    async fn serve<IO>(self, io: IO, info: ConnectionInfo)
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let activity = Arc::new(Activity::default());
+        let handler = self.handler.clone();
+        let service_activity = activity.clone();
+        let service = service_fn(move |request: hyper::Request<Incoming>| {
+            let handler = handler.clone();
+            let info = info.clone();
+            service_activity.in_flight.fetch_add(1, Ordering::AcqRel);
+            let active = ActiveRequest(service_activity.clone());
+            async move {
+                let mut request = request.map(Body::wrap);
+                request.extensions_mut().insert(info);
+                let response = handler.call(request).await;
+                Ok::<_, Infallible>(response.map(|body| body.with_guard(active)))
+            }
+        });
+        let connection = self.builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+        tokio::pin!(connection);
+        let mut closing = false;
+        loop {
+            tokio::select! {
+                result = connection.as_mut() => {
+                    if let Err(error) = result {
+                        tracing::debug!(%error, "connection ended with an error");
+                    }
+                    return;
+                }
+                () = self.close.cancelled(), if !closing => {
+                    closing = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+                () = idle(&activity, self.idle_timeout), if !closing => {
+                    closing = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+}
+
+/// Completes once the connection has had no request for `timeout`.
+async fn idle(activity: &Activity, timeout: Duration) {
+    loop {
+        if activity.in_flight.load(Ordering::Acquire) == 0 {
+            tokio::select! {
+                () = tokio::time::sleep(timeout) => {
+                    if activity.in_flight.load(Ordering::Acquire) == 0 {
+                        return;
+                    }
+                }
+                () = activity.changed.notified() => {}
+            }
+        } else {
+            activity.changed.notified().await;
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! The `upstream` route handler: a reverse proxy with a pooled keep-alive
+//! client (HTTP/1.1, and HTTP/2 to `https://` upstreams that offer it).
+//! Bodies stream both ways; nothing is buffered. Hop-by-hop headers are
+//! dropped in both directions and `X-Forwarded-For/Proto/Host` are set.
+//! Failures become Status responses: unreachable 503, no answer in time
+//! 504, a broken answer 502, a request body over the limit 413.
+
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use http::header::{self, HeaderName};
+use http::uri::{PathAndQuery, Scheme};
+use http::{HeaderMap, HeaderValue, Uri, Version};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use crate::body::{Body, Request, Response};
+use crate::chain::body_limit::{MaxRequestBody, is_body_limit_error};
+use crate::config::Upstream;
+use crate::context::{ConnectionInfo, Deadline};
+use crate::handler::Handler;
+use crate::status::GatewayError;
+
+/// Why an upstream client could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("cannot set up TLS for upstream {url}: {source}")]
+    Tls {
+        url: Uri,
+        #[source]
+        source: rustls::Error,
+    },
+}
+
+pub struct UpstreamProxy {
+    base: Uri,
+    client: Client<HttpsConnector<HttpConnector>, Body>,
+    timeout: Option<Duration>,
+}
+
+impl UpstreamProxy {
+    pub fn new(upstream: &Upstream) -> Result<Self, UpstreamError> {
+        let roots = upstream.ca.as_deref().cloned().unwrap_or_else(rustls::RootCertStore::empty);
+        let tls = rustls::ClientConfig::builder_with_provider(crate::server::tls::crypto_provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|source| UpstreamError::Tls { url: upstream.url.clone(), source })?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .build();
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .timer(TokioTimer::new())
+            .build(connector);
+        Ok(UpstreamProxy { base: upstream.url.clone(), client, timeout: upstream.timeout })
+    }
+
+    async fn forward(&self, request: Request) -> Result<Response, GatewayError> {
+        let deadline = request.extensions().get::<Deadline>().copied();
+        let body_limit = request.extensions().get::<MaxRequestBody>().copied();
+        let outgoing = self.outgoing_request(request)?;
+        let exchange = self.client.request(outgoing);
+        let wait = match (self.timeout, deadline) {
+            (Some(timeout), _) => Some(timeout),
+            (None, Some(Deadline(at))) => Some(at.saturating_duration_since(tokio::time::Instant::now().into_std())),
+            (None, None) => None,
+        };
+        let result = match wait {
+            Some(wait) => tokio::time::timeout(wait, exchange).await.map_err(|_| GatewayError::Timeout {
+                message: "the upstream did not answer in time".to_owned(),
+            })?,
+            None => exchange.await,
+        };
+        let mut response = result.map_err(|error| self.classify(&error, body_limit))?;
+        remove_hop_by_hop(response.headers_mut());
+        Ok(response.map(Body::wrap))
+    }
+
+    fn outgoing_request(&self, request: Request) -> Result<Request, GatewayError> {
+        let (mut parts, body) = request.into_parts();
+        let original_host = parts
+            .headers
+            .get(header::HOST)
+            .cloned()
+            .or_else(|| parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
+        let connection = parts.extensions.get::<ConnectionInfo>().cloned();
+        parts.uri = self.target_uri(&parts.uri)?;
+        parts.version = Version::HTTP_11;
+        let headers = &mut parts.headers;
+        remove_hop_by_hop(headers);
+        // The client sets Host from the upstream's URI.
+        headers.remove(header::HOST);
+        if let Some(connection) = connection {
+            append_forwarded_for(headers, connection.remote_addr.ip());
+            let proto = if connection.tls { "https" } else { "http" };
+            headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+        }
+        if let Some(host) = original_host {
+            headers.insert(X_FORWARDED_HOST, host);
+        }
+        Ok(http::Request::from_parts(parts, body))
+    }
+
+    /// The upstream's base URL joined with the request's path and query.
+    fn target_uri(&self, incoming: &Uri) -> Result<Uri, GatewayError> {
+        let base_path = self.base.path().trim_end_matches('/');
+        let path_and_query = incoming.path_and_query().map_or("/", PathAndQuery::as_str);
+        let joined = format!("{base_path}{path_and_query}");
+        let mut parts = self.base.clone().into_parts();
+        parts.path_and_query = Some(joined.parse().map_err(|_| GatewayError::BadRequest {
+            message: format!("the request path {path_and_query:?} cannot be forwarded"),
+        })?);
+        parts.scheme = parts.scheme.or(Some(Scheme::HTTP));
+        Uri::from_parts(parts).map_err(|error| GatewayError::internal(format!("bad upstream URL: {error}")))
+    }
+
+    fn classify(&self, error: &hyper_util::client::legacy::Error, body_limit: Option<MaxRequestBody>) -> GatewayError {
+        if let Some(MaxRequestBody(limit)) = body_limit.filter(|_| is_body_limit_error(error)) {
+            return GatewayError::RequestEntityTooLarge { limit };
+        }
+        tracing::warn!(upstream = %self.base, error = %error_chain(error), "upstream request failed");
+        if error.is_connect() {
+            GatewayError::ServiceUnavailable { message: "the upstream of this route is unavailable".to_owned() }
+        } else {
+            GatewayError::BadGateway { message: "the upstream's response could not be read".to_owned() }
+        }
+    }
+}
+
+impl Handler for UpstreamProxy {
+    fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+        Box::pin(async move { self.forward(request).await.unwrap_or_else(GatewayError::into_response) })
+    }
+}
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    // Headers the Connection header names are hop-by-hop too.
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+    headers.remove(header::UPGRADE);
+}
+
+fn append_forwarded_for(headers: &mut HeaderMap, client: std::net::IpAddr) {
+    let value = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(previous) => format!("{previous}, {client}"),
+        None => client.to_string(),
+    };
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        headers.insert(X_FORWARDED_FOR, value);
+    }
+}
+
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(error) = cause {
+        text.push_str(": ");
+        text.push_str(&error.to_string());
+        cause = error.source();
+    }
+    text
+}
+
