@@ -130,6 +130,10 @@ impl RequestInfo {
 
     /// kube's long-running check (used by the timeout and max-in-flight filters):
     /// verbs watch and proxy, and subresources attach, exec, proxy, log, portforward.
+    ///
+    /// kube's `BasicLongRunningRequestCheck` also exempts non-resource paths under
+    /// `/debug/pprof/`, which it serves itself. A gateway forwards such paths, so
+    /// exempting them would let any client hold unbounded requests; they are not.
     pub fn is_long_running(&self) -> bool {
         LONG_RUNNING_VERBS.contains(&self.verb.as_str())
             || (self.is_resource_request
@@ -1335,11 +1339,20 @@ mod tests {
         }
     }
 
+    /// url, is resource, api version, resource, name (on DELETE), parts.
+    type OddPathRow = (
+        &'static str,
+        bool,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static [&'static str],
+    );
+
     #[test]
     fn odd_paths_never_panic() {
-        // url, is resource, api version, resource, name (on DELETE), parts
         #[rustfmt::skip]
-        let rows: &[(&str, bool, &str, &str, &str, &[&str])] = &[
+        let rows: &[OddPathRow] = &[
             ("", false, "", "", "", &[]),
             ("/", false, "", "", "", &[]),
             ("//", false, "", "", "", &[]),
