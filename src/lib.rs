@@ -38,3 +38,4 @@ pub mod server;
 pub mod static_response;
 pub mod status;
 pub mod upstream;
+pub mod wasm;

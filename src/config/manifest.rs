@@ -18,8 +18,113 @@ pub struct Manifest {
     pub cors: Option<Cors>,
     #[serde(default)]
     pub hooks: Vec<Spanned<Hook>>,
+    pub authentication: Option<Authentication>,
+    pub authorization: Option<Authorization>,
+    pub admission: Option<Admission>,
+    pub audit: Option<Audit>,
     #[serde(default)]
     pub servers: Vec<Spanned<Server>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Authentication {
+    #[serde(default)]
+    pub anonymous: bool,
+    #[serde(default)]
+    pub filters: Vec<Spanned<Filter>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Authorization {
+    pub always_allow: Option<Spanned<bool>>,
+    #[serde(default)]
+    pub filters: Vec<Spanned<Filter>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Admission {
+    #[serde(default)]
+    pub mutating: Vec<Spanned<Filter>>,
+    #[serde(default)]
+    pub validating: Vec<Spanned<Filter>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Audit {
+    pub mode: Option<Spanned<String>>,
+    pub queue_size: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub policy: Vec<Spanned<AuditRule>>,
+    #[serde(default)]
+    pub filters: Vec<Spanned<Filter>>,
+}
+
+/// One kube audit policy rule.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditRule {
+    pub level: Spanned<String>,
+    #[serde(default)]
+    pub users: Vec<String>,
+    #[serde(default)]
+    pub groups: Vec<String>,
+    #[serde(default)]
+    pub verbs: Vec<String>,
+    #[serde(default)]
+    pub resources: Vec<AuditResources>,
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    #[serde(default)]
+    pub non_resource_urls: Vec<String>,
+    #[serde(default)]
+    pub omit_stages: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditResources {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub resources: Vec<String>,
+}
+
+/// One Wasm filter of any stage.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Filter {
+    pub name: Spanned<String>,
+    pub component: Spanned<String>,
+    pub sha256: Option<Spanned<String>>,
+    pub isolation: Option<Spanned<String>>,
+    pub timeout: Option<Spanned<String>>,
+    pub memory: Option<Spanned<String>>,
+    pub failure_policy: Option<Spanned<String>>,
+    pub mode: Option<Spanned<String>>,
+    #[serde(rename = "match")]
+    pub matcher: Option<FilterMatch>,
+    /// Audit filters only: `"stdout"` or a file path.
+    pub sink: Option<Spanned<String>>,
+    pub config: Option<toml::Table>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterMatch {
+    #[serde(default)]
+    pub path_prefixes: Vec<String>,
+    #[serde(default)]
+    pub api_groups: Vec<String>,
+    #[serde(default)]
+    pub resources: Vec<String>,
+    #[serde(default)]
+    pub verbs: Vec<String>,
+    #[serde(default)]
+    pub namespaces: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]

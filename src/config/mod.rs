@@ -8,6 +8,7 @@
 
 pub mod error;
 mod manifest;
+pub mod stages;
 mod validate;
 
 pub use error::{ConfigError, Location, Problem};
@@ -38,6 +39,8 @@ pub struct Config {
     /// Allowed CORS origins; empty means CORS is off.
     pub cors_allowed_origins: Vec<Regex>,
     pub hooks: Vec<Hook>,
+    /// The Wasm filters of the four stages.
+    pub stages: stages::Stages,
     /// The delegation chain, in order: never empty.
     pub servers: Vec<Server>,
 }

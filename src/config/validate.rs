@@ -21,10 +21,10 @@ use super::manifest as m;
 use super::*;
 
 /// Collects problems while completing; every check adds to it and goes on.
-struct Completer<'a> {
-    source: &'a str,
+pub(super) struct Completer<'a> {
+    pub(super) source: &'a str,
     base_dir: PathBuf,
-    problems: Vec<Problem>,
+    pub(super) problems: Vec<Problem>,
 }
 
 pub(super) fn complete(
@@ -42,6 +42,7 @@ pub(super) fn complete(
         .map(|cors| c.cors(&cors.allowed_origins))
         .unwrap_or_default();
     let hooks = c.hooks(&manifest.hooks);
+    let stages = c.stages(manifest.authentication, manifest.authorization, manifest.admission, manifest.audit);
     let servers = c.servers(manifest.servers);
     match (listen, c.problems.is_empty()) {
         (Some(listen), true) => Ok(Config {
@@ -51,6 +52,7 @@ pub(super) fn complete(
             hsts,
             cors_allowed_origins,
             hooks,
+            stages,
             servers,
         }),
         _ => Err(c.problems),
@@ -58,7 +60,7 @@ pub(super) fn complete(
 }
 
 impl Completer<'_> {
-    fn problem(&mut self, span: Option<Range<usize>>, key: &str, message: impl Into<String>) {
+    pub(super) fn problem(&mut self, span: Option<Range<usize>>, key: &str, message: impl Into<String>) {
         self.problems.push(Problem {
             location: span.map(|span| Location::of_span(self.source, &span)),
             key: key.to_owned(),
@@ -66,11 +68,11 @@ impl Completer<'_> {
         });
     }
 
-    fn at<T>(&mut self, value: &Spanned<T>, key: &str, message: impl Into<String>) {
+    pub(super) fn at<T>(&mut self, value: &Spanned<T>, key: &str, message: impl Into<String>) {
         self.problem(Some(value.span()), key, message);
     }
 
-    fn resolve(&self, file: &str) -> PathBuf {
+    pub(super) fn resolve(&self, file: &str) -> PathBuf {
         self.base_dir.join(file)
     }
 
@@ -225,7 +227,7 @@ impl Completer<'_> {
         }
     }
 
-    fn positive_duration(&mut self, value: &Option<Spanned<String>>, key: &str, default: Duration) -> Duration {
+    pub(super) fn positive_duration(&mut self, value: &Option<Spanned<String>>, key: &str, default: Duration) -> Duration {
         let duration = self.duration(value, key, default);
         if let Some(value) = value.as_ref().filter(|_| duration.is_zero()) {
             self.at(value, key, "must be longer than 0s");
@@ -234,7 +236,7 @@ impl Completer<'_> {
         duration
     }
 
-    fn size(&mut self, value: &Option<Spanned<String>>, key: &str, default: u64) -> u64 {
+    pub(super) fn size(&mut self, value: &Option<Spanned<String>>, key: &str, default: u64) -> u64 {
         let Some(value) = value else { return default };
         match value.get_ref().parse::<bytesize::ByteSize>() {
             Ok(size) if size.as_u64() > 0 => size.as_u64(),
@@ -328,7 +330,7 @@ impl Completer<'_> {
         completed
     }
 
-    fn name(&mut self, name: &Spanned<String>, key: &str) -> Option<Name> {
+    pub(super) fn name(&mut self, name: &Spanned<String>, key: &str) -> Option<Name> {
         Name::parse(name.get_ref()).map_err(|message| self.at(name, key, message)).ok()
     }
 

@@ -1,0 +1,402 @@
+//! The four Wasm stages as configured: which filters run in each, in what
+//! order, with what budgets, and the audit policy. Completed from the
+//! manifest's `[authentication]`, `[authorization]`, `[admission]` and
+//! `[audit]` tables; the components themselves are loaded by `crate::wasm`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::error::Location;
+use super::manifest as m;
+use super::validate::Completer;
+use super::Name;
+
+/// Every stage's filters, in manifest order.
+#[derive(Debug, Default)]
+pub struct Stages {
+    pub authentication: Authentication,
+    pub authorization: Authorization,
+    pub admission: Admission,
+    pub audit: Audit,
+}
+
+impl Stages {
+    /// Every filter of every stage, in request order.
+    pub fn all_filters(&self) -> impl Iterator<Item = &FilterSpec> {
+        self.authentication
+            .filters
+            .iter()
+            .chain(&self.audit.filters)
+            .chain(&self.authorization.filters)
+            .chain(&self.admission.mutating)
+            .chain(&self.admission.validating)
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Authentication {
+    /// Requests no authenticator recognises go on as `system:anonymous`
+    /// (else they get a 401).
+    pub anonymous: bool,
+    pub filters: Vec<FilterSpec>,
+}
+
+#[derive(Debug, Default)]
+pub struct Authorization {
+    /// Explicitly allow everything when no authorizer is configured.
+    pub always_allow: bool,
+    pub filters: Vec<FilterSpec>,
+}
+
+#[derive(Debug, Default)]
+pub struct Admission {
+    pub mutating: Vec<FilterSpec>,
+    pub validating: Vec<FilterSpec>,
+}
+
+#[derive(Debug, Default)]
+pub struct Audit {
+    pub mode: AuditMode,
+    /// Batch mode: events queued at most; beyond, events are dropped and
+    /// counted.
+    pub queue_size: usize,
+    pub policy: Vec<AuditRule>,
+    pub filters: Vec<FilterSpec>,
+}
+
+/// How audit events reach the audit filters (kube's backend modes).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum AuditMode {
+    /// The request waits for its events to be written.
+    Blocking,
+    /// Events are queued and written by a background task.
+    #[default]
+    Batch,
+}
+
+/// kube audit levels, in increasing detail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AuditLevel {
+    None,
+    Metadata,
+    Request,
+    RequestResponse,
+}
+
+/// kube audit stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditStage {
+    RequestReceived,
+    ResponseStarted,
+    ResponseComplete,
+    Panic,
+}
+
+/// One rule of the audit policy; empty lists match everything.
+#[derive(Debug, Clone)]
+pub struct AuditRule {
+    pub level: AuditLevel,
+    pub users: Vec<String>,
+    pub groups: Vec<String>,
+    pub verbs: Vec<String>,
+    /// `(group, resources)`; empty resources means every resource of the group.
+    pub resources: Vec<(String, Vec<String>)>,
+    pub namespaces: Vec<String>,
+    /// Exact paths, or prefixes ending in `*`.
+    pub non_resource_urls: Vec<String>,
+    pub omit_stages: Vec<AuditStage>,
+}
+
+/// One Wasm filter, as configured.
+#[derive(Debug, Clone)]
+pub struct FilterSpec {
+    pub name: Name,
+    pub component: PathBuf,
+    /// Where `component` is written in the manifest, for load errors.
+    pub location: Option<Location>,
+    /// A pinned digest: the component must hash to it.
+    pub sha256: Option<[u8; 32]>,
+    pub isolation: Isolation,
+    pub timeout: Duration,
+    /// Linear memory cap in bytes.
+    pub memory: u64,
+    pub failure_policy: FailurePolicy,
+    pub mode: Mode,
+    pub matcher: FilterMatch,
+    /// The `config` table, as JSON, handed to the filter.
+    pub config_json: String,
+    /// Audit filters only: where `sink.write` goes.
+    pub sink: Option<Sink>,
+}
+
+/// How instances are kept between calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    /// A fresh instance for every call: nothing leaks between requests.
+    PerRequest,
+    /// Instances are reused; one that trapped is thrown away.
+    Pooled,
+}
+
+/// What a filter's failure (error, trap, timeout) does to the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// The request fails: 500 Status (503 for a timeout).
+    FailClosed,
+    /// The filter is skipped, and that is logged.
+    FailOpen,
+}
+
+/// Whether an authorization or admission filter's decision is enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Enforce,
+    /// The decision is logged and audited, never enforced.
+    Monitor,
+}
+
+/// Which requests a filter runs for; every non-empty list must match.
+#[derive(Debug, Clone, Default)]
+pub struct FilterMatch {
+    pub path_prefixes: Vec<String>,
+    pub api_groups: Vec<String>,
+    pub resources: Vec<String>,
+    pub verbs: Vec<String>,
+    pub namespaces: Vec<String>,
+}
+
+/// Where an audit filter's records go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sink {
+    Stdout,
+    File(PathBuf),
+}
+
+pub const DEFAULT_FILTER_TIMEOUT: Duration = Duration::from_millis(500);
+pub const DEFAULT_FILTER_MEMORY: u64 = 64 * 1024 * 1024;
+pub const DEFAULT_AUDIT_QUEUE: usize = 10_000;
+
+/// The stage a filter belongs to decides its defaults and which keys it may use.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StageKind {
+    Authentication,
+    Authorization,
+    Admission,
+    Audit,
+}
+
+impl Completer<'_> {
+    pub(super) fn stages(
+        &mut self,
+        authentication: Option<m::Authentication>,
+        authorization: Option<m::Authorization>,
+        admission: Option<m::Admission>,
+        audit: Option<m::Audit>,
+    ) -> Stages {
+        let authentication = authentication.map_or_else(Authentication::default, |a| Authentication {
+            anonymous: a.anonymous,
+            filters: self.filters(&a.filters, "authentication.filters", StageKind::Authentication),
+        });
+        let (always_allow, authorizers) = match authorization {
+            Some(a) => {
+                let filters = self.filters(&a.filters, "authorization.filters", StageKind::Authorization);
+                if let Some(flag) = a.always_allow.as_ref().filter(|f| *f.get_ref() && !filters.is_empty()) {
+                    self.at(flag, "authorization.always_allow", "conflicts with authorization filters: choose one");
+                }
+                (a.always_allow.is_some_and(|f| *f.get_ref()), filters)
+            }
+            None => (false, Vec::new()),
+        };
+        if !authentication.filters.is_empty() && authorizers.is_empty() && !always_allow {
+            self.problem(
+                None,
+                "authorization",
+                "authentication filters are configured but no authorization filter: add [[authorization.filters]] \
+                 or set authorization.always_allow = true",
+            );
+        }
+        let admission = admission.map_or_else(Admission::default, |a| Admission {
+            mutating: self.filters(&a.mutating, "admission.mutating", StageKind::Admission),
+            validating: self.filters(&a.validating, "admission.validating", StageKind::Admission),
+        });
+        let audit = audit.map_or_else(Audit::default, |a| self.audit(a));
+        let stages = Stages {
+            authentication,
+            authorization: Authorization { always_allow, filters: authorizers },
+            admission,
+            audit,
+        };
+        self.unique_filter_names(&stages);
+        stages
+    }
+
+    fn unique_filter_names(&mut self, stages: &Stages) {
+        let mut seen = std::collections::HashSet::new();
+        for filter in stages.all_filters() {
+            if !seen.insert(filter.name.clone()) {
+                let message = format!("{:?} names another filter too: filter names are unique", filter.name.as_str());
+                self.problems.push(super::Problem { location: filter.location, key: "filters".to_owned(), message });
+            }
+        }
+    }
+
+    fn audit(&mut self, audit: m::Audit) -> Audit {
+        let mode = match audit.mode.as_ref().map(|m| m.get_ref().as_str()) {
+            None | Some("batch") => AuditMode::Batch,
+            Some("blocking") => AuditMode::Blocking,
+            Some(other) => {
+                let message = format!("{other:?} is not one of \"blocking\", \"batch\"");
+                if let Some(mode) = &audit.mode {
+                    self.at(mode, "audit.mode", message);
+                }
+                AuditMode::Batch
+            }
+        };
+        let queue_size = match &audit.queue_size {
+            Some(size) if *size.get_ref() > 0 => usize::try_from(*size.get_ref()).unwrap_or(DEFAULT_AUDIT_QUEUE),
+            Some(size) => {
+                self.at(size, "audit.queue_size", "must be a positive number");
+                DEFAULT_AUDIT_QUEUE
+            }
+            None => DEFAULT_AUDIT_QUEUE,
+        };
+        let policy = audit.policy.iter().enumerate().filter_map(|(i, rule)| self.audit_rule(rule, i)).collect();
+        let filters = self.filters(&audit.filters, "audit.filters", StageKind::Audit);
+        Audit { mode, queue_size, policy, filters }
+    }
+
+    fn audit_rule(&mut self, rule: &Spanned<m::AuditRule>, index: usize) -> Option<AuditRule> {
+        let key = format!("audit.policy[{index}]");
+        let rule = rule.get_ref();
+        let level = match rule.level.get_ref().as_str() {
+            "None" => AuditLevel::None,
+            "Metadata" => AuditLevel::Metadata,
+            "Request" => AuditLevel::Request,
+            "RequestResponse" => AuditLevel::RequestResponse,
+            other => {
+                let message = format!("{other:?} is not one of None, Metadata, Request, RequestResponse");
+                self.at(&rule.level, &format!("{key}.level"), message);
+                return None;
+            }
+        };
+        let mut omit_stages = Vec::new();
+        for stage in &rule.omit_stages {
+            match parse_stage(stage.get_ref()) {
+                Some(stage) => omit_stages.push(stage),
+                None => self.at(
+                    stage,
+                    &format!("{key}.omit_stages"),
+                    format!("{:?} is not one of RequestReceived, ResponseStarted, ResponseComplete, Panic", stage.get_ref()),
+                ),
+            }
+        }
+        Some(AuditRule {
+            level,
+            users: rule.users.clone(),
+            groups: rule.groups.clone(),
+            verbs: rule.verbs.clone(),
+            resources: rule.resources.iter().map(|r| (r.group.clone(), r.resources.clone())).collect(),
+            namespaces: rule.namespaces.clone(),
+            non_resource_urls: rule.non_resource_urls.clone(),
+            omit_stages,
+        })
+    }
+
+    fn filters(&mut self, filters: &[Spanned<m::Filter>], key: &str, stage: StageKind) -> Vec<FilterSpec> {
+        filters.iter().enumerate().filter_map(|(i, f)| self.filter(f.get_ref(), &format!("{key}[{i}]"), stage)).collect()
+    }
+
+    fn filter(&mut self, filter: &m::Filter, key: &str, stage: StageKind) -> Option<FilterSpec> {
+        let name = self.name(&filter.name, &format!("{key}.name"));
+        let isolation = self.choice(
+            &filter.isolation,
+            &format!("{key}.isolation"),
+            &[("per-request", Isolation::PerRequest), ("pooled", Isolation::Pooled)],
+            Isolation::PerRequest,
+        );
+        let failure_policy = self.choice(
+            &filter.failure_policy,
+            &format!("{key}.failure_policy"),
+            &[("fail-closed", FailurePolicy::FailClosed), ("fail-open", FailurePolicy::FailOpen)],
+            // Audit never fails a request.
+            if stage == StageKind::Audit { FailurePolicy::FailOpen } else { FailurePolicy::FailClosed },
+        );
+        if stage == StageKind::Audit && failure_policy == FailurePolicy::FailClosed {
+            if let Some(policy) = &filter.failure_policy {
+                self.at(policy, &format!("{key}.failure_policy"), "audit filters never fail a request: use fail-open or leave it out");
+            }
+        }
+        let mode = self.choice(&filter.mode, &format!("{key}.mode"), &[("enforce", Mode::Enforce), ("monitor", Mode::Monitor)], Mode::Enforce);
+        if let Some(given) = filter.mode.as_ref().filter(|_| matches!(stage, StageKind::Authentication | StageKind::Audit)) {
+            self.at(given, &format!("{key}.mode"), "only authorization and admission filters have a monitor mode");
+        }
+        let sink = match (&filter.sink, stage) {
+            (Some(sink), StageKind::Audit) if sink.get_ref() == "stdout" => Some(Sink::Stdout),
+            (Some(sink), StageKind::Audit) => Some(Sink::File(self.resolve(sink.get_ref()))),
+            (None, StageKind::Audit) => Some(Sink::Stdout),
+            (Some(sink), _) => {
+                self.at(sink, &format!("{key}.sink"), "only audit filters have a sink");
+                None
+            }
+            (None, _) => None,
+        };
+        let sha256 = filter.sha256.as_ref().and_then(|digest| {
+            let parsed = hex::decode(digest.get_ref().trim_start_matches("sha256:")).ok().and_then(|b| <[u8; 32]>::try_from(b).ok());
+            if parsed.is_none() {
+                self.at(digest, &format!("{key}.sha256"), "must be 64 hexadecimal digits");
+            }
+            parsed
+        });
+        let timeout = self.positive_duration(&filter.timeout, &format!("{key}.timeout"), DEFAULT_FILTER_TIMEOUT);
+        let memory = self.size(&filter.memory, &format!("{key}.memory"), DEFAULT_FILTER_MEMORY);
+        let matcher = filter.matcher.as_ref().map_or_else(FilterMatch::default, |m| FilterMatch {
+            path_prefixes: m.path_prefixes.clone(),
+            api_groups: m.api_groups.clone(),
+            resources: m.resources.clone(),
+            verbs: m.verbs.clone(),
+            namespaces: m.namespaces.clone(),
+        });
+        let config_json = match &filter.config {
+            Some(table) => serde_json::to_string(table).unwrap_or_else(|_| "{}".to_owned()),
+            None => "{}".to_owned(),
+        };
+        Some(FilterSpec {
+            name: name?,
+            component: self.resolve(filter.component.get_ref()),
+            location: Some(Location::of_span(self.source, &filter.component.span())),
+            sha256,
+            isolation,
+            timeout,
+            memory,
+            failure_policy,
+            mode,
+            matcher,
+            config_json,
+            sink,
+        })
+    }
+
+    fn choice<T: Copy>(&mut self, value: &Option<Spanned<String>>, key: &str, options: &[(&str, T)], default: T) -> T {
+        let Some(value) = value else { return default };
+        match options.iter().find(|(text, _)| text == value.get_ref()) {
+            Some((_, choice)) => *choice,
+            None => {
+                let names: Vec<String> = options.iter().map(|(text, _)| format!("{text:?}")).collect();
+                self.at(value, key, format!("{:?} is not one of {}", value.get_ref(), names.join(", ")));
+                default
+            }
+        }
+    }
+}
+
+fn parse_stage(text: &str) -> Option<AuditStage> {
+    match text {
+        "RequestReceived" => Some(AuditStage::RequestReceived),
+        "ResponseStarted" => Some(AuditStage::ResponseStarted),
+        "ResponseComplete" => Some(AuditStage::ResponseComplete),
+        "Panic" => Some(AuditStage::Panic),
+        _ => None,
+    }
+}

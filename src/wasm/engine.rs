@@ -1,0 +1,236 @@
+//! The process's one wasmtime `Engine`, tuned for a fresh instance per
+//! request: the pooling allocator with pool memory kept resident, epoch
+//! interruption driven by a ticker thread, no component-model concurrency.
+//! Also the compiled-component cache: components are compiled once per
+//! content hash, kept in memory for reloads and on disk for restarts.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, Enabled, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::state::FilterState;
+
+/// How often the epoch advances: the resolution of filter timeouts, and how
+/// often a long-running filter yields to other requests.
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+
+/// Pool sizing: enough slots for every filter's pooled instances plus the
+/// fresh ones of concurrent requests.
+const POOL_COMPONENT_INSTANCES: u32 = 1000;
+const POOL_MAX_MEMORY: usize = 1 << 30;
+
+/// Why a component could not be made ready.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} has sha256 {actual}, but the manifest pins {expected}", path.display())]
+    DigestMismatch { path: PathBuf, expected: String, actual: String },
+    #[error("{} is not a valid component: {message}", path.display())]
+    Compile { path: PathBuf, message: String },
+    #[error("{} does not fit the {world} world: {message}", path.display())]
+    World { path: PathBuf, world: &'static str, message: String },
+    #[error("the WebAssembly engine cannot start: {0}")]
+    Engine(String),
+}
+
+/// The engine, the linker every filter is instantiated with, and the
+/// compiled-component cache.
+pub struct WasmHost {
+    pub engine: Engine,
+    pub linker: Linker<FilterState>,
+    compiled: Mutex<HashMap<[u8; 32], Component>>,
+    disk_cache: Option<PathBuf>,
+    stats: Mutex<CacheStats>,
+}
+
+/// How components were obtained since start: observable proof that a reload
+/// did not recompile an unchanged filter.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CacheStats {
+    pub compiled: u64,
+    pub from_memory: u64,
+    pub from_disk: u64,
+}
+
+impl WasmHost {
+    /// The process-wide host, created on first use.
+    pub fn shared() -> Result<&'static WasmHost, LoadError> {
+        static HOST: OnceLock<Result<WasmHost, String>> = OnceLock::new();
+        HOST.get_or_init(|| WasmHost::new(default_disk_cache()).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|message| LoadError::Engine(message.clone()))
+    }
+
+    fn new(disk_cache: Option<PathBuf>) -> wasmtime::Result<WasmHost> {
+        let engine = match Engine::new(&engine_config(true)) {
+            Ok(engine) => engine,
+            Err(error) => {
+                // A host that cannot reserve the pool (a tight address-space
+                // limit) still runs filters, allocating on demand.
+                tracing::warn!(%error, "pooling allocator unavailable; allocating instances on demand");
+                Engine::new(&engine_config(false))?
+            }
+        };
+        start_epoch_ticker(&engine);
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        super::bindings::auditor::AuditorFilter::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |state| state,
+        )?;
+        Ok(WasmHost { engine, linker, compiled: Mutex::default(), disk_cache, stats: Mutex::default() })
+    }
+
+    pub fn cache_stats(&self) -> CacheStats {
+        self.stats.lock().map(|s| *s).unwrap_or_default()
+    }
+
+    /// The compiled component for the file at `path`, checked against
+    /// `pinned` first. Compiles only what neither cache holds.
+    pub fn component(&self, path: &Path, pinned: Option<&[u8; 32]>) -> Result<Component, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+        let digest: [u8; 32] = Sha256::digest(&bytes).into();
+        if let Some(expected) = pinned.filter(|expected| **expected != digest) {
+            return Err(LoadError::DigestMismatch {
+                path: path.to_owned(),
+                expected: hex::encode(expected),
+                actual: hex::encode(digest),
+            });
+        }
+        if let Some(component) = self.compiled.lock().ok().and_then(|c| c.get(&digest).cloned()) {
+            self.count(|s| s.from_memory += 1);
+            return Ok(component);
+        }
+        let component = match self.from_disk(&digest) {
+            Some(component) => {
+                self.count(|s| s.from_disk += 1);
+                tracing::debug!(component = %path.display(), "loaded compiled component from the disk cache");
+                component
+            }
+            None => {
+                let started = std::time::Instant::now();
+                let component = self.compile(path, &bytes, &digest)?;
+                self.count(|s| s.compiled += 1);
+                tracing::info!(component = %path.display(), elapsed_ms = started.elapsed().as_millis() as u64, "compiled component");
+                component
+            }
+        };
+        if let Ok(mut compiled) = self.compiled.lock() {
+            compiled.insert(digest, component.clone());
+        }
+        Ok(component)
+    }
+
+    fn count(&self, update: impl FnOnce(&mut CacheStats)) {
+        if let Ok(mut stats) = self.stats.lock() {
+            update(&mut stats);
+        }
+    }
+
+    fn compile(&self, path: &Path, bytes: &[u8], digest: &[u8; 32]) -> Result<Component, LoadError> {
+        let compile_error = |error: wasmtime::Error| LoadError::Compile { path: path.to_owned(), message: format!("{error:#}") };
+        let serialized = self.engine.precompile_component(bytes).map_err(compile_error)?;
+        if let Some(file) = self.disk_path(digest) {
+            // Written beside, then renamed: a concurrent reader never sees half a file.
+            let partial = file.with_extension(format!("partial-{}", std::process::id()));
+            let written = file.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(&partial, &serialized));
+            if let Err(error) = written.and_then(|()| std::fs::rename(&partial, &file)) {
+                tracing::warn!(file = %file.display(), %error, "cannot write the compiled-component cache");
+            }
+        }
+        // SAFETY: these bytes were produced by `precompile_component` of this
+        // very engine a moment ago.
+        unsafe { Component::deserialize(&self.engine, &serialized) }.map_err(compile_error)
+    }
+
+    fn from_disk(&self, digest: &[u8; 32]) -> Option<Component> {
+        let file = self.disk_path(digest)?;
+        if !file.exists() {
+            return None;
+        }
+        // SAFETY: the cache folder holds only files this host wrote with
+        // `precompile_component`, named by the component's hash and the
+        // engine's compatibility hash; wasmtime checks the header and refuses
+        // artifacts of another version or configuration.
+        match unsafe { Component::deserialize_file(&self.engine, &file) } {
+            Ok(component) => Some(component),
+            Err(error) => {
+                tracing::warn!(file = %file.display(), %error, "ignoring an unusable compiled-component cache entry");
+                None
+            }
+        }
+    }
+
+    fn disk_path(&self, digest: &[u8; 32]) -> Option<PathBuf> {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.engine.precompile_compatibility_hash().hash(&mut hasher);
+        let name = format!("{}-{:016x}.cwasm", hex::encode(digest), hasher.finish());
+        self.disk_cache.as_ref().map(|dir| dir.join(name))
+    }
+}
+
+fn engine_config(pooling: bool) -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    // Filters are called one call at a time; the component-model async
+    // machinery would only add set-up cost to every store.
+    config.concurrency_support(false);
+    config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+    if pooling {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(POOL_COMPONENT_INSTANCES)
+            .total_memories(POOL_COMPONENT_INSTANCES * 2)
+            .total_tables(POOL_COMPONENT_INSTANCES * 2)
+            .total_core_instances(POOL_COMPONENT_INSTANCES * 4)
+            .max_memory_size(POOL_MAX_MEMORY)
+            // Resetting a slot by zeroing the pages a guest touched, not by
+            // unmapping them, is what makes a fresh instance per request cheap.
+            .linear_memory_keep_resident(4 << 20)
+            .table_keep_resident(64 << 10)
+            .pagemap_scan(Enabled::Auto);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    config
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] for the life of the process.
+fn start_epoch_ticker(engine: &Engine) {
+    let engine = engine.weak();
+    let spawned = std::thread::Builder::new().name("wasmgate-epoch".into()).spawn(move || {
+        while let Some(engine) = engine.upgrade() {
+            engine.increment_epoch();
+            drop(engine);
+            std::thread::sleep(EPOCH_TICK);
+        }
+    });
+    if let Err(error) = spawned {
+        tracing::error!(%error, "cannot start the epoch ticker: filter timeouts will not fire");
+    }
+}
+
+/// `$XDG_CACHE_HOME/wasmgate/compiled`, else `~/.cache/wasmgate/compiled`.
+fn default_disk_cache() -> Option<PathBuf> {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .map(|cache| cache.join("wasmgate").join("compiled"))
+}
+
+impl std::fmt::Debug for WasmHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmHost").field("cache", &self.cache_stats()).finish_non_exhaustive()
+    }
+}
+

@@ -1,0 +1,118 @@
+//! What a filter's store holds, and the host functions the WIT grants it:
+//! `host.config`, `host.log` (into the gateway's log, tagged with the
+//! filter's name) and, for auditors, `sink.write`. WASI is linked because
+//! guest standard libraries import it, but the context grants nothing: no
+//! files, no network, no environment, no standard streams.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use wasmtime::StoreLimits;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::{host, sink, types};
+use crate::config::stages::Sink;
+
+/// Who a filter is, shared by all its instances.
+#[derive(Debug)]
+pub struct FilterIdentity {
+    pub name: String,
+    pub config_json: String,
+    pub sink: Option<SinkWriter>,
+}
+
+/// An open audit sink.
+#[derive(Debug)]
+pub enum SinkWriter {
+    Stdout,
+    File(Mutex<std::fs::File>),
+}
+
+impl SinkWriter {
+    pub fn open(sink: &Sink) -> std::io::Result<SinkWriter> {
+        match sink {
+            Sink::Stdout => Ok(SinkWriter::Stdout),
+            Sink::File(path) => {
+                if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir)?;
+                }
+                let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+                Ok(SinkWriter::File(Mutex::new(file)))
+            }
+        }
+    }
+
+    fn write_line(&self, record: &str) -> std::io::Result<()> {
+        let mut line = Vec::with_capacity(record.len() + 1);
+        line.extend_from_slice(record.as_bytes());
+        line.push(b'\n');
+        match self {
+            SinkWriter::Stdout => std::io::stdout().lock().write_all(&line),
+            SinkWriter::File(file) => match file.lock() {
+                Ok(mut file) => file.write_all(&line),
+                Err(_) => Err(std::io::Error::other("the sink's lock is poisoned")),
+            },
+        }
+    }
+}
+
+/// The data of one filter store.
+pub struct FilterState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub limits: StoreLimits,
+    pub identity: Arc<FilterIdentity>,
+    /// When the current call must be finished by; checked at every epoch tick.
+    pub deadline: Instant,
+}
+
+impl FilterState {
+    pub fn new(identity: Arc<FilterIdentity>, memory: u64) -> Self {
+        let limits = wasmtime::StoreLimitsBuilder::new()
+            .memory_size(usize::try_from(memory).unwrap_or(usize::MAX))
+            .build();
+        FilterState {
+            wasi: WasiCtx::builder().build(),
+            table: ResourceTable::new(),
+            limits,
+            identity,
+            deadline: Instant::now(),
+        }
+    }
+}
+
+impl WasiView for FilterState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl types::Host for FilterState {}
+
+impl host::Host for FilterState {
+    fn config(&mut self) -> String {
+        self.identity.config_json.clone()
+    }
+
+    fn log(&mut self, level: types::LogLevel, message: String) {
+        let filter = self.identity.name.as_str();
+        match level {
+            types::LogLevel::Trace => tracing::trace!(target: "wasmgate::filter", filter, "{message}"),
+            types::LogLevel::Debug => tracing::debug!(target: "wasmgate::filter", filter, "{message}"),
+            types::LogLevel::Info => tracing::info!(target: "wasmgate::filter", filter, "{message}"),
+            types::LogLevel::Warn => tracing::warn!(target: "wasmgate::filter", filter, "{message}"),
+            types::LogLevel::Error => tracing::error!(target: "wasmgate::filter", filter, "{message}"),
+        }
+    }
+}
+
+impl sink::Host for FilterState {
+    fn write(&mut self, record: String) -> Result<(), String> {
+        match &self.identity.sink {
+            Some(sink) => sink.write_line(&record).map_err(|error| format!("cannot write the audit record: {error}")),
+            None => Err("this filter has no sink".to_owned()),
+        }
+    }
+}
