@@ -1,0 +1,42 @@
+//! `jsonl-audit`: writes each audit event to the sink as one Kubernetes
+//! `audit.k8s.io/v1` `Event` JSON object per line. The rendering lives in
+//! [`logic`], unit-tested on the host target.
+
+mod logic;
+
+wit_bindgen::generate!({
+    path: "../../../wit",
+    world: "auditor-filter",
+});
+
+use exports::wasmgate::filter::auditor::{Event, Guest};
+use wasmgate::filter::types::LogLevel;
+use wasmgate::filter::{host, sink};
+
+struct Filter;
+
+impl Guest for Filter {
+    fn audit(event: Event) -> Result<(), String> {
+        let config = match logic::Config::parse(&host::config()) {
+            Ok(config) => config,
+            Err(message) => {
+                host::log(LogLevel::Error, &message);
+                return Err(message);
+            }
+        };
+        let rendered = logic::render(&config, &event)?;
+        for warning in &rendered.warnings {
+            host::log(LogLevel::Warn, warning);
+        }
+        let Some(line) = rendered.line else {
+            return Ok(());
+        };
+        sink::write(&line).map_err(|e| {
+            let message = format!("jsonl-audit: cannot write event {}: {e}", event.audit_id);
+            host::log(LogLevel::Error, &message);
+            message
+        })
+    }
+}
+
+export!(Filter);

@@ -1,0 +1,63 @@
+//! `jwt-authn`: verifies RS256/ES256 JWT bearer tokens against configured
+//! public keys and maps their claims to a user, like the Kubernetes API
+//! server's OIDC authenticator (`--oidc-*` flags). The logic lives in
+//! [`logic`], unit-tested on the host target.
+
+mod logic;
+
+wit_bindgen::generate!({
+    path: "../../../wit",
+    world: "authenticator-filter",
+});
+
+use exports::wasmgate::filter::authenticator::{AuthnResult, Guest};
+use std::time::{SystemTime, UNIX_EPOCH};
+use wasmgate::filter::host;
+use wasmgate::filter::types::{LogLevel, RequestView, UserInfo};
+
+struct Filter;
+
+impl Guest for Filter {
+    fn authenticate(request: RequestView) -> AuthnResult {
+        let config = match logic::Config::parse(&host::config()) {
+            Ok(config) => config,
+            Err(message) => {
+                host::log(LogLevel::Error, &message);
+                return AuthnResult::Error(message);
+            }
+        };
+        let now = match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(d) => d.as_secs_f64(),
+            Err(e) => return AuthnResult::Error(format!("jwt-authn: clock before 1970: {e}")),
+        };
+        let headers: Vec<(&str, &str)> = request
+            .headers
+            .iter()
+            .map(|h| (h.name.as_str(), h.value.as_str()))
+            .collect();
+        match logic::authenticate(&config, &headers, now) {
+            logic::Outcome::Authenticated(user) => {
+                host::log(
+                    LogLevel::Debug,
+                    &format!("JWT belongs to user {:?}", user.name),
+                );
+                AuthnResult::Authenticated(UserInfo {
+                    name: user.name,
+                    uid: user.uid,
+                    groups: user.groups,
+                    extra: Vec::new(),
+                })
+            }
+            logic::Outcome::NoOpinion(why) => {
+                host::log(LogLevel::Debug, &why);
+                AuthnResult::NoOpinion
+            }
+            logic::Outcome::Error(message) => {
+                host::log(LogLevel::Info, &message);
+                AuthnResult::Error(message)
+            }
+        }
+    }
+}
+
+export!(Filter);

@@ -1,0 +1,58 @@
+//! `label-defaults`: a mutating admission filter that adds configured labels
+//! to `metadata.labels` of created and updated objects, as an RFC 6902 JSON
+//! Patch. The logic lives in [`logic`], unit-tested on the host target.
+
+mod logic;
+
+wit_bindgen::generate!({
+    path: "../../../wit",
+    world: "admission-filter",
+});
+
+use exports::wasmgate::filter::admission::{AdmissionRequest, AdmissionResponse, Guest, Operation};
+use wasmgate::filter::host;
+use wasmgate::filter::types::LogLevel;
+
+struct Filter;
+
+impl Guest for Filter {
+    fn admit(request: AdmissionRequest) -> Result<AdmissionResponse, String> {
+        let config = match logic::Config::parse(&host::config()) {
+            Ok(config) => config,
+            Err(message) => {
+                host::log(LogLevel::Error, &message);
+                return Err(message);
+            }
+        };
+        let input = logic::Input {
+            operation: match request.operation {
+                Operation::Create => logic::Op::Create,
+                Operation::Update => logic::Op::Update,
+                Operation::Delete => logic::Op::Delete,
+                Operation::Connect => logic::Op::Connect,
+            },
+            verb: &request.request.verb,
+            content_type: &request.content_type,
+            object: request.object.as_deref(),
+        };
+        match logic::admit(&config, &input) {
+            Ok(logic::Outcome::Allowed(why)) => {
+                host::log(LogLevel::Debug, &why);
+                Ok(AdmissionResponse::Allowed)
+            }
+            Ok(logic::Outcome::Patched(patch)) => {
+                host::log(
+                    LogLevel::Debug,
+                    &format!("patching {}: {patch}", request.uid),
+                );
+                Ok(AdmissionResponse::Patched(patch))
+            }
+            Err(message) => {
+                host::log(LogLevel::Error, &message);
+                Err(message)
+            }
+        }
+    }
+}
+
+export!(Filter);

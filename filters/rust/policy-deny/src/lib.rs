@@ -1,0 +1,63 @@
+//! `policy-deny`: a validating admission filter that rejects objects whose
+//! fields match configured rules. The logic lives in [`logic`], unit-tested on
+//! the host target.
+
+mod logic;
+
+wit_bindgen::generate!({
+    path: "../../../wit",
+    world: "admission-filter",
+});
+
+use exports::wasmgate::filter::admission::{AdmissionRequest, AdmissionResponse, Guest, Operation};
+use wasmgate::filter::host;
+use wasmgate::filter::types::{LogLevel, Status};
+
+struct Filter;
+
+impl Guest for Filter {
+    fn admit(request: AdmissionRequest) -> Result<AdmissionResponse, String> {
+        let config = match logic::Config::parse(&host::config()) {
+            Ok(config) => config,
+            Err(message) => {
+                host::log(LogLevel::Error, &message);
+                return Err(message);
+            }
+        };
+        let input = logic::Input {
+            operation: match request.operation {
+                Operation::Create => logic::Op::Create,
+                Operation::Update => logic::Op::Update,
+                Operation::Delete => logic::Op::Delete,
+                Operation::Connect => logic::Op::Connect,
+            },
+            verb: &request.request.verb,
+            resource: &request.request.resource,
+            content_type: &request.content_type,
+            object: request.object.as_deref(),
+        };
+        match config.admit(&input) {
+            Ok(logic::Outcome::Allowed(why)) => {
+                host::log(LogLevel::Debug, &why);
+                Ok(AdmissionResponse::Allowed)
+            }
+            Ok(logic::Outcome::Denied(denial)) => {
+                host::log(
+                    LogLevel::Info,
+                    &format!("request {} denied: {}", request.uid, denial.message),
+                );
+                Ok(AdmissionResponse::Denied(Status {
+                    code: denial.code,
+                    reason: denial.reason.into(),
+                    message: denial.message,
+                }))
+            }
+            Err(message) => {
+                host::log(LogLevel::Error, &message);
+                Err(message)
+            }
+        }
+    }
+}
+
+export!(Filter);

@@ -1,0 +1,53 @@
+//! `rbac-authz`: Kubernetes RBAC from the filter's config. The rule matching
+//! lives in [`logic`], unit-tested on the host target.
+
+mod logic;
+
+wit_bindgen::generate!({
+    path: "../../../wit",
+    world: "authorizer-filter",
+});
+
+use exports::wasmgate::filter::authorizer::{Attributes, Decision, Guest};
+use wasmgate::filter::host;
+use wasmgate::filter::types::LogLevel;
+
+struct Filter;
+
+impl Guest for Filter {
+    fn authorize(attributes: Attributes) -> Result<Decision, String> {
+        let config = match logic::Config::parse(&host::config()) {
+            Ok(config) => config,
+            Err(message) => {
+                host::log(LogLevel::Error, &message);
+                return Err(message);
+            }
+        };
+        let user = &attributes.user;
+        let req = &attributes.request;
+        let attrs = logic::Request {
+            user: &user.name,
+            groups: &user.groups,
+            is_resource_request: req.is_resource_request,
+            verb: &req.verb,
+            api_group: &req.api_group,
+            namespace: &req.namespace,
+            resource: &req.resource,
+            subresource: &req.subresource,
+            name: &req.name,
+            path: &req.path,
+        };
+        Ok(match config.authorize(&attrs) {
+            logic::Verdict::Allow(reason) => {
+                host::log(LogLevel::Debug, &reason);
+                Decision::Allow
+            }
+            logic::Verdict::NoOpinion(reason) => {
+                host::log(LogLevel::Debug, &reason);
+                Decision::NoOpinion(reason)
+            }
+        })
+    }
+}
+
+export!(Filter);
