@@ -65,7 +65,10 @@ fn init_logging(format: LogFormat) {
 }
 
 fn check(path: &std::path::Path) -> ExitCode {
-    match config::load(path) {
+    // The same steps a start (and a reload) takes: parse, complete, validate,
+    // then load and compile every component.
+    let loaded = config::load(path).and_then(|config| wasmgate::wasm::load_stages(&config).map(|_| config));
+    match loaded {
         Ok(config) => {
             print!("{}", summary(&config));
             ExitCode::SUCCESS
@@ -91,10 +94,18 @@ fn summary(config: &Config) -> String {
     let _ = writeln!(out, "listen: {} ({transport})", config.listen.address);
     let _ = writeln!(
         out,
-        "chain: audit-id, panic-recovery, request-info, http-log,{} cache-control, body-limit, timeout,{} authentication (anonymous), max-in-flight",
+        "chain: audit-id, panic-recovery, request-info, http-log,{} cache-control, body-limit, timeout,{} authentication, audit, impersonation, max-in-flight, authorization, admission",
         if config.hsts.is_some() { " hsts," } else { "" },
         if config.cors_allowed_origins.is_empty() { "" } else { " cors," },
     );
+    let stages = &config.stages;
+    let anonymous = if stages.authentication.anonymous { "unrecognised -> system:anonymous" } else { "unrecognised -> 401" };
+    stage_summary(&mut out, "authentication", &stages.authentication.filters, if stages.authentication.filters.is_empty() { "everyone is system:anonymous" } else { anonymous });
+    stage_summary(&mut out, "audit", &stages.audit.filters, &format!("{:?} mode, {} policy rules", stages.audit.mode, stages.audit.policy.len()));
+    let authz_default = if stages.authorization.filters.is_empty() { "everything allowed" } else { "all no-opinion -> 403" };
+    stage_summary(&mut out, "authorization", &stages.authorization.filters, authz_default);
+    stage_summary(&mut out, "admission (mutating)", &stages.admission.mutating, "");
+    stage_summary(&mut out, "admission (validating)", &stages.admission.validating, "");
     for (index, server) in config.servers.iter().enumerate() {
         let _ = writeln!(out, "server {} {:?}{}", index + 1, server.name.as_str(), if index == 0 { " (wrapped by the chain)" } else { "" });
         for route in &server.routes {
@@ -115,6 +126,17 @@ fn summary(config: &Config) -> String {
         let _ = writeln!(out, "hook {:?} ({:?}): {}", hook.name.as_str(), hook.phase, hook.command.join(" "));
     }
     out
+}
+
+fn stage_summary(out: &mut String, stage: &str, filters: &[wasmgate::config::stages::FilterSpec], note: &str) {
+    use std::fmt::Write as _;
+    let names: Vec<String> = filters
+        .iter()
+        .map(|f| format!("{} ({:?}, {:?}, {:?}, {:?})", f.name, f.isolation, f.failure_policy, f.mode, f.timeout))
+        .collect();
+    let listed = if names.is_empty() { "-".to_owned() } else { names.join(", ") };
+    let note = if note.is_empty() { String::new() } else { format!("  [{note}]") };
+    let _ = writeln!(out, "  {stage:<24} {listed}{note}");
 }
 
 fn run(path: &std::path::Path, workers: Option<usize>) -> ExitCode {

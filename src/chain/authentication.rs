@@ -1,20 +1,114 @@
-//! The authentication place of the chain. With no authenticator configured
-//! every request is kube's anonymous user, `system:anonymous` in group
-//! `system:unauthenticated`; the Wasm authentication stage takes this place.
+//! The authentication stage (kube's `WithAuthentication` over a union of
+//! authenticators): authenticator filters are tried in manifest order; the
+//! first that answers `authenticated` sets the user and the credential
+//! headers are removed; `no-opinion` and a filter's own `error` (logged) pass
+//! to the next. When none recognises the request it is `system:anonymous`
+//! if the manifest allows anonymous requests, else a 401 Status. With no
+//! authenticator configured at all, every request is anonymous.
+
+use std::time::Instant;
 
 use futures_util::future::BoxFuture;
+use http::HeaderMap;
+use http::header::AUTHORIZATION;
 
+use super::stage::{self, Failure, FilterTrace};
 use crate::body::{Request, Response};
 use crate::context::UserInfo;
 use crate::handler::{Handler, SharedHandler};
+use crate::request_info::RequestInfo;
+use crate::status::GatewayError;
+use crate::wasm::filter::{AuthnResult, Authenticator};
+use crate::wasm::{LoadedFilter, Outcome, convert};
 
-pub struct Anonymous {
+const STAGE: &str = "authentication";
+
+pub struct Authentication {
+    pub filters: Vec<LoadedFilter<Authenticator>>,
+    /// Unrecognised requests go on as `system:anonymous` rather than 401.
+    pub anonymous: bool,
     pub next: SharedHandler,
 }
 
-impl Handler for Anonymous {
-    fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
-        request.extensions_mut().insert(UserInfo::anonymous());
-        self.next.call(request)
+/// What the union concluded.
+enum Identified {
+    User(UserInfo),
+    Nobody,
+    Failed(GatewayError),
+}
+
+impl Authentication {
+    async fn identify(&self, request: &http::request::Parts) -> Identified {
+        let Some(info) = request.extensions.get::<RequestInfo>() else {
+            return Identified::Failed(GatewayError::internal("request info missing"));
+        };
+        let trace = request.extensions.get::<FilterTrace>();
+        let mut view = None;
+        for filter in &self.filters {
+            if !stage::selects(&filter.spec.matcher, info) {
+                stage::skipped(STAGE, &filter.spec, trace);
+                continue;
+            }
+            let view = view.get_or_insert_with(|| convert::request_view(request));
+            let started = Instant::now();
+            let outcome = filter.authenticate(view).await;
+            stage::observe(STAGE, &filter.spec, &outcome, describe, started.elapsed(), trace);
+            match outcome {
+                Outcome::Answer(AuthnResult::Authenticated(user)) => return Identified::User(convert::user_from_wit(user)),
+                Outcome::Answer(_) | Outcome::FilterError(_) => {}
+                Outcome::Trap(_) | Outcome::Timeout => match stage::on_failure(STAGE, &filter.spec, &outcome) {
+                    Failure::Skip => {}
+                    Failure::Fail(error) => return Identified::Failed(error),
+                },
+            }
+        }
+        Identified::Nobody
+    }
+}
+
+fn describe(answer: &AuthnResult) -> String {
+    match answer {
+        AuthnResult::Authenticated(user) => format!("authenticated {:?} groups {:?}", user.name, user.groups),
+        AuthnResult::NoOpinion => "no opinion".to_owned(),
+        AuthnResult::Error(message) => message.clone(),
+    }
+}
+
+impl Handler for Authentication {
+    fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+        Box::pin(async move {
+            let (mut parts, body) = request.into_parts();
+            let user = if self.filters.is_empty() {
+                UserInfo::anonymous()
+            } else {
+                match self.identify(&parts).await {
+                    Identified::User(user) => {
+                        remove_credentials(&mut parts.headers);
+                        user
+                    }
+                    Identified::Nobody if self.anonymous => UserInfo::anonymous(),
+                    Identified::Nobody => return GatewayError::Unauthorized.into_response(),
+                    Identified::Failed(error) => return error.into_response(),
+                }
+            };
+            parts.extensions.insert(user.clone());
+            let request = http::Request::from_parts(parts, body);
+            let mut response = self.next.call(request).await;
+            // For the HTTP log, which sees only the response.
+            response.extensions_mut().insert(user);
+            response
+        })
+    }
+}
+
+/// The credentials an authenticator consumed go no further (kube removes
+/// `Authorization` and the request-header authenticator's headers).
+fn remove_credentials(headers: &mut HeaderMap) {
+    headers.remove(AUTHORIZATION);
+    headers.remove("x-remote-user");
+    headers.remove("x-remote-group");
+    let extras: Vec<_> = headers.keys().filter(|name| name.as_str().starts_with("x-remote-extra-")).cloned().collect();
+    for name in extras {
+        headers.remove(name);
     }
 }

@@ -4,22 +4,28 @@
 //! ```text
 //! request ─> audit ID ─> panic recovery ─> request info ─> HTTP log ─> HSTS
 //!   ─> cache-control ─> body limit ─> deadline/timeout ─> CORS
-//!   ─> [authentication] ─> [audit] ─> max-in-flight ─> [authorization]
-//!   ─> [admission] ─> the first server's director ─> ... ─> 404 Status
+//!   ─> [authentication] ─> [audit] ─> impersonation ─> max-in-flight
+//!   ─> [authorization] ─> [admission] ─> the first server's director
+//!   ─> ... ─> 404 Status
 //! ```
-//! `[x]` marks the stages that Wasm filters will run; until then
-//! authentication makes every request `system:anonymous` and authorization,
-//! audit and admission are not installed.
+//! `[x]` marks the stages run by Wasm filters (`crate::wasm`). A stage with
+//! no filter configured is not installed, except authentication, which then
+//! makes every request `system:anonymous`.
 
+pub mod admission;
+pub mod audit;
 mod audit_id;
 pub mod authentication;
+pub mod authorization;
 pub mod body_limit;
 mod cors;
 mod flow_control;
 mod headers;
 mod http_log;
+mod impersonation;
 mod panic_recovery;
 mod request_info;
+pub mod stage;
 mod timeout;
 
 use std::sync::Arc;
@@ -28,23 +34,49 @@ pub use audit_id::AUDIT_ID_HEADER;
 
 use crate::config::Config;
 use crate::handler::SharedHandler;
+use crate::wasm::LoadedStages;
 
-/// Wraps `servers` (the delegation chain) in the native filters, innermost
-/// first: each line below puts one filter *outside* everything above it, so
-/// the request meets them bottom to top.
-pub fn build(config: &Config, servers: SharedHandler) -> SharedHandler {
+/// The built chain, and the audit backend to flush at shutdown.
+pub struct Chain {
+    pub handler: SharedHandler,
+    pub audit: Option<Arc<audit::AuditBackend>>,
+}
+
+/// Wraps `servers` (the delegation chain) in the native filters and the Wasm
+/// stages, innermost first: each step below puts one filter *outside*
+/// everything above it, so the request meets them bottom to top.
+pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> Chain {
     let limits = &config.limits;
     let mut handler = servers;
 
-    // [admission] and [authorization] (Wasm stages) will wrap here.
+    if !stages.mutating.is_empty() || !stages.validating.is_empty() {
+        handler = Arc::new(admission::Admission { mutating: stages.mutating, validating: stages.validating, next: handler });
+    }
+    let authorizers = (!stages.authorizers.is_empty())
+        .then(|| Arc::new(authorization::Authorizers { filters: stages.authorizers }));
+    if let Some(authorizers) = &authorizers {
+        handler = Arc::new(authorization::Authorization { authorizers: authorizers.clone(), next: handler });
+    }
     handler = Arc::new(flow_control::MaxInFlight::new(
         limits.max_requests_in_flight,
         limits.max_mutating_requests_in_flight,
         handler,
     ));
-    // [audit] (Wasm stage) will wrap here, inside authentication so that
-    // events carry the user.
-    handler = Arc::new(authentication::Anonymous { next: handler });
+    // Impersonation asks the authorization union, so it needs authentication
+    // (the requester) outside it and runs before max-in-flight counts it.
+    handler = Arc::new(impersonation::Impersonation { authorizers, next: handler });
+    // Audit sits inside authentication so that events carry the user.
+    let audit_policy = &config.stages.audit;
+    let audit = (!stages.auditors.is_empty() && !audit_policy.policy.is_empty())
+        .then(|| audit::AuditBackend::new(stages.auditors, audit_policy.mode, audit_policy.queue_size));
+    if let Some(backend) = &audit {
+        handler = Arc::new(audit::Audit { policy: audit_policy.policy.clone(), backend: backend.clone(), next: handler });
+    }
+    handler = Arc::new(authentication::Authentication {
+        filters: stages.authenticators,
+        anonymous: config.stages.authentication.anonymous,
+        next: handler,
+    });
     // CORS answers pre-flights before authentication: browsers send them
     // without credentials.
     if !config.cors_allowed_origins.is_empty() {
@@ -61,5 +93,6 @@ pub fn build(config: &Config, servers: SharedHandler) -> SharedHandler {
     handler = Arc::new(request_info::RequestInfoFilter { next: handler });
     // Panic recovery sits inside the audit ID so a 500 still carries it.
     handler = Arc::new(panic_recovery::PanicRecovery { next: handler });
-    Arc::new(audit_id::AuditIdFilter { next: handler })
+    handler = Arc::new(audit_id::AuditIdFilter { next: handler });
+    Chain { handler, audit }
 }

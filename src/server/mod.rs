@@ -17,13 +17,19 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::chain::audit::AuditBackend;
 use crate::config::{Config, Hook, HookPhase, Transport};
 use crate::handler::SharedHandler;
 use crate::health::{Check, Flag, Health};
 
+/// How long shutdown waits for queued audit events to be written.
+const AUDIT_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Why the gateway could not be built or started.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    #[error("{0}")]
+    Filters(#[from] crate::config::ConfigError),
     #[error(transparent)]
     Upstream(#[from] crate::upstream::UpstreamError),
     #[error(transparent)]
@@ -40,6 +46,7 @@ pub enum StartError {
 pub struct Gateway {
     config: Config,
     handler: SharedHandler,
+    audit: Option<Arc<AuditBackend>>,
     health: Arc<Health>,
     shutting_down: Flag,
     post_start: Vec<(Hook, Flag)>,
@@ -69,9 +76,10 @@ impl Gateway {
             post_start.push((hook.clone(), done));
         }
         let health = Arc::new(health);
+        let stages = crate::wasm::load_stages(&config)?;
         let servers = crate::delegation::build(&config, &health)?;
-        let handler = crate::chain::build(&config, center(servers));
-        Ok(Gateway { config, handler, health, shutting_down, post_start })
+        let chain = crate::chain::build(&config, stages, center(servers));
+        Ok(Gateway { config, handler: chain.handler, audit: chain.audit, health, shutting_down, post_start })
     }
 
     /// Binds the listener and starts serving.
@@ -107,6 +115,7 @@ impl Gateway {
         Ok(RunningGateway {
             local_addr,
             limits: self.config.limits,
+            audit: self.audit,
             pre_shutdown,
             shutting_down: self.shutting_down,
             drain,
@@ -120,6 +129,7 @@ impl Gateway {
 pub struct RunningGateway {
     pub local_addr: SocketAddr,
     limits: crate::config::Limits,
+    audit: Option<Arc<AuditBackend>>,
     pre_shutdown: Vec<Hook>,
     shutting_down: Flag,
     drain: listener::Drain,
@@ -153,6 +163,10 @@ impl RunningGateway {
         self.drain.close_connections.cancel();
         tracing::info!(open = self.drain.connections.len(), "listener closed, draining connections");
         let drained = tokio::time::timeout(self.limits.shutdown_timeout, self.drain.connections.wait()).await;
+        // Then the audit backend, so every event of every drained request is written.
+        if let Some(audit) = &self.audit {
+            audit.flush(AUDIT_FLUSH_LIMIT).await;
+        }
         self.log_flusher.abort();
         match drained {
             Ok(()) => {

@@ -2,14 +2,12 @@
 //! for authenticators, request info and user info for everyone after them.
 //! Conversions only; no decisions are made here.
 
-use http::request::Parts;
-
 use super::bindings::types;
 use crate::context::{ConnectionInfo, UserInfo};
 use crate::request_info::RequestInfo;
 
 /// What an authenticator sees of the request.
-pub fn request_view(parts: &Parts) -> types::RequestView {
+pub fn request_view(parts: &http::request::Parts) -> types::RequestView {
     let connection = parts.extensions.get::<ConnectionInfo>();
     types::RequestView {
         method: parts.method.as_str().to_owned(),

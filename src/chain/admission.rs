@@ -1,0 +1,211 @@
+//! The admission stage (kube's admission chain, after authorization): for
+//! requests that carry an object (create, update, patch; delete and connect
+//! with their options), every mutating filter runs first, in order, each
+//! seeing the previous one's output (a JSON Patch is applied here, natively),
+//! then every validating filter. The first denial ends the request with the
+//! filter's status. A mutated object goes upstream with a correct
+//! `Content-Length`. Requests without an object pass untouched.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderValue, StatusCode};
+use http_body_util::BodyExt;
+
+use super::body_limit::{MaxRequestBody, is_body_limit_error};
+use super::stage::{self, Failure, FilterTrace};
+use crate::body::{Body, Request, Response};
+use crate::config::stages::Mode;
+use crate::context::{AuditId, UserInfo};
+use crate::handler::{Handler, SharedHandler};
+use crate::request_info::RequestInfo;
+use crate::status::GatewayError;
+use crate::wasm::filter::{Admission as AdmissionKind, AdmissionRequest, AdmissionResponse, Operation};
+use crate::wasm::{LoadedFilter, Outcome, convert};
+
+const STAGE: &str = "admission";
+
+pub struct Admission {
+    pub mutating: Vec<LoadedFilter<AdmissionKind>>,
+    pub validating: Vec<LoadedFilter<AdmissionKind>>,
+    pub next: SharedHandler,
+}
+
+/// Where the object stands after a filter.
+enum Step {
+    Continue,
+    Changed(serde_json::Value),
+    Stop(GatewayError),
+}
+
+impl Handler for Admission {
+    fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+        Box::pin(async move {
+            let Some(info) = request.extensions().get::<RequestInfo>() else {
+                return self.next.call(request).await;
+            };
+            let Some(operation) = operation(info) else {
+                return self.next.call(request).await;
+            };
+            let selected = |filter: &&LoadedFilter<AdmissionKind>| stage::selects(&filter.spec.matcher, info);
+            if !self.mutating.iter().chain(&self.validating).any(|filter| selected(&filter)) {
+                return self.next.call(request).await;
+            }
+            match self.admit(request, operation).await {
+                Ok(request) => self.next.call(request).await,
+                Err(error) => error.into_response(),
+            }
+        })
+    }
+}
+
+impl Admission {
+    async fn admit(&self, request: Request, operation: Operation) -> Result<Request, GatewayError> {
+        let (mut parts, body) = request.into_parts();
+        let limit = parts.extensions.get::<MaxRequestBody>().map_or(0, |limit| limit.0);
+        let bytes = body.collect().await.map_err(|error| read_error(&*error, limit))?.to_bytes();
+        let original = if bytes.is_empty() {
+            None
+        } else {
+            Some(serde_json::from_slice::<serde_json::Value>(&bytes).map_err(|error| GatewayError::BadRequest {
+                message: format!("the request body is not valid JSON: {error}"),
+            })?)
+        };
+        let mut review = review(&parts, operation, &bytes);
+        let trace = parts.extensions.get::<FilterTrace>().cloned();
+        let info = parts.extensions.get::<RequestInfo>().cloned().unwrap_or_default();
+        let mut object = original.clone();
+        for filter in self.mutating.iter().filter(|f| stage::selects(&f.spec.matcher, &info)) {
+            match self.run(filter, &review, object.as_ref(), true, trace.as_ref()).await {
+                Step::Continue => {}
+                Step::Changed(value) => {
+                    review.object = Some(value.to_string());
+                    object = Some(value);
+                }
+                Step::Stop(error) => return Err(error),
+            }
+        }
+        for filter in self.validating.iter().filter(|f| stage::selects(&f.spec.matcher, &info)) {
+            if let Step::Stop(error) = self.run(filter, &review, object.as_ref(), false, trace.as_ref()).await {
+                return Err(error);
+            }
+        }
+        let body = match object.filter(|object| Some(object) != original.as_ref()) {
+            Some(mutated) => {
+                let bytes = Bytes::from(mutated.to_string());
+                parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+                bytes
+            }
+            None => bytes,
+        };
+        Ok(http::Request::from_parts(parts, Body::full(body)))
+    }
+
+    async fn run(
+        &self,
+        filter: &LoadedFilter<AdmissionKind>,
+        review: &AdmissionRequest,
+        object: Option<&serde_json::Value>,
+        mutating: bool,
+        trace: Option<&FilterTrace>,
+    ) -> Step {
+        let started = Instant::now();
+        let outcome = filter.admit(review).await;
+        stage::observe(STAGE, &filter.spec, &outcome, describe, started.elapsed(), trace);
+        let answer = match outcome {
+            Outcome::Answer(answer) => answer,
+            failed => return failure(filter, &failed),
+        };
+        let step = match answer {
+            AdmissionResponse::Allowed => Step::Continue,
+            AdmissionResponse::Denied(status) => Step::Stop(denial(status)),
+            AdmissionResponse::Mutated(_) | AdmissionResponse::Patched(_) if !mutating => {
+                tracing::error!(filter = filter.name(), "a validating filter tried to change the object");
+                return failure(filter, &Outcome::<()>::FilterError("validating filters may not mutate".to_owned()));
+            }
+            AdmissionResponse::Mutated(json) => match serde_json::from_str(&json) {
+                Ok(value) => Step::Changed(value),
+                Err(error) => return failure(filter, &Outcome::<()>::FilterError(format!("mutated object is not JSON: {error}"))),
+            },
+            AdmissionResponse::Patched(patch) => match apply_patch(object, &patch) {
+                Ok(value) => Step::Changed(value),
+                Err(message) => return failure(filter, &Outcome::<()>::FilterError(message)),
+            },
+        };
+        if filter.spec.mode == Mode::Monitor {
+            if !matches!(step, Step::Continue) {
+                tracing::info!(filter = filter.name(), "monitor mode: admission decision not enforced");
+            }
+            return Step::Continue;
+        }
+        step
+    }
+}
+
+fn failure<T>(filter: &LoadedFilter<AdmissionKind>, outcome: &Outcome<T>) -> Step {
+    match stage::on_failure(STAGE, &filter.spec, outcome) {
+        Failure::Skip => Step::Continue,
+        Failure::Fail(error) => Step::Stop(error),
+    }
+}
+
+fn describe(answer: &AdmissionResponse) -> String {
+    match answer {
+        AdmissionResponse::Allowed => "allowed".to_owned(),
+        AdmissionResponse::Mutated(_) => "mutated the object".to_owned(),
+        AdmissionResponse::Patched(patch) => format!("patched: {patch}"),
+        AdmissionResponse::Denied(status) => format!("denied {}: {}", status.code, status.message),
+    }
+}
+
+/// kube's admission operations, by verb; None for requests without an object.
+fn operation(info: &RequestInfo) -> Option<Operation> {
+    if matches!(info.subresource.as_str(), "exec" | "attach" | "portforward" | "proxy") && info.is_resource_request {
+        return Some(Operation::Connect);
+    }
+    match info.verb.as_str() {
+        "create" => Some(Operation::Create),
+        "update" | "patch" => Some(Operation::Update),
+        "delete" | "deletecollection" => Some(Operation::Delete),
+        _ => None,
+    }
+}
+
+fn review(parts: &http::request::Parts, operation: Operation, body: &[u8]) -> AdmissionRequest {
+    let extensions = &parts.extensions;
+    let dry_run = url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
+        .any(|(key, value)| key == "dryRun" && value == "All");
+    AdmissionRequest {
+        uid: extensions.get::<AuditId>().map(|id| id.0.clone()).unwrap_or_default(),
+        operation,
+        request: convert::request_info(&extensions.get::<RequestInfo>().cloned().unwrap_or_default()),
+        user: convert::user_to_wit(&extensions.get::<UserInfo>().cloned().unwrap_or_default()),
+        object: (!body.is_empty()).then(|| String::from_utf8_lossy(body).into_owned()),
+        content_type: parts.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned(),
+        dry_run,
+    }
+}
+
+fn apply_patch(object: Option<&serde_json::Value>, patch: &str) -> Result<serde_json::Value, String> {
+    let patch: json_patch::Patch = serde_json::from_str(patch).map_err(|error| format!("not a JSON Patch: {error}"))?;
+    let mut value = object.cloned().unwrap_or(serde_json::Value::Null);
+    json_patch::patch(&mut value, &patch).map_err(|error| format!("the JSON Patch does not apply: {error}"))?;
+    Ok(value)
+}
+
+/// A filter's denial as a Status; codes outside 4xx become 403.
+fn denial(status: crate::wasm::bindings::types::Status) -> GatewayError {
+    let code = StatusCode::from_u16(status.code).ok().filter(StatusCode::is_client_error).unwrap_or(StatusCode::FORBIDDEN);
+    let reason = if status.reason.is_empty() { "Forbidden".to_owned() } else { status.reason };
+    GatewayError::Denied { code, reason, message: status.message }
+}
+
+fn read_error(error: &(dyn std::error::Error + 'static), limit: u64) -> GatewayError {
+    if is_body_limit_error(error) {
+        GatewayError::RequestEntityTooLarge { limit }
+    } else {
+        GatewayError::BadRequest { message: format!("the request body could not be read: {error}") }
+    }
+}

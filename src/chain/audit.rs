@@ -1,0 +1,396 @@
+//! The audit stage (kube's `WithAudit`): the manifest's policy picks a level
+//! for each request (first matching rule; none means not audited), and
+//! events at RequestReceived, ResponseStarted (long-running requests only),
+//! ResponseComplete and Panic go to every audit filter. In `blocking` mode
+//! the request waits for its events to be written; in `batch` mode they go
+//! through a bounded queue, and what does not fit is dropped, counted and
+//! logged, never silently. Audit never fails a request.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use http_body_util::BodyExt;
+use tokio::sync::mpsc;
+
+use crate::body::{Body, Request, Response};
+use crate::config::stages::{AuditLevel, AuditMode, AuditRule, AuditStage};
+use crate::context::{AuditId, ConnectionInfo, ReceivedAt, UserInfo};
+use crate::handler::{Handler, SharedHandler};
+use crate::request_info::RequestInfo;
+use crate::wasm::filter::{Annotation, Auditor, Event, Level, ObjectReference, Stage};
+use crate::wasm::{LoadedFilter, Outcome, convert};
+
+/// Filled in by the stages inside audit (authorization's decision, the
+/// impersonated user) and read when the later events are made.
+#[derive(Clone, Default)]
+pub struct AuditContext(Arc<Mutex<AuditNotes>>);
+
+#[derive(Default)]
+struct AuditNotes {
+    annotations: Vec<(String, String)>,
+    impersonated: Option<UserInfo>,
+}
+
+impl AuditContext {
+    pub fn annotate(&self, key: &str, value: &str) {
+        if let Ok(mut notes) = self.0.lock() {
+            notes.annotations.push((key.to_owned(), value.to_owned()));
+        }
+    }
+
+    pub fn impersonating(&self, user: &UserInfo) {
+        if let Ok(mut notes) = self.0.lock() {
+            notes.impersonated = Some(user.clone());
+        }
+    }
+
+    fn apply(&self, event: &mut Event) {
+        if let Ok(notes) = self.0.lock() {
+            event.annotations =
+                notes.annotations.iter().map(|(key, value)| Annotation { key: key.clone(), value: value.clone() }).collect();
+            event.impersonated_user = notes.impersonated.as_ref().map(convert::user_to_wit);
+        }
+    }
+}
+
+/// Where events go: the audit filters, directly or through the queue.
+pub struct AuditBackend {
+    filters: Arc<Vec<LoadedFilter<Auditor>>>,
+    queue: Option<mpsc::Sender<Event>>,
+    /// Events accepted and not yet written by every filter.
+    pending: Arc<AtomicUsize>,
+    dropped: AtomicU64,
+}
+
+impl AuditBackend {
+    /// A backend; in batch mode its writer task starts here.
+    pub fn new(filters: Vec<LoadedFilter<Auditor>>, mode: AuditMode, queue_size: usize) -> Arc<Self> {
+        let filters = Arc::new(filters);
+        let pending = Arc::new(AtomicUsize::new(0));
+        let queue = (mode == AuditMode::Batch).then(|| {
+            let (sender, mut receiver) = mpsc::channel::<Event>(queue_size.max(1));
+            let (filters, pending) = (filters.clone(), pending.clone());
+            tokio::spawn(async move {
+                while let Some(event) = receiver.recv().await {
+                    write(&filters, &event).await;
+                    pending.fetch_sub(1, Ordering::AcqRel);
+                }
+            });
+            sender
+        });
+        Arc::new(AuditBackend { filters, queue, pending, dropped: AtomicU64::new(0) })
+    }
+
+    async fn emit(&self, event: Event) {
+        match &self.queue {
+            None => write(&self.filters, &event).await,
+            Some(queue) => self.enqueue(queue, event),
+        }
+    }
+
+    /// For events made where nothing can wait (a response body's end).
+    fn emit_detached(self: &Arc<Self>, event: Event) {
+        match &self.queue {
+            Some(queue) => self.enqueue(queue, event),
+            None => {
+                let backend = self.clone();
+                tokio::spawn(async move { write(&backend.filters, &event).await });
+            }
+        }
+    }
+
+    fn enqueue(&self, queue: &mpsc::Sender<Event>, event: Event) {
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        if queue.try_send(event).is_err() {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+            let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            // Every drop is counted; the log says so without flooding.
+            if dropped.is_power_of_two() {
+                tracing::warn!(dropped_total = dropped, "audit queue full: event dropped");
+            }
+        }
+    }
+
+    /// Events dropped because the batch queue was full, since start.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Waits (up to `limit`) until every queued event has been written.
+    pub async fn flush(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.pending.load(Ordering::Acquire) > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(pending = self.pending.load(Ordering::Acquire), "audit events still unwritten at shutdown");
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        true
+    }
+}
+
+async fn write(filters: &[LoadedFilter<Auditor>], event: &Event) {
+    for filter in filters {
+        match filter.audit(event).await {
+            Outcome::Answer(()) => {}
+            Outcome::FilterError(message) => tracing::warn!(filter = filter.name(), error = %message, "audit filter returned an error"),
+            Outcome::Trap(message) => tracing::error!(filter = filter.name(), trap = %message, "audit filter trapped"),
+            Outcome::Timeout => tracing::error!(filter = filter.name(), "audit filter timed out"),
+        }
+    }
+}
+
+pub struct Audit {
+    pub policy: Vec<AuditRule>,
+    pub backend: Arc<AuditBackend>,
+    pub next: SharedHandler,
+}
+
+impl Handler for Audit {
+    fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+        Box::pin(async move {
+            let Some((level, omitted)) = self.level(&request) else {
+                return self.next.call(request).await;
+            };
+            let (mut request, request_object) = if level >= AuditLevel::Request {
+                buffer_request_object(request).await
+            } else {
+                (request, None)
+            };
+            let context = AuditContext::default();
+            request.extensions_mut().insert(context.clone());
+            let mut event = base_event(&request, level);
+            event.request_object = request_object;
+            let long_running = request.extensions().get::<RequestInfo>().is_some_and(RequestInfo::is_long_running);
+            let emits = |stage: AuditStage| !omitted.contains(&stage);
+
+            if emits(AuditStage::RequestReceived) {
+                self.backend.emit(stamped(&event, Stage::RequestReceived, &context)).await;
+            }
+            let response = match AssertUnwindSafe(self.next.call(request)).catch_unwind().await {
+                Ok(response) => response,
+                Err(panic) => {
+                    if emits(AuditStage::Panic) {
+                        let mut panicked = stamped(&event, Stage::Panic, &context);
+                        panicked.response_status = Some(status_record(500, "InternalError", "APIServer panic'd"));
+                        self.backend.emit(panicked).await;
+                    }
+                    // Panic recovery, outside, turns it into a 500.
+                    std::panic::resume_unwind(panic);
+                }
+            };
+            event.response_status = Some(status_record(response.status().as_u16(), "", ""));
+            if long_running {
+                if emits(AuditStage::ResponseStarted) {
+                    self.backend.emit(stamped(&event, Stage::ResponseStarted, &context)).await;
+                }
+                if !emits(AuditStage::ResponseComplete) {
+                    return response;
+                }
+                // The response completes when its body ends, after this returns.
+                let guard = CompleteOnDrop { event: Some(event), context, backend: self.backend.clone() };
+                return response.map(|body| body.with_guard(guard));
+            }
+            let response = if level == AuditLevel::RequestResponse {
+                let (response, object) = buffer_response_object(response).await;
+                event.response_object = object;
+                response
+            } else {
+                response
+            };
+            if emits(AuditStage::ResponseComplete) {
+                self.backend.emit(stamped(&event, Stage::ResponseComplete, &context)).await;
+            }
+            response
+        })
+    }
+}
+
+impl Audit {
+    /// The level of the first rule matching the request, and that rule's
+    /// omitted stages; None when not audited.
+    fn level(&self, request: &Request) -> Option<(AuditLevel, &[AuditStage])> {
+        let user = request.extensions().get::<UserInfo>()?;
+        let info = request.extensions().get::<RequestInfo>()?;
+        let rule = self.policy.iter().find(|rule| rule_matches(rule, user, info))?;
+        (rule.level > AuditLevel::None).then_some((rule.level, rule.omit_stages.as_slice()))
+    }
+}
+
+/// kube's `policyRuleEvaluator`: every non-empty list must match.
+fn rule_matches(rule: &AuditRule, user: &UserInfo, info: &RequestInfo) -> bool {
+    let any = |list: &[String], value: &str| list.is_empty() || list.iter().any(|item| item == value);
+    let users = any(&rule.users, &user.name);
+    let groups = rule.groups.is_empty() || user.groups.iter().any(|group| rule.groups.contains(group));
+    let verbs = any(&rule.verbs, &info.verb);
+    if !(users && groups && verbs) {
+        return false;
+    }
+    if info.is_resource_request {
+        // A rule about non-resource URLs only does not match resource requests.
+        if rule.resources.is_empty() && rule.namespaces.is_empty() && !rule.non_resource_urls.is_empty() {
+            return false;
+        }
+        let namespaces = any(&rule.namespaces, &info.namespace);
+        let resources = rule.resources.is_empty()
+            || rule.resources.iter().any(|(group, resources)| {
+                let qualified = if info.subresource.is_empty() {
+                    info.resource.clone()
+                } else {
+                    format!("{}/{}", info.resource, info.subresource)
+                };
+                group == &info.api_group
+                    && (resources.is_empty()
+                        || resources.iter().any(|r| r == &qualified || r == &info.resource || r == "*"))
+            });
+        namespaces && resources
+    } else {
+        if !rule.resources.is_empty() || !rule.namespaces.is_empty() {
+            return false;
+        }
+        rule.non_resource_urls.is_empty()
+            || rule.non_resource_urls.iter().any(|url| match url.strip_suffix('*') {
+                Some(prefix) => info.path.starts_with(prefix),
+                None => url == &info.path,
+            })
+    }
+}
+
+fn base_event(request: &Request, level: AuditLevel) -> Event {
+    let extensions = request.extensions();
+    let info = extensions.get::<RequestInfo>();
+    let received = extensions.get::<ReceivedAt>().map_or_else(SystemTime::now, |r| r.wall);
+    Event {
+        audit_id: extensions.get::<AuditId>().map(|id| id.0.clone()).unwrap_or_default(),
+        stage: Stage::RequestReceived,
+        level: match level {
+            AuditLevel::None | AuditLevel::Metadata => Level::Metadata,
+            AuditLevel::Request => Level::Request,
+            AuditLevel::RequestResponse => Level::RequestResponse,
+        },
+        verb: info.map(|i| i.verb.clone()).unwrap_or_default(),
+        request_uri: request.uri().path_and_query().map(|pq| pq.as_str().to_owned()).unwrap_or_default(),
+        user: convert::user_to_wit(&extensions.get::<UserInfo>().cloned().unwrap_or_default()),
+        impersonated_user: None,
+        source_ips: source_ips(request),
+        user_agent: request
+            .headers()
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned(),
+        object_ref: info.filter(|i| i.is_resource_request).map(|i| ObjectReference {
+            resource: i.resource.clone(),
+            namespace: i.namespace.clone(),
+            name: i.name.clone(),
+            api_group: i.api_group.clone(),
+            api_version: i.api_version.clone(),
+            subresource: i.subresource.clone(),
+        }),
+        response_status: None,
+        request_received_timestamp: humantime::format_rfc3339_micros(received).to_string(),
+        stage_timestamp: String::new(),
+        annotations: Vec::new(),
+        request_object: None,
+        response_object: None,
+    }
+}
+
+/// kube's source IPs: `X-Forwarded-For` entries, then `X-Real-Ip`, then the
+/// peer, without repeats.
+fn source_ips(request: &Request) -> Vec<String> {
+    let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let mut ips: Vec<String> = header("x-forwarded-for")
+        .split(',')
+        .chain(std::iter::once(header("x-real-ip")))
+        .map(str::trim)
+        .filter(|ip| ip.parse::<std::net::IpAddr>().is_ok())
+        .map(str::to_owned)
+        .collect();
+    if let Some(connection) = request.extensions().get::<ConnectionInfo>() {
+        ips.push(connection.remote_addr.ip().to_string());
+    }
+    let mut seen = std::collections::HashSet::new();
+    ips.retain(|ip| seen.insert(ip.clone()));
+    ips
+}
+
+fn stamped(event: &Event, stage: Stage, context: &AuditContext) -> Event {
+    let mut event = event.clone();
+    event.stage = stage;
+    event.stage_timestamp = humantime::format_rfc3339_micros(SystemTime::now()).to_string();
+    context.apply(&mut event);
+    event
+}
+
+fn status_record(code: u16, reason: &str, message: &str) -> crate::wasm::bindings::types::Status {
+    crate::wasm::bindings::types::Status { code, reason: reason.to_owned(), message: message.to_owned() }
+}
+
+/// Reads the request body to record it (levels Request and above), and puts
+/// it back. A body that is not JSON is forwarded but not recorded.
+async fn buffer_request_object(request: Request) -> (Request, Option<String>) {
+    let (parts, body) = request.into_parts();
+    match body.collect().await {
+        Ok(collected) => {
+            let bytes = collected.to_bytes();
+            let object = json_text(&bytes);
+            (http::Request::from_parts(parts, Body::full(bytes)), object)
+        }
+        // The body failed (too large, client gone): the handler will meet
+        // the same error and answer it; audit records no object.
+        Err(error) => (http::Request::from_parts(parts, Body::wrap(FailedBody(Some(error)))), None),
+    }
+}
+
+async fn buffer_response_object(response: Response) -> (Response, Option<String>) {
+    let (parts, body) = response.into_parts();
+    match body.collect().await {
+        Ok(collected) => {
+            let bytes = collected.to_bytes();
+            let object = json_text(&bytes);
+            (http::Response::from_parts(parts, Body::full(bytes)), object)
+        }
+        Err(error) => (http::Response::from_parts(parts, Body::wrap(FailedBody(Some(error)))), None),
+    }
+}
+
+fn json_text(bytes: &[u8]) -> Option<String> {
+    serde_json::from_slice::<serde_json::Value>(bytes).ok()?;
+    String::from_utf8(bytes.to_vec()).ok()
+}
+
+/// A body that ends with the error its original ended with.
+struct FailedBody(Option<crate::body::BodyError>);
+
+impl http_body::Body for FailedBody {
+    type Data = bytes::Bytes;
+    type Error = crate::body::BodyError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.0.take().map(Err))
+    }
+}
+
+/// Emits a long-running request's ResponseComplete when its body is done.
+struct CompleteOnDrop {
+    event: Option<Event>,
+    context: AuditContext,
+    backend: Arc<AuditBackend>,
+}
+
+impl Drop for CompleteOnDrop {
+    fn drop(&mut self) {
+        if let Some(event) = self.event.take() {
+            self.backend.emit_detached(stamped(&event, Stage::ResponseComplete, &self.context));
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The authorization stage (kube's `WithAuthorization` over a union of
+//! authorizers): authorizer filters are asked in manifest order; the first
+//! `allow` or `deny` wins; when every one has no opinion the request is
+//! denied. A denial is a 403 Status in kube's words. Filters in `monitor`
+//! mode are asked and logged, never obeyed. The same union answers the
+//! impersonation filter's `impersonate` checks.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::future::BoxFuture;
+
+use super::audit::AuditContext;
+use super::stage::{self, Failure, FilterTrace};
+use crate::body::{Request, Response};
+use crate::config::stages::Mode;
+use crate::context::UserInfo;
+use crate::handler::{Handler, SharedHandler};
+use crate::request_info::RequestInfo;
+use crate::status::{Details, GatewayError};
+use crate::wasm::filter::{Attributes, Authorizer, Decision};
+use crate::wasm::{LoadedFilter, Outcome, convert};
+
+const STAGE: &str = "authorization";
+
+/// The union of authorizer filters.
+pub struct Authorizers {
+    pub filters: Vec<LoadedFilter<Authorizer>>,
+}
+
+/// The union's conclusion.
+pub enum Verdict {
+    Allow,
+    /// Denied, with the reason of the filter that denied (or of all that had
+    /// no opinion).
+    Deny(String),
+    Failed(GatewayError),
+}
+
+impl Authorizers {
+    pub async fn decide(&self, user: &UserInfo, info: &RequestInfo, trace: Option<&FilterTrace>) -> Verdict {
+        let mut attributes = None;
+        let mut reasons = Vec::new();
+        for filter in &self.filters {
+            if !stage::selects(&filter.spec.matcher, info) {
+                stage::skipped(STAGE, &filter.spec, trace);
+                continue;
+            }
+            let attributes = attributes.get_or_insert_with(|| Attributes {
+                user: convert::user_to_wit(user),
+                request: convert::request_info(info),
+            });
+            let started = Instant::now();
+            let outcome = filter.authorize(attributes).await;
+            stage::observe(STAGE, &filter.spec, &outcome, describe, started.elapsed(), trace);
+            let decision = match outcome {
+                Outcome::Answer(decision) => decision,
+                failed => match stage::on_failure(STAGE, &filter.spec, &failed) {
+                    Failure::Skip => continue,
+                    Failure::Fail(error) => return Verdict::Failed(error),
+                },
+            };
+            if filter.spec.mode == Mode::Monitor {
+                tracing::info!(filter = filter.name(), decision = %describe(&decision), "monitor mode: decision not enforced");
+                continue;
+            }
+            match decision {
+                Decision::Allow => return Verdict::Allow,
+                Decision::Deny(reason) => return Verdict::Deny(reason),
+                Decision::NoOpinion(reason) if !reason.is_empty() => reasons.push(reason),
+                Decision::NoOpinion(_) => {}
+            }
+        }
+        Verdict::Deny(reasons.join("; "))
+    }
+}
+
+fn describe(decision: &Decision) -> String {
+    match decision {
+        Decision::Allow => "allow".to_owned(),
+        Decision::Deny(reason) => format!("deny: {reason}"),
+        Decision::NoOpinion(reason) => format!("no opinion: {reason}"),
+    }
+}
+
+pub struct Authorization {
+    pub authorizers: Arc<Authorizers>,
+    pub next: SharedHandler,
+}
+
+impl Handler for Authorization {
+    fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+        Box::pin(async move {
+            let extensions = request.extensions();
+            let (Some(user), Some(info)) = (extensions.get::<UserInfo>().cloned(), extensions.get::<RequestInfo>().cloned())
+            else {
+                return GatewayError::internal("the request reached authorization without a user").into_response();
+            };
+            let trace = extensions.get::<FilterTrace>().cloned();
+            let audit = extensions.get::<AuditContext>().cloned();
+            let verdict = self.authorizers.decide(&user, &info, trace.as_ref()).await;
+            match verdict {
+                Verdict::Allow => {
+                    if let Some(audit) = &audit {
+                        audit.annotate("authorization.k8s.io/decision", "allow");
+                    }
+                    self.next.call(request).await
+                }
+                Verdict::Deny(reason) => {
+                    if let Some(audit) = audit {
+                        audit.annotate("authorization.k8s.io/decision", "forbid");
+                        audit.annotate("authorization.k8s.io/reason", &reason);
+                    }
+                    forbidden(&user, &info, &reason).into_response()
+                }
+                Verdict::Failed(error) => error.into_response(),
+            }
+        })
+    }
+}
+
+/// kube's 403: `<resource>.<group> "<name>" is forbidden: User "alice" cannot
+/// <verb> resource "<resource>" in API group "<group>" in the namespace
+/// "<ns>"[: <reason>]`, or `forbidden: User "alice" cannot get path "/x"`.
+pub fn forbidden(user: &UserInfo, info: &RequestInfo, reason: &str) -> GatewayError {
+    let mut cause = if info.is_resource_request {
+        let resource = if info.subresource.is_empty() {
+            info.resource.clone()
+        } else {
+            format!("{}/{}", info.resource, info.subresource)
+        };
+        let scope = if info.namespace.is_empty() {
+            "at the cluster scope".to_owned()
+        } else {
+            format!("in the namespace {:?}", info.namespace)
+        };
+        format!("User {:?} cannot {} resource {:?} in API group {:?} {scope}", user.name, info.verb, resource, info.api_group)
+    } else {
+        format!("User {:?} cannot {} path {:?}", user.name, info.verb, info.path)
+    };
+    if !reason.is_empty() {
+        cause = format!("{cause}: {reason}");
+    }
+    let qualified = match (info.resource.as_str(), info.api_group.as_str()) {
+        ("", _) => String::new(),
+        (resource, "") => resource.to_owned(),
+        (resource, group) => format!("{resource}.{group}"),
+    };
+    let message = match (qualified.is_empty(), info.name.is_empty()) {
+        (true, _) => format!("forbidden: {cause}"),
+        (false, true) => format!("{qualified} is forbidden: {cause}"),
+        (false, false) => format!("{qualified} {:?} is forbidden: {cause}", info.name),
+    };
+    let details = (!qualified.is_empty()).then(|| Details {
+        name: info.name.clone(),
+        group: info.api_group.clone(),
+        kind: info.resource.clone(),
+        retry_after_seconds: None,
+    });
+    GatewayError::Forbidden { message, details }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alice() -> UserInfo {
+        UserInfo { name: "alice".to_owned(), ..UserInfo::default() }
+    }
+
+    fn message(info: &RequestInfo, reason: &str) -> String {
+        forbidden(&alice(), info, reason).to_string()
+    }
+
+    #[test]
+    fn forbidden_messages_read_as_kube_writes_them() {
+        let namespaced = RequestInfo::resolve(&http::Method::DELETE, "/apis/demo.example.io/v1/namespaces/default/widgets/w1", None);
+        assert_eq!(
+            message(&namespaced, ""),
+            r#"widgets.demo.example.io "w1" is forbidden: User "alice" cannot delete resource "widgets" in API group "demo.example.io" in the namespace "default""#
+        );
+        let cluster = RequestInfo::resolve(&http::Method::GET, "/api/v1/nodes", None);
+        assert_eq!(
+            message(&cluster, "no rule"),
+            r#"nodes is forbidden: User "alice" cannot list resource "nodes" in API group "" at the cluster scope: no rule"#
+        );
+        let path = RequestInfo::resolve(&http::Method::GET, "/metrics", None);
+        assert_eq!(message(&path, ""), r#"forbidden: User "alice" cannot get path "/metrics""#);
+    }
+}
