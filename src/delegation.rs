@@ -30,11 +30,21 @@ impl Handler for NotFound {
     }
 }
 
+/// What the routes lead to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Targets {
+    /// The real handlers: upstreams are proxied, static routes answered.
+    Live,
+    /// Every route answers with a description of itself instead (`wasmgate
+    /// try`: the director's choice, with no network).
+    Report,
+}
+
 /// Builds the servers back to front, so each director knows its delegate.
-pub fn build(config: &Config, health: &Arc<Health>) -> Result<SharedHandler, UpstreamError> {
+pub fn build(config: &Config, health: &Arc<Health>, targets: Targets) -> Result<SharedHandler, UpstreamError> {
     let mut next: SharedHandler = Arc::new(NotFound);
     for (index, server) in config.servers.iter().enumerate().rev() {
-        let mut routes = server_routes(server)?;
+        let mut routes = server_routes(server, targets)?;
         if index == 0 {
             add_builtin_routes(&mut routes, config, health);
         }
@@ -43,12 +53,13 @@ pub fn build(config: &Config, health: &Arc<Health>) -> Result<SharedHandler, Ups
     Ok(next)
 }
 
-fn server_routes(server: &Server) -> Result<Routes, UpstreamError> {
+fn server_routes(server: &Server, targets: Targets) -> Result<Routes, UpstreamError> {
     let mut routes = Routes::default();
     for route in &server.routes {
-        let handler: SharedHandler = match &route.handler {
-            RouteHandler::Upstream(upstream) => Arc::new(UpstreamProxy::new(upstream)?),
-            RouteHandler::Static(fixed) => Arc::new(Static(fixed.clone())),
+        let handler: SharedHandler = match (&route.handler, targets) {
+            (_, Targets::Report) => Arc::new(RouteReport::new(server, route)),
+            (RouteHandler::Upstream(upstream), Targets::Live) => Arc::new(UpstreamProxy::new(upstream)?),
+            (RouteHandler::Static(fixed), Targets::Live) => Arc::new(Static(fixed.clone())),
         };
         match &route.matcher {
             RouteMatch::Api(root) => routes.api.push((root.clone(), handler)),
@@ -58,6 +69,39 @@ fn server_routes(server: &Server) -> Result<Routes, UpstreamError> {
     }
     Ok(routes)
 }
+
+/// A route that describes itself (200, JSON) instead of serving.
+struct RouteReport(bytes::Bytes);
+
+impl RouteReport {
+    fn new(server: &Server, route: &crate::config::Route) -> Self {
+        let (kind, pattern) = match &route.matcher {
+            RouteMatch::Api(root) => ("api", root),
+            RouteMatch::Exact(path) => ("path", path),
+            RouteMatch::Prefix(prefix) => ("prefix", prefix),
+        };
+        let target = match &route.handler {
+            RouteHandler::Upstream(upstream) => serde_json::json!({"upstream": upstream.url.to_string()}),
+            RouteHandler::Static(fixed) => serde_json::json!({"static": fixed.status.as_u16()}),
+        };
+        let report = serde_json::json!({"server": server.name.as_str(), "route": {kind: pattern}, "target": target});
+        RouteReport(report.to_string().into())
+    }
+}
+
+impl Handler for RouteReport {
+    fn call(&self, _request: Request) -> BoxFuture<'_, Response> {
+        let mut response = http::Response::new(crate::body::Body::full(self.0.clone()));
+        response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+        response.extensions_mut().insert(RoutedTo);
+        Box::pin(async move { response })
+    }
+}
+
+/// Marks a response as a [`RouteReport`]'s, so `wasmgate try` can tell the
+/// director's choice from an answer the chain wrote itself.
+#[derive(Debug, Clone, Copy)]
+pub struct RoutedTo;
 
 /// Health and discovery, on the non-API side of the first server. A user's
 /// API route for `/api` or `/apis` is checked first and so takes precedence

@@ -210,7 +210,7 @@ fn all_checks(endpoint: &str, checks: &[Check], query: &Query) -> Response {
     }
     if !excluded.is_empty() {
         let names: Vec<String> = excluded.iter().map(|name| format!("{name:?}")).collect();
-        let _ = writeln!(report, "warn: some health checks cannot be excluded: no matches for {}", names.join(", "));
+        let _ = writeln!(report, "warn: some health checks cannot be excluded: no matches for {}", names.join(","));
     }
     if failed {
         let _ = writeln!(report, "{endpoint} check failed");

@@ -37,5 +37,6 @@ pub mod request_info;
 pub mod server;
 pub mod static_response;
 pub mod status;
+pub mod try_request;
 pub mod upstream;
 pub mod wasm;

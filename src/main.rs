@@ -42,6 +42,24 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Run one request through the manifest's chain, in process, with no
+    /// network (routes report the director's choice), and print what every
+    /// filter did, as JSON.
+    Try {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[arg(long, default_value = "GET")]
+        method: String,
+        /// Path and query, e.g. /apis/demo.example.io/v1/namespaces/default/widgets
+        #[arg(long)]
+        path: String,
+        /// A request header, `Name: value`; repeatable.
+        #[arg(long = "header", short = 'H')]
+        headers: Vec<String>,
+        /// A file whose contents are the request body.
+        #[arg(long)]
+        body: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -50,6 +68,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Check { config } => check(&config),
         Command::Run { config, workers } => run(&config, workers),
+        Command::Try { config, method, path, headers, body } => try_request(&config, &method, path, &headers, body.as_deref()),
     }
 }
 
@@ -126,6 +145,67 @@ fn summary(config: &Config) -> String {
         let _ = writeln!(out, "hook {:?} ({:?}): {}", hook.name.as_str(), hook.phase, hook.command.join(" "));
     }
     out
+}
+
+fn try_request(config: &std::path::Path, method: &str, path: String, headers: &[String], body: Option<&std::path::Path>) -> ExitCode {
+    let trial = match trial(method, path, headers, body) {
+        Ok(trial) => trial,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    let config = match config::load(config) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("{error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let gateway = match Gateway::reporting(config) {
+            Ok(gateway) => gateway,
+            Err(error) => {
+                eprintln!("{error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        match wasmgate::try_request::run(&gateway.handler(), trial).await {
+            Ok(report) => {
+                println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("{error}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+fn trial(method: &str, path: String, headers: &[String], body: Option<&std::path::Path>) -> Result<wasmgate::try_request::Trial, String> {
+    let method = http::Method::from_bytes(method.to_ascii_uppercase().as_bytes()).map_err(|_| format!("{method:?} is not an HTTP method"))?;
+    let headers = headers
+        .iter()
+        .map(|header| {
+            let (name, value) = header.split_once(':').ok_or_else(|| format!("{header:?} is not a `Name: value` header"))?;
+            let name = http::HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| format!("{name:?} is not a header name"))?;
+            let value = http::HeaderValue::from_str(value.trim()).map_err(|_| format!("{value:?} is not a header value"))?;
+            Ok((name, value))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let body = match body {
+        Some(file) => std::fs::read(file).map_err(|error| format!("cannot read {}: {error}", file.display()))?,
+        None => Vec::new(),
+    };
+    Ok(wasmgate::try_request::Trial { method, path, headers, body })
 }
 
 fn stage_summary(out: &mut String, stage: &str, filters: &[wasmgate::config::stages::FilterSpec], note: &str) {

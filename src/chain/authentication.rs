@@ -3,8 +3,11 @@
 //! first that answers `authenticated` sets the user and the credential
 //! headers are removed; `no-opinion` and a filter's own `error` (logged) pass
 //! to the next. When none recognises the request it is `system:anonymous`
-//! if the manifest allows anonymous requests, else a 401 Status. With no
-//! authenticator configured at all, every request is anonymous.
+//! if the manifest allows anonymous requests, else a 401 Status. As in kube
+//! (anonymous is added with fail-on-error), a request that carried a bearer
+//! token nobody accepted, or that an authenticator failed on, is a 401 even
+//! when anonymous requests are allowed. With no authenticator configured at
+//! all, every request is anonymous.
 
 use std::time::Instant;
 
@@ -33,7 +36,11 @@ pub struct Authentication {
 /// What the union concluded.
 enum Identified {
     User(UserInfo),
+    /// No authenticator had an opinion.
     Nobody,
+    /// Credentials were presented and rejected: an authenticator's error, or
+    /// a bearer token no authenticator accepted.
+    Rejected,
     Failed(GatewayError),
 }
 
@@ -44,6 +51,7 @@ impl Authentication {
         };
         let trace = request.extensions.get::<FilterTrace>();
         let mut view = None;
+        let mut rejected = has_bearer_token(&request.headers);
         for filter in &self.filters {
             if !stage::selects(&filter.spec.matcher, info) {
                 stage::skipped(STAGE, &filter.spec, trace);
@@ -54,16 +62,37 @@ impl Authentication {
             let outcome = filter.authenticate(view).await;
             stage::observe(STAGE, &filter.spec, &outcome, describe, started.elapsed(), trace);
             match outcome {
-                Outcome::Answer(AuthnResult::Authenticated(user)) => return Identified::User(convert::user_from_wit(user)),
-                Outcome::Answer(_) | Outcome::FilterError(_) => {}
+                Outcome::Answer(AuthnResult::Authenticated(user)) => {
+                    return Identified::User(with_authenticated_group(convert::user_from_wit(user)));
+                }
+                Outcome::Answer(_) => {}
+                Outcome::FilterError(_) => rejected = true,
                 Outcome::Trap(_) | Outcome::Timeout => match stage::on_failure(STAGE, &filter.spec, &outcome) {
                     Failure::Skip => {}
                     Failure::Fail(error) => return Identified::Failed(error),
                 },
             }
         }
-        Identified::Nobody
+        if rejected { Identified::Rejected } else { Identified::Nobody }
     }
+}
+
+/// kube's `AuthenticatedGroupAdder`: every authenticated user is in
+/// `system:authenticated`.
+fn with_authenticated_group(mut user: UserInfo) -> UserInfo {
+    const AUTHENTICATED: &str = "system:authenticated";
+    if user.name != "system:anonymous" && !user.groups.iter().any(|group| group == AUTHENTICATED) {
+        user.groups.push(AUTHENTICATED.to_owned());
+    }
+    user
+}
+
+fn has_bearer_token(headers: &HeaderMap) -> bool {
+    headers
+        .get(AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.get(..7))
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("bearer "))
 }
 
 fn describe(answer: &AuthnResult) -> String {
@@ -87,7 +116,7 @@ impl Handler for Authentication {
                         user
                     }
                     Identified::Nobody if self.anonymous => UserInfo::anonymous(),
-                    Identified::Nobody => return GatewayError::Unauthorized.into_response(),
+                    Identified::Nobody | Identified::Rejected => return GatewayError::Unauthorized.into_response(),
                     Identified::Failed(error) => return error.into_response(),
                 }
             };

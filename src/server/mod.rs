@@ -19,6 +19,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::chain::audit::AuditBackend;
 use crate::config::{Config, Hook, HookPhase, Transport};
+use crate::delegation::Targets;
 use crate::handler::SharedHandler;
 use crate::health::{Check, Flag, Health};
 
@@ -55,13 +56,32 @@ pub struct Gateway {
 impl Gateway {
     /// Builds the whole request flow for `config`.
     pub fn new(config: Config) -> Result<Gateway, StartError> {
-        Self::with_center(config, |servers| servers)
+        Self::build(config, Targets::Live, |servers| servers)
     }
 
     /// Like [`Gateway::new`], with a hook to replace what the handler chain
     /// wraps; tests use it to put a misbehaving handler at the centre.
     pub fn with_center(
         config: Config,
+        center: impl FnOnce(SharedHandler) -> SharedHandler,
+    ) -> Result<Gateway, StartError> {
+        Self::build(config, Targets::Live, center)
+    }
+
+    /// A gateway whose routes report themselves instead of serving, for
+    /// `wasmgate try`; it is called through [`Gateway::handler`], not started.
+    pub fn reporting(config: Config) -> Result<Gateway, StartError> {
+        Self::build(config, Targets::Report, |servers| servers)
+    }
+
+    /// The whole chain, to call without a listener.
+    pub fn handler(&self) -> SharedHandler {
+        self.handler.clone()
+    }
+
+    fn build(
+        config: Config,
+        targets: Targets,
         center: impl FnOnce(SharedHandler) -> SharedHandler,
     ) -> Result<Gateway, StartError> {
         let shutting_down = Flag::default();
@@ -77,7 +97,7 @@ impl Gateway {
         }
         let health = Arc::new(health);
         let stages = crate::wasm::load_stages(&config)?;
-        let servers = crate::delegation::build(&config, &health)?;
+        let servers = crate::delegation::build(&config, &health, targets)?;
         let chain = crate::chain::build(&config, stages, center(servers));
         Ok(Gateway { config, handler: chain.handler, audit: chain.audit, health, shutting_down, post_start })
     }

@@ -1,0 +1,78 @@
+//! `wasmgate try`: one request through a manifest's whole chain, in
+//! process, with no network. Routes report which server and route the
+//! director chose instead of calling upstreams. The report shows what a
+//! filter author needs: the request info, each filter's outcome and time, the
+//! user, and the final answer.
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use http::{HeaderName, HeaderValue, Method};
+use http_body_util::BodyExt;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::body::Body;
+use crate::chain::stage::{FilterTrace, TraceEntry};
+use crate::context::{ConnectionInfo, UserInfo};
+use crate::delegation::RoutedTo;
+use crate::handler::SharedHandler;
+use crate::request_info::RequestInfo;
+
+/// The request to try.
+pub struct Trial {
+    pub method: Method,
+    /// Path and query (`/apis/g/v1/namespaces/ns/things?watch=1`).
+    pub path: String,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub body: Vec<u8>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub request_info: RequestInfo,
+    pub filters: Vec<TraceEntry>,
+    pub user: Option<UserInfo>,
+    /// `routed` when the request reached a route, else `answered` (the chain
+    /// or the gateway answered itself: a denial, health, 404).
+    pub decision: &'static str,
+    /// The route the director chose, when it was reached.
+    pub route: Option<Value>,
+    pub status: u16,
+    pub body: Value,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrialError {
+    #[error("{0:?} is not a valid request path")]
+    Path(String),
+    #[error("the response body could not be read: {0}")]
+    Body(String),
+}
+
+/// Runs `trial` through `chain` and reports.
+pub async fn run(chain: &SharedHandler, trial: Trial) -> Result<Report, TrialError> {
+    let uri: http::Uri = trial.path.parse().map_err(|_| TrialError::Path(trial.path.clone()))?;
+    let request_info = RequestInfo::resolve(&trial.method, uri.path(), uri.query());
+    let mut request = http::Request::new(Body::full(trial.body));
+    *request.method_mut() = trial.method;
+    *request.uri_mut() = uri;
+    for (name, value) in trial.headers {
+        request.headers_mut().append(name, value);
+    }
+    let trace = FilterTrace::default();
+    request.extensions_mut().insert(trace.clone());
+    request.extensions_mut().insert(ConnectionInfo {
+        remote_addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        tls: false,
+        client_chain: None,
+    });
+    let response = chain.call(request).await;
+    let status = response.status().as_u16();
+    let routed = response.extensions().get::<RoutedTo>().is_some();
+    let user = response.extensions().get::<UserInfo>().cloned();
+    let bytes = response.into_body().collect().await.map_err(|e| TrialError::Body(e.to_string()))?.to_bytes();
+    let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    let (decision, route, body) = if routed { ("routed", Some(body), Value::Null) } else { ("answered", None, body) };
+    Ok(Report { request_info, filters: trace.entries(), user, decision, route, status, body })
+}
