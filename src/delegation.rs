@@ -3,7 +3,7 @@
 //! what it does not serve to the next, and a 404 Status at the end.
 //!
 //! The first server also carries the gateway's own endpoints: health
-//! (`/healthz`, `/livez`, `/readyz`) and discovery (`/api`, `/apis`,
+//! (`/healthz`, `/livez`, `/readyz`), `/metrics` and discovery (`/api`, `/apis`,
 //! `/apis/<group>`), which describe every server behind it. Only the first
 //! server is wrapped by the handler chain, so no filter runs twice.
 
@@ -17,6 +17,7 @@ use crate::director::{Director, Routes};
 use crate::discovery::Discovery;
 use crate::handler::{Handler, SharedHandler};
 use crate::health::Health;
+use crate::metrics::MetricsEndpoint;
 use crate::static_response::Static;
 use crate::status::GatewayError;
 use crate::upstream::{UpstreamError, UpstreamProxy};
@@ -103,7 +104,7 @@ impl Handler for RouteReport {
 #[derive(Debug, Clone, Copy)]
 pub struct RoutedTo;
 
-/// Health and discovery, on the non-API side of the first server. A user's
+/// Health, metrics and discovery, on the non-API side of the first server. A user's
 /// API route for `/api` or `/apis` is checked first and so takes precedence
 /// over discovery (to front a real API server, say).
 fn add_builtin_routes(routes: &mut Routes, config: &Config, health: &Arc<Health>) {
@@ -112,6 +113,7 @@ fn add_builtin_routes(routes: &mut Routes, config: &Config, health: &Arc<Health>
         routes.exact.push((endpoint.to_owned(), handler.clone()));
         routes.prefixes.push((format!("{endpoint}/"), handler));
     }
+    routes.exact.push(("/metrics".to_owned(), Arc::new(MetricsEndpoint)));
     let discovery = Arc::new(Discovery::new(config));
     for path in discovery.paths() {
         let handler: SharedHandler = discovery.clone();

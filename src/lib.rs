@@ -20,7 +20,9 @@
 //! - [`chain`]: the native handler chain, built in one function.
 //! - [`request_info`]: kube's RequestInfo resolver.
 //! - [`delegation`] and [`director`]: the server chain and each server's routing.
-//! - [`upstream`], [`static_response`], [`health`], [`discovery`]: the handlers.
+//! - [`upstream`], [`static_response`], [`health`], [`discovery`], [`metrics`]: the handlers.
+//! - [`wasm`]: the WebAssembly host the Wasm stages call.
+//! - [`try_request`]: `wasmgate try`, one request through the chain without a network.
 //! - [`status`]: the one place errors become kube Status responses.
 //! - [`body`], [`handler`], [`context`]: the types every step shares.
 
@@ -33,6 +35,7 @@ pub mod director;
 pub mod discovery;
 pub mod handler;
 pub mod health;
+pub mod metrics;
 pub mod request_info;
 pub mod server;
 pub mod static_response;

@@ -108,6 +108,7 @@ impl AuditBackend {
         if queue.try_send(event).is_err() {
             self.pending.fetch_sub(1, Ordering::AcqRel);
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            crate::metrics::metrics().audit_events_dropped.inc();
             // Every drop is counted; the log says so without flooding.
             if dropped.is_power_of_two() {
                 tracing::warn!(dropped_total = dropped, "audit queue full: event dropped");

@@ -268,7 +268,7 @@ impl Completer<'_> {
             }
         }
         if !has_max_age {
-            self.problem(None, "hsts.directives", "must include max-age=<seconds>");
+            self.problem(directives.first().map(Spanned::span), "hsts.directives", "must include max-age=<seconds>");
             return None;
         }
         let joined: Vec<&str> = directives.iter().map(|d| d.get_ref().as_str()).collect();
@@ -293,7 +293,7 @@ impl Completer<'_> {
             }
             match Regex::new(pattern) {
                 Ok(regex) => compiled.push(regex),
-                Err(error) => self.at(origin, "cors.allowed_origins", format!("not a valid regular expression: {error}")),
+                Err(error) => self.at(origin, "cors.allowed_origins", format!("not a valid regular expression: {}", one_line(&error))),
             }
         }
         compiled
@@ -323,7 +323,7 @@ impl Completer<'_> {
             let timeout = self.positive_duration(&hook.timeout, &format!("{key}.timeout"), Duration::from_secs(30));
             let (Some(name), Some(phase)) = (name, phase) else { continue };
             if !seen.insert((name.clone(), phase)) {
-                self.at(&hook.name, &format!("{key}.name"), format!("{name:?} is used by another hook of the same phase"));
+                self.at(&hook.name, &format!("{key}.name"), format!("{:?} is used by another hook of the same phase", name.as_str()));
             }
             completed.push(Hook { name, phase, command: hook.command.get_ref().clone(), timeout });
         }
@@ -349,7 +349,7 @@ impl Completer<'_> {
             if let Some(name) = &name
                 && !names.insert(name.clone())
             {
-                self.at(&server.name, &format!("{key}.name"), format!("{name:?} names another server too"));
+                self.at(&server.name, &format!("{key}.name"), format!("{:?} names another server too", name.as_str()));
             }
             let routes = self.routes(server.routes, &key);
             if let Some(name) = name {
@@ -370,7 +370,7 @@ impl Completer<'_> {
             if let Some(matcher) = &matcher
                 && !matchers.insert(matcher.clone())
             {
-                self.problem(Some(span.clone()), &key, format!("{matcher:?} is matched by an earlier route of this server"));
+                self.problem(Some(span.clone()), &key, format!("{} is matched by an earlier route of this server", describe(matcher)));
             }
             let handler = self.route_handler(route, &key, span);
             if let (Some(matcher), Some(handler)) = (matcher, handler) {
@@ -407,7 +407,7 @@ impl Completer<'_> {
             return None;
         }
         if reserved_path(text) {
-            let message = format!("{text:?} is served by the gateway itself (health and discovery)");
+            let message = format!("{text:?} is served by the gateway itself (health, metrics and discovery)");
             self.at(value, &format!("{key}.{field}"), message);
             return None;
         }
@@ -495,6 +495,23 @@ impl Completer<'_> {
     }
 }
 
+/// A route's matcher as the manifest writes it: `path "/version"`.
+fn describe(matcher: &RouteMatch) -> String {
+    match matcher {
+        RouteMatch::Api(root) => format!("api {root:?}"),
+        RouteMatch::Exact(path) => format!("path {path:?}"),
+        RouteMatch::Prefix(prefix) => format!("prefix {prefix:?}"),
+    }
+}
+
+/// A regex syntax error on one line: its last line (`unclosed group`),
+/// without the pattern drawn above it.
+fn one_line(error: &regex::Error) -> String {
+    let text = error.to_string();
+    let last = text.lines().last().unwrap_or_default();
+    last.strip_prefix("error: ").unwrap_or(last).to_owned()
+}
+
 /// `60s`, `1m30s`, `500ms`, `1h`: Go-style durations, as kube's flags take.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text)
@@ -523,9 +540,10 @@ fn validate_api_root(root: &str) -> Result<(), String> {
 
 /// Paths the gateway serves itself; a route may not take them.
 fn reserved_path(path: &str) -> bool {
-    ["/healthz", "/livez", "/readyz"]
-        .iter()
-        .any(|endpoint| path == *endpoint || path.starts_with(&format!("{endpoint}/")))
+    path == "/metrics"
+        || ["/healthz", "/livez", "/readyz"]
+            .iter()
+            .any(|endpoint| path == *endpoint || path.starts_with(&format!("{endpoint}/")))
 }
 
 /// Where a generated serving certificate is kept when the manifest does not

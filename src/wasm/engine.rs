@@ -109,19 +109,19 @@ impl WasmHost {
             });
         }
         if let Some(component) = self.compiled.lock().ok().and_then(|c| c.get(&digest).cloned()) {
-            self.count(|s| s.from_memory += 1);
+            self.count(|s| s.from_memory += 1, "memory");
             return Ok(component);
         }
         let component = match self.from_disk(&digest) {
             Some(component) => {
-                self.count(|s| s.from_disk += 1);
+                self.count(|s| s.from_disk += 1, "disk");
                 tracing::debug!(component = %path.display(), "loaded compiled component from the disk cache");
                 component
             }
             None => {
                 let started = std::time::Instant::now();
                 let component = self.compile(path, &bytes, &digest)?;
-                self.count(|s| s.compiled += 1);
+                self.count(|s| s.compiled += 1, "compiled");
                 tracing::info!(component = %path.display(), elapsed_ms = started.elapsed().as_millis() as u64, "compiled component");
                 component
             }
@@ -132,10 +132,11 @@ impl WasmHost {
         Ok(component)
     }
 
-    fn count(&self, update: impl FnOnce(&mut CacheStats)) {
+    fn count(&self, update: impl FnOnce(&mut CacheStats), source: &str) {
         if let Ok(mut stats) = self.stats.lock() {
             update(&mut stats);
         }
+        crate::metrics::metrics().components.get_or_create(&crate::metrics::Source { source: source.to_owned() }).inc();
     }
 
     fn compile(&self, path: &Path, bytes: &[u8], digest: &[u8; 32]) -> Result<Component, LoadError> {

@@ -21,7 +21,11 @@ pub use authenticator::exports::wasmgate::filter::authenticator::AuthnResult;
 pub use authorizer::exports::wasmgate::filter::authorizer::{Attributes, Decision};
 use super::engine::{LoadError, WasmHost};
 use super::state::{FilterIdentity, FilterState, SinkWriter};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
+
 use crate::config::stages::{FilterSpec, Isolation};
+use crate::metrics::{FilterName, FilterOutcome};
 
 /// The four outcomes of calling a filter.
 #[derive(Debug)]
@@ -37,6 +41,15 @@ pub enum Outcome<T> {
 }
 
 impl<T> Outcome<T> {
+    fn index(&self) -> usize {
+        match self {
+            Outcome::Answer(_) => 0,
+            Outcome::FilterError(_) => 1,
+            Outcome::Trap(_) => 2,
+            Outcome::Timeout => 3,
+        }
+    }
+
     /// A short word for logs, metrics and `wasmgate try`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -95,10 +108,32 @@ struct Instance<K: Kind> {
     exports: K::Exports,
 }
 
+/// A filter's metric handles, fetched once so a call records without labels.
+struct FilterMetrics {
+    /// Indexed like [`Outcome::index`].
+    outcomes: [Counter; 4],
+    duration: Histogram,
+}
+
+impl FilterMetrics {
+    fn new(name: &str) -> Self {
+        let metrics = crate::metrics::metrics();
+        let outcome = |outcome: &str| {
+            let labels = FilterOutcome { filter: name.to_owned(), outcome: outcome.to_owned() };
+            metrics.filter_calls.get_or_create(&labels).clone()
+        };
+        FilterMetrics {
+            outcomes: [outcome("answer"), outcome("error"), outcome("trap"), outcome("timeout")],
+            duration: metrics.filter_duration.get_or_create(&FilterName { filter: name.to_owned() }).clone(),
+        }
+    }
+}
+
 /// A filter ready to be called.
 pub struct LoadedFilter<K: Kind> {
     pub spec: FilterSpec,
     identity: Arc<FilterIdentity>,
+    metrics: FilterMetrics,
     engine: wasmtime::Engine,
     pre: K::Pre,
     idle: Mutex<Vec<Instance<K>>>,
@@ -134,6 +169,7 @@ impl<K: Kind> LoadedFilter<K> {
         });
         Ok(LoadedFilter {
             spec: spec.clone(),
+            metrics: FilterMetrics::new(spec.name.as_str()),
             identity,
             engine: host.engine.clone(),
             pre,
@@ -144,6 +180,13 @@ impl<K: Kind> LoadedFilter<K> {
 
     pub fn name(&self) -> &str {
         self.spec.name.as_str()
+    }
+
+    /// Counts the outcome and times the call.
+    fn record<T>(&self, started: Instant, outcome: Outcome<T>) -> Outcome<T> {
+        self.metrics.outcomes[outcome.index()].inc();
+        self.metrics.duration.observe(started.elapsed().as_secs_f64());
+        outcome
     }
 
     /// An instance with the filter's budgets armed for one call.
@@ -215,9 +258,10 @@ fn classify<T>(error: wasmtime::Error) -> Outcome<T> {
 
 impl LoadedFilter<Authenticator> {
     pub async fn authenticate(&self, request: &types::RequestView) -> Outcome<AuthnResult> {
+        let started = Instant::now();
         let mut instance = match self.armed().await {
             Ok(instance) => instance,
-            Err(error) => return classify(error),
+            Err(error) => return self.record(started, classify(error)),
         };
         let exports = instance.exports.wasmgate_filter_authenticator();
         let result = exports.call_authenticate(&mut instance.store, request).await;
@@ -226,42 +270,49 @@ impl LoadedFilter<Authenticator> {
             AuthnResult::Error(message) => Err(message),
             answer => Ok(answer),
         });
-        self.finish(instance, result)
+        let outcome = self.finish(instance, result);
+        self.record(started, outcome)
     }
 }
 
 impl LoadedFilter<Authorizer> {
     pub async fn authorize(&self, attributes: &Attributes) -> Outcome<Decision> {
+        let started = Instant::now();
         let mut instance = match self.armed().await {
             Ok(instance) => instance,
-            Err(error) => return classify(error),
+            Err(error) => return self.record(started, classify(error)),
         };
         let exports = instance.exports.wasmgate_filter_authorizer();
         let result = exports.call_authorize(&mut instance.store, attributes).await;
-        self.finish(instance, result)
+        let outcome = self.finish(instance, result);
+        self.record(started, outcome)
     }
 }
 
 impl LoadedFilter<Admission> {
     pub async fn admit(&self, request: &AdmissionRequest) -> Outcome<AdmissionResponse> {
+        let started = Instant::now();
         let mut instance = match self.armed().await {
             Ok(instance) => instance,
-            Err(error) => return classify(error),
+            Err(error) => return self.record(started, classify(error)),
         };
         let exports = instance.exports.wasmgate_filter_admission();
         let result = exports.call_admit(&mut instance.store, request).await;
-        self.finish(instance, result)
+        let outcome = self.finish(instance, result);
+        self.record(started, outcome)
     }
 }
 
 impl LoadedFilter<Auditor> {
     pub async fn audit(&self, event: &Event) -> Outcome<()> {
+        let started = Instant::now();
         let mut instance = match self.armed().await {
             Ok(instance) => instance,
-            Err(error) => return classify(error),
+            Err(error) => return self.record(started, classify(error)),
         };
         let exports = instance.exports.wasmgate_filter_auditor();
         let result = exports.call_audit(&mut instance.store, event).await;
-        self.finish(instance, result)
+        let outcome = self.finish(instance, result);
+        self.record(started, outcome)
     }
 }

@@ -1,0 +1,121 @@
+//! Prometheus metrics, served at `/metrics` (behind the chain, as kube
+//! serves its own). Process-wide, so they count across reloads. Handles are
+//! fetched once per filter at load time; recording a call touches no labels.
+
+use std::sync::OnceLock;
+
+use futures_util::future::BoxFuture;
+use http::HeaderValue;
+use http::header::CONTENT_TYPE;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::body::{Body, Request, Response};
+use crate::handler::Handler;
+use crate::status::GatewayError;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FilterOutcome {
+    pub filter: String,
+    /// `answer`, `error`, `trap` or `timeout`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FilterName {
+    pub filter: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Source {
+    /// `compiled`, `memory` or `disk`.
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadResult {
+    /// `success` or `failure`.
+    pub result: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub filter_calls: Family<FilterOutcome, Counter>,
+    pub filter_duration: Family<FilterName, Histogram>,
+    pub components: Family<Source, Counter>,
+    pub audit_events_dropped: Counter,
+    pub config_reloads: Family<ReloadResult, Counter>,
+    pub config_last_reload_success: Gauge,
+}
+
+fn filter_duration_histogram() -> Histogram {
+    // 1 µs to ~4 s.
+    Histogram::new(exponential_buckets(1e-6, 4.0, 12))
+}
+
+/// The process's metrics.
+pub fn metrics() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(|| {
+        let mut registry = Registry::with_prefix("wasmgate");
+        let filter_calls = Family::<FilterOutcome, Counter>::default();
+        registry.register("filter_calls", "Filter calls by outcome: answer, error, trap, timeout", filter_calls.clone());
+        let filter_duration = Family::<FilterName, Histogram>::new_with_constructor(filter_duration_histogram as fn() -> Histogram);
+        registry.register("filter_call_duration_seconds", "Time of one filter call, instantiation included", filter_duration.clone());
+        let components = Family::<Source, Counter>::default();
+        registry.register("components_loaded", "Components made ready, by where the compiled code came from", components.clone());
+        let audit_events_dropped = Counter::default();
+        registry.register("audit_events_dropped", "Audit events dropped because the batch queue was full", audit_events_dropped.clone());
+        let config_reloads = Family::<ReloadResult, Counter>::default();
+        registry.register("config_reload", "Configuration reloads by result", config_reloads.clone());
+        let config_last_reload_success = Gauge::default();
+        registry.register(
+            "config_last_reload_success_timestamp_seconds",
+            "When the configuration was last loaded successfully (Unix time)",
+            config_last_reload_success.clone(),
+        );
+        Metrics {
+            registry,
+            filter_calls,
+            filter_duration,
+            components,
+            audit_events_dropped,
+            config_reloads,
+            config_last_reload_success,
+        }
+    })
+}
+
+impl Metrics {
+    /// The text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
+            tracing::error!("cannot encode the metrics");
+        }
+        text
+    }
+}
+
+/// The `/metrics` endpoint.
+pub struct MetricsEndpoint;
+
+impl Handler for MetricsEndpoint {
+    fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+        let response = if request.method() == http::Method::GET || request.method() == http::Method::HEAD {
+            let mut response = http::Response::new(Body::full(metrics().encode()));
+            response.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+            );
+            response
+        } else {
+            GatewayError::MethodNotAllowed.into_response()
+        };
+        Box::pin(async move { response })
+    }
+}
