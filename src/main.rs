@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use wasmgate::config::{self, Config, RouteHandler, RouteMatch, Transport};
+use wasmgate::config::stages::{AuditMode, FailurePolicy, FilterSpec, Isolation, Mode};
+use wasmgate::config::{self, Config, HookPhase, RouteHandler, RouteMatch, Transport};
 use wasmgate::server::{Drained, Gateway};
 
 #[derive(Parser)]
@@ -111,16 +112,15 @@ fn summary(config: &Config) -> String {
     };
     let _ = writeln!(out, "{}: valid", config.source.display());
     let _ = writeln!(out, "listen: {} ({transport})", config.listen.address);
-    let _ = writeln!(
-        out,
-        "chain: audit-id, panic-recovery, request-info, http-log,{} cache-control, body-limit, timeout,{} authentication, audit, impersonation, max-in-flight, authorization, admission",
-        if config.hsts.is_some() { " hsts," } else { "" },
-        if config.cors_allowed_origins.is_empty() { "" } else { " cors," },
-    );
     let stages = &config.stages;
+    let _ = writeln!(out, "chain: {}", installed_filters(config).join(", "));
     let anonymous = if stages.authentication.anonymous { "unrecognised -> system:anonymous" } else { "unrecognised -> 401" };
     stage_summary(&mut out, "authentication", &stages.authentication.filters, if stages.authentication.filters.is_empty() { "everyone is system:anonymous" } else { anonymous });
-    stage_summary(&mut out, "audit", &stages.audit.filters, &format!("{:?} mode, {} policy rules", stages.audit.mode, stages.audit.policy.len()));
+    let audit_mode = match stages.audit.mode {
+        AuditMode::Blocking => "blocking",
+        AuditMode::Batch => "batch",
+    };
+    stage_summary(&mut out, "audit", &stages.audit.filters, &format!("{audit_mode} mode, {} policy rules", stages.audit.policy.len()));
     let authz_default = if stages.authorization.filters.is_empty() { "everything allowed" } else { "all no-opinion -> 403" };
     stage_summary(&mut out, "authorization", &stages.authorization.filters, authz_default);
     stage_summary(&mut out, "admission (mutating)", &stages.admission.mutating, "");
@@ -142,7 +142,11 @@ fn summary(config: &Config) -> String {
     }
     let _ = writeln!(out, "then: 404 NotFound");
     for hook in &config.hooks {
-        let _ = writeln!(out, "hook {:?} ({:?}): {}", hook.name.as_str(), hook.phase, hook.command.join(" "));
+        let phase = match hook.phase {
+            HookPhase::PostStart => "post-start",
+            HookPhase::PreShutdown => "pre-shutdown",
+        };
+        let _ = writeln!(out, "hook {:?} ({phase}): {}", hook.name.as_str(), hook.command.join(" "));
     }
     out
 }
@@ -177,7 +181,9 @@ fn try_request(config: &std::path::Path, method: &str, path: String, headers: &[
                 return ExitCode::FAILURE;
             }
         };
-        match wasmgate::try_request::run(&gateway.handler(), trial).await {
+        let report = wasmgate::try_request::run(&gateway.handler(), trial).await;
+        gateway.flush_audit().await;
+        match report {
             Ok(report) => {
                 println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
                 ExitCode::SUCCESS
@@ -208,15 +214,51 @@ fn trial(method: &str, path: String, headers: &[String], body: Option<&std::path
     Ok(wasmgate::try_request::Trial { method, path, headers, body })
 }
 
-fn stage_summary(out: &mut String, stage: &str, filters: &[wasmgate::config::stages::FilterSpec], note: &str) {
+/// The filters `chain::build` installs for this configuration, in request order.
+fn installed_filters(config: &Config) -> Vec<&'static str> {
+    let stages = &config.stages;
+    let mut chain = vec!["audit-id", "panic-recovery", "request-info", "http-log"];
+    if config.hsts.is_some() {
+        chain.push("hsts");
+    }
+    chain.extend(["cache-control", "body-limit", "timeout"]);
+    if !config.cors_allowed_origins.is_empty() {
+        chain.push("cors");
+    }
+    chain.push("authentication");
+    if !stages.audit.filters.is_empty() {
+        chain.push("audit");
+    }
+    chain.extend(["impersonation", "max-in-flight"]);
+    if !stages.authorization.filters.is_empty() {
+        chain.push("authorization");
+    }
+    if !stages.admission.mutating.is_empty() || !stages.admission.validating.is_empty() {
+        chain.push("admission");
+    }
+    chain
+}
+
+fn stage_summary(out: &mut String, stage: &str, filters: &[FilterSpec], note: &str) {
     use std::fmt::Write as _;
-    let names: Vec<String> = filters
-        .iter()
-        .map(|f| format!("{} ({:?}, {:?}, {:?}, {:?})", f.name, f.isolation, f.failure_policy, f.mode, f.timeout))
-        .collect();
+    let names: Vec<String> = filters.iter().map(describe_filter).collect();
     let listed = if names.is_empty() { "-".to_owned() } else { names.join(", ") };
     let note = if note.is_empty() { String::new() } else { format!("  [{note}]") };
     let _ = writeln!(out, "  {stage:<24} {listed}{note}");
+}
+
+/// A filter as the manifest would spell it.
+fn describe_filter(filter: &FilterSpec) -> String {
+    let isolation = match filter.isolation {
+        Isolation::PerRequest => "per-request",
+        Isolation::Pooled => "pooled",
+    };
+    let policy = match filter.failure_policy {
+        FailurePolicy::FailClosed => "fail-closed",
+        FailurePolicy::FailOpen => "fail-open",
+    };
+    let monitor = if filter.mode == Mode::Monitor { ", monitor" } else { "" };
+    format!("{} ({isolation}, {policy}{monitor}, timeout {})", filter.name, humantime::format_duration(filter.timeout))
 }
 
 fn run(path: &std::path::Path, workers: Option<usize>) -> ExitCode {

@@ -15,8 +15,9 @@ use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use http_body_util::BodyExt;
 
-use crate::body::{Body, Request, Response};
+use crate::body::{Body, BodyError, Request, Response};
 use crate::chain::body_limit::{MaxRequestBody, is_body_limit_error};
 use crate::config::Upstream;
 use crate::context::{ConnectionInfo, Deadline};
@@ -105,6 +106,9 @@ impl UpstreamProxy {
         if let Some(host) = original_host {
             headers.insert(X_FORWARDED_HOST, host);
         }
+        // Errors reading the client's body are marked, so they are not taken
+        // for the upstream's.
+        let body = Body::wrap(body.map_err(RequestBodyError));
         Ok(http::Request::from_parts(parts, body))
     }
 
@@ -125,6 +129,10 @@ impl UpstreamProxy {
         if let Some(MaxRequestBody(limit)) = body_limit.filter(|_| is_body_limit_error(error)) {
             return GatewayError::RequestEntityTooLarge { limit };
         }
+        if is_request_body_error(error) {
+            tracing::debug!(error = %error_chain(error), "the client's request body could not be read");
+            return GatewayError::BadRequest { message: "the request body could not be read".to_owned() };
+        }
         tracing::warn!(upstream = %self.base, error = %error_chain(error), "upstream request failed");
         if error.is_connect() {
             GatewayError::ServiceUnavailable { message: "the upstream of this route is unavailable".to_owned() }
@@ -138,6 +146,35 @@ impl Handler for UpstreamProxy {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
         Box::pin(async move { self.forward(request).await.unwrap_or_else(GatewayError::into_response) })
     }
+}
+
+/// An error reading the client's request body while it is forwarded: the
+/// client's doing (a malformed chunk, a body cut short) or the body limit's,
+/// never the upstream's.
+#[derive(Debug)]
+struct RequestBodyError(BodyError);
+
+impl std::fmt::Display for RequestBodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "reading the request body: {}", self.0)
+    }
+}
+
+impl std::error::Error for RequestBodyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+fn is_request_body_error(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if error.is::<RequestBodyError>() {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");

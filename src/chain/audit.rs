@@ -240,14 +240,8 @@ fn rule_matches(rule: &AuditRule, user: &UserInfo, info: &RequestInfo) -> bool {
         let namespaces = any(&rule.namespaces, &info.namespace);
         let resources = rule.resources.is_empty()
             || rule.resources.iter().any(|(group, resources)| {
-                let qualified = if info.subresource.is_empty() {
-                    info.resource.clone()
-                } else {
-                    format!("{}/{}", info.resource, info.subresource)
-                };
                 group == &info.api_group
-                    && (resources.is_empty()
-                        || resources.iter().any(|r| r == &qualified || r == &info.resource || r == "*"))
+                    && (resources.is_empty() || resources.iter().any(|pattern| resource_matches(pattern, info)))
             });
         namespaces && resources
     } else {
@@ -260,6 +254,20 @@ fn rule_matches(rule: &AuditRule, user: &UserInfo, info: &RequestInfo) -> bool {
                 None => url == &info.path,
             })
     }
+}
+
+/// kube's resource patterns: `resource` (never its subresources) or
+/// `resource/subresource` exactly, `*`, `*/subresource`, `resource/*`.
+fn resource_matches(pattern: &str, info: &RequestInfo) -> bool {
+    let (resource, subresource) = (info.resource.as_str(), info.subresource.as_str());
+    let exact = match pattern.split_once('/') {
+        None => subresource.is_empty() && pattern == resource,
+        Some((r, s)) => r == resource && s == subresource,
+    };
+    exact
+        || pattern == "*"
+        || (!subresource.is_empty() && pattern.strip_prefix("*/") == Some(subresource))
+        || pattern.strip_suffix("/*") == Some(resource)
 }
 
 fn base_event(request: &Request, level: AuditLevel) -> Event {

@@ -115,7 +115,12 @@ impl Handler for Authentication {
                         remove_credentials(&mut parts.headers);
                         user
                     }
-                    Identified::Nobody if self.anonymous => UserInfo::anonymous(),
+                    // kube's anonymous authenticator is the union's last
+                    // member: its success removes the credentials too.
+                    Identified::Nobody if self.anonymous => {
+                        remove_credentials(&mut parts.headers);
+                        UserInfo::anonymous()
+                    }
                     Identified::Nobody | Identified::Rejected => return GatewayError::Unauthorized.into_response(),
                     Identified::Failed(error) => return error.into_response(),
                 }

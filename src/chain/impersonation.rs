@@ -102,7 +102,10 @@ fn requested(headers: &HeaderMap) -> Result<Option<Requested>, GatewayError> {
     }
 }
 
+/// kube's `url.PathUnescape`: `%XX` decoded, `+` kept (form decoding would
+/// make it a space, so it is escaped first).
 fn percent_decode(text: &str) -> String {
+    let text = text.replace('+', "%2B");
     url::form_urlencoded::parse(format!("k={text}").as_bytes())
         .next()
         .map_or_else(|| text.to_owned(), |(_, value)| value.into_owned())

@@ -20,7 +20,10 @@ impl Handler for PanicRecovery {
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
         Box::pin(async move {
-            match AssertUnwindSafe(self.next.call(request)).catch_unwind().await {
+            // `call` itself runs inside catch_unwind too: a filter that
+            // panics before returning its future is caught as well.
+            let served = async move { self.next.call(request).await };
+            match AssertUnwindSafe(served).catch_unwind().await {
                 Ok(response) => response,
                 Err(panic) => {
                     let cause = panic

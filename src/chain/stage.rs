@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::config::stages::{FailurePolicy, FilterMatch, FilterSpec};
+use crate::config::stages::{FailurePolicy, FilterMatch, FilterSpec, Mode};
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
 use crate::wasm::Outcome;
@@ -99,6 +99,10 @@ pub enum Failure {
 }
 
 pub fn on_failure<T>(stage: &'static str, spec: &FilterSpec, outcome: &Outcome<T>) -> Failure {
+    if spec.mode == Mode::Monitor {
+        tracing::warn!(stage, filter = spec.name.as_str(), outcome = outcome.kind(), "monitor mode: failed filter skipped");
+        return Failure::Skip;
+    }
     match spec.failure_policy {
         FailurePolicy::FailOpen => {
             tracing::warn!(stage, filter = spec.name.as_str(), outcome = outcome.kind(), "failure policy fail-open: filter skipped");

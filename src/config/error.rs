@@ -60,6 +60,46 @@ impl ConfigError {
     }
 }
 
+/// The dotted key (`limits.max_requests_in_flight`, `servers[1].routes[0].path`)
+/// whose key or value holds byte `offset` of `source`, the innermost one;
+/// empty when none does or the text does not parse. It names the key of a
+/// problem found while reading the manifest (a wrong type, an unknown
+/// field), whose error knows only its place.
+pub(crate) fn key_at(source: &str, offset: usize) -> String {
+    let Ok(root) = toml::de::DeTable::parse(source) else { return String::new() };
+    let mut found = None;
+    key_in_table(root.get_ref(), offset, "", &mut found);
+    found.unwrap_or_default()
+}
+
+fn key_in_table(table: &toml::de::DeTable<'_>, offset: usize, prefix: &str, found: &mut Option<String>) {
+    for (key, value) in table {
+        let dotted = if prefix.is_empty() { key.get_ref().to_string() } else { format!("{prefix}.{}", key.get_ref()) };
+        key_in_value(value, key.span().contains(&offset), offset, dotted, found);
+    }
+}
+
+fn key_in_value(
+    value: &toml::Spanned<toml::de::DeValue<'_>>,
+    key_holds_offset: bool,
+    offset: usize,
+    dotted: String,
+    found: &mut Option<String>,
+) {
+    if key_holds_offset || value.span().contains(&offset) {
+        *found = Some(dotted.clone());
+    }
+    match value.get_ref() {
+        toml::de::DeValue::Table(table) => key_in_table(table, offset, &dotted, found),
+        toml::de::DeValue::Array(items) => {
+            for (index, item) in items.iter().enumerate() {
+                key_in_value(item, false, offset, format!("{dotted}[{index}]"), found);
+            }
+        }
+        _ => {}
+    }
+}
+
 fn render(path: &std::path::Path, problems: &[Problem]) -> String {
     let lines: Vec<String> = problems
         .iter()

@@ -150,7 +150,6 @@ pub struct Limits {
     pub max_requests_in_flight: Option<Spanned<i64>>,
     pub max_mutating_requests_in_flight: Option<Spanned<i64>>,
     pub request_timeout: Option<Spanned<String>>,
-    pub min_request_timeout: Option<Spanned<String>>,
     pub max_request_body: Option<Spanned<String>>,
     pub max_header_bytes: Option<Spanned<String>>,
     pub read_header_timeout: Option<Spanned<String>>,
@@ -194,17 +193,11 @@ pub struct Route {
     pub api: Option<Spanned<String>>,
     pub path: Option<Spanned<String>>,
     pub prefix: Option<Spanned<String>>,
-    pub upstream: Option<Spanned<Upstream>>,
+    /// `upstream = "http://..."` or `upstream = { url = "...", ca = "...", timeout = "..." }`,
+    /// told apart in validation so that a wrong key in the table is named.
+    pub upstream: Option<Spanned<toml::Value>>,
     #[serde(rename = "static")]
     pub static_response: Option<Spanned<Static>>,
-}
-
-/// `upstream = "http://..."` or `upstream = { url = "...", ca = "...", ... }`.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum Upstream {
-    Url(String),
-    Table(UpstreamTable),
 }
 
 #[derive(Debug, Deserialize)]

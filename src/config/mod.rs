@@ -80,8 +80,6 @@ pub struct Limits {
     /// Mutating requests in flight at once; 0 means unlimited.
     pub max_mutating_requests_in_flight: usize,
     pub request_timeout: Duration,
-    /// The minimum timeout of long-running requests (watch, proxy).
-    pub min_request_timeout: Duration,
     pub max_request_body: u64,
     pub max_header_bytes: usize,
     pub read_header_timeout: Duration,
@@ -97,7 +95,6 @@ impl Default for Limits {
             max_requests_in_flight: 400,
             max_mutating_requests_in_flight: 200,
             request_timeout: Duration::from_secs(60),
-            min_request_timeout: Duration::from_secs(1800),
             max_request_body: 3 * 1024 * 1024,
             max_header_bytes: 1024 * 1024,
             read_header_timeout: Duration::from_secs(32),
@@ -116,6 +113,8 @@ pub struct Hook {
     pub phase: HookPhase,
     /// The program and its arguments; run without a shell.
     pub command: Vec<String>,
+    /// The manifest's folder: hooks run there, as every path resolves there.
+    pub working_dir: PathBuf,
     pub timeout: Duration,
 }
 
@@ -223,7 +222,7 @@ pub fn parse(path: &Path, source: &str) -> Result<Config, ConfigError> {
     let manifest: manifest::Manifest = toml::from_str(source).map_err(|error| {
         invalid(vec![Problem {
             location: error.span().map(|span| Location::of_span(source, &span)),
-            key: String::new(),
+            key: error.span().map(|span| error::key_at(source, span.start)).unwrap_or_default(),
             message: error.message().trim().to_owned(),
         }])
     })?;

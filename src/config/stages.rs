@@ -153,7 +153,8 @@ pub enum FailurePolicy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     Enforce,
-    /// The decision is logged and audited, never enforced.
+    /// The decision is logged, never enforced; the filter's failures are
+    /// skipped whatever its failure policy.
     Monitor,
 }
 
@@ -176,6 +177,8 @@ pub enum Sink {
 
 pub const DEFAULT_FILTER_TIMEOUT: Duration = Duration::from_millis(500);
 pub const DEFAULT_FILTER_MEMORY: u64 = 64 * 1024 * 1024;
+/// The largest linear memory the engine's instance pool holds.
+pub const MAX_FILTER_MEMORY: u64 = 1 << 30;
 pub const DEFAULT_AUDIT_QUEUE: usize = 10_000;
 
 /// The stage a filter belongs to decides its defaults and which keys it may use.
@@ -263,7 +266,10 @@ impl Completer<'_> {
             None => DEFAULT_AUDIT_QUEUE,
         };
         let policy = audit.policy.iter().enumerate().filter_map(|(i, rule)| self.audit_rule(rule, i)).collect();
-        let filters = self.filters(&audit.filters, "audit.filters", StageKind::Audit);
+        let filters: Vec<FilterSpec> = self.filters(&audit.filters, "audit.filters", StageKind::Audit);
+        if !filters.is_empty() && audit.policy.is_empty() {
+            self.problem(None, "audit.policy", "audit filters are configured but no [[audit.policy]] rule: nothing would be audited");
+        }
         Audit { mode, queue_size, policy, filters }
     }
 
@@ -351,6 +357,12 @@ impl Completer<'_> {
         });
         let timeout = self.positive_duration(&filter.timeout, &format!("{key}.timeout"), DEFAULT_FILTER_TIMEOUT);
         let memory = self.size(&filter.memory, &format!("{key}.memory"), DEFAULT_FILTER_MEMORY);
+        if let Some(given) = filter.memory.as_ref().filter(|_| memory > MAX_FILTER_MEMORY) {
+            self.at(given, &format!("{key}.memory"), "must be at most 1GiB");
+        }
+        if let (Some(_), StageKind::Audit) = (&filter.matcher, stage) {
+            self.at(&filter.name, &format!("{key}.match"), "audit filters have no match: [[audit.policy]] selects what is audited");
+        }
         let matcher = filter.matcher.as_ref().map_or_else(FilterMatch::default, |m| FilterMatch {
             path_prefixes: m.path_prefixes.clone(),
             api_groups: m.api_groups.clone(),

@@ -90,8 +90,8 @@ impl Completer<'_> {
     // ---- [listen] ----
 
     fn listen(&mut self, listen: Spanned<m::Listen>) -> Option<Listen> {
-        let span = listen.span();
         let listen = listen.into_inner();
+        let has_tls = listen.tls.is_some();
         let address = match listen.address.get_ref().parse() {
             Ok(address) => Some(address),
             Err(_) => {
@@ -116,10 +116,13 @@ impl Completer<'_> {
                 Some(Transport::SelfSigned { cert_dir })
             }
         };
-        if plaintext && let Some(dir) = &listen.cert_dir {
-            self.at(dir, "listen.cert_dir", "has no effect with listen.plaintext = true");
+        if let Some(dir) = &listen.cert_dir {
+            if plaintext {
+                self.at(dir, "listen.cert_dir", "has no effect with listen.plaintext = true");
+            } else if has_tls {
+                self.at(dir, "listen.cert_dir", "has no effect with [listen.tls]: the certificate is given");
+            }
         }
-        let _ = span;
         Some(Listen { address: address?, transport: transport? })
     }
 
@@ -183,11 +186,6 @@ impl Completer<'_> {
                 defaults.max_mutating_requests_in_flight,
             ),
             request_timeout,
-            min_request_timeout: self.positive_duration(
-                &limits.min_request_timeout,
-                "limits.min_request_timeout",
-                defaults.min_request_timeout,
-            ),
             max_request_body: self.size(&limits.max_request_body, "limits.max_request_body", defaults.max_request_body),
             max_header_bytes: self
                 .size(&limits.max_header_bytes, "limits.max_header_bytes", defaults.max_header_bytes as u64)
@@ -325,7 +323,8 @@ impl Completer<'_> {
             if !seen.insert((name.clone(), phase)) {
                 self.at(&hook.name, &format!("{key}.name"), format!("{:?} is used by another hook of the same phase", name.as_str()));
             }
-            completed.push(Hook { name, phase, command: hook.command.get_ref().clone(), timeout });
+            let working_dir = self.resolve(".");
+            completed.push(Hook { name, phase, command: hook.command.get_ref().clone(), working_dir, timeout });
         }
         completed
     }
@@ -428,11 +427,21 @@ impl Completer<'_> {
         }
     }
 
-    fn upstream(&mut self, upstream: Spanned<m::Upstream>, key: &str) -> Option<Upstream> {
+    fn upstream(&mut self, upstream: Spanned<toml::Value>, key: &str) -> Option<Upstream> {
         let span = upstream.span();
         let (url, ca, timeout) = match upstream.into_inner() {
-            m::Upstream::Url(url) => (url, None, None),
-            m::Upstream::Table(table) => (table.url, table.ca, table.timeout),
+            toml::Value::String(url) => (url, None, None),
+            toml::Value::Table(table) => match table.try_into::<m::UpstreamTable>() {
+                Ok(table) => (table.url, table.ca, table.timeout),
+                Err(error) => {
+                    self.problem(Some(span), key, error.message().trim().to_owned());
+                    return None;
+                }
+            },
+            _ => {
+                self.problem(Some(span), key, "must be a URL string or a table { url, ca, timeout }");
+                return None;
+            }
         };
         let spanned = |text: String| Spanned::new(span.clone(), text);
         let uri = match url.parse::<http::Uri>() {

@@ -26,14 +26,15 @@ pub enum HookError {
     Failed { status: std::process::ExitStatus, stderr: String },
 }
 
-/// Runs one hook to completion. The hook sees the gateway's address in
-/// `WASMGATE_ADDRESS` and its own name in `WASMGATE_HOOK`.
+/// Runs one hook to completion, in the manifest's folder. The hook sees the
+/// gateway's address in `WASMGATE_ADDRESS` and its own name in `WASMGATE_HOOK`.
 pub async fn run_hook(hook: &Hook, address: SocketAddr) -> Result<(), HookError> {
     let Some((program, args)) = hook.command.split_first() else {
         return Ok(());
     };
     let child = tokio::process::Command::new(program)
         .args(args)
+        .current_dir(&hook.working_dir)
         .env("WASMGATE_ADDRESS", address.to_string())
         .env("WASMGATE_HOOK", hook.name.as_str())
         .stdin(Stdio::null())

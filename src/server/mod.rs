@@ -79,6 +79,14 @@ impl Gateway {
         self.handler.clone()
     }
 
+    /// Waits until queued audit events are written (for callers that use
+    /// [`Gateway::handler`] directly and then stop).
+    pub async fn flush_audit(&self) {
+        if let Some(audit) = &self.audit {
+            audit.flush(AUDIT_FLUSH_LIMIT).await;
+        }
+    }
+
     fn build(
         config: Config,
         targets: Targets,

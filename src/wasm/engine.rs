@@ -23,7 +23,7 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 /// Pool sizing: enough slots for every filter's pooled instances plus the
 /// fresh ones of concurrent requests.
 const POOL_COMPONENT_INSTANCES: u32 = 1000;
-const POOL_MAX_MEMORY: usize = 1 << 30;
+const POOL_MAX_MEMORY: usize = crate::config::stages::MAX_FILTER_MEMORY as usize;
 
 /// Why a component could not be made ready.
 #[derive(Debug, thiserror::Error)]
