@@ -3,7 +3,7 @@
 //! what it does not serve to the next, and a 404 Status at the end.
 //!
 //! The first server also carries the gateway's own endpoints: health
-//! (`/healthz`, `/livez`, `/readyz`), `/metrics` and discovery (`/api`, `/apis`,
+//! (`/healthz`, `/livez`, `/readyz`), `/metrics`, `/debug/reload` and discovery (`/api`, `/apis`,
 //! `/apis/<group>`), which describe every server behind it. Only the first
 //! server is wrapped by the handler chain, so no filter runs twice.
 
@@ -18,6 +18,7 @@ use crate::discovery::Discovery;
 use crate::handler::{Handler, SharedHandler};
 use crate::health::Health;
 use crate::metrics::MetricsEndpoint;
+use crate::reload::{ReloadEndpoint, ReloadTrigger};
 use crate::static_response::Static;
 use crate::status::GatewayError;
 use crate::upstream::{UpstreamError, UpstreamProxy};
@@ -42,12 +43,17 @@ pub enum Targets {
 }
 
 /// Builds the servers back to front, so each director knows its delegate.
-pub fn build(config: &Config, health: &Arc<Health>, targets: Targets) -> Result<SharedHandler, UpstreamError> {
+pub fn build(
+    config: &Config,
+    health: &Arc<Health>,
+    reload: Option<&ReloadTrigger>,
+    targets: Targets,
+) -> Result<SharedHandler, UpstreamError> {
     let mut next: SharedHandler = Arc::new(NotFound);
     for (index, server) in config.servers.iter().enumerate().rev() {
         let mut routes = server_routes(server, targets)?;
         if index == 0 {
-            add_builtin_routes(&mut routes, config, health);
+            add_builtin_routes(&mut routes, config, health, reload);
         }
         next = Arc::new(Director::new(routes, next));
     }
@@ -107,13 +113,16 @@ pub struct RoutedTo;
 /// Health, metrics and discovery, on the non-API side of the first server. A user's
 /// API route for `/api` or `/apis` is checked first and so takes precedence
 /// over discovery (to front a real API server, say).
-fn add_builtin_routes(routes: &mut Routes, config: &Config, health: &Arc<Health>) {
+fn add_builtin_routes(routes: &mut Routes, config: &Config, health: &Arc<Health>, reload: Option<&ReloadTrigger>) {
     for endpoint in ["/healthz", "/livez", "/readyz"] {
         let handler: SharedHandler = health.clone();
         routes.exact.push((endpoint.to_owned(), handler.clone()));
         routes.prefixes.push((format!("{endpoint}/"), handler));
     }
     routes.exact.push(("/metrics".to_owned(), Arc::new(MetricsEndpoint)));
+    if let Some(trigger) = reload {
+        routes.exact.push(("/debug/reload".to_owned(), Arc::new(ReloadEndpoint(trigger.clone()))));
+    }
     let discovery = Arc::new(Discovery::new(config));
     for path in discovery.paths() {
         let handler: SharedHandler = discovery.clone();

@@ -16,7 +16,8 @@
 //!
 //! Module map, in the order a request meets them:
 //! - [`config`]: the manifest, completed and validated before anything starts.
-//! - [`server`]: listener, TLS, lifecycle hooks, graceful shutdown.
+//! - [`server`]: listener, TLS, the swappable snapshot, lifecycle hooks, graceful shutdown.
+//! - [`reload`]: watch, rebuild, validate, swap.
 //! - [`chain`]: the native handler chain, built in one function.
 //! - [`request_info`]: kube's RequestInfo resolver.
 //! - [`delegation`] and [`director`]: the server chain and each server's routing.
@@ -36,6 +37,7 @@ pub mod discovery;
 pub mod handler;
 pub mod health;
 pub mod metrics;
+pub mod reload;
 pub mod request_info;
 pub mod server;
 pub mod static_response;

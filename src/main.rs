@@ -85,12 +85,26 @@ fn init_logging(format: LogFormat) {
 }
 
 fn check(path: &std::path::Path) -> ExitCode {
-    // The same steps a start (and a reload) takes: parse, complete, validate,
-    // then load and compile every component.
-    let loaded = config::load(path).and_then(|config| wasmgate::wasm::load_stages(&config).map(|_| config));
-    match loaded {
-        Ok(config) => {
-            print!("{}", summary(&config));
+    // The steps a start (and a reload) takes: parse, complete, validate,
+    // load and compile every component, build the chain; nothing is written.
+    let config = match config::load(path) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("{error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let text = summary(&config);
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(async { Gateway::check(config) }) {
+        Ok(()) => {
+            print!("{text}");
             ExitCode::SUCCESS
         }
         Err(error) => {
@@ -299,7 +313,7 @@ async fn serve(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let signal = wait_for_signal().await;
+    let signal = wait_for_stop(&running).await;
     tracing::info!(signal, "stop requested");
     match running.shutdown().await {
         Drained::Complete => ExitCode::SUCCESS,
@@ -307,15 +321,24 @@ async fn serve(config: Config) -> ExitCode {
     }
 }
 
-async fn wait_for_signal() -> &'static str {
+/// Waits for SIGTERM or SIGINT; every SIGHUP meanwhile asks for a reload.
+async fn wait_for_stop(running: &wasmgate::server::RunningGateway) -> &'static str {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
+    else {
         tracing::error!("cannot install signal handlers; stopping on Ctrl-C only");
         let _ = tokio::signal::ctrl_c().await;
         return "SIGINT";
     };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+    loop {
+        tokio::select! {
+            _ = term.recv() => return "SIGTERM",
+            _ = int.recv() => return "SIGINT",
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: reloading the configuration");
+                running.request_reload();
+            }
+        }
     }
 }

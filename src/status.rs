@@ -58,6 +58,11 @@ impl Status {
         }
     }
 
+    /// A success Status (what kube answers when there is no object to return).
+    pub fn success(message: impl Into<String>) -> Self {
+        Status { status: "Success", ..Status::failure(StatusCode::OK, "", message) }
+    }
+
     pub fn with_details(mut self, details: Details) -> Self {
         self.details = Some(details);
         self

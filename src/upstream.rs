@@ -209,10 +209,11 @@ fn remove_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 fn append_forwarded_for(headers: &mut HeaderMap, client: std::net::IpAddr) {
-    let value = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(previous) => format!("{previous}, {client}"),
-        None => client.to_string(),
-    };
+    // Every X-Forwarded-For line the client sent, in order, then the client.
+    let mut hops: Vec<String> =
+        headers.get_all(&X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok()).map(str::to_owned).collect();
+    hops.push(client.to_string());
+    let value = hops.join(", ");
     if let Ok(value) = HeaderValue::from_str(&value) {
         headers.insert(X_FORWARDED_FOR, value);
     }

@@ -45,12 +45,21 @@ impl Handler for Timeout {
 }
 
 /// The client's `?timeout=` (a Go duration such as `30s`), if it sent one.
+/// As in kube, a timeout of 0 or less means the client set none.
 fn requested_timeout(query: Option<&str>) -> Result<Option<Duration>, String> {
     let Some(query) = query else { return Ok(None) };
     let Some((_, value)) = url::form_urlencoded::parse(query.as_bytes()).find(|(key, _)| key == "timeout") else {
         return Ok(None);
     };
-    crate::config::parse_duration(&value)
-        .map(Some)
-        .map_err(|message| format!("invalid timeout specified in the request URL: {message}"))
+    let (negative, magnitude) = match value.strip_prefix('-') {
+        Some(magnitude) => (true, magnitude),
+        None => (false, value.strip_prefix('+').unwrap_or(&value)),
+    };
+    // Go's durations allow a bare "0".
+    let parsed = if magnitude == "0" { Ok(Duration::ZERO) } else { crate::config::parse_duration(magnitude) };
+    match parsed {
+        Ok(timeout) if negative || timeout.is_zero() => Ok(None),
+        Ok(timeout) => Ok(Some(timeout)),
+        Err(message) => Err(format!("invalid timeout specified in the request URL: {message}")),
+    }
 }

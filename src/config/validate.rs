@@ -406,7 +406,7 @@ impl Completer<'_> {
             return None;
         }
         if reserved_path(text) {
-            let message = format!("{text:?} is served by the gateway itself (health, metrics and discovery)");
+            let message = format!("{text:?} is served by the gateway itself (health, metrics, reload and discovery)");
             self.at(value, &format!("{key}.{field}"), message);
             return None;
         }
@@ -550,6 +550,7 @@ fn validate_api_root(root: &str) -> Result<(), String> {
 /// Paths the gateway serves itself; a route may not take them.
 fn reserved_path(path: &str) -> bool {
     path == "/metrics"
+        || path == "/debug/reload"
         || ["/healthz", "/livez", "/readyz"]
             .iter()
             .any(|endpoint| path == *endpoint || path.starts_with(&format!("{endpoint}/")))

@@ -1,7 +1,8 @@
 //! The listener: accepts TCP connections, does the TLS handshake when the
 //! transport is TLS, and serves HTTP/1.1 and HTTP/2 on each connection
-//! (ALPN over TLS, prior-knowledge h2c on plaintext) through the current
-//! handler. It enforces the connection-level limits: header bytes (431),
+//! (ALPN over TLS, prior-knowledge h2c on plaintext) through the handler of
+//! the current [`Snapshot`]: taken per connection for TLS and limits, per
+//! request for the chain. It enforces the connection-level limits: header bytes (431),
 //! read-header timeout, idle timeout; and it drains: when asked to stop it
 //! stops accepting, lets every connection finish its in-flight requests, and
 //! reports when the last one closed.
@@ -13,26 +14,22 @@ use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::body::Body;
-use crate::config::Limits;
+use super::snapshot::Live;
 use crate::context::ConnectionInfo;
-use crate::handler::SharedHandler;
 
 /// What the listener needs to serve.
 pub struct Listener {
     pub tcp: TcpListener,
-    pub tls: Option<TlsAcceptor>,
-    pub handler: SharedHandler,
-    pub limits: Limits,
+    pub live: Live,
 }
 
 /// Handles to stop a running listener.
@@ -48,7 +45,6 @@ pub struct Drain {
 impl Listener {
     /// Accepts until `drain.stop_accepting` is cancelled.
     pub async fn run(self, drain: Drain) {
-        let builder = Arc::new(http_builder(&self.limits));
         loop {
             let accepted = tokio::select! {
                 accepted = self.tcp.accept() => accepted,
@@ -64,14 +60,15 @@ impl Listener {
                 }
             };
             let _ = stream.set_nodelay(true);
+            let snapshot = self.live.load();
             let connection = Connection {
-                builder: builder.clone(),
-                handler: self.handler.clone(),
-                idle_timeout: self.limits.idle_timeout,
+                builder: snapshot.http.clone(),
+                live: self.live.clone(),
+                idle_timeout: snapshot.config.limits.idle_timeout,
                 close: drain.close_connections.clone(),
             };
-            let tls = self.tls.clone();
-            let handshake_timeout = self.limits.read_header_timeout;
+            let tls = snapshot.tls.clone();
+            let handshake_timeout = snapshot.config.limits.read_header_timeout;
             drain.connections.spawn(async move {
                 match tls {
                     None => connection.serve(stream, ConnectionInfo { remote_addr, tls: false, client_chain: None }).await,
@@ -93,23 +90,9 @@ impl Listener {
     }
 }
 
-fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.read_header_timeout)
-        .max_buf_size(limits.max_header_bytes.max(8192));
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
-    builder
-}
-
 struct Connection {
     builder: Arc<auto::Builder<TokioExecutor>>,
-    handler: SharedHandler,
+    live: Live,
     idle_timeout: Duration,
     close: CancellationToken,
 }
@@ -138,17 +121,18 @@ impl Connection {
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let activity = Arc::new(Activity::default());
-        let handler = self.handler.clone();
+        let live = self.live.clone();
         let service_activity = activity.clone();
         let service = service_fn(move |request: hyper::Request<Incoming>| {
-            let handler = handler.clone();
+            // The request runs on the snapshot current now, to its end.
+            let snapshot = live.load_full();
             let info = info.clone();
             service_activity.in_flight.fetch_add(1, Ordering::AcqRel);
             let active = ActiveRequest(service_activity.clone());
             async move {
                 let mut request = request.map(Body::wrap);
                 request.extensions_mut().insert(info);
-                let response = handler.call(request).await;
+                let response = snapshot.handler.call(request).await;
                 Ok::<_, Infallible>(response.map(|body| body.with_guard(active)))
             }
         });

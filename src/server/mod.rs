@@ -1,24 +1,27 @@
 //! The generic server: builds everything a [`Config`] describes (health,
-//! the delegation chain, the handler chain around it, TLS), binds the
-//! listener, runs post-start hooks, and shuts down as kube-apiserver does:
+//! the delegation chain, the handler chain around it, TLS) into a
+//! [`snapshot::Snapshot`], binds the listener, starts the reloader, runs
+//! post-start hooks, and shuts down as kube-apiserver does:
 //! readyz fails, pre-shutdown hooks run, after `shutdown_delay` the listener
 //! closes, in-flight requests drain for up to `shutdown_timeout`.
 
 mod lifecycle;
 mod listener;
+pub mod snapshot;
 pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::chain::audit::AuditBackend;
 use crate::config::{Config, Hook, HookPhase, Transport};
+use crate::reload::{ReloadOutcome, ReloadRequests, ReloadTrigger, Reloader};
+use snapshot::{Live, Purpose, Shared, Snapshot};
 use crate::delegation::Targets;
 use crate::handler::SharedHandler;
 use crate::health::{Check, Flag, Health};
@@ -45,10 +48,9 @@ pub enum StartError {
 
 /// A gateway built from a configuration, not yet listening.
 pub struct Gateway {
-    config: Config,
-    handler: SharedHandler,
-    audit: Option<Arc<AuditBackend>>,
-    health: Arc<Health>,
+    snapshot: Snapshot,
+    shared: Arc<Shared>,
+    reload_requests: ReloadRequests,
     shutting_down: Flag,
     post_start: Vec<(Hook, Flag)>,
 }
@@ -56,7 +58,7 @@ pub struct Gateway {
 impl Gateway {
     /// Builds the whole request flow for `config`.
     pub fn new(config: Config) -> Result<Gateway, StartError> {
-        Self::build(config, Targets::Live, |servers| servers)
+        Self::build(config, Targets::Live, Purpose::Serve, |servers| servers)
     }
 
     /// Like [`Gateway::new`], with a hook to replace what the handler chain
@@ -65,24 +67,30 @@ impl Gateway {
         config: Config,
         center: impl FnOnce(SharedHandler) -> SharedHandler,
     ) -> Result<Gateway, StartError> {
-        Self::build(config, Targets::Live, center)
+        Self::build(config, Targets::Live, Purpose::Serve, center)
     }
 
     /// A gateway whose routes report themselves instead of serving, for
     /// `wasmgate try`; it is called through [`Gateway::handler`], not started.
     pub fn reporting(config: Config) -> Result<Gateway, StartError> {
-        Self::build(config, Targets::Report, |servers| servers)
+        Self::build(config, Targets::Report, Purpose::Check, |servers| servers)
+    }
+
+    /// Everything a start would build, without starting or writing anything:
+    /// the verdict `wasmgate check` gives, the same a reload gives.
+    pub fn check(config: Config) -> Result<(), StartError> {
+        Self::build(config, Targets::Live, Purpose::Check, |servers| servers).map(|_| ())
     }
 
     /// The whole chain, to call without a listener.
     pub fn handler(&self) -> SharedHandler {
-        self.handler.clone()
+        self.snapshot.handler.clone()
     }
 
     /// Waits until queued audit events are written (for callers that use
     /// [`Gateway::handler`] directly and then stop).
     pub async fn flush_audit(&self) {
-        if let Some(audit) = &self.audit {
+        if let Some(audit) = &self.snapshot.audit {
             audit.flush(AUDIT_FLUSH_LIMIT).await;
         }
     }
@@ -90,6 +98,7 @@ impl Gateway {
     fn build(
         config: Config,
         targets: Targets,
+        purpose: Purpose,
         center: impl FnOnce(SharedHandler) -> SharedHandler,
     ) -> Result<Gateway, StartError> {
         let shutting_down = Flag::default();
@@ -103,47 +112,42 @@ impl Gateway {
             }));
             post_start.push((hook.clone(), done));
         }
-        let health = Arc::new(health);
-        let stages = crate::wasm::load_stages(&config)?;
-        let servers = crate::delegation::build(&config, &health, targets)?;
-        let chain = crate::chain::build(&config, stages, center(servers));
-        Ok(Gateway { config, handler: chain.handler, audit: chain.audit, health, shutting_down, post_start })
+        let (trigger, reload_requests) = ReloadTrigger::new();
+        let shared = Arc::new(Shared::new(Arc::new(health), Some(trigger)));
+        let snapshot = snapshot::build(config, &shared, targets, purpose, center)?;
+        Ok(Gateway { snapshot, shared, reload_requests, shutting_down, post_start })
     }
 
-    /// Binds the listener and starts serving.
+    /// Binds the listener and starts serving; starts the reloader and, when
+    /// the manifest is a file, the watcher.
     pub async fn start(self) -> Result<RunningGateway, StartError> {
-        let address = self.config.listen.address;
-        let tls = match &self.config.listen.transport {
-            Transport::Plaintext => {
-                tracing::warn!(%address, "serving plaintext HTTP: listen.plaintext = true");
-                None
-            }
-            Transport::Tls(material) => Some(tls::server_config(material)?),
-            Transport::SelfSigned { cert_dir } => Some(tls::server_config(&tls::self_signed(cert_dir, address)?)?),
-        };
+        let config = &self.snapshot.config;
+        let address = config.listen.address;
+        if matches!(config.listen.transport, Transport::Plaintext) {
+            tracing::warn!(%address, "serving plaintext HTTP: listen.plaintext = true");
+        }
         let tcp = TcpListener::bind(address).await.map_err(|source| StartError::Bind { address, source })?;
         let local_addr = tcp.local_addr().map_err(|source| StartError::Bind { address, source })?;
+        let scheme = if self.snapshot.tls.is_some() { "https" } else { "http" };
+        let source = config.source.clone();
+        let pre_shutdown = config.hooks.iter().filter(|h| h.phase == HookPhase::PreShutdown).cloned().collect();
+        let live: Live = Arc::new(ArcSwap::from_pointee(self.snapshot));
+        let reloader = Reloader { path: source, live: live.clone(), shared: self.shared.clone() };
+        tokio::spawn(reloader.run(self.reload_requests));
         let drain = listener::Drain {
             stop_accepting: CancellationToken::new(),
             close_connections: CancellationToken::new(),
             connections: TaskTracker::new(),
         };
-        let listener = listener::Listener {
-            tcp,
-            tls: tls.map(TlsAcceptor::from),
-            handler: self.handler,
-            limits: self.config.limits.clone(),
-        };
+        let listener = listener::Listener { tcp, live: live.clone() };
         let accepting = tokio::spawn(listener.run(drain.clone()));
-        let log_flusher = self.health.log_flushes.spawn_flusher();
-        let scheme = if matches!(self.config.listen.transport, Transport::Plaintext) { "http" } else { "https" };
+        let log_flusher = self.shared.health.log_flushes.spawn_flusher();
         tracing::info!(address = %local_addr, "listening on {scheme}://{local_addr}");
         lifecycle::spawn_post_start_hooks(self.post_start, local_addr);
-        let pre_shutdown = self.config.hooks.into_iter().filter(|h| h.phase == HookPhase::PreShutdown).collect();
         Ok(RunningGateway {
             local_addr,
-            limits: self.config.limits,
-            audit: self.audit,
+            live,
+            shared: self.shared,
             pre_shutdown,
             shutting_down: self.shutting_down,
             drain,
@@ -156,8 +160,8 @@ impl Gateway {
 /// A listening gateway.
 pub struct RunningGateway {
     pub local_addr: SocketAddr,
-    limits: crate::config::Limits,
-    audit: Option<Arc<AuditBackend>>,
+    live: Live,
+    shared: Arc<Shared>,
     pre_shutdown: Vec<Hook>,
     shutting_down: Flag,
     drain: listener::Drain,
@@ -175,24 +179,43 @@ pub enum Drained {
 }
 
 impl RunningGateway {
+    /// Asks for a reload (SIGHUP) without waiting for it.
+    pub fn request_reload(&self) {
+        if let Some(trigger) = &self.shared.reload {
+            trigger.request();
+        }
+    }
+
+    /// Reloads now and says how it went.
+    pub async fn reload(&self) -> Option<ReloadOutcome> {
+        self.shared.reload.as_ref()?.reload().await
+    }
+
+    /// The generation of the snapshot in force (1 at start, one more per
+    /// successful reload).
+    pub fn generation(&self) -> u64 {
+        self.live.load().generation
+    }
+
     /// kube's shutdown sequence; returns once the connections have drained or
     /// the shutdown timeout passed.
     pub async fn shutdown(self) -> Drained {
+        let limits = self.live.load().config.limits.clone();
         tracing::info!("shutting down: readyz now fails");
         self.shutting_down.set();
         lifecycle::run_pre_shutdown_hooks(&self.pre_shutdown, self.local_addr).await;
-        if !self.limits.shutdown_delay.is_zero() {
-            tracing::info!(delay = ?self.limits.shutdown_delay, "waiting shutdown_delay before closing the listener");
-            tokio::time::sleep(self.limits.shutdown_delay).await;
+        if !limits.shutdown_delay.is_zero() {
+            tracing::info!(delay = ?limits.shutdown_delay, "waiting shutdown_delay before closing the listener");
+            tokio::time::sleep(limits.shutdown_delay).await;
         }
         self.drain.stop_accepting.cancel();
         let _ = self.accepting.await;
         self.drain.connections.close();
         self.drain.close_connections.cancel();
         tracing::info!(open = self.drain.connections.len(), "listener closed, draining connections");
-        let drained = tokio::time::timeout(self.limits.shutdown_timeout, self.drain.connections.wait()).await;
+        let drained = tokio::time::timeout(limits.shutdown_timeout, self.drain.connections.wait()).await;
         // Then the audit backend, so every event of every drained request is written.
-        if let Some(audit) = &self.audit {
+        if let Some(audit) = &self.live.load().audit {
             audit.flush(AUDIT_FLUSH_LIMIT).await;
         }
         self.log_flusher.abort();

@@ -1,0 +1,108 @@
+//! What one configuration builds for requests to use, swapped whole on a
+//! reload: the handler chain, the TLS acceptor, the connection settings and
+//! the audit backend. The listener takes the current snapshot when a
+//! connection arrives (TLS, limits) and again for every request (the
+//! chain), and a request keeps its snapshot to the end, so a reload never
+//! changes a request under way; an old snapshot is dropped with its last
+//! request.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arc_swap::ArcSwap;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio_rustls::TlsAcceptor;
+
+use super::{StartError, tls};
+use crate::chain::audit::AuditBackend;
+use crate::config::{Config, Limits, Transport};
+use crate::delegation::Targets;
+use crate::handler::SharedHandler;
+use crate::health::Health;
+use crate::reload::ReloadTrigger;
+
+pub struct Snapshot {
+    /// 1 for the configuration the gateway started with, then one more per
+    /// successful reload.
+    pub generation: u64,
+    pub config: Config,
+    pub handler: SharedHandler,
+    pub tls: Option<TlsAcceptor>,
+    pub http: Arc<auto::Builder<TokioExecutor>>,
+    pub audit: Option<Arc<AuditBackend>>,
+}
+
+/// The snapshot in force, shared by the listener and the reloader.
+pub type Live = Arc<ArcSwap<Snapshot>>;
+
+/// What survives reloads: the health checks (with the post-start hooks'
+/// state), the reload trigger `/debug/reload` uses, the generation count.
+pub struct Shared {
+    pub health: Arc<Health>,
+    pub reload: Option<ReloadTrigger>,
+    generations: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(health: Arc<Health>, reload: Option<ReloadTrigger>) -> Self {
+        Shared { health, reload, generations: AtomicU64::new(0) }
+    }
+}
+
+/// How far to build: everything for serving, or what a check verifies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    Serve,
+    /// No files written: a self-signed certificate is not generated.
+    Check,
+}
+
+/// Builds a snapshot: components loaded (from the cache when unchanged),
+/// upstream clients, TLS, the chain. Nothing is swapped here.
+pub fn build(
+    config: Config,
+    shared: &Shared,
+    targets: Targets,
+    purpose: Purpose,
+    center: impl FnOnce(SharedHandler) -> SharedHandler,
+) -> Result<Snapshot, StartError> {
+    let stages = crate::wasm::load_stages(&config)?;
+    let tls = tls_acceptor(&config, purpose)?;
+    let servers = crate::delegation::build(&config, &shared.health, shared.reload.as_ref(), targets)?;
+    let chain = crate::chain::build(&config, stages, center(servers));
+    let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
+    Ok(Snapshot {
+        generation,
+        http: Arc::new(http_builder(&config.limits)),
+        config,
+        handler: chain.handler,
+        tls,
+        audit: chain.audit,
+    })
+}
+
+fn tls_acceptor(config: &Config, purpose: Purpose) -> Result<Option<TlsAcceptor>, StartError> {
+    let server_config = match (&config.listen.transport, purpose) {
+        (Transport::Plaintext, _) | (Transport::SelfSigned { .. }, Purpose::Check) => return Ok(None),
+        (Transport::Tls(material), _) => tls::server_config(material)?,
+        (Transport::SelfSigned { cert_dir }, Purpose::Serve) => {
+            tls::server_config(&tls::self_signed(cert_dir, config.listen.address)?)?
+        }
+    };
+    Ok(Some(TlsAcceptor::from(server_config)))
+}
+
+fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.read_header_timeout)
+        .max_buf_size(limits.max_header_bytes.max(8192));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    builder
+}
