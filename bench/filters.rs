@@ -1,0 +1,194 @@
+//! The per-call cost of each shipped filter, in each isolation mode, through
+//! the real host (`LoadedFilter`), against a baseline measured in the same
+//! run: the native floor (building the same input records and awaiting an
+//! empty future), so the ratios show what a Wasm call adds.
+//!
+//!     cargo bench --bench filters
+//!
+//! Criterion prints each measurement; a table of ratios follows at the end.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use criterion::Criterion;
+use wasmgate::config::Name;
+use wasmgate::config::stages::{FailurePolicy, FilterMatch, FilterSpec, Isolation, Mode, Sink};
+use wasmgate::context::UserInfo;
+use wasmgate::request_info::RequestInfo;
+use wasmgate::wasm::bindings::types;
+use wasmgate::wasm::filter::{AdmissionRequest, Attributes, Event, Level, Operation, Stage};
+use wasmgate::wasm::{LoadedFilter, WasmHost, convert};
+
+const GROUP: &str = "filter-call";
+
+fn main() {
+    build_filters();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let mut criterion = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    let inputs = Inputs::new();
+    let mut group = criterion.benchmark_group(GROUP);
+    group.bench_function("native-floor", |b| {
+        b.to_async(&runtime).iter(|| async { std::hint::black_box(Inputs::new()) })
+    });
+    for isolation in [Isolation::PerRequest, Isolation::Pooled] {
+        let mode = mode_name(isolation);
+        let token = load(spec("token-authn", isolation, "{\"tokens\":[{\"token\":\"alice-token\",\"user\":\"alice\"}]}"));
+        group.bench_function(format!("token-authn/{mode}"), |b| {
+            b.to_async(&runtime).iter(|| token.authenticate(&inputs.view))
+        });
+        let rbac = load(spec("rbac-authz", isolation, RBAC_CONFIG));
+        group.bench_function(format!("rbac-authz/{mode}"), |b| {
+            b.to_async(&runtime).iter(|| rbac.authorize(&inputs.attributes))
+        });
+        let labels = load(spec("label-defaults", isolation, "{\"labels\":{\"team\":\"platform\"}}"));
+        group.bench_function(format!("label-defaults/{mode}"), |b| {
+            b.to_async(&runtime).iter(|| labels.admit(&inputs.admission))
+        });
+        let policy = load(spec("policy-deny", isolation, POLICY_CONFIG));
+        group.bench_function(format!("policy-deny/{mode}"), |b| {
+            b.to_async(&runtime).iter(|| policy.admit(&inputs.admission))
+        });
+        let mut audit_spec = spec("jsonl-audit", isolation, "{}");
+        audit_spec.sink = Some(Sink::File(PathBuf::from("/dev/null")));
+        let audit = load(audit_spec);
+        group.bench_function(format!("jsonl-audit/{mode}"), |b| b.to_async(&runtime).iter(|| audit.audit(&inputs.event)));
+    }
+    group.finish();
+    criterion.final_summary();
+    print_ratios();
+}
+
+const RBAC_CONFIG: &str = r#"{"roles":[{"name":"admin","rules":[{"verbs":["*"],"apiGroups":["demo.example.io"],"resources":["widgets"]}]}],
+"bindings":[{"role":"admin","namespace":"default","users":["alice"]}]}"#;
+const POLICY_CONFIG: &str = r#"{"rules":[{"pointer":"/spec/replicas","op":"gt","value":10,"message":"too many"}]}"#;
+
+fn mode_name(isolation: Isolation) -> &'static str {
+    match isolation {
+        Isolation::PerRequest => "per-request",
+        Isolation::Pooled => "pooled",
+    }
+}
+
+fn build_filters() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("filters/build.sh");
+    let status = std::process::Command::new("bash").arg(script).stdout(std::process::Stdio::null()).status();
+    assert!(status.is_ok_and(|s| s.success()), "filters/build.sh failed");
+}
+
+fn spec(name: &str, isolation: Isolation, config_json: &str) -> FilterSpec {
+    FilterSpec {
+        name: Name::parse(name).expect("valid name"),
+        component: Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("filters/dist/{name}.wasm")),
+        location: None,
+        sha256: None,
+        isolation,
+        timeout: Duration::from_secs(1),
+        memory: 64 << 20,
+        failure_policy: FailurePolicy::FailClosed,
+        mode: Mode::Enforce,
+        matcher: FilterMatch::default(),
+        config_json: config_json.to_owned(),
+        sink: None,
+    }
+}
+
+fn load<K: wasmgate::wasm::filter::Kind>(spec: FilterSpec) -> LoadedFilter<K> {
+    let host = WasmHost::shared().expect("wasm host");
+    LoadedFilter::load(host, &spec).unwrap_or_else(|error| panic!("{}: {error}", spec.name))
+}
+
+/// One request's worth of filter inputs: what the stages build per request.
+struct Inputs {
+    view: types::RequestView,
+    attributes: Attributes,
+    admission: AdmissionRequest,
+    event: Event,
+}
+
+impl Inputs {
+    fn new() -> Self {
+        let path = "/apis/demo.example.io/v1/namespaces/default/widgets";
+        let info = RequestInfo::resolve(&http::Method::POST, path, None);
+        let user = UserInfo { name: "alice".into(), groups: vec!["dev".into()], ..UserInfo::default() };
+        let mut request = http::Request::post(path)
+            .header("authorization", "Bearer alice-token")
+            .header("content-type", "application/json")
+            .header("user-agent", "bench")
+            .body(())
+            .expect("request");
+        request.extensions_mut().insert(info.clone());
+        let (parts, ()) = request.into_parts();
+        let object = r#"{"apiVersion":"demo.example.io/v1","kind":"Widget","metadata":{"name":"w"},"spec":{"replicas":3}}"#;
+        Inputs {
+            view: convert::request_view(&parts),
+            attributes: Attributes { user: convert::user_to_wit(&user), request: convert::request_info(&info) },
+            admission: AdmissionRequest {
+                uid: "bench".into(),
+                operation: Operation::Create,
+                request: convert::request_info(&info),
+                user: convert::user_to_wit(&user),
+                object: Some(object.into()),
+                content_type: "application/json".into(),
+                dry_run: false,
+            },
+            event: Event {
+                audit_id: "bench".into(),
+                stage: Stage::ResponseComplete,
+                level: Level::Metadata,
+                verb: info.verb.clone(),
+                request_uri: path.into(),
+                user: convert::user_to_wit(&user),
+                impersonated_user: None,
+                source_ips: vec!["127.0.0.1".into()],
+                user_agent: "bench".into(),
+                object_ref: None,
+                response_status: Some(types::Status { code: 201, reason: String::new(), message: String::new() }),
+                request_received_timestamp: "2026-01-01T00:00:00.000000Z".into(),
+                stage_timestamp: "2026-01-01T00:00:00.000100Z".into(),
+                annotations: Vec::new(),
+                request_object: None,
+                response_object: None,
+            },
+        }
+    }
+}
+
+/// Reads criterion's estimates back and prints each filter against the
+/// native floor and against its own pooled mode.
+fn print_ratios() {
+    let dir = criterion_dir().join(GROUP);
+    let mean = |id: &str| -> Option<f64> {
+        let text = std::fs::read_to_string(dir.join(id).join("new/estimates.json")).ok()?;
+        let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+        json["mean"]["point_estimate"].as_f64()
+    };
+    let Some(floor) = mean("native-floor") else {
+        println!("no estimates found under {}", dir.display());
+        return;
+    };
+    println!("\nper-call cost (mean), ratio to the native floor ({floor:.0} ns) measured in this run:");
+    println!("{:<16} {:>14} {:>10} {:>14} {:>10} {:>14}", "filter", "per-request", "x floor", "pooled", "x floor", "fresh/pooled");
+    for filter in ["token-authn", "rbac-authz", "label-defaults", "policy-deny", "jsonl-audit"] {
+        let (Some(fresh), Some(pooled)) = (mean(&format!("{filter}_per-request")), mean(&format!("{filter}_pooled"))) else {
+            continue;
+        };
+        println!(
+            "{filter:<16} {:>11.2} µs {:>9.1}x {:>11.2} µs {:>9.1}x {:>13.1}x",
+            fresh / 1000.0,
+            fresh / floor,
+            pooled / 1000.0,
+            pooled / floor,
+            fresh / pooled
+        );
+    }
+}
+
+fn criterion_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+        .join("criterion")
+}

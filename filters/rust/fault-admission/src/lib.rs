@@ -1,0 +1,138 @@
+//! `fault-admission`: a test fixture admission filter that answers, fails or
+//! misbehaves as the object's `metadata.name` says. See the README.
+
+#[path = "../../fault-authz/src/faults.rs"]
+mod faults;
+
+wit_bindgen::generate!({
+    path: "../../../wit",
+    world: "admission-filter",
+});
+
+use exports::wasmgate::filter::admission::{AdmissionRequest, AdmissionResponse, Guest};
+use faults::Fault;
+use serde_json::Value;
+use wasmgate::filter::host;
+use wasmgate::filter::types::{LogLevel, Status};
+
+const NAME: &str = "fault-admission";
+/// The label `mutate` and `patch` add.
+const LABEL: &str = "fault-admission";
+
+struct Filter;
+
+/// The word a request carries: the object's `metadata.name`, or none.
+fn word(object: Option<&Value>) -> &str {
+    object
+        .and_then(|object| object.pointer("/metadata/name"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+fn answer(word: &str, object: Option<Value>, dry_run: bool) -> AdmissionResponse {
+    let denied = |message: String| {
+        AdmissionResponse::Denied(Status {
+            code: 403,
+            reason: "Forbidden".into(),
+            message,
+        })
+    };
+    match (word, object) {
+        ("deny", _) => denied(format!("{NAME}: deny requested")),
+        ("dry-run", _) if dry_run => denied(format!("{NAME}: the request is a dry run")),
+        ("mutate", Some(mut object)) => {
+            if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+                let labels = metadata
+                    .entry("labels")
+                    .or_insert_with(|| Value::Object(serde_json::Map::new()));
+                if let Some(labels) = labels.as_object_mut() {
+                    labels.insert(LABEL.into(), Value::String("mutated".into()));
+                }
+            }
+            AdmissionResponse::Mutated(object.to_string())
+        }
+        ("patch", Some(_)) => AdmissionResponse::Patched(
+            serde_json::json!([{"op": "add", "path": "/metadata/annotations", "value": {LABEL: "patched"}}]).to_string(),
+        ),
+        _ => AdmissionResponse::Allowed,
+    }
+}
+
+impl Guest for Filter {
+    fn admit(request: AdmissionRequest) -> Result<AdmissionResponse, String> {
+        let object = match request.object.as_deref().map(serde_json::from_str::<Value>) {
+            None => None,
+            Some(Ok(object)) => Some(object),
+            Some(Err(error)) => return Err(format!("{NAME}: the object is not JSON: {error}")),
+        };
+        let word = word(object.as_ref()).to_owned();
+        host::log(
+            LogLevel::Debug,
+            &format!("{NAME}: {word:?} for {}", request.uid),
+        );
+        match faults::parse(&word) {
+            Fault::Answer(word) => Ok(answer(word, object, request.dry_run)),
+            Fault::Error => Err(format!("{NAME}: error requested")),
+            Fault::Trap => faults::trap(NAME),
+            Fault::Loop => faults::spin_forever(),
+            Fault::Alloc => faults::exhaust_memory(),
+            Fault::Slow(millis) => {
+                faults::busy_wait(millis);
+                Ok(AdmissionResponse::Allowed)
+            }
+        }
+    }
+}
+
+export!(Filter);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_object_name_is_the_word() {
+        assert_eq!(word(Some(&json!({"metadata": {"name": "trap"}}))), "trap");
+        assert_eq!(word(Some(&json!({"kind": "DeleteOptions"}))), "");
+        assert_eq!(word(None), "");
+    }
+
+    #[test]
+    fn answers() {
+        assert!(matches!(
+            answer("allow", None, false),
+            AdmissionResponse::Allowed
+        ));
+        assert!(matches!(
+            answer("no-opinion", None, false),
+            AdmissionResponse::Allowed
+        ));
+        assert!(
+            matches!(answer("deny", None, false), AdmissionResponse::Denied(s) if s.code == 403)
+        );
+        assert!(matches!(
+            answer("dry-run", None, false),
+            AdmissionResponse::Allowed
+        ));
+        assert!(matches!(
+            answer("dry-run", None, true),
+            AdmissionResponse::Denied(_)
+        ));
+        match answer(
+            "mutate",
+            Some(json!({"metadata": {"name": "mutate"}})),
+            false,
+        ) {
+            AdmissionResponse::Mutated(object) => {
+                let object: Value = serde_json::from_str(&object).unwrap();
+                assert_eq!(object["metadata"]["labels"][LABEL], "mutated");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            answer("patch", Some(json!({"metadata": {}})), false),
+            AdmissionResponse::Patched(_)
+        ));
+    }
+}

@@ -1,0 +1,75 @@
+//! `fault-authz`: a test fixture authorizer that answers, fails or
+//! misbehaves as the last segment of the request path says (`/x/deny`,
+//! `/apis/g/v1/namespaces/n/widgets/trap`). See the README for the words.
+
+mod faults;
+
+wit_bindgen::generate!({
+    path: "../../../wit",
+    world: "authorizer-filter",
+});
+
+use exports::wasmgate::filter::authorizer::{Attributes, Decision, Guest};
+use faults::Fault;
+use wasmgate::filter::host;
+use wasmgate::filter::types::LogLevel;
+
+const NAME: &str = "fault-authz";
+
+struct Filter;
+
+/// The word a request carries: the last segment of its path.
+fn word(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or("")
+}
+
+fn answer(word: &str) -> Decision {
+    match word {
+        "allow" => Decision::Allow,
+        "deny" => Decision::Deny(format!("{NAME}: deny requested")),
+        _ => Decision::NoOpinion(format!("{NAME}: no opinion on {word:?}")),
+    }
+}
+
+impl Guest for Filter {
+    fn authorize(attributes: Attributes) -> Result<Decision, String> {
+        let word = word(&attributes.request.path);
+        host::log(
+            LogLevel::Debug,
+            &format!("{NAME}: {word:?} for user {:?}", attributes.user.name),
+        );
+        match faults::parse(word) {
+            Fault::Answer(word) => Ok(answer(word)),
+            Fault::Error => Err(format!("{NAME}: error requested")),
+            Fault::Trap => faults::trap(NAME),
+            Fault::Loop => faults::spin_forever(),
+            Fault::Alloc => faults::exhaust_memory(),
+            Fault::Slow(millis) => {
+                faults::busy_wait(millis);
+                Ok(Decision::Allow)
+            }
+        }
+    }
+}
+
+export!(Filter);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_path_segment_is_the_word() {
+        assert_eq!(word("/fault/deny"), "deny");
+        assert_eq!(
+            word("/apis/demo.example.io/v1/namespaces/default/widgets/trap"),
+            "trap"
+        );
+        assert_eq!(word("/x/"), "");
+        assert_eq!(word(""), "");
+        assert!(matches!(answer("allow"), Decision::Allow));
+        assert!(matches!(answer("deny"), Decision::Deny(_)));
+        assert!(matches!(answer("no-opinion"), Decision::NoOpinion(_)));
+        assert!(matches!(answer("healthz"), Decision::NoOpinion(_)));
+    }
+}

@@ -1,0 +1,278 @@
+//! `wasmgate try`: one request through a manifest's chain, in process with
+//! no network, reporting every filter's outcome (answer, error, trap,
+//! timeout, skipped), the user, and either the route the director chose or
+//! the answer the chain gave itself. Run as the real binary, with the real
+//! components.
+
+mod common;
+#[path = "common/wasm.rs"]
+mod wasm_common;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+
+use common::*;
+use serde_json::{Value, json};
+use wasm_common::*;
+
+/// `wasmgate try --config <manifest> <args>`, bounded; its exit status,
+/// standard output and standard error.
+fn run_try(manifest: &Path, args: &[&str]) -> (ExitStatus, String, String) {
+    let child = Command::new(binary())
+        .arg("try")
+        .arg("--config")
+        .arg(manifest)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start wasmgate try");
+    let mut child = ChildGuard::new(child);
+    let readers: Vec<_> = [
+        Box::new(child.child_mut().stdout.take().expect("stdout")) as Box<dyn Read + Send>,
+        Box::new(child.child_mut().stderr.take().expect("stderr")),
+    ]
+    .into_iter()
+    .map(|mut pipe| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    })
+    .collect();
+    let status = child.wait_exit(BOUND);
+    let mut texts = readers
+        .into_iter()
+        .map(|reader| reader.join().expect("a pipe reader"));
+    let (stdout, stderr) = (
+        texts.next().unwrap_or_default(),
+        texts.next().unwrap_or_default(),
+    );
+    (status, stdout, stderr)
+}
+
+/// Runs `try` and parses its report, failing on a non-zero exit.
+fn report(manifest: &Path, args: &[&str]) -> Value {
+    let (status, stdout, stderr) = run_try(manifest, args);
+    assert!(
+        status.success(),
+        "wasmgate try {args:?} failed ({status}):\n{stderr}"
+    );
+    serde_json::from_str(&stdout)
+        .unwrap_or_else(|error| panic!("not a JSON report ({error}):\n{stdout}\n{stderr}"))
+}
+
+/// `(stage, filter, outcome)` of every trace entry.
+fn outcomes(report: &Value) -> Vec<(String, String, String)> {
+    report["filters"]
+        .as_array()
+        .expect("a filters list")
+        .iter()
+        .map(|entry| {
+            let text = |key: &str| {
+                entry[key]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{key} in {entry}"))
+                    .to_owned()
+            };
+            (text("stage"), text("filter"), text("outcome"))
+        })
+        .collect()
+}
+
+fn triple(stage: &str, filter: &str, outcome: &str) -> (String, String, String) {
+    (stage.to_owned(), filter.to_owned(), outcome.to_owned())
+}
+
+fn write_manifest(dir: &Path) -> std::path::PathBuf {
+    let faults = filter(
+        "authorization.filters",
+        "faults",
+        "fault-authz",
+        None,
+        "timeout = \"100ms\"\nmatch = { path_prefixes = [\"/fault/\"] }\n",
+    );
+    let labels = filter(
+        "admission.mutating",
+        "labels",
+        "label-defaults",
+        Some(json!({"labels": {"team": "platform"}})),
+        "",
+    );
+    let policy = filter(
+        "admission.validating",
+        "policy",
+        "policy-deny",
+        Some(
+            json!({"rules": [{"pointer": "/spec/replicas", "op": "gt", "value": 10, "message": "too many"}]}),
+        ),
+        "",
+    );
+    let manifest = plaintext(
+        &[
+            tokens(),
+            faults,
+            rbac(),
+            labels,
+            policy,
+            routes("http://127.0.0.1:9"),
+        ]
+        .concat(),
+    );
+    let path = dir.join("gateway.toml");
+    std::fs::write(&path, manifest).expect("write the manifest");
+    path
+}
+
+#[test]
+fn try_reports_each_filter_outcome_and_the_decision() {
+    let dir = new_dir();
+    let manifest = write_manifest(dir.path());
+    let alice = ["-H", "Authorization: Bearer alice-token"];
+
+    // A trap: the chain answers 500 itself.
+    let trapped = report(
+        &manifest,
+        &[&["--path", "/fault/trap"][..], &alice].concat(),
+    );
+    assert_eq!(
+        outcomes(&trapped),
+        [
+            triple("authentication", "tokens", "answer"),
+            triple("authorization", "faults", "trap")
+        ]
+    );
+    assert_eq!(trapped["decision"], "answered");
+    assert_eq!(trapped["status"], 500);
+    assert_eq!(trapped["body"]["reason"], "InternalError");
+    assert_eq!(trapped["user"]["name"], "alice");
+    assert_eq!(trapped["requestInfo"]["path"], "/fault/trap");
+
+    // A filter error, a timeout, a deny: each its own outcome.
+    let failed = report(
+        &manifest,
+        &[&["--path", "/fault/error"][..], &alice].concat(),
+    );
+    assert_eq!(
+        outcomes(&failed)[1],
+        triple("authorization", "faults", "error")
+    );
+    assert_eq!(failed["status"], 500);
+    let stopped = report(
+        &manifest,
+        &[&["--path", "/fault/loop"][..], &alice].concat(),
+    );
+    assert_eq!(
+        outcomes(&stopped)[1],
+        triple("authorization", "faults", "timeout")
+    );
+    assert_eq!(stopped["status"], 503);
+    let denied = report(
+        &manifest,
+        &[&["--path", "/fault/deny"][..], &alice].concat(),
+    );
+    assert_eq!(
+        outcomes(&denied)[1],
+        triple("authorization", "faults", "answer")
+    );
+    assert_eq!(denied["status"], 403);
+    let detail = denied["filters"][1]["detail"].as_str().expect("a detail");
+    assert!(detail.contains("deny"), "{detail}");
+
+    // Outside its match the fault filter is skipped; RBAC allows; the
+    // director's choice is reported, and nothing is contacted.
+    let routed = report(&manifest, &[&["--path", "/open/x"][..], &alice].concat());
+    assert_eq!(
+        outcomes(&routed),
+        [
+            triple("authentication", "tokens", "answer"),
+            triple("authorization", "faults", "skipped"),
+            triple("authorization", "rbac", "answer"),
+        ]
+    );
+    assert_eq!(routed["decision"], "routed");
+    assert_eq!(routed["status"], 200);
+    assert_eq!(routed["route"]["server"], "gw");
+    assert_eq!(routed["route"]["route"], json!({"prefix": "/open/"}));
+    let groups = routed["user"]["groups"].as_array().expect("groups");
+    assert!(
+        groups.contains(&json!("system:authenticated")),
+        "{groups:?}"
+    );
+
+    // An unrecognised request: a 401 after the authenticator's answer.
+    let anonymous = report(&manifest, &["--path", "/open/x"]);
+    assert_eq!(
+        outcomes(&anonymous),
+        [triple("authentication", "tokens", "answer")]
+    );
+    assert_eq!(anonymous["status"], 401);
+}
+
+#[test]
+fn try_runs_admission_on_a_body_from_a_file() {
+    let dir = new_dir();
+    let manifest = write_manifest(dir.path());
+    let body = dir.path().join("widget.json");
+    std::fs::write(
+        &body,
+        json!({"metadata": {"name": "big"}, "spec": {"replicas": 20}}).to_string(),
+    )
+    .expect("write");
+    let args = [
+        "--method",
+        "POST",
+        "--path",
+        WIDGETS,
+        "-H",
+        "Authorization: Bearer alice-token",
+        "-H",
+        "Content-Type: application/json",
+        "--body",
+        body.to_str().expect("a UTF-8 path"),
+    ];
+    let denied = report(&manifest, &args);
+    assert_eq!(
+        outcomes(&denied),
+        [
+            triple("authentication", "tokens", "answer"),
+            triple("authorization", "faults", "skipped"),
+            triple("authorization", "rbac", "answer"),
+            triple("admission", "labels", "answer"),
+            triple("admission", "policy", "answer"),
+        ]
+    );
+    assert!(
+        denied["filters"][3]["detail"]
+            .as_str()
+            .expect("a detail")
+            .starts_with("patched: "),
+        "{denied}"
+    );
+    assert_eq!(denied["status"], 403);
+    assert_eq!(denied["decision"], "answered");
+    assert_eq!(
+        denied["body"]["message"],
+        r#"admission webhook "policy-deny" denied the request: too many"#
+    );
+}
+
+#[test]
+fn try_rejects_bad_arguments_and_manifests() {
+    let dir = new_dir();
+    let manifest = write_manifest(dir.path());
+    let (status, _, stderr) = run_try(&manifest, &["--path", "/open/x", "-H", "no colon here"]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is not a `Name: value` header"), "{stderr}");
+
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(&broken, plaintext(&tokens())).expect("write the manifest");
+    let (status, stdout, stderr) = run_try(&broken, &["--path", "/open/x"]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains("no authorization filter"), "{stderr}");
+}
