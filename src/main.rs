@@ -299,6 +299,15 @@ fn run(path: &std::path::Path, workers: Option<usize>) -> ExitCode {
 }
 
 async fn serve(config: Config) -> ExitCode {
+    // Installed before anything listens: a signal that arrives once the
+    // gateway serves must start a graceful shutdown, never kill the process.
+    let signals = match Signals::install() {
+        Ok(signals) => signals,
+        Err(error) => {
+            tracing::error!(%error, "cannot install signal handlers");
+            return ExitCode::FAILURE;
+        }
+    };
     let gateway = match Gateway::new(config) {
         Ok(gateway) => gateway,
         Err(error) => {
@@ -313,7 +322,7 @@ async fn serve(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let signal = wait_for_stop(&running).await;
+    let signal = signals.wait_for_stop(&running).await;
     tracing::info!(signal, "stop requested");
     match running.shutdown().await {
         Drained::Complete => ExitCode::SUCCESS,
@@ -321,23 +330,33 @@ async fn serve(config: Config) -> ExitCode {
     }
 }
 
-/// Waits for SIGTERM or SIGINT; every SIGHUP meanwhile asks for a reload.
-async fn wait_for_stop(running: &wasmgate::server::RunningGateway) -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
-        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
-    else {
-        tracing::error!("cannot install signal handlers; stopping on Ctrl-C only");
-        let _ = tokio::signal::ctrl_c().await;
-        return "SIGINT";
-    };
-    loop {
-        tokio::select! {
-            _ = term.recv() => return "SIGTERM",
-            _ = int.recv() => return "SIGINT",
-            _ = hup.recv() => {
-                tracing::info!("SIGHUP: reloading the configuration");
-                running.request_reload();
+/// The signals the gateway answers: SIGTERM and SIGINT stop it, SIGHUP reloads.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// Waits for SIGTERM or SIGINT; every SIGHUP meanwhile asks for a reload.
+    async fn wait_for_stop(mut self, running: &wasmgate::server::RunningGateway) -> &'static str {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => return "SIGTERM",
+                _ = self.int.recv() => return "SIGINT",
+                _ = self.hup.recv() => {
+                    tracing::info!("SIGHUP: reloading the configuration");
+                    running.request_reload();
+                }
             }
         }
     }

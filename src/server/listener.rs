@@ -130,6 +130,12 @@ impl Connection {
             service_activity.in_flight.fetch_add(1, Ordering::AcqRel);
             let active = ActiveRequest(service_activity.clone());
             async move {
+                // hyper's HTTP/1.1 header buffer cannot be under 8 KiB: a
+                // smaller limit is enforced here, for every protocol.
+                if header_bytes(&request) > snapshot.config.limits.max_header_bytes {
+                    let response = headers_too_large(request.version());
+                    return Ok::<_, Infallible>(response.map(|body| body.with_guard(active)));
+                }
                 let mut request = request.map(Body::wrap);
                 request.extensions_mut().insert(info);
                 let response = snapshot.handler.call(request).await;
@@ -158,6 +164,29 @@ impl Connection {
             }
         }
     }
+}
+
+/// The size of a request's head as Go's `MaxHeaderBytes` counts it: the
+/// request line and every `name: value` line.
+fn header_bytes<B>(request: &hyper::Request<B>) -> usize {
+    let target = request.uri().path_and_query().map_or(1, |target| target.as_str().len());
+    let request_line = request.method().as_str().len() + 1 + target + " HTTP/1.1\r\n".len();
+    let headers: usize = request.headers().iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
+    request_line + headers
+}
+
+/// Go's answer to a request head over the limit, with the HTTP/1.x
+/// connection closed after it.
+fn headers_too_large(version: http::Version) -> http::Response<Body> {
+    const TEXT: &str = "431 Request Header Fields Too Large";
+    let mut response = http::Response::new(Body::full(TEXT));
+    *response.status_mut() = http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+    let headers = response.headers_mut();
+    headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain; charset=utf-8"));
+    if version < http::Version::HTTP_2 {
+        headers.insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    }
+    response
 }
 
 /// Completes once the connection has had no request for `timeout`.
