@@ -29,7 +29,7 @@ use crate::status::GatewayError;
 pub enum UpstreamError {
     #[error("cannot set up TLS for upstream {url}: {source}")]
     Tls {
-        url: Uri,
+        url: String,
         #[source]
         source: rustls::Error,
     },
@@ -46,7 +46,7 @@ impl UpstreamProxy {
         let roots = upstream.ca.as_deref().cloned().unwrap_or_else(rustls::RootCertStore::empty);
         let tls = rustls::ClientConfig::builder_with_provider(crate::server::tls::crypto_provider())
             .with_safe_default_protocol_versions()
-            .map_err(|source| UpstreamError::Tls { url: upstream.url.clone(), source })?
+            .map_err(|source| UpstreamError::Tls { url: upstream.url.to_string(), source })?
             .with_root_certificates(roots)
             .with_no_client_auth();
         let connector = HttpsConnectorBuilder::new()

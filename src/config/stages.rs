@@ -329,10 +329,11 @@ impl Completer<'_> {
             // Audit never fails a request.
             if stage == StageKind::Audit { FailurePolicy::FailOpen } else { FailurePolicy::FailClosed },
         );
-        if stage == StageKind::Audit && failure_policy == FailurePolicy::FailClosed {
-            if let Some(policy) = &filter.failure_policy {
-                self.at(policy, &format!("{key}.failure_policy"), "audit filters never fail a request: use fail-open or leave it out");
-            }
+        if stage == StageKind::Audit
+            && failure_policy == FailurePolicy::FailClosed
+            && let Some(policy) = &filter.failure_policy
+        {
+            self.at(policy, &format!("{key}.failure_policy"), "audit filters never fail a request: use fail-open or leave it out");
         }
         let mode = self.choice(&filter.mode, &format!("{key}.mode"), &[("enforce", Mode::Enforce), ("monitor", Mode::Monitor)], Mode::Enforce);
         if let Some(given) = filter.mode.as_ref().filter(|_| matches!(stage, StageKind::Authentication | StageKind::Audit)) {

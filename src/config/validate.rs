@@ -534,10 +534,7 @@ fn validate_api_root(root: &str) -> Result<(), String> {
     let well_formed = segments.iter().all(|s| {
         !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
     });
-    let shape_ok = match segments.as_slice() {
-        ["api"] | ["apis"] | ["api", _] | ["apis", _] | ["apis", _, _] => true,
-        _ => false,
-    };
+    let shape_ok = matches!(segments.as_slice(), ["api"] | ["apis"] | ["api", _] | ["apis", _] | ["apis", _, _]);
     if root.starts_with('/') && well_formed && shape_ok {
         Ok(())
     } else {

@@ -112,7 +112,7 @@ impl WasmHost {
             self.count(|s| s.from_memory += 1, "memory");
             return Ok(component);
         }
-        let component = match self.from_disk(&digest) {
+        let component = match self.load_from_disk(&digest) {
             Some(component) => {
                 self.count(|s| s.from_disk += 1, "disk");
                 tracing::debug!(component = %path.display(), "loaded compiled component from the disk cache");
@@ -155,7 +155,7 @@ impl WasmHost {
         unsafe { Component::deserialize(&self.engine, &serialized) }.map_err(compile_error)
     }
 
-    fn from_disk(&self, digest: &[u8; 32]) -> Option<Component> {
+    fn load_from_disk(&self, digest: &[u8; 32]) -> Option<Component> {
         let file = self.disk_path(digest)?;
         if !file.exists() {
             return None;
