@@ -92,6 +92,7 @@ fn spec(name: &str, isolation: Isolation, config_json: &str) -> FilterSpec {
         matcher: FilterMatch::default(),
         config_json: config_json.to_owned(),
         sink: None,
+        wasi: Default::default(),
     }
 }
 

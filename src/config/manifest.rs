@@ -109,7 +109,29 @@ pub struct Filter {
     pub matcher: Option<FilterMatch>,
     /// Audit filters only: `"stdout"` or a file path.
     pub sink: Option<Spanned<String>>,
+    /// What of WASI the filter may use; nothing when absent.
+    pub wasi: Option<Spanned<WasiGrant>>,
     pub config: Option<toml::Table>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WasiGrant {
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub dirs: Vec<WasiDir>,
+    #[serde(default)]
+    pub stdio: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WasiDir {
+    pub host: String,
+    pub guest: String,
+    #[serde(default)]
+    pub writable: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]

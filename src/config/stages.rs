@@ -129,6 +129,26 @@ pub struct FilterSpec {
     pub config_json: String,
     /// Audit filters only: where `sink.write` goes.
     pub sink: Option<Sink>,
+    /// What of WASI the filter may use (nothing unless the manifest grants it).
+    pub wasi: WasiGrants,
+}
+
+/// WASI capabilities granted to one filter. Network access is never granted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WasiGrants {
+    /// Environment variables the filter sees.
+    pub env: Vec<(String, String)>,
+    /// Host folders the filter may open, under a guest path.
+    pub dirs: Vec<GrantedDir>,
+    /// The filter's standard output and error go to the gateway's.
+    pub stdio: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantedDir {
+    pub host: PathBuf,
+    pub guest: String,
+    pub writable: bool,
 }
 
 /// How instances are kept between calls.
@@ -371,6 +391,7 @@ impl Completer<'_> {
             verbs: m.verbs.clone(),
             namespaces: m.namespaces.clone(),
         });
+        let wasi = filter.wasi.as_ref().map(|grant| self.wasi_grants(grant, &format!("{key}.wasi"))).unwrap_or_default();
         let config_json = match &filter.config {
             Some(table) => serde_json::to_string(table).unwrap_or_else(|_| "{}".to_owned()),
             None => "{}".to_owned(),
@@ -388,7 +409,28 @@ impl Completer<'_> {
             matcher,
             config_json,
             sink,
+            wasi,
         })
+    }
+
+    fn wasi_grants(&mut self, grant: &Spanned<m::WasiGrant>, key: &str) -> WasiGrants {
+        let mut dirs = Vec::new();
+        for dir in &grant.get_ref().dirs {
+            let host = self.resolve(&dir.host);
+            if !host.is_dir() {
+                self.at(grant, &format!("{key}.dirs"), format!("{} is not a folder", host.display()));
+            } else if dir.guest.is_empty() {
+                self.at(grant, &format!("{key}.dirs"), "guest must name the path the filter sees");
+            } else {
+                dirs.push(GrantedDir { host, guest: dir.guest.clone(), writable: dir.writable });
+            }
+        }
+        let grant = grant.get_ref();
+        WasiGrants {
+            env: grant.env.iter().map(|(name, value)| (name.clone(), value.clone())).collect(),
+            dirs,
+            stdio: grant.stdio,
+        }
     }
 
     fn choice<T: Copy>(&mut self, value: &Option<Spanned<String>>, key: &str, options: &[(&str, T)], default: T) -> T {

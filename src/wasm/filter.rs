@@ -166,6 +166,7 @@ impl<K: Kind> LoadedFilter<K> {
             name: spec.name.to_string(),
             config_json: spec.config_json.clone(),
             sink,
+            wasi: spec.wasi.clone(),
         });
         Ok(LoadedFilter {
             spec: spec.clone(),
@@ -219,7 +220,7 @@ impl<K: Kind> LoadedFilter<K> {
         {
             return Ok(instance);
         }
-        let mut store = Store::new(&self.engine, FilterState::new(self.identity.clone(), self.spec.memory));
+        let mut store = Store::new(&self.engine, FilterState::new(self.identity.clone(), self.spec.memory)?);
         store.limiter(|state| &mut state.limits);
         store.epoch_deadline_callback(|context| {
             if Instant::now() >= context.data().deadline {

@@ -1,8 +1,9 @@
 //! What a filter's store holds, and the host functions the WIT grants it:
 //! `host.config`, `host.log` (into the gateway's log, tagged with the
 //! filter's name) and, for auditors, `sink.write`. WASI is linked because
-//! guest standard libraries import it, but the context grants nothing: no
-//! files, no network, no environment, no standard streams.
+//! guest standard libraries import it, but its context grants only what the
+//! manifest's `wasi` table names (environment variables, folders, standard
+//! streams); by default nothing, and never the network.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -10,10 +11,10 @@ use std::time::Instant;
 
 use wasmtime::StoreLimits;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{host, sink, types};
-use crate::config::stages::Sink;
+use crate::config::stages::{Sink, WasiGrants};
 
 /// Who a filter is, shared by all its instances.
 #[derive(Debug)]
@@ -21,6 +22,7 @@ pub struct FilterIdentity {
     pub name: String,
     pub config_json: String,
     pub sink: Option<SinkWriter>,
+    pub wasi: WasiGrants,
 }
 
 /// An open audit sink.
@@ -69,18 +71,33 @@ pub struct FilterState {
 }
 
 impl FilterState {
-    pub fn new(identity: Arc<FilterIdentity>, memory: u64) -> Self {
+    /// A store's state; fails only when a granted folder cannot be opened.
+    pub fn new(identity: Arc<FilterIdentity>, memory: u64) -> wasmtime::Result<Self> {
         let limits = wasmtime::StoreLimitsBuilder::new()
             .memory_size(usize::try_from(memory).unwrap_or(usize::MAX))
             .build();
-        FilterState {
-            wasi: WasiCtx::builder().build(),
+        Ok(FilterState {
+            wasi: wasi_context(&identity.wasi)?,
             table: ResourceTable::new(),
             limits,
             identity,
             deadline: Instant::now(),
-        }
+        })
     }
+}
+
+/// The WASI context a filter gets: what the manifest granted, nothing else.
+fn wasi_context(grants: &WasiGrants) -> wasmtime::Result<WasiCtx> {
+    let mut builder = WasiCtx::builder();
+    builder.envs(&grants.env);
+    for dir in &grants.dirs {
+        let perms = if dir.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+        builder.preopened_dir(&dir.host, &dir.guest, perms)?;
+    }
+    if grants.stdio {
+        builder.inherit_stdout().inherit_stderr();
+    }
+    Ok(builder.build())
 }
 
 impl WasiView for FilterState {

@@ -27,6 +27,13 @@ fn answer(word: &str) -> Decision {
     match word {
         "allow" => Decision::Allow,
         "deny" => Decision::Deny(format!("{NAME}: deny requested")),
+        // What WASI lets the filter see, told back in a denial: the
+        // environment variable FAULT_ENV, and the file /data/fault.txt.
+        "env" => Decision::Deny(format!("env: {}", std::env::var("FAULT_ENV").unwrap_or_else(|_| "unset".into()))),
+        "file" => Decision::Deny(match std::fs::read_to_string("/data/fault.txt") {
+            Ok(text) => format!("file: {}", text.trim()),
+            Err(error) => format!("file unreadable: {error}"),
+        }),
         _ => Decision::NoOpinion(format!("{NAME}: no opinion on {word:?}")),
     }
 }
