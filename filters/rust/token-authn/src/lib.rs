@@ -17,7 +17,7 @@ struct Filter;
 
 impl Guest for Filter {
     fn authenticate(request: RequestView) -> AuthnResult {
-        let config = match logic::Config::parse(&host::config()) {
+        let config = match config() {
             Ok(config) => config,
             Err(message) => {
                 host::log(LogLevel::Error, &message);
@@ -48,6 +48,14 @@ impl Guest for Filter {
             }
         }
     }
+}
+
+/// The filter's config, parsed on the instance's first call: a pooled
+/// instance serves many calls, all with the same config (a reload makes
+/// new instances).
+fn config() -> Result<&'static logic::Config, String> {
+    static CONFIG: std::sync::OnceLock<Result<logic::Config, String>> = std::sync::OnceLock::new();
+    CONFIG.get_or_init(|| logic::Config::parse(&host::config())).as_ref().map_err(Clone::clone)
 }
 
 export!(Filter);
