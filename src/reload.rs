@@ -10,13 +10,15 @@
 //! reload are served by the next one.
 
 use std::collections::HashSet;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::BoxFuture;
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 
 use crate::body::{Request, Response};
 use crate::config::{self, Config, Transport};
@@ -73,23 +75,55 @@ pub struct Reloader {
     pub path: PathBuf,
     pub live: Live,
     pub shared: Arc<Shared>,
+    /// The settings of the configuration the gateway started with that only
+    /// a restart changes.
+    pub bound: Bound,
+}
+
+/// What the gateway bound at start: the socket, whether it speaks TLS, the
+/// hooks. A reload is compared with these, not with the previous reload,
+/// since none of them changes until a restart.
+pub struct Bound {
+    address: SocketAddr,
+    plaintext: bool,
+    hooks: Vec<(String, Vec<String>)>,
+}
+
+impl Bound {
+    pub fn of(config: &Config) -> Bound {
+        Bound {
+            address: config.listen.address,
+            plaintext: matches!(config.listen.transport, Transport::Plaintext),
+            hooks: config.hooks.iter().map(|hook| (hook.name.to_string(), hook.command.clone())).collect(),
+        }
+    }
 }
 
 impl Reloader {
-    /// Serves reload requests until every trigger is gone, watching the
-    /// files of the configuration in force (when the manifest is a file).
-    pub async fn run(self, mut requests: ReloadRequests) {
-        let mut watcher = self.watch();
+    /// Starts the watcher now (so that a change made once the gateway has
+    /// started is seen), then serves reload requests on a task of its own,
+    /// until every trigger is gone or the task is aborted.
+    pub fn spawn(self, requests: ReloadRequests) -> JoinHandle<()> {
+        record_success();
+        let watch = self.watch();
+        tokio::spawn(self.run(watch, requests))
+    }
+
+    /// Serves reload requests, watching the files of the configuration in
+    /// force (when the manifest is a file).
+    async fn run(self, mut watch: Option<FileWatch>, mut requests: ReloadRequests) {
         while let Some(first) = requests.recv().await {
             let mut replies: Vec<_> = first.into_iter().collect();
             while let Ok(next) = requests.try_recv() {
                 replies.extend(next);
             }
             let outcome = self.reload().await;
-            if matches!(outcome, ReloadOutcome::Swapped { .. }) {
-                // The new configuration may name other components.
-                drop(watcher.take());
-                watcher = self.watch();
+            if let (ReloadOutcome::Swapped { .. }, Some(watch)) = (&outcome, watch.as_mut()) {
+                // The new configuration may name other components. The same
+                // watcher goes on, so no change made meanwhile goes unseen.
+                if let Err(error) = watch.follow(&self.live.load().config) {
+                    tracing::warn!(%error, "cannot watch every file of the new configuration");
+                }
             }
             for reply in replies {
                 let _ = reply.send(outcome.clone());
@@ -97,13 +131,17 @@ impl Reloader {
         }
     }
 
-    fn watch(&self) -> Option<notify::RecommendedWatcher> {
+    fn watch(&self) -> Option<FileWatch> {
         let trigger = self.shared.reload.clone()?;
         if !self.path.is_file() {
             return None;
         }
-        match watch(&self.path, &self.live.load().config, trigger) {
-            Ok(watcher) => Some(watcher),
+        let started = FileWatch::start(&self.path, trigger).and_then(|mut watch| {
+            watch.follow(&self.live.load().config)?;
+            Ok(watch)
+        });
+        match started {
+            Ok(watch) => Some(watch),
             Err(error) => {
                 tracing::warn!(%error, "cannot watch the configuration files: reload with SIGHUP or POST /debug/reload");
                 None
@@ -126,13 +164,16 @@ impl Reloader {
         .await
         .unwrap_or_else(|error| Err(format!("the reload task failed: {error}")));
         match built {
-            Ok(snapshot) => {
-                let restart_required = restart_required(&self.live.load().config, &snapshot.config);
+            Ok(mut snapshot) => {
+                let restart_required = restart_required(&self.bound, &snapshot.config);
+                if self.bound.plaintext != matches!(snapshot.config.listen.transport, Transport::Plaintext) {
+                    // The listener keeps speaking what it spoke at start.
+                    snapshot.tls = self.live.load().tls.clone();
+                }
                 let generation = snapshot.generation;
                 self.live.store(Arc::new(snapshot));
                 metrics().config_reloads.get_or_create(&ReloadResult { result: "success".into() }).inc();
-                let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-                metrics().config_last_reload_success.set(i64::try_from(now).unwrap_or(i64::MAX));
+                record_success();
                 let after = crate::wasm::WasmHost::shared().map(|host| host.cache_stats()).ok();
                 let compiled = match (cache_before, after) {
                     (Some(before), Some(after)) => after.compiled - before.compiled,
@@ -158,62 +199,117 @@ impl Reloader {
     }
 }
 
-/// Settings bound at start (the socket, whether it speaks TLS, the hooks).
-fn restart_required(running: &Config, new: &Config) -> Vec<String> {
+/// The configuration in force was loaded successfully now.
+fn record_success() {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    metrics().config_last_reload_success.set(i64::try_from(now).unwrap_or(i64::MAX));
+}
+
+/// Settings bound at start (the socket, whether it speaks TLS, the hooks)
+/// that `new` sets otherwise.
+fn restart_required(bound: &Bound, new: &Config) -> Vec<String> {
     let mut changed = Vec::new();
-    if running.listen.address != new.listen.address {
-        changed.push(format!("listen.address ({} -> {})", running.listen.address, new.listen.address));
+    if bound.address != new.listen.address {
+        changed.push(format!("listen.address ({} -> {})", bound.address, new.listen.address));
     }
-    let plaintext = |config: &Config| matches!(config.listen.transport, Transport::Plaintext);
-    if plaintext(running) != plaintext(new) {
+    if bound.plaintext != matches!(new.listen.transport, Transport::Plaintext) {
         changed.push("listen.plaintext".to_owned());
     }
-    let hooks = |config: &Config| -> Vec<(String, Vec<String>)> {
-        config.hooks.iter().map(|hook| (hook.name.to_string(), hook.command.clone())).collect()
-    };
-    if hooks(running) != hooks(new) {
+    if bound.hooks != Bound::of(new).hooks {
         changed.push("hooks".to_owned());
     }
     changed
 }
 
-/// Watches the manifest and the components it names, requesting a reload
-/// when one of them changes. Folders are watched, not files, so that
-/// replacing a file by rename (editors) or swapping a symlink (ConfigMaps)
-/// is seen. Returns the watcher; watching stops when it is dropped.
-fn watch(manifest: &Path, config: &Config, trigger: ReloadTrigger) -> notify::Result<notify::RecommendedWatcher> {
-    let manifest = std::path::absolute(manifest)?;
-    let mut watched_files: HashSet<PathBuf> = config.stages.all_filters().map(|f| f.component.clone()).collect();
-    watched_files = watched_files.into_iter().filter_map(|path| std::path::absolute(path).ok()).collect();
-    watched_files.insert(manifest.clone());
-    let manifest_dir = manifest.parent().map(Path::to_path_buf).unwrap_or_default();
-    let folders: HashSet<PathBuf> = watched_files.iter().filter_map(|file| file.parent().map(Path::to_path_buf)).collect();
+/// Watches the manifest and the components the configuration in force names,
+/// requesting a reload when one of them changes. Folders are watched, not
+/// files, so that replacing a file by rename (editors) or swapping a symlink
+/// (ConfigMaps) is seen. One watcher serves the reloader's whole life: what
+/// it watches follows each new configuration, and no change is lost between
+/// two of them. Watching stops when it is dropped.
+struct FileWatch {
+    watcher: notify::RecommendedWatcher,
+    manifest: PathBuf,
+    /// The files whose changes count, read by the watcher's callback.
+    files: Arc<Mutex<HashSet<PathBuf>>>,
+    folders: HashSet<PathBuf>,
+}
 
-    let (events, mut received) = mpsc::unbounded_channel::<()>();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let Ok(event) = event else { return };
-        let relevant = event.paths.iter().any(|path| {
-            watched_files.contains(path)
-                // A ConfigMap mount swaps its `..data` symlink.
-                || (path.parent() == Some(manifest_dir.as_path())
-                    && path.file_name().is_some_and(|name| name.to_string_lossy().starts_with("..data")))
+impl FileWatch {
+    fn start(manifest: &Path, trigger: ReloadTrigger) -> notify::Result<FileWatch> {
+        let manifest = std::path::absolute(manifest)?;
+        let manifest_dir = manifest.parent().map(Path::to_path_buf).unwrap_or_default();
+        let files = Arc::new(Mutex::new(HashSet::new()));
+        let watched = files.clone();
+        let (events, mut received) = mpsc::unbounded_channel::<()>();
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            let Ok(event) = event else { return };
+            let Ok(files) = watched.lock() else { return };
+            let relevant = event.paths.iter().any(|path| {
+                files.contains(path)
+                    // A ConfigMap mount swaps its `..data` symlink.
+                    || (path.parent() == Some(manifest_dir.as_path())
+                        && path.file_name().is_some_and(|name| name.to_string_lossy().starts_with("..data")))
+            });
+            if relevant && !matches!(event.kind, notify::EventKind::Access(_)) {
+                let _ = events.send(());
+            }
+        })?;
+        tokio::spawn(async move {
+            while received.recv().await.is_some() {
+                tokio::time::sleep(DEBOUNCE).await;
+                while received.try_recv().is_ok() {}
+                tracing::info!("configuration files changed: reloading");
+                trigger.request();
+            }
         });
-        if relevant && !matches!(event.kind, notify::EventKind::Access(_)) {
-            let _ = events.send(());
-        }
-    })?;
-    for folder in &folders {
-        watcher.watch(folder, RecursiveMode::NonRecursive)?;
+        Ok(FileWatch { watcher, manifest, files, folders: HashSet::new() })
     }
-    tokio::spawn(async move {
-        while received.recv().await.is_some() {
-            tokio::time::sleep(DEBOUNCE).await;
-            while received.try_recv().is_ok() {}
-            tracing::info!("configuration files changed: reloading");
-            trigger.request();
+
+    /// Watches the manifest and the components `config` names, and where
+    /// those of them that are symlinks point (best effort).
+    fn follow(&mut self, config: &Config) -> notify::Result<()> {
+        let mut files: HashSet<PathBuf> = config.stages.all_filters().map(|f| f.component.clone()).collect();
+        files = files.into_iter().filter_map(|path| std::path::absolute(path).ok()).collect();
+        files.insert(self.manifest.clone());
+        let folders: HashSet<PathBuf> = files.iter().filter_map(|file| file.parent().map(Path::to_path_buf)).collect();
+        // A file reached through a symlink changes where it really is, too.
+        let targets: HashSet<PathBuf> = files
+            .iter()
+            .filter_map(|file| std::fs::canonicalize(file).ok())
+            .filter(|target| !files.contains(target))
+            .collect();
+        let target_folders: HashSet<PathBuf> = targets
+            .iter()
+            .filter_map(|file| file.parent().map(Path::to_path_buf))
+            .filter(|folder| !folders.contains(folder))
+            .collect();
+        files.extend(targets);
+        if let Ok(mut watched) = self.files.lock() {
+            *watched = files;
         }
-    });
-    Ok(watcher)
+        let mut watching = HashSet::new();
+        let mut failed = None;
+        // Watched again even when already watched: a folder deleted and made
+        // anew is then watched too (watching twice is harmless).
+        for folder in folders.iter().chain(&target_folders) {
+            match self.watcher.watch(folder, RecursiveMode::NonRecursive) {
+                Ok(()) => {
+                    watching.insert(folder.clone());
+                }
+                // Best effort: the links themselves are watched.
+                Err(error) if target_folders.contains(folder) => {
+                    tracing::debug!(folder = %folder.display(), %error, "cannot watch the folder a symlink points into");
+                }
+                Err(error) => failed = failed.or(Some(error)),
+            }
+        }
+        for stale in self.folders.difference(&watching) {
+            let _ = self.watcher.unwatch(stale);
+        }
+        self.folders = watching;
+        failed.map_or(Ok(()), Err)
+    }
 }
 
 /// `POST /debug/reload`: reload now and answer how it went.

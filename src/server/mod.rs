@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, Hook, HookPhase, Transport};
-use crate::reload::{ReloadOutcome, ReloadRequests, ReloadTrigger, Reloader};
+use crate::reload::{Bound, ReloadOutcome, ReloadRequests, ReloadTrigger, Reloader};
 use snapshot::{Live, Purpose, Shared, Snapshot};
 use crate::delegation::Targets;
 use crate::handler::SharedHandler;
@@ -132,8 +132,9 @@ impl Gateway {
         let source = config.source.clone();
         let pre_shutdown = config.hooks.iter().filter(|h| h.phase == HookPhase::PreShutdown).cloned().collect();
         let live: Live = Arc::new(ArcSwap::from_pointee(self.snapshot));
-        let reloader = Reloader { path: source, live: live.clone(), shared: self.shared.clone() };
-        tokio::spawn(reloader.run(self.reload_requests));
+        let bound = Bound::of(&live.load().config);
+        let reloader = Reloader { path: source, live: live.clone(), shared: self.shared.clone(), bound };
+        let reloading = reloader.spawn(self.reload_requests);
         let drain = listener::Drain {
             stop_accepting: CancellationToken::new(),
             close_connections: CancellationToken::new(),
@@ -153,6 +154,7 @@ impl Gateway {
             drain,
             accepting,
             log_flusher,
+            reloading,
         })
     }
 }
@@ -167,6 +169,8 @@ pub struct RunningGateway {
     drain: listener::Drain,
     accepting: JoinHandle<()>,
     log_flusher: JoinHandle<()>,
+    /// The reloader and its file watcher, stopped by the shutdown.
+    reloading: JoinHandle<()>,
 }
 
 /// How a shutdown ended.
@@ -219,6 +223,7 @@ impl RunningGateway {
             audit.flush(AUDIT_FLUSH_LIMIT).await;
         }
         self.log_flusher.abort();
+        self.reloading.abort();
         match drained {
             Ok(()) => {
                 tracing::info!("all connections drained");
