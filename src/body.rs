@@ -72,6 +72,11 @@ impl<G> http_body::Body for Guarded<G> {
     }
 }
 
+/// True when `error`, or any error in its chain of sources, is an `E`.
+pub fn caused_by<E: std::error::Error + 'static>(error: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(error), |error| error.source()).any(|error| error.is::<E>())
+}
+
 impl Default for Body {
     fn default() -> Self {
         Body::empty()

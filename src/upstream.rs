@@ -167,14 +167,7 @@ impl std::error::Error for RequestBodyError {
 }
 
 fn is_request_body_error(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(error);
-    while let Some(error) = cause {
-        if error.is::<RequestBodyError>() {
-            return true;
-        }
-        cause = error.source();
-    }
-    false
+    crate::body::caused_by::<RequestBodyError>(error)
 }
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -219,14 +212,9 @@ fn append_forwarded_for(headers: &mut HeaderMap, client: std::net::IpAddr) {
     }
 }
 
+/// The error and its sources, `: `-separated, for the log.
 fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(error) = cause {
-        text.push_str(": ");
-        text.push_str(&error.to_string());
-        cause = error.source();
-    }
-    text
+    let messages: Vec<String> = std::iter::successors(Some(error), |error| error.source()).map(ToString::to_string).collect();
+    messages.join(": ")
 }
 

@@ -43,12 +43,5 @@ impl Handler for BodyLimit {
 /// True when a body error came from the limit above, so the handler that hit
 /// it answers 413 rather than a generic failure.
 pub fn is_body_limit_error(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(error);
-    while let Some(error) = cause {
-        if error.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        cause = error.source();
-    }
-    false
+    crate::body::caused_by::<http_body_util::LengthLimitError>(error)
 }
