@@ -1,7 +1,8 @@
-//! The per-call cost of each shipped filter, in each isolation mode, through
-//! the real host (`LoadedFilter`), against a baseline measured in the same
-//! run: the native floor (building the same input records and awaiting an
-//! empty future), so the ratios show what a Wasm call adds.
+//! The per-call cost of each shipped filter (the Rust ones, and the C,
+//! Python and JavaScript ones), in each isolation mode, through the real host
+//! (`LoadedFilter`), against a baseline measured in the same run: the native
+//! floor (building the same input records and awaiting an empty future), so
+//! the ratios show what a Wasm call adds.
 //!
 //!     cargo bench --bench filters
 //!
@@ -55,6 +56,19 @@ fn main() {
         audit_spec.sink = Some(Sink::File(PathBuf::from("/dev/null")));
         let audit = load(audit_spec);
         group.bench_function(format!("jsonl-audit/{mode}"), |b| b.to_async(&runtime).iter(|| audit.audit(&inputs.event)));
+        // The filters in other languages: C, Python (CPython), JavaScript (SpiderMonkey).
+        let apikey = load(spec("apikey-authn", isolation, APIKEY_CONFIG));
+        group.bench_function(format!("apikey-authn/{mode}"), |b| {
+            b.to_async(&runtime).iter(|| apikey.authenticate(&inputs.view))
+        });
+        let abac = load(spec("abac-authz", isolation, ABAC_CONFIG));
+        group.bench_function(format!("abac-authz/{mode}"), |b| {
+            b.to_async(&runtime).iter(|| abac.authorize(&inputs.attributes))
+        });
+        let schema = load(spec("schema-admission", isolation, SCHEMA_CONFIG));
+        group.bench_function(format!("schema-admission/{mode}"), |b| {
+            b.to_async(&runtime).iter(|| schema.admit(&inputs.admission))
+        });
     }
     group.finish();
     criterion.final_summary();
@@ -64,6 +78,16 @@ fn main() {
 const RBAC_CONFIG: &str = r#"{"roles":[{"name":"admin","rules":[{"verbs":["*"],"apiGroups":["demo.example.io"],"resources":["widgets"]}]}],
 "bindings":[{"role":"admin","namespace":"default","users":["alice"]}]}"#;
 const POLICY_CONFIG: &str = r#"{"rules":[{"pointer":"/spec/replicas","op":"gt","value":10,"message":"too many"}]}"#;
+/// The request's bearer token is the API key (the inputs carry no other header).
+const APIKEY_CONFIG: &str = r#"{"header":"authorization","scheme":"Bearer","keys":[{"key":"alice-token","user":"alice","groups":["dev"]}]}"#;
+const ABAC_CONFIG: &str = r#"{"rules":[
+{"name":"after-hours","effect":"deny","groups":["dev"],"verbs":["create","update","patch","delete"],"outside":{"days":["mon","tue","wed","thu","fri"],"hours":"08:00-18:00"}},
+{"name":"reads","effect":"allow","verbs":["get","list","watch"],"resources":["*"]},
+{"name":"dev-writes","effect":"allow","groups":["dev"],"api_groups":["demo.example.io"]}]}"#;
+const SCHEMA_CONFIG: &str = r#"{"schemas":[{"resources":["widgets"],"api_groups":["demo.example.io"],"schema":{
+"type":"object","required":["metadata","spec"],"properties":{
+"metadata":{"type":"object","required":["name"],"properties":{"name":{"type":"string","pattern":"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"}}},
+"spec":{"type":"object","required":["replicas"],"additionalProperties":false,"properties":{"replicas":{"type":"integer","minimum":1,"maximum":10}}}}}}]}"#;
 
 fn mode_name(isolation: Isolation) -> &'static str {
     match isolation {
@@ -172,7 +196,16 @@ fn print_ratios() {
     };
     println!("\nper-call cost (mean), ratio to the native floor ({floor:.0} ns) measured in this run:");
     println!("{:<16} {:>14} {:>10} {:>14} {:>10} {:>14}", "filter", "per-request", "x floor", "pooled", "x floor", "fresh/pooled");
-    for filter in ["token-authn", "rbac-authz", "label-defaults", "policy-deny", "jsonl-audit"] {
+    for filter in [
+        "token-authn",
+        "rbac-authz",
+        "label-defaults",
+        "policy-deny",
+        "jsonl-audit",
+        "apikey-authn",
+        "abac-authz",
+        "schema-admission",
+    ] {
         let (Some(fresh), Some(pooled)) = (mean(&format!("{filter}_per-request")), mean(&format!("{filter}_pooled"))) else {
             continue;
         };

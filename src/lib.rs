@@ -24,6 +24,7 @@
 //! - [`upstream`], [`static_response`], [`health`], [`discovery`], [`metrics`]: the handlers.
 //! - [`wasm`]: the WebAssembly host the Wasm stages call.
 //! - [`try_request`]: `wasmgate try`, one request through the chain without a network.
+//! - [`scaffold`]: `wasmgate new-filter`, a new filter's folder in Rust, Python, JavaScript or C.
 //! - [`status`]: the one place errors become kube Status responses.
 //! - [`body`], [`handler`], [`context`]: the types every step shares.
 
@@ -39,6 +40,7 @@ pub mod health;
 pub mod metrics;
 pub mod reload;
 pub mod request_info;
+pub mod scaffold;
 pub mod server;
 pub mod static_response;
 pub mod status;

@@ -61,6 +61,21 @@ enum Command {
         #[arg(long)]
         body: Option<PathBuf>,
     },
+    /// Write a new filter's folder (sources, README, a try.toml) that builds
+    /// with filters/build.sh and passes `wasmgate try` unchanged.
+    NewFilter {
+        /// The language the filter is written in.
+        #[arg(long, value_enum)]
+        lang: wasmgate::scaffold::Lang,
+        /// The filter world it implements.
+        #[arg(long, value_enum)]
+        kind: wasmgate::scaffold::FilterKind,
+        /// The filter's name: lower-case letters, digits and '-'.
+        name: String,
+        /// Create the filter's folder in DIR instead of filters/<lang>/ of the checkout.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -70,6 +85,26 @@ fn main() -> ExitCode {
         Command::Check { config } => check(&config),
         Command::Run { config, workers } => run(&config, workers),
         Command::Try { config, method, path, headers, body } => try_request(&config, &method, path, &headers, body.as_deref()),
+        Command::NewFilter { lang, kind, name, dir } => new_filter(lang, kind, name, dir),
+    }
+}
+
+fn new_filter(lang: wasmgate::scaffold::Lang, kind: wasmgate::scaffold::FilterKind, name: String, parent: Option<PathBuf>) -> ExitCode {
+    let request = wasmgate::scaffold::NewFilter { lang, kind, name, parent, checkout: None };
+    match wasmgate::scaffold::scaffold(&request) {
+        Ok(made) => {
+            println!("created {}:", made.dir.display());
+            for file in &made.files {
+                println!("  {}", file.strip_prefix(&made.dir).unwrap_or(file).display());
+            }
+            let from = made.checkout.as_ref().map(|dir| format!(" (from {})", dir.display())).unwrap_or_default();
+            println!("\nbuild it{from}:\n  {}\n\ntry it{from}:\n  {}", made.build, made.try_command);
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{error}");
+            ExitCode::FAILURE
+        }
     }
 }
 

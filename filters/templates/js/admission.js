@@ -1,0 +1,36 @@
+// {{name}}: an admission filter (world admission-filter), scaffolded by
+// `wasmgate new-filter`. As scaffolded it allows every object: check (or
+// change) `request.object` (JSON text) in `admit` and answer
+// { tag: 'denied', val: { code, reason, message } }, or, listed under
+// [[admission.mutating]], { tag: 'mutated', val: json } or
+// { tag: 'patched', val: jsonPatch }.
+//
+// componentize-js maps the import below to the host and the `admission`
+// export to the WIT interface; records arrive as objects with camelCase
+// fields, enums as strings ('create'), options as a value or undefined, and
+// for a result<T, string> returning is `ok` while throwing a string is `err`.
+import { config, log } from 'wasmgate:filter/host@0.1.0';
+
+// The manifest's `config` table, as an object. Throwing is this filter's own
+// failure: the manifest's failure_policy decides.
+function settings() {
+  let value;
+  try {
+    value = JSON.parse(config());
+  } catch (error) {
+    throw `{{name}}: bad config: ${error.message}`;
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw '{{name}}: bad config: not a table';
+  }
+  return value;
+}
+
+export const admission = {
+  admit(request) {
+    const cfg = settings();
+    const size = request.object == null ? 0 : request.object.length;
+    log('debug', `${request.operation} ${request.request.resource} by ${request.user.name}: ${size} bytes (config: ${Object.keys(cfg).length} keys)`);
+    return { tag: 'allowed' };
+  },
+};

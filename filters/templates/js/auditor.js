@@ -1,0 +1,50 @@
+// {{name}}: an auditor (world auditor-filter), scaffolded by
+// `wasmgate new-filter`. As scaffolded it writes one JSON line per event to
+// its sink: choose what to record in `audit`.
+//
+// componentize-js maps the imports below to the host and the `auditor`
+// export to the WIT interface; records arrive as objects with camelCase
+// fields, enums as strings ('request-received'), options as a value or
+// undefined, and for a result<_, string> returning is `ok` while throwing a
+// string is `err`.
+import { config, log } from 'wasmgate:filter/host@0.1.0';
+import { write } from 'wasmgate:filter/sink@0.1.0';
+
+const STAGES = {
+  'request-received': 'RequestReceived',
+  'response-started': 'ResponseStarted',
+  'response-complete': 'ResponseComplete',
+  panic: 'Panic',
+};
+
+// The manifest's `config` table, as an object. Throwing is this filter's own
+// failure: logged and counted; audit never fails a request.
+function settings() {
+  let value;
+  try {
+    value = JSON.parse(config());
+  } catch (error) {
+    throw `{{name}}: bad config: ${error.message}`;
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw '{{name}}: bad config: not a table';
+  }
+  return value;
+}
+
+export const auditor = {
+  audit(event) {
+    const cfg = settings();
+    const record = {
+      auditID: event.auditId,
+      stage: STAGES[event.stage],
+      verb: event.verb,
+      requestURI: event.requestUri,
+      user: event.user.name,
+      code: event.responseStatus == null ? null : event.responseStatus.code,
+    };
+    log('debug', `event ${event.auditId} (config: ${Object.keys(cfg).length} keys)`);
+    // write throws when the sink cannot be written.
+    write(JSON.stringify(record));
+  },
+};

@@ -1,0 +1,38 @@
+// {{name}}: an authenticator (world authenticator-filter), scaffolded by
+// `wasmgate new-filter`. As scaffolded it has no opinion on any request:
+// recognise your credentials in `authenticate` and answer
+// { tag: 'authenticated', val: { name, uid, groups, extra } }.
+//
+// componentize-js maps the import below to the host and the `authenticator`
+// export to the WIT interface; records arrive as objects with camelCase
+// fields, variants are { tag, val }.
+import { config, log } from 'wasmgate:filter/host@0.1.0';
+
+// The manifest's `config` table, as an object; throws a message when bad.
+function settings() {
+  let value;
+  try {
+    value = JSON.parse(config());
+  } catch (error) {
+    throw `{{name}}: bad config: ${error.message}`;
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw '{{name}}: bad config: not a table';
+  }
+  return value;
+}
+
+export const authenticator = {
+  authenticate(request) {
+    let cfg;
+    try {
+      cfg = settings();
+    } catch (message) {
+      // This filter's error outcome: logged, never shown to the client.
+      return { tag: 'error', val: message };
+    }
+    log('debug', `${request.method} ${request.path} with ${request.headers.length} headers (config: ${Object.keys(cfg).length} keys)`);
+    // To accept the request: return { tag: 'authenticated', val: { name: 'alice', uid: '', groups: ['dev'], extra: [] } };
+    return { tag: 'no-opinion' };
+  },
+};

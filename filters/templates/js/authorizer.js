@@ -1,0 +1,34 @@
+// {{name}}: an authorizer (world authorizer-filter), scaffolded by
+// `wasmgate new-filter`. As scaffolded it allows every request: put your
+// policy in `authorize` and answer { tag: 'deny', val: reason } or
+// { tag: 'no-opinion', val: reason } where it applies.
+//
+// componentize-js maps the import below to the host and the `authorizer`
+// export to the WIT interface; records arrive as objects with camelCase
+// fields, variants are { tag, val }, and for a result<T, string> returning is
+// `ok` while throwing a string is `err`.
+import { config, log } from 'wasmgate:filter/host@0.1.0';
+
+// The manifest's `config` table, as an object. Throwing is this filter's own
+// failure: the manifest's failure_policy decides.
+function settings() {
+  let value;
+  try {
+    value = JSON.parse(config());
+  } catch (error) {
+    throw `{{name}}: bad config: ${error.message}`;
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw '{{name}}: bad config: not a table';
+  }
+  return value;
+}
+
+export const authorizer = {
+  authorize(attributes) {
+    const cfg = settings();
+    const request = attributes.request;
+    log('debug', `${attributes.user.name} ${request.verb} ${request.path} (config: ${Object.keys(cfg).length} keys)`);
+    return { tag: 'allow' };
+  },
+};

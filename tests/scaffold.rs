@@ -1,0 +1,260 @@
+//! `wasmgate new-filter`: every language × kind is scaffolded into a temp
+//! dir by the real binary, built by `filters/build.sh` with the real tools,
+//! and run by `wasmgate try` on the `try.toml` it wrote, unchanged, with the
+//! documented outcome: an authenticator has no opinion, an authorizer
+//! allows, an admission filter allows the object, an auditor writes one JSON
+//! line per event to standard output. All 16 are built (a cold run takes a
+//! few minutes, mostly componentize-py, componentize-js and compiling their
+//! components; later runs reuse `filters/build.sh`'s and the gateway's
+//! caches, since the sources are the same).
+//!
+//! One more test scaffolds into `filters/<lang>/` of a copy of the checkout
+//! and runs the exact commands `new-filter` printed, from there: a Rust
+//! crate (which `filters/build.sh` records in the copy's `Cargo.lock`) and a
+//! C filter.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{binary, new_dir};
+use serde_json::Value;
+
+const KINDS: [&str; 4] = ["authenticator", "authorizer", "admission", "auditor"];
+
+fn checkout() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `wasmgate new-filter` in `cwd`; returns its standard output.
+fn new_filter(cwd: &Path, args: &[&str]) -> String {
+    let output = Command::new(binary())
+        .arg("new-filter")
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("run wasmgate new-filter");
+    assert!(
+        output.status.success(),
+        "wasmgate new-filter {args:?} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The command on the line after `heading` in new-filter's output.
+fn printed_command(output: &str, heading: &str) -> String {
+    let mut lines = output.lines();
+    lines
+        .find(|line| line.starts_with(heading))
+        .unwrap_or_else(|| panic!("no {heading:?} in:\n{output}"));
+    lines.next().expect("a command").trim().to_owned()
+}
+
+/// Runs `command` with bash in `cwd`, `wasmgate` meaning the binary under
+/// test; returns (stdout, stderr), failing the test when it fails.
+fn run(cwd: &Path, command: &str) -> (String, String) {
+    let command = command.strip_prefix("wasmgate ").map_or_else(
+        || command.to_owned(),
+        |rest| format!("{} {rest}", binary().display()),
+    );
+    let output = Command::new("bash")
+        .args(["-c", &command])
+        .current_dir(cwd)
+        .env("RUST_LOG", "wasmgate::filter=debug")
+        .output()
+        .expect("run bash");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "`{command}` failed:\n{stderr}");
+    (stdout, stderr)
+}
+
+/// Checks a `wasmgate try` run of a `kind` scaffold named `name`.
+fn assert_tried(kind: &str, name: &str, stdout: &str, stderr: &str) {
+    // Records an auditor writes to stdout come before the pretty report.
+    let start = stdout.find("\n{\n").map_or(0, |at| at + 1);
+    let (records, report) = stdout.split_at(start);
+    let report: Value = serde_json::from_str(report)
+        .unwrap_or_else(|error| panic!("no JSON report ({error}):\n{stdout}"));
+    assert_eq!(report["status"], 200, "{name}: {report:#}");
+    assert_eq!(report["decision"], "routed", "{name}: {report:#}");
+    let filters = report["filters"].as_array().expect("filters");
+    match kind {
+        "auditor" => {
+            assert!(
+                filters.is_empty(),
+                "{name}: audit filters are not in the report"
+            );
+            let stages: Vec<String> = records
+                .lines()
+                .map(|line| {
+                    let record: Value = serde_json::from_str(line).unwrap_or_else(|error| {
+                        panic!("{name}: not a JSON record ({error}): {line}")
+                    });
+                    assert_eq!(record["user"], "system:anonymous", "{name}: {record}");
+                    assert_eq!(record["verb"], "list", "{name}: {record}");
+                    record["stage"].as_str().expect("a stage").to_owned()
+                })
+                .collect();
+            assert_eq!(
+                stages,
+                ["RequestReceived", "ResponseComplete"],
+                "{name}:\n{stdout}"
+            );
+        }
+        _ => {
+            assert!(
+                records.trim().is_empty(),
+                "{name}: unexpected output before the report:\n{records}"
+            );
+            let (stage, detail) = match kind {
+                "authenticator" => ("authentication", "no opinion"),
+                "authorizer" => ("authorization", "allow"),
+                _ => ("admission", "allowed"),
+            };
+            assert_eq!(filters.len(), 1, "{name}: {report:#}");
+            assert_eq!(filters[0]["stage"], stage, "{name}");
+            assert_eq!(filters[0]["filter"], name, "{name}");
+            assert_eq!(filters[0]["outcome"], "answer", "{name}: {report:#}");
+            assert_eq!(filters[0]["detail"], detail, "{name}: {report:#}");
+            assert_eq!(report["user"]["name"], "system:anonymous", "{name}");
+        }
+    }
+    // The filter's own debug line, through host.log.
+    assert!(
+        stderr.contains(&format!("filter=\"{name}\"")),
+        "{name} logged nothing:\n{stderr}"
+    );
+}
+
+/// Scaffolds, builds and tries every kind of `lang` in a temp dir.
+fn every_kind_builds_and_tries(lang: &str) {
+    let dir = new_dir();
+    for kind in KINDS {
+        let name = format!("new-{lang}-{kind}");
+        let output = new_filter(
+            dir.path(),
+            &[
+                "--lang",
+                lang,
+                "--kind",
+                kind,
+                &name,
+                "--dir",
+                &dir.path().display().to_string(),
+            ],
+        );
+        let folder = dir.path().join(&name);
+        assert!(
+            folder.join("README.md").is_file() && folder.join("try.toml").is_file(),
+            "{output}"
+        );
+        let build = printed_command(&output, "build it");
+        let (stdout, stderr) = run(checkout(), &build);
+        let component = folder.join("dist").join(format!("{name}.wasm"));
+        assert_eq!(stdout.trim(), component.display().to_string(), "{stderr}");
+        let try_command = printed_command(&output, "try it");
+        let (stdout, stderr) = run(checkout(), &try_command);
+        assert_tried(kind, &name, &stdout, &stderr);
+    }
+}
+
+#[test]
+fn rust_scaffolds_build_and_pass_try() {
+    every_kind_builds_and_tries("rust");
+}
+
+#[test]
+fn python_scaffolds_build_and_pass_try() {
+    every_kind_builds_and_tries("python");
+}
+
+#[test]
+fn javascript_scaffolds_build_and_pass_try() {
+    every_kind_builds_and_tries("js");
+}
+
+#[test]
+fn c_scaffolds_build_and_pass_try() {
+    every_kind_builds_and_tries("c");
+}
+
+/// Copies `from` into `to`, leaving out build outputs.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create a folder");
+    for entry in std::fs::read_dir(from).expect("read a folder") {
+        let entry = entry.expect("a folder entry");
+        let name = entry.file_name();
+        if name == "dist" || name == "target" || name == "__pycache__" || name == "node_modules" {
+            continue;
+        }
+        let path = entry.path();
+        if path.is_dir() {
+            copy_tree(&path, &to.join(&name));
+        } else {
+            std::fs::copy(&path, to.join(&name)).expect("copy a file");
+        }
+    }
+}
+
+#[test]
+fn in_a_checkout_the_printed_commands_build_and_try_the_new_filter() {
+    let dir = new_dir();
+    let copy: PathBuf = dir.path().join("wasmgate");
+    copy_tree(&checkout().join("filters"), &copy.join("filters"));
+    copy_tree(&checkout().join("wit"), &copy.join("wit"));
+    for (lang, kind, name) in [
+        ("rust", "authorizer", "team-guard"),
+        ("c", "admission", "size-check"),
+    ] {
+        // From a subfolder: the checkout is found upward.
+        let output = new_filter(
+            &copy.join("filters"),
+            &["--lang", lang, "--kind", kind, name],
+        );
+        let folder = copy.join("filters").join(lang).join(name);
+        assert!(
+            output.starts_with(&format!("created {}:", folder.display())),
+            "{output}"
+        );
+        let build = printed_command(&output, "build it");
+        assert_eq!(build, format!("filters/build.sh filters/{lang}/{name}"));
+        let (stdout, _) = run(&copy, &build);
+        assert_eq!(
+            stdout.trim(),
+            copy.join("filters/dist")
+                .join(format!("{name}.wasm"))
+                .display()
+                .to_string()
+        );
+        let (stdout, stderr) = run(&copy, &printed_command(&output, "try it"));
+        assert_tried(kind, name, &stdout, &stderr);
+    }
+    // The new crate is a workspace member by the glob, recorded in Cargo.lock.
+    let lock = std::fs::read_to_string(copy.join("filters/Cargo.lock")).expect("read Cargo.lock");
+    assert!(
+        lock.contains("name = \"team-guard\""),
+        "team-guard is not in the copy's Cargo.lock"
+    );
+    // A second scaffold of the same name is refused, in any language.
+    let output = Command::new(binary())
+        .args([
+            "new-filter",
+            "--lang",
+            "python",
+            "--kind",
+            "authorizer",
+            "team-guard",
+        ])
+        .current_dir(&copy)
+        .output()
+        .expect("run wasmgate new-filter");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("a filter named \"team-guard\" exists already"),
+        "{stderr}"
+    );
+}
