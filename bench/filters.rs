@@ -24,7 +24,10 @@ const GROUP: &str = "filter-call";
 
 fn main() {
     build_filters();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let mut criterion = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
@@ -32,42 +35,60 @@ fn main() {
     let inputs = Inputs::new();
     let mut group = criterion.benchmark_group(GROUP);
     group.bench_function("native-floor", |b| {
-        b.to_async(&runtime).iter(|| async { std::hint::black_box(Inputs::new()) })
+        b.to_async(&runtime)
+            .iter(|| async { std::hint::black_box(Inputs::new()) })
     });
     for isolation in [Isolation::PerRequest, Isolation::Pooled] {
         let mode = mode_name(isolation);
-        let token = load(spec("token-authn", isolation, "{\"tokens\":[{\"token\":\"alice-token\",\"user\":\"alice\"}]}"));
+        let token = load(spec(
+            "token-authn",
+            isolation,
+            "{\"tokens\":[{\"token\":\"alice-token\",\"user\":\"alice\"}]}",
+        ));
         group.bench_function(format!("token-authn/{mode}"), |b| {
-            b.to_async(&runtime).iter(|| token.authenticate(&inputs.view))
+            b.to_async(&runtime)
+                .iter(|| token.authenticate(&inputs.view))
         });
         let rbac = load(spec("rbac-authz", isolation, RBAC_CONFIG));
         group.bench_function(format!("rbac-authz/{mode}"), |b| {
-            b.to_async(&runtime).iter(|| rbac.authorize(&inputs.attributes))
+            b.to_async(&runtime)
+                .iter(|| rbac.authorize(&inputs.attributes))
         });
-        let labels = load(spec("label-defaults", isolation, "{\"labels\":{\"team\":\"platform\"}}"));
+        let labels = load(spec(
+            "label-defaults",
+            isolation,
+            "{\"labels\":{\"team\":\"platform\"}}",
+        ));
         group.bench_function(format!("label-defaults/{mode}"), |b| {
-            b.to_async(&runtime).iter(|| labels.admit(&inputs.admission))
+            b.to_async(&runtime)
+                .iter(|| labels.admit(&inputs.admission))
         });
         let policy = load(spec("policy-deny", isolation, POLICY_CONFIG));
         group.bench_function(format!("policy-deny/{mode}"), |b| {
-            b.to_async(&runtime).iter(|| policy.admit(&inputs.admission))
+            b.to_async(&runtime)
+                .iter(|| policy.admit(&inputs.admission))
         });
         let mut audit_spec = spec("jsonl-audit", isolation, "{}");
         audit_spec.sink = Some(Sink::File(PathBuf::from("/dev/null")));
         let audit = load(audit_spec);
-        group.bench_function(format!("jsonl-audit/{mode}"), |b| b.to_async(&runtime).iter(|| audit.audit(&inputs.event)));
+        group.bench_function(format!("jsonl-audit/{mode}"), |b| {
+            b.to_async(&runtime).iter(|| audit.audit(&inputs.event))
+        });
         // The filters in other languages: C, Python (CPython), JavaScript (SpiderMonkey).
         let apikey = load(spec("apikey-authn", isolation, APIKEY_CONFIG));
         group.bench_function(format!("apikey-authn/{mode}"), |b| {
-            b.to_async(&runtime).iter(|| apikey.authenticate(&inputs.view))
+            b.to_async(&runtime)
+                .iter(|| apikey.authenticate(&inputs.view))
         });
         let abac = load(spec("abac-authz", isolation, ABAC_CONFIG));
         group.bench_function(format!("abac-authz/{mode}"), |b| {
-            b.to_async(&runtime).iter(|| abac.authorize(&inputs.attributes))
+            b.to_async(&runtime)
+                .iter(|| abac.authorize(&inputs.attributes))
         });
         let schema = load(spec("schema-admission", isolation, SCHEMA_CONFIG));
         group.bench_function(format!("schema-admission/{mode}"), |b| {
-            b.to_async(&runtime).iter(|| schema.admit(&inputs.admission))
+            b.to_async(&runtime)
+                .iter(|| schema.admit(&inputs.admission))
         });
     }
     group.finish();
@@ -77,7 +98,8 @@ fn main() {
 
 const RBAC_CONFIG: &str = r#"{"roles":[{"name":"admin","rules":[{"verbs":["*"],"apiGroups":["demo.example.io"],"resources":["widgets"]}]}],
 "bindings":[{"role":"admin","namespace":"default","users":["alice"]}]}"#;
-const POLICY_CONFIG: &str = r#"{"rules":[{"pointer":"/spec/replicas","op":"gt","value":10,"message":"too many"}]}"#;
+const POLICY_CONFIG: &str =
+    r#"{"rules":[{"pointer":"/spec/replicas","op":"gt","value":10,"message":"too many"}]}"#;
 /// The request's bearer token is the API key (the inputs carry no other header).
 const APIKEY_CONFIG: &str = r#"{"header":"authorization","scheme":"Bearer","keys":[{"key":"alice-token","user":"alice","groups":["dev"]}]}"#;
 const ABAC_CONFIG: &str = r#"{"rules":[
@@ -98,7 +120,10 @@ fn mode_name(isolation: Isolation) -> &'static str {
 
 fn build_filters() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("filters/build.sh");
-    let status = std::process::Command::new("bash").arg(script).stdout(std::process::Stdio::null()).status();
+    let status = std::process::Command::new("bash")
+        .arg(script)
+        .stdout(std::process::Stdio::null())
+        .status();
     assert!(status.is_ok_and(|s| s.success()), "filters/build.sh failed");
 }
 
@@ -137,7 +162,11 @@ impl Inputs {
     fn new() -> Self {
         let path = "/apis/demo.example.io/v1/namespaces/default/widgets";
         let info = RequestInfo::resolve(&http::Method::POST, path, None);
-        let user = UserInfo { name: "alice".into(), groups: vec!["dev".into()], ..UserInfo::default() };
+        let user = UserInfo {
+            name: "alice".into(),
+            groups: vec!["dev".into()],
+            ..UserInfo::default()
+        };
         let mut request = http::Request::post(path)
             .header("authorization", "Bearer alice-token")
             .header("content-type", "application/json")
@@ -149,7 +178,10 @@ impl Inputs {
         let object = r#"{"apiVersion":"demo.example.io/v1","kind":"Widget","metadata":{"name":"w"},"spec":{"replicas":3}}"#;
         Inputs {
             view: convert::request_view(&parts),
-            attributes: Attributes { user: convert::user_to_wit(&user), request: convert::request_info(&info) },
+            attributes: Attributes {
+                user: convert::user_to_wit(&user),
+                request: convert::request_info(&info),
+            },
             admission: AdmissionRequest {
                 uid: "bench".into(),
                 operation: Operation::Create,
@@ -170,7 +202,11 @@ impl Inputs {
                 source_ips: vec!["127.0.0.1".into()],
                 user_agent: "bench".into(),
                 object_ref: None,
-                response_status: Some(types::Status { code: 201, reason: String::new(), message: String::new() }),
+                response_status: Some(types::Status {
+                    code: 201,
+                    reason: String::new(),
+                    message: String::new(),
+                }),
                 request_received_timestamp: "2026-01-01T00:00:00.000000Z".into(),
                 stage_timestamp: "2026-01-01T00:00:00.000100Z".into(),
                 annotations: Vec::new(),
@@ -194,8 +230,13 @@ fn print_ratios() {
         println!("no estimates found under {}", dir.display());
         return;
     };
-    println!("\nper-call cost (mean), ratio to the native floor ({floor:.0} ns) measured in this run:");
-    println!("{:<16} {:>14} {:>10} {:>14} {:>10} {:>14}", "filter", "per-request", "x floor", "pooled", "x floor", "fresh/pooled");
+    println!(
+        "\nper-call cost (mean), ratio to the native floor ({floor:.0} ns) measured in this run:"
+    );
+    println!(
+        "{:<16} {:>14} {:>10} {:>14} {:>10} {:>14}",
+        "filter", "per-request", "x floor", "pooled", "x floor", "fresh/pooled"
+    );
     for filter in [
         "token-authn",
         "rbac-authz",
@@ -206,7 +247,10 @@ fn print_ratios() {
         "abac-authz",
         "schema-admission",
     ] {
-        let (Some(fresh), Some(pooled)) = (mean(&format!("{filter}_per-request")), mean(&format!("{filter}_pooled"))) else {
+        let (Some(fresh), Some(pooled)) = (
+            mean(&format!("{filter}_per-request")),
+            mean(&format!("{filter}_pooled")),
+        ) else {
             continue;
         };
         println!(

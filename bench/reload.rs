@@ -30,8 +30,12 @@ fn main() {
         .measurement_time(Duration::from_secs(3))
         .configure_from_args();
     let mut group = criterion.benchmark_group(GROUP);
-    group.bench_function("no-filters", |b| b.to_async(&runtime).iter(|| reload(&plain)));
-    group.bench_function("full-chain-cached", |b| b.to_async(&runtime).iter(|| reload(&full)));
+    group.bench_function("no-filters", |b| {
+        b.to_async(&runtime).iter(|| reload(&plain))
+    });
+    group.bench_function("full-chain-cached", |b| {
+        b.to_async(&runtime).iter(|| reload(&full))
+    });
     group.finish();
     criterion.final_summary();
     print_ratio();
@@ -51,7 +55,11 @@ fn start(runtime: &tokio::runtime::Runtime, manifest: &Path, stages: &str) -> Ru
     std::fs::write(manifest, text).expect("manifest written");
     runtime.block_on(async {
         let config = wasmgate::config::load(manifest).expect("valid manifest");
-        Gateway::new(config).expect("gateway").start().await.expect("started")
+        Gateway::new(config)
+            .expect("gateway")
+            .start()
+            .await
+            .expect("started")
     })
 }
 
@@ -102,6 +110,10 @@ fn print_ratio() {
     };
     if let (Some(plain), Some(full)) = (mean("no-filters"), mean("full-chain-cached")) {
         println!("\nreload, no filters:           {:>8.1} µs", plain / 1000.0);
-        println!("reload, 5 filters (cached):   {:>8.1} µs   {:.1}x the baseline", full / 1000.0, full / plain);
+        println!(
+            "reload, 5 filters (cached):   {:>8.1} µs   {:.1}x the baseline",
+            full / 1000.0,
+            full / plain
+        );
     }
 }

@@ -23,7 +23,11 @@ impl Body {
     }
 
     pub fn full(bytes: impl Into<Bytes>) -> Self {
-        Body(Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync())
+        Body(
+            Full::new(bytes.into())
+                .map_err(|never| match never {})
+                .boxed_unsync(),
+        )
     }
 
     /// Wraps any body whose errors convert into [`BodyError`].
@@ -40,7 +44,10 @@ impl Body {
     /// Keeps `guard` alive until this body has been sent or dropped (an
     /// in-flight slot, a connection's activity count).
     pub fn with_guard<G: Send + 'static>(self, guard: G) -> Self {
-        Body::wrap(Guarded { body: self, _guard: guard })
+        Body::wrap(Guarded {
+            body: self,
+            _guard: guard,
+        })
     }
 }
 
@@ -73,7 +80,9 @@ impl<G> http_body::Body for Guarded<G> {
 }
 
 /// True when `error`, or any error in its chain of sources, is an `E`.
-pub fn caused_by<E: std::error::Error + 'static>(error: &(dyn std::error::Error + 'static)) -> bool {
+pub fn caused_by<E: std::error::Error + 'static>(
+    error: &(dyn std::error::Error + 'static),
+) -> bool {
     std::iter::successors(Some(error), |error| error.source()).any(|error| error.is::<E>())
 }
 

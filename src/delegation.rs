@@ -65,7 +65,9 @@ fn server_routes(server: &Server, targets: Targets) -> Result<Routes, UpstreamEr
     for route in &server.routes {
         let handler: SharedHandler = match (&route.handler, targets) {
             (_, Targets::Report) => Arc::new(RouteReport::new(server, route)),
-            (RouteHandler::Upstream(upstream), Targets::Live) => Arc::new(UpstreamProxy::new(upstream)?),
+            (RouteHandler::Upstream(upstream), Targets::Live) => {
+                Arc::new(UpstreamProxy::new(upstream)?)
+            }
             (RouteHandler::Static(fixed), Targets::Live) => Arc::new(Static(fixed.clone())),
         };
         match &route.matcher {
@@ -88,7 +90,9 @@ impl RouteReport {
             RouteMatch::Prefix(prefix) => ("prefix", prefix),
         };
         let target = match &route.handler {
-            RouteHandler::Upstream(upstream) => serde_json::json!({"upstream": upstream.url.to_string()}),
+            RouteHandler::Upstream(upstream) => {
+                serde_json::json!({"upstream": upstream.url.to_string()})
+            }
             RouteHandler::Static(fixed) => serde_json::json!({"static": fixed.status.as_u16()}),
         };
         let report = serde_json::json!({"server": server.name.as_str(), "route": {kind: pattern}, "target": target});
@@ -99,7 +103,10 @@ impl RouteReport {
 impl Handler for RouteReport {
     fn call(&self, _request: Request) -> BoxFuture<'_, Response> {
         let mut response = http::Response::new(crate::body::Body::full(self.0.clone()));
-        response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
         response.extensions_mut().insert(RoutedTo);
         Box::pin(async move { response })
     }
@@ -113,15 +120,25 @@ pub struct RoutedTo;
 /// Health, metrics and discovery, on the non-API side of the first server. A user's
 /// API route for `/api` or `/apis` is checked first and so takes precedence
 /// over discovery (to front a real API server, say).
-fn add_builtin_routes(routes: &mut Routes, config: &Config, health: &Arc<Health>, reload: Option<&ReloadTrigger>) {
+fn add_builtin_routes(
+    routes: &mut Routes,
+    config: &Config,
+    health: &Arc<Health>,
+    reload: Option<&ReloadTrigger>,
+) {
     for endpoint in ["/healthz", "/livez", "/readyz"] {
         let handler: SharedHandler = health.clone();
         routes.exact.push((endpoint.to_owned(), handler.clone()));
         routes.prefixes.push((format!("{endpoint}/"), handler));
     }
-    routes.exact.push(("/metrics".to_owned(), Arc::new(MetricsEndpoint)));
+    routes
+        .exact
+        .push(("/metrics".to_owned(), Arc::new(MetricsEndpoint)));
     if let Some(trigger) = reload {
-        routes.exact.push(("/debug/reload".to_owned(), Arc::new(ReloadEndpoint(trigger.clone()))));
+        routes.exact.push((
+            "/debug/reload".to_owned(),
+            Arc::new(ReloadEndpoint(trigger.clone())),
+        ));
     }
     let discovery = Arc::new(Discovery::new(config));
     for path in discovery.paths() {

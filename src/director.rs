@@ -34,7 +34,11 @@ pub struct Routes {
 
 impl Director {
     pub fn new(routes: Routes, delegate: SharedHandler) -> Self {
-        let Routes { mut api, exact, mut prefixes } = routes;
+        let Routes {
+            mut api,
+            exact,
+            mut prefixes,
+        } = routes;
         api.sort_by_key(|(root, _)| std::cmp::Reverse(root.len()));
         prefixes.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
         // The first registration of an exact path wins, like the mux it models.
@@ -42,12 +46,21 @@ impl Director {
         for (path, handler) in exact {
             exact_map.entry(path).or_insert(handler);
         }
-        Director { api, exact: exact_map, prefixes, delegate }
+        Director {
+            api,
+            exact: exact_map,
+            prefixes,
+            delegate,
+        }
     }
 
     /// The handler for `path`, or the delegate.
     fn route(&self, path: &str) -> &SharedHandler {
-        if let Some((_, handler)) = self.api.iter().find(|(root, _)| api_root_matches(root, path)) {
+        if let Some((_, handler)) = self
+            .api
+            .iter()
+            .find(|(root, _)| api_root_matches(root, path))
+        {
             return handler;
         }
         if let Some(handler) = self.exact.get(path) {
@@ -87,8 +100,16 @@ mod tests {
     fn api_roots_match_as_kube_does() {
         let cases = [
             ("/apis/demo.example.io/v1", "/apis/demo.example.io/v1", true),
-            ("/apis/demo.example.io/v1", "/apis/demo.example.io/v1/widgets", true),
-            ("/apis/demo.example.io/v1", "/apis/demo.example.io/v1beta1", false),
+            (
+                "/apis/demo.example.io/v1",
+                "/apis/demo.example.io/v1/widgets",
+                true,
+            ),
+            (
+                "/apis/demo.example.io/v1",
+                "/apis/demo.example.io/v1beta1",
+                false,
+            ),
             ("/apis/demo.example.io", "/apis/demo.example.io/v1/x", true),
             ("/apis", "/apis", true),
             ("/apis", "/apis/", true),

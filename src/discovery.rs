@@ -24,10 +24,14 @@ impl Discovery {
     pub fn new(config: &Config) -> Self {
         let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut legacy_versions = Vec::new();
-        let roots = config.servers.iter().flat_map(|server| &server.routes).filter_map(|route| match &route.matcher {
-            RouteMatch::Api(root) => Some(root.as_str()),
-            _ => None,
-        });
+        let roots = config
+            .servers
+            .iter()
+            .flat_map(|server| &server.routes)
+            .filter_map(|route| match &route.matcher {
+                RouteMatch::Api(root) => Some(root.as_str()),
+                _ => None,
+            });
         for root in roots {
             let segments: Vec<&str> = root.trim_start_matches('/').split('/').collect();
             match segments.as_slice() {
@@ -37,7 +41,9 @@ impl Discovery {
                         versions.push((*version).to_owned());
                     }
                 }
-                ["api", version] if !legacy_versions.contains(version) => legacy_versions.push(*version),
+                ["api", version] if !legacy_versions.contains(version) => {
+                    legacy_versions.push(*version)
+                }
                 _ => {}
             }
         }
@@ -58,7 +64,10 @@ impl Discovery {
 
     /// Every path this handler answers (with and without a trailing `/`).
     pub fn paths(&self) -> Vec<String> {
-        self.documents.keys().flat_map(|path| [path.clone(), format!("{path}/")]).collect()
+        self.documents
+            .keys()
+            .flat_map(|path| [path.clone(), format!("{path}/")])
+            .collect()
     }
 }
 
@@ -71,7 +80,9 @@ impl Handler for Discovery {
             match self.documents.get(path.strip_suffix('/').unwrap_or(path)) {
                 Some(document) => {
                     let mut response = http::Response::new(Body::full(document.clone()));
-                    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                    response
+                        .headers_mut()
+                        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
                     response
                 }
                 None => GatewayError::NotFound.into_response(),
@@ -82,7 +93,8 @@ impl Handler for Discovery {
 }
 
 fn api_group(name: &str, versions: &[String]) -> Value {
-    let entry = |version: &String| json!({"groupVersion": format!("{name}/{version}"), "version": version});
+    let entry =
+        |version: &String| json!({"groupVersion": format!("{name}/{version}"), "version": version});
     let listed: Vec<Value> = versions.iter().map(entry).collect();
     json!({
         "kind": "APIGroup",
@@ -121,7 +133,11 @@ fn version_rank(version: &str) -> (u8, std::cmp::Reverse<u64>, std::cmp::Reverse
         Some((stability, major, minor.parse::<u64>().ok()?))
     });
     match parsed {
-        Some((stability, major, minor)) => (stability, std::cmp::Reverse(major), std::cmp::Reverse(minor)),
+        Some((stability, major, minor)) => (
+            stability,
+            std::cmp::Reverse(major),
+            std::cmp::Reverse(minor),
+        ),
         None => (3, std::cmp::Reverse(0), std::cmp::Reverse(0)),
     }
 }
@@ -132,8 +148,29 @@ mod tests {
 
     #[test]
     fn versions_sort_by_kube_priority() {
-        let mut versions = vec!["v1alpha1", "foo", "v1beta1", "v1", "v2", "v1beta2", "v10", "v11alpha2"];
+        let mut versions = vec![
+            "v1alpha1",
+            "foo",
+            "v1beta1",
+            "v1",
+            "v2",
+            "v1beta2",
+            "v10",
+            "v11alpha2",
+        ];
         versions.sort_by(|a, b| compare_kube_versions(a, b));
-        assert_eq!(versions, ["v10", "v2", "v1", "v1beta2", "v1beta1", "v11alpha2", "v1alpha1", "foo"]);
+        assert_eq!(
+            versions,
+            [
+                "v10",
+                "v2",
+                "v1",
+                "v1beta2",
+                "v1beta1",
+                "v11alpha2",
+                "v1alpha1",
+                "foo"
+            ]
+        );
     }
 }

@@ -29,8 +29,14 @@ pub struct Check {
 }
 
 impl Check {
-    pub fn new(name: impl Into<String>, probe: impl Fn() -> Result<(), String> + Send + Sync + 'static) -> Self {
-        Check { name: name.into(), probe: Arc::new(probe) }
+    pub fn new(
+        name: impl Into<String>,
+        probe: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        Check {
+            name: name.into(),
+            probe: Arc::new(probe),
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -76,7 +82,9 @@ impl LogFlushes {
         let last = self.0.clone();
         tokio::spawn(async move {
             loop {
-                let flushed = tokio::task::spawn_blocking(|| std::io::Write::flush(&mut std::io::stderr())).await;
+                let flushed =
+                    tokio::task::spawn_blocking(|| std::io::Write::flush(&mut std::io::stderr()))
+                        .await;
                 if matches!(flushed, Ok(Ok(()))) {
                     last.store(unix_seconds(), Ordering::Release);
                 }
@@ -95,7 +103,9 @@ impl LogFlushes {
 }
 
 fn unix_seconds() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The three endpoints and their checks.
@@ -116,7 +126,11 @@ impl Health {
         };
         let ping = Check::new("ping", || Ok(()));
         let shutdown = Check::new("shutdown", move || {
-            if shutting_down.is_set() { Err("process is shutting down".to_owned()) } else { Ok(()) }
+            if shutting_down.is_set() {
+                Err("process is shutting down".to_owned())
+            } else {
+                Ok(())
+            }
         });
         Health {
             healthz: vec![ping.clone(), log.clone()],
@@ -173,7 +187,10 @@ struct Query {
 
 impl Query {
     fn parse(query: Option<&str>) -> Query {
-        let mut parsed = Query { verbose: false, exclude: BTreeSet::new() };
+        let mut parsed = Query {
+            verbose: false,
+            exclude: BTreeSet::new(),
+        };
         for (key, value) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
             match key.as_ref() {
                 "verbose" => parsed.verbose = true,
@@ -210,7 +227,11 @@ fn all_checks(endpoint: &str, checks: &[Check], query: &Query) -> Response {
     }
     if !excluded.is_empty() {
         let names: Vec<String> = excluded.iter().map(|name| format!("{name:?}")).collect();
-        let _ = writeln!(report, "warn: some health checks cannot be excluded: no matches for {}", names.join(","));
+        let _ = writeln!(
+            report,
+            "warn: some health checks cannot be excluded: no matches for {}",
+            names.join(",")
+        );
     }
     if failed {
         let _ = writeln!(report, "{endpoint} check failed");
@@ -227,7 +248,10 @@ fn all_checks(endpoint: &str, checks: &[Check], query: &Query) -> Response {
 fn one_check(check: &Check) -> Response {
     match check.run() {
         Ok(()) => text(StatusCode::OK, "ok".to_owned()),
-        Err(reason) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("internal server error: {reason}\n")),
+        Err(reason) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal server error: {reason}\n"),
+        ),
     }
 }
 
@@ -235,7 +259,13 @@ fn text(status: StatusCode, body: String) -> Response {
     let mut response = http::Response::new(Body::full(body));
     *response.status_mut() = status;
     let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    headers.insert(HeaderName::from_static("x-content-type-options"), HeaderValue::from_static("nosniff"));
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        HeaderName::from_static("x-content-type-options"),
+        HeaderValue::from_static("nosniff"),
+    );
     response
 }

@@ -11,7 +11,11 @@ use wasmgate::config::{self, Config, HookPhase, RouteHandler, RouteMatch, Transp
 use wasmgate::server::{Drained, Gateway};
 
 #[derive(Parser)]
-#[command(name = "wasmgate", version, about = "A WebAssembly-pluggable API gateway in the shape of the Kubernetes API server")]
+#[command(
+    name = "wasmgate",
+    version,
+    about = "A WebAssembly-pluggable API gateway in the shape of the Kubernetes API server"
+)]
 struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
@@ -84,21 +88,53 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Check { config } => check(&config),
         Command::Run { config, workers } => run(&config, workers),
-        Command::Try { config, method, path, headers, body } => try_request(&config, &method, path, &headers, body.as_deref()),
-        Command::NewFilter { lang, kind, name, dir } => new_filter(lang, kind, name, dir),
+        Command::Try {
+            config,
+            method,
+            path,
+            headers,
+            body,
+        } => try_request(&config, &method, path, &headers, body.as_deref()),
+        Command::NewFilter {
+            lang,
+            kind,
+            name,
+            dir,
+        } => new_filter(lang, kind, name, dir),
     }
 }
 
-fn new_filter(lang: wasmgate::scaffold::Lang, kind: wasmgate::scaffold::FilterKind, name: String, parent: Option<PathBuf>) -> ExitCode {
-    let request = wasmgate::scaffold::NewFilter { lang, kind, name, parent, checkout: None };
+fn new_filter(
+    lang: wasmgate::scaffold::Lang,
+    kind: wasmgate::scaffold::FilterKind,
+    name: String,
+    parent: Option<PathBuf>,
+) -> ExitCode {
+    let request = wasmgate::scaffold::NewFilter {
+        lang,
+        kind,
+        name,
+        parent,
+        checkout: None,
+    };
     match wasmgate::scaffold::scaffold(&request) {
         Ok(made) => {
             println!("created {}:", made.dir.display());
             for file in &made.files {
-                println!("  {}", file.strip_prefix(&made.dir).unwrap_or(file).display());
+                println!(
+                    "  {}",
+                    file.strip_prefix(&made.dir).unwrap_or(file).display()
+                );
             }
-            let from = made.checkout.as_ref().map(|dir| format!(" (from {})", dir.display())).unwrap_or_default();
-            println!("\nbuild it{from}:\n  {}\n\ntry it{from}:\n  {}", made.build, made.try_command);
+            let from = made
+                .checkout
+                .as_ref()
+                .map(|dir| format!(" (from {})", dir.display()))
+                .unwrap_or_default();
+            println!(
+                "\nbuild it{from}:\n  {}\n\ntry it{from}:\n  {}",
+                made.build, made.try_command
+            );
             ExitCode::SUCCESS
         }
         Err(error) => {
@@ -112,7 +148,10 @@ fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -130,7 +169,10 @@ fn check(path: &std::path::Path) -> ExitCode {
         }
     };
     let text = summary(&config);
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("cannot start the runtime: {error}");
@@ -155,27 +197,81 @@ fn summary(config: &Config) -> String {
     let mut out = String::new();
     let transport = match &config.listen.transport {
         Transport::Plaintext => "plaintext".to_owned(),
-        Transport::Tls(material) if material.client_ca.is_some() => "TLS, client certificates verified".to_owned(),
+        Transport::Tls(material) if material.client_ca.is_some() => {
+            "TLS, client certificates verified".to_owned()
+        }
         Transport::Tls(_) => "TLS".to_owned(),
-        Transport::SelfSigned { cert_dir } => format!("TLS, self-signed certificate in {}", cert_dir.display()),
+        Transport::SelfSigned { cert_dir } => {
+            format!("TLS, self-signed certificate in {}", cert_dir.display())
+        }
     };
     let _ = writeln!(out, "{}: valid", config.source.display());
     let _ = writeln!(out, "listen: {} ({transport})", config.listen.address);
     let stages = &config.stages;
     let _ = writeln!(out, "chain: {}", installed_filters(config).join(", "));
-    let anonymous = if stages.authentication.anonymous { "unrecognised -> system:anonymous" } else { "unrecognised -> 401" };
-    stage_summary(&mut out, "authentication", &stages.authentication.filters, if stages.authentication.filters.is_empty() { "everyone is system:anonymous" } else { anonymous });
+    let anonymous = if stages.authentication.anonymous {
+        "unrecognised -> system:anonymous"
+    } else {
+        "unrecognised -> 401"
+    };
+    stage_summary(
+        &mut out,
+        "authentication",
+        &stages.authentication.filters,
+        if stages.authentication.filters.is_empty() {
+            "everyone is system:anonymous"
+        } else {
+            anonymous
+        },
+    );
     let audit_mode = match stages.audit.mode {
         AuditMode::Blocking => "blocking",
         AuditMode::Batch => "batch",
     };
-    stage_summary(&mut out, "audit", &stages.audit.filters, &format!("{audit_mode} mode, {} policy rules", stages.audit.policy.len()));
-    let authz_default = if stages.authorization.filters.is_empty() { "everything allowed" } else { "all no-opinion -> 403" };
-    stage_summary(&mut out, "authorization", &stages.authorization.filters, authz_default);
-    stage_summary(&mut out, "admission (mutating)", &stages.admission.mutating, "");
-    stage_summary(&mut out, "admission (validating)", &stages.admission.validating, "");
+    stage_summary(
+        &mut out,
+        "audit",
+        &stages.audit.filters,
+        &format!(
+            "{audit_mode} mode, {} policy rules",
+            stages.audit.policy.len()
+        ),
+    );
+    let authz_default = if stages.authorization.filters.is_empty() {
+        "everything allowed"
+    } else {
+        "all no-opinion -> 403"
+    };
+    stage_summary(
+        &mut out,
+        "authorization",
+        &stages.authorization.filters,
+        authz_default,
+    );
+    stage_summary(
+        &mut out,
+        "admission (mutating)",
+        &stages.admission.mutating,
+        "",
+    );
+    stage_summary(
+        &mut out,
+        "admission (validating)",
+        &stages.admission.validating,
+        "",
+    );
     for (index, server) in config.servers.iter().enumerate() {
-        let _ = writeln!(out, "server {} {:?}{}", index + 1, server.name.as_str(), if index == 0 { " (wrapped by the chain)" } else { "" });
+        let _ = writeln!(
+            out,
+            "server {} {:?}{}",
+            index + 1,
+            server.name.as_str(),
+            if index == 0 {
+                " (wrapped by the chain)"
+            } else {
+                ""
+            }
+        );
         for route in &server.routes {
             let matcher = match &route.matcher {
                 RouteMatch::Api(root) => format!("api    {root}"),
@@ -195,12 +291,23 @@ fn summary(config: &Config) -> String {
             HookPhase::PostStart => "post-start",
             HookPhase::PreShutdown => "pre-shutdown",
         };
-        let _ = writeln!(out, "hook {:?} ({phase}): {}", hook.name.as_str(), hook.command.join(" "));
+        let _ = writeln!(
+            out,
+            "hook {:?} ({phase}): {}",
+            hook.name.as_str(),
+            hook.command.join(" ")
+        );
     }
     out
 }
 
-fn try_request(config: &std::path::Path, method: &str, path: String, headers: &[String], body: Option<&std::path::Path>) -> ExitCode {
+fn try_request(
+    config: &std::path::Path,
+    method: &str,
+    path: String,
+    headers: &[String],
+    body: Option<&std::path::Path>,
+) -> ExitCode {
     let trial = match trial(method, path, headers, body) {
         Ok(trial) => trial,
         Err(message) => {
@@ -215,7 +322,10 @@ fn try_request(config: &std::path::Path, method: &str, path: String, headers: &[
             return ExitCode::FAILURE;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("cannot start the runtime: {error}");
@@ -234,7 +344,10 @@ fn try_request(config: &std::path::Path, method: &str, path: String, headers: &[
         gateway.flush_audit().await;
         match report {
             Ok(report) => {
-                println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).unwrap_or_default()
+                );
                 ExitCode::SUCCESS
             }
             Err(error) => {
@@ -245,22 +358,38 @@ fn try_request(config: &std::path::Path, method: &str, path: String, headers: &[
     })
 }
 
-fn trial(method: &str, path: String, headers: &[String], body: Option<&std::path::Path>) -> Result<wasmgate::try_request::Trial, String> {
-    let method = http::Method::from_bytes(method.to_ascii_uppercase().as_bytes()).map_err(|_| format!("{method:?} is not an HTTP method"))?;
+fn trial(
+    method: &str,
+    path: String,
+    headers: &[String],
+    body: Option<&std::path::Path>,
+) -> Result<wasmgate::try_request::Trial, String> {
+    let method = http::Method::from_bytes(method.to_ascii_uppercase().as_bytes())
+        .map_err(|_| format!("{method:?} is not an HTTP method"))?;
     let headers = headers
         .iter()
         .map(|header| {
-            let (name, value) = header.split_once(':').ok_or_else(|| format!("{header:?} is not a `Name: value` header"))?;
-            let name = http::HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| format!("{name:?} is not a header name"))?;
-            let value = http::HeaderValue::from_str(value.trim()).map_err(|_| format!("{value:?} is not a header value"))?;
+            let (name, value) = header
+                .split_once(':')
+                .ok_or_else(|| format!("{header:?} is not a `Name: value` header"))?;
+            let name = http::HeaderName::from_bytes(name.trim().as_bytes())
+                .map_err(|_| format!("{name:?} is not a header name"))?;
+            let value = http::HeaderValue::from_str(value.trim())
+                .map_err(|_| format!("{value:?} is not a header value"))?;
             Ok((name, value))
         })
         .collect::<Result<Vec<_>, String>>()?;
     let body = match body {
-        Some(file) => std::fs::read(file).map_err(|error| format!("cannot read {}: {error}", file.display()))?,
+        Some(file) => std::fs::read(file)
+            .map_err(|error| format!("cannot read {}: {error}", file.display()))?,
         None => Vec::new(),
     };
-    Ok(wasmgate::try_request::Trial { method, path, headers, body })
+    Ok(wasmgate::try_request::Trial {
+        method,
+        path,
+        headers,
+        body,
+    })
 }
 
 /// The filters `chain::build` installs for this configuration, in request order.
@@ -291,8 +420,16 @@ fn installed_filters(config: &Config) -> Vec<&'static str> {
 fn stage_summary(out: &mut String, stage: &str, filters: &[FilterSpec], note: &str) {
     use std::fmt::Write as _;
     let names: Vec<String> = filters.iter().map(describe_filter).collect();
-    let listed = if names.is_empty() { "-".to_owned() } else { names.join(", ") };
-    let note = if note.is_empty() { String::new() } else { format!("  [{note}]") };
+    let listed = if names.is_empty() {
+        "-".to_owned()
+    } else {
+        names.join(", ")
+    };
+    let note = if note.is_empty() {
+        String::new()
+    } else {
+        format!("  [{note}]")
+    };
     let _ = writeln!(out, "  {stage:<24} {listed}{note}");
 }
 
@@ -306,8 +443,16 @@ fn describe_filter(filter: &FilterSpec) -> String {
         FailurePolicy::FailClosed => "fail-closed",
         FailurePolicy::FailOpen => "fail-open",
     };
-    let monitor = if filter.mode == Mode::Monitor { ", monitor" } else { "" };
-    format!("{} ({isolation}, {policy}{monitor}, timeout {})", filter.name, humantime::format_duration(filter.timeout))
+    let monitor = if filter.mode == Mode::Monitor {
+        ", monitor"
+    } else {
+        ""
+    };
+    format!(
+        "{} ({isolation}, {policy}{monitor}, timeout {})",
+        filter.name,
+        humantime::format_duration(filter.timeout)
+    )
 }
 
 fn run(path: &std::path::Path, workers: Option<usize>) -> ExitCode {

@@ -63,15 +63,37 @@ pub fn metrics() -> &'static Metrics {
     METRICS.get_or_init(|| {
         let mut registry = Registry::with_prefix("wasmgate");
         let filter_calls = Family::<FilterOutcome, Counter>::default();
-        registry.register("filter_calls", "Filter calls by outcome: answer, error, trap, timeout", filter_calls.clone());
-        let filter_duration = Family::<FilterName, Histogram>::new_with_constructor(filter_duration_histogram as fn() -> Histogram);
-        registry.register("filter_call_duration_seconds", "Time of one filter call, instantiation included", filter_duration.clone());
+        registry.register(
+            "filter_calls",
+            "Filter calls by outcome: answer, error, trap, timeout",
+            filter_calls.clone(),
+        );
+        let filter_duration = Family::<FilterName, Histogram>::new_with_constructor(
+            filter_duration_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "filter_call_duration_seconds",
+            "Time of one filter call, instantiation included",
+            filter_duration.clone(),
+        );
         let components = Family::<Source, Counter>::default();
-        registry.register("components_loaded", "Components made ready, by where the compiled code came from", components.clone());
+        registry.register(
+            "components_loaded",
+            "Components made ready, by where the compiled code came from",
+            components.clone(),
+        );
         let audit_events_dropped = Counter::default();
-        registry.register("audit_events_dropped", "Audit events dropped because the batch queue was full", audit_events_dropped.clone());
+        registry.register(
+            "audit_events_dropped",
+            "Audit events dropped because the batch queue was full",
+            audit_events_dropped.clone(),
+        );
         let config_reloads = Family::<ReloadResult, Counter>::default();
-        registry.register("config_reload", "Configuration reloads by result", config_reloads.clone());
+        registry.register(
+            "config_reload",
+            "Configuration reloads by result",
+            config_reloads.clone(),
+        );
         let config_last_reload_success = Gauge::default();
         registry.register(
             "config_last_reload_success_timestamp_seconds",
@@ -106,16 +128,19 @@ pub struct MetricsEndpoint;
 
 impl Handler for MetricsEndpoint {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-        let response = if request.method() == http::Method::GET || request.method() == http::Method::HEAD {
-            let mut response = http::Response::new(Body::full(metrics().encode()));
-            response.headers_mut().insert(
-                CONTENT_TYPE,
-                HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-            );
-            response
-        } else {
-            GatewayError::MethodNotAllowed.into_response()
-        };
+        let response =
+            if request.method() == http::Method::GET || request.method() == http::Method::HEAD {
+                let mut response = http::Response::new(Body::full(metrics().encode()));
+                response.headers_mut().insert(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static(
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    ),
+                );
+                response
+            } else {
+                GatewayError::MethodNotAllowed.into_response()
+            };
         Box::pin(async move { response })
     }
 }

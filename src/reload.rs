@@ -94,7 +94,11 @@ impl Bound {
         Bound {
             address: config.listen.address,
             plaintext: matches!(config.listen.transport, Transport::Plaintext),
-            hooks: config.hooks.iter().map(|hook| (hook.name.to_string(), hook.command.clone())).collect(),
+            hooks: config
+                .hooks
+                .iter()
+                .map(|hook| (hook.name.to_string(), hook.command.clone()))
+                .collect(),
         }
     }
 }
@@ -153,28 +157,41 @@ impl Reloader {
     /// changes nothing and says why.
     pub async fn reload(&self) -> ReloadOutcome {
         let started = Instant::now();
-        let cache_before = crate::wasm::WasmHost::shared().map(|host| host.cache_stats()).ok();
+        let cache_before = crate::wasm::WasmHost::shared()
+            .map(|host| host.cache_stats())
+            .ok();
         let (path, shared) = (self.path.clone(), self.shared.clone());
         // Loading compiles what changed: CPU work, kept off the async workers.
         let built = tokio::task::spawn_blocking(move || {
             let config = config::load(&path).map_err(|error| error.to_string())?;
-            snapshot::build(config, &shared, Targets::Live, Purpose::Serve, |servers| servers)
-                .map_err(|error: StartError| error.to_string())
+            snapshot::build(config, &shared, Targets::Live, Purpose::Serve, |servers| {
+                servers
+            })
+            .map_err(|error: StartError| error.to_string())
         })
         .await
         .unwrap_or_else(|error| Err(format!("the reload task failed: {error}")));
         match built {
             Ok(mut snapshot) => {
                 let restart_required = restart_required(&self.bound, &snapshot.config);
-                if self.bound.plaintext != matches!(snapshot.config.listen.transport, Transport::Plaintext) {
+                if self.bound.plaintext
+                    != matches!(snapshot.config.listen.transport, Transport::Plaintext)
+                {
                     // The listener keeps speaking what it spoke at start.
                     snapshot.tls = self.live.load().tls.clone();
                 }
                 let generation = snapshot.generation;
                 self.live.store(Arc::new(snapshot));
-                metrics().config_reloads.get_or_create(&ReloadResult { result: "success".into() }).inc();
+                metrics()
+                    .config_reloads
+                    .get_or_create(&ReloadResult {
+                        result: "success".into(),
+                    })
+                    .inc();
                 record_success();
-                let after = crate::wasm::WasmHost::shared().map(|host| host.cache_stats()).ok();
+                let after = crate::wasm::WasmHost::shared()
+                    .map(|host| host.cache_stats())
+                    .ok();
                 let compiled = match (cache_before, after) {
                     (Some(before), Some(after)) => after.compiled - before.compiled,
                     _ => 0,
@@ -188,11 +205,21 @@ impl Reloader {
                 for setting in &restart_required {
                     tracing::warn!(setting = %setting, "changed, but takes effect only after a restart");
                 }
-                ReloadOutcome::Swapped { generation, restart_required }
+                ReloadOutcome::Swapped {
+                    generation,
+                    restart_required,
+                }
             }
             Err(problems) => {
-                metrics().config_reloads.get_or_create(&ReloadResult { result: "failure".into() }).inc();
-                tracing::error!("configuration reload refused, the running configuration is unchanged:\n{problems}");
+                metrics()
+                    .config_reloads
+                    .get_or_create(&ReloadResult {
+                        result: "failure".into(),
+                    })
+                    .inc();
+                tracing::error!(
+                    "configuration reload refused, the running configuration is unchanged:\n{problems}"
+                );
                 ReloadOutcome::Rejected(problems)
             }
         }
@@ -201,8 +228,12 @@ impl Reloader {
 
 /// The configuration in force was loaded successfully now.
 fn record_success() {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    metrics().config_last_reload_success.set(i64::try_from(now).unwrap_or(i64::MAX));
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    metrics()
+        .config_last_reload_success
+        .set(i64::try_from(now).unwrap_or(i64::MAX));
 }
 
 /// Settings bound at start (the socket, whether it speaks TLS, the hooks)
@@ -210,7 +241,10 @@ fn record_success() {
 fn restart_required(bound: &Bound, new: &Config) -> Vec<String> {
     let mut changed = Vec::new();
     if bound.address != new.listen.address {
-        changed.push(format!("listen.address ({} -> {})", bound.address, new.listen.address));
+        changed.push(format!(
+            "listen.address ({} -> {})",
+            bound.address, new.listen.address
+        ));
     }
     if bound.plaintext != matches!(new.listen.transport, Transport::Plaintext) {
         changed.push("listen.plaintext".to_owned());
@@ -263,16 +297,31 @@ impl FileWatch {
                 trigger.request();
             }
         });
-        Ok(FileWatch { watcher, manifest, files, folders: HashSet::new() })
+        Ok(FileWatch {
+            watcher,
+            manifest,
+            files,
+            folders: HashSet::new(),
+        })
     }
 
     /// Watches the manifest and the components `config` names, and where
     /// those of them that are symlinks point (best effort).
     fn follow(&mut self, config: &Config) -> notify::Result<()> {
-        let mut files: HashSet<PathBuf> = config.stages.all_filters().map(|f| f.component.clone()).collect();
-        files = files.into_iter().filter_map(|path| std::path::absolute(path).ok()).collect();
+        let mut files: HashSet<PathBuf> = config
+            .stages
+            .all_filters()
+            .map(|f| f.component.clone())
+            .collect();
+        files = files
+            .into_iter()
+            .filter_map(|path| std::path::absolute(path).ok())
+            .collect();
         files.insert(self.manifest.clone());
-        let folders: HashSet<PathBuf> = files.iter().filter_map(|file| file.parent().map(Path::to_path_buf)).collect();
+        let folders: HashSet<PathBuf> = files
+            .iter()
+            .filter_map(|file| file.parent().map(Path::to_path_buf))
+            .collect();
         // A file reached through a symlink changes where it really is, too.
         let targets: HashSet<PathBuf> = files
             .iter()
@@ -322,15 +371,26 @@ impl Handler for ReloadEndpoint {
                 return GatewayError::MethodNotAllowed.into_response();
             }
             match self.0.reload().await {
-                Some(ReloadOutcome::Swapped { generation, restart_required }) => {
+                Some(ReloadOutcome::Swapped {
+                    generation,
+                    restart_required,
+                }) => {
                     let mut message = format!("configuration reloaded: generation {generation}");
                     if !restart_required.is_empty() {
-                        message.push_str(&format!("; restart required for: {}", restart_required.join(", ")));
+                        message.push_str(&format!(
+                            "; restart required for: {}",
+                            restart_required.join(", ")
+                        ));
                     }
                     Status::success(message).into_response()
                 }
-                Some(ReloadOutcome::Rejected(problems)) => GatewayError::Invalid { message: problems }.into_response(),
-                None => GatewayError::ServiceUnavailable { message: "the reloader is not running".to_owned() }.into_response(),
+                Some(ReloadOutcome::Rejected(problems)) => {
+                    GatewayError::Invalid { message: problems }.into_response()
+                }
+                None => GatewayError::ServiceUnavailable {
+                    message: "the reloader is not running".to_owned(),
+                }
+                .into_response(),
             }
         })
     }

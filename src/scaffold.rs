@@ -73,8 +73,12 @@ impl Lang {
 }
 
 impl FilterKind {
-    pub const ALL: [FilterKind; 4] =
-        [FilterKind::Authenticator, FilterKind::Authorizer, FilterKind::Admission, FilterKind::Auditor];
+    pub const ALL: [FilterKind; 4] = [
+        FilterKind::Authenticator,
+        FilterKind::Authorizer,
+        FilterKind::Admission,
+        FilterKind::Auditor,
+    ];
 
     /// The kind's name, as `--kind` spells it.
     pub fn name(self) -> &'static str {
@@ -123,7 +127,9 @@ impl FilterKind {
 
     fn try_manifest(self) -> &'static str {
         match self {
-            FilterKind::Authenticator => include_str!("../filters/templates/try-authenticator.toml"),
+            FilterKind::Authenticator => {
+                include_str!("../filters/templates/try-authenticator.toml")
+            }
             FilterKind::Authorizer => include_str!("../filters/templates/try-authorizer.toml"),
             FilterKind::Admission => include_str!("../filters/templates/try-admission.toml"),
             FilterKind::Auditor => include_str!("../filters/templates/try-auditor.toml"),
@@ -172,7 +178,10 @@ fn sources(lang: Lang, kind: FilterKind, in_tree: bool) -> Vec<(&'static str, &'
                     Auditor => include_str!("../filters/templates/js/auditor.js"),
                 },
             ),
-            ("package.json", include_str!("../filters/templates/js/package.json")),
+            (
+                "package.json",
+                include_str!("../filters/templates/js/package.json"),
+            ),
         ],
         Lang::C => vec![(
             "filter.c",
@@ -225,7 +234,9 @@ pub enum ScaffoldError {
         "{0:?} is not a filter name: use lower-case letters, digits and '-', starting with a letter, at most 63 characters"
     )]
     Name(String),
-    #[error("no wasmgate checkout (a folder with filters/build.sh and wit/filter.wit) here or above: give --dir")]
+    #[error(
+        "no wasmgate checkout (a folder with filters/build.sh and wit/filter.wit) here or above: give --dir"
+    )]
     NoCheckout,
     #[error("{} exists already and is not empty", .0.display())]
     Exists(PathBuf),
@@ -244,7 +255,9 @@ pub fn valid_name(name: &str) -> bool {
     name.len() <= 63
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && !name.ends_with('-')
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
 /// The wasmgate checkout at or above `start`: the first folder with
@@ -258,36 +271,51 @@ pub fn find_checkout(start: &Path) -> Option<PathBuf> {
 
 /// Writes the filter's folder.
 pub fn scaffold(request: &NewFilter) -> Result<Scaffolded, ScaffoldError> {
-    let NewFilter { lang, kind, name, .. } = request;
+    let NewFilter {
+        lang, kind, name, ..
+    } = request;
     let (lang, kind) = (*lang, *kind);
     if !valid_name(name) {
         return Err(ScaffoldError::Name(name.clone()));
     }
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let checkout = request.checkout.clone().or_else(|| find_checkout(&cwd)).map(|dir| absolute(&dir));
+    let checkout = request
+        .checkout
+        .clone()
+        .or_else(|| find_checkout(&cwd))
+        .map(|dir| absolute(&dir));
     let parent = match (&request.parent, &checkout) {
         (Some(parent), _) => absolute(parent),
         (None, Some(checkout)) => checkout.join("filters").join(lang.folder()),
         (None, None) => return Err(ScaffoldError::NoCheckout),
     };
     let dir = parent.join(name);
-    let in_tree =
-        checkout.as_ref().is_some_and(|checkout| same_dir(&parent, &checkout.join("filters").join(lang.folder())));
-    if dir.exists() && std::fs::read_dir(&dir).map_or(true, |mut entries| entries.next().is_some()) {
+    let in_tree = checkout
+        .as_ref()
+        .is_some_and(|checkout| same_dir(&parent, &checkout.join("filters").join(lang.folder())));
+    if dir.exists() && std::fs::read_dir(&dir).map_or(true, |mut entries| entries.next().is_some())
+    {
         return Err(ScaffoldError::Exists(dir));
     }
     if in_tree && let Some(checkout) = &checkout {
         for other in Lang::ALL {
             let taken = checkout.join("filters").join(other.folder()).join(name);
             if taken.exists() && other != lang {
-                return Err(ScaffoldError::Taken { name: name.clone(), other: taken });
+                return Err(ScaffoldError::Taken {
+                    name: name.clone(),
+                    other: taken,
+                });
             }
         }
     }
 
     let shown = |path: &Path| -> String {
         match &checkout {
-            Some(checkout) => path.strip_prefix(checkout).unwrap_or(path).display().to_string(),
+            Some(checkout) => path
+                .strip_prefix(checkout)
+                .unwrap_or(path)
+                .display()
+                .to_string(),
             None => path.display().to_string(),
         }
     };
@@ -299,13 +327,18 @@ pub fn scaffold(request: &NewFilter) -> Result<Scaffolded, ScaffoldError> {
             format!("filters/build.sh {}", shown(&dir)),
         )
     } else {
-        let script = checkout
-            .as_ref()
-            .map_or_else(|| "filters/build.sh".to_owned(), |c| c.join("filters/build.sh").display().to_string());
+        let script = checkout.as_ref().map_or_else(
+            || "filters/build.sh".to_owned(),
+            |c| c.join("filters/build.sh").display().to_string(),
+        );
         (
             dir.join("dist").join(format!("{name}.wasm")),
             format!("dist/{name}.wasm"),
-            format!("{script} --dist {} {}", dir.join("dist").display(), dir.display()),
+            format!(
+                "{script} --dist {} {}",
+                dir.join("dist").display(),
+                dir.display()
+            ),
         )
     };
     let manifest = dir.join("try.toml");
@@ -330,23 +363,45 @@ pub fn scaffold(request: &NewFilter) -> Result<Scaffolded, ScaffoldError> {
             .replace("{{isolation_line}}", lang.isolation_line())
             .replace("{{try}}", &try_command)
     };
-    let mut files: Vec<(String, String)> =
-        sources(lang, kind, in_tree).into_iter().map(|(path, template)| (path.to_owned(), fill(template))).collect();
+    let mut files: Vec<(String, String)> = sources(lang, kind, in_tree)
+        .into_iter()
+        .map(|(path, template)| (path.to_owned(), fill(template)))
+        .collect();
     files.push(("try.toml".to_owned(), fill(kind.try_manifest())));
     if kind == FilterKind::Admission {
-        files.push(("object.json".to_owned(), include_str!("../filters/templates/object.json").to_owned()));
+        files.push((
+            "object.json".to_owned(),
+            include_str!("../filters/templates/object.json").to_owned(),
+        ));
     }
     let listed: Vec<String> = files.iter().map(|(path, _)| path.clone()).collect();
-    files.push(("README.md".to_owned(), readme(lang, kind, name, &listed, &build, &try_command, in_tree)));
+    files.push((
+        "README.md".to_owned(),
+        readme(lang, kind, name, &listed, &build, &try_command, in_tree),
+    ));
 
     let mut written = Vec::new();
     for (relative, text) in files {
         let path = dir.join(&relative);
-        let result = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(&path, text));
-        result.map_err(|source| ScaffoldError::Write { path: path.clone(), source })?;
+        let result = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&path, text));
+        result.map_err(|source| ScaffoldError::Write {
+            path: path.clone(),
+            source,
+        })?;
         written.push(path);
     }
-    Ok(Scaffolded { dir, files: written, in_tree, component, checkout, build, try_command })
+    Ok(Scaffolded {
+        dir,
+        files: written,
+        in_tree,
+        component,
+        checkout,
+        build,
+        try_command,
+    })
 }
 
 fn absolute(path: &Path) -> PathBuf {
@@ -384,10 +439,18 @@ fn readme(
         let what = match file.as_str() {
             "Cargo.toml" => "the crate (a `cdylib`, built for `wasm32-wasip2`)",
             "src/lib.rs" => "the filter: `wit_bindgen::generate!` and the exported function",
-            "wit/filter.wit" => "a copy of the filter contract (this crate lives outside the checkout)",
-            "app.py" => "the filter: componentize-py generates the `wit_world` bindings at build time",
-            "filter.js" => "the filter: componentize-js binds its imports and its export at build time",
-            "package.json" => "marks the sources as ES modules (for `node --test`); no dependencies",
+            "wit/filter.wit" => {
+                "a copy of the filter contract (this crate lives outside the checkout)"
+            }
+            "app.py" => {
+                "the filter: componentize-py generates the `wit_world` bindings at build time"
+            }
+            "filter.js" => {
+                "the filter: componentize-js binds its imports and its export at build time"
+            }
+            "package.json" => {
+                "marks the sources as ES modules (for `node --test`); no dependencies"
+            }
             "filter.c" => "the filter: `wit-bindgen c` generates the header at build time",
             "try.toml" => "a manifest that runs this filter, for `wasmgate try`",
             "object.json" => "an object to send with `wasmgate try`",
@@ -395,7 +458,10 @@ fn readme(
         };
         let _ = writeln!(out, "- `{file}`: {what}");
     }
-    let _ = writeln!(out, "\n## Build\n\nFrom the wasmgate checkout:\n\n```sh\n{build}\n```\n");
+    let _ = writeln!(
+        out,
+        "\n## Build\n\nFrom the wasmgate checkout:\n\n```sh\n{build}\n```\n"
+    );
     let tools = match lang {
         Lang::Rust => "`cargo` for `wasm32-wasip2` (the target is installed when missing)",
         Lang::Python => "componentize-py, installed on first use into `~/.cache/wasmgate/tools`",
@@ -410,12 +476,18 @@ fn readme(
         out,
         "`filters/build.sh` builds it with {tools}, and prints the component's path{}.\n",
         if in_tree {
-            format!(" (`filters/dist/{name}.wasm`); a plain `filters/build.sh` builds it with every other filter")
+            format!(
+                " (`filters/dist/{name}.wasm`); a plain `filters/build.sh` builds it with every other filter"
+            )
         } else {
             String::new()
         }
     );
-    let _ = writeln!(out, "## Try\n\n```sh\n{try_command}\n```\n\n{}\n", kind.expected());
+    let _ = writeln!(
+        out,
+        "## Try\n\n```sh\n{try_command}\n```\n\n{}\n",
+        kind.expected()
+    );
     if matches!(lang, Lang::Python | Lang::Js) {
         let _ = writeln!(
             out,
@@ -447,18 +519,32 @@ mod tests {
 
     #[test]
     fn every_template_is_filled() {
-        let dir = std::env::temp_dir().join(format!("wasmgate-scaffold-unit-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("wasmgate-scaffold-unit-{}", std::process::id()));
         for lang in Lang::ALL {
             for kind in FilterKind::ALL {
                 let name = format!("{}-{}", lang.folder(), kind.name());
-                let made =
-                    scaffold(&NewFilter { lang, kind, name: name.clone(), parent: Some(dir.clone()), checkout: None })
-                        .expect("scaffold");
+                let made = scaffold(&NewFilter {
+                    lang,
+                    kind,
+                    name: name.clone(),
+                    parent: Some(dir.clone()),
+                    checkout: None,
+                })
+                .expect("scaffold");
                 for file in &made.files {
                     let text = std::fs::read_to_string(file).expect("read");
-                    assert!(!text.contains("{{"), "{} keeps a placeholder", file.display());
+                    assert!(
+                        !text.contains("{{"),
+                        "{} keeps a placeholder",
+                        file.display()
+                    );
                 }
-                assert!(made.build.ends_with(&made.dir.display().to_string()), "{}", made.build);
+                assert!(
+                    made.build.ends_with(&made.dir.display().to_string()),
+                    "{}",
+                    made.build
+                );
             }
         }
         let _ = std::fs::remove_dir_all(&dir);

@@ -60,7 +60,10 @@ impl Status {
 
     /// A success Status (what kube answers when there is no object to return).
     pub fn success(message: impl Into<String>) -> Self {
-        Status { status: "Success", ..Status::failure(StatusCode::OK, "", message) }
+        Status {
+            status: "Success",
+            ..Status::failure(StatusCode::OK, "", message)
+        }
     }
 
     pub fn with_details(mut self, details: Details) -> Self {
@@ -73,8 +76,9 @@ impl Status {
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         // Serialising a struct of strings and integers cannot fail; fall back
         // to a fixed body rather than panic if it ever did.
-        let json = serde_json::to_vec(&self)
-            .unwrap_or_else(|_| br#"{"kind":"Status","apiVersion":"v1","status":"Failure"}"#.to_vec());
+        let json = serde_json::to_vec(&self).unwrap_or_else(|_| {
+            br#"{"kind":"Status","apiVersion":"v1","status":"Failure"}"#.to_vec()
+        });
         let mut response = http::Response::new(Body::full(json));
         *response.status_mut() = code;
         response.headers_mut().insert(
@@ -94,10 +98,17 @@ pub enum GatewayError {
     #[error("Unauthorized")]
     Unauthorized,
     #[error("{message}")]
-    Forbidden { message: String, details: Option<Details> },
+    Forbidden {
+        message: String,
+        details: Option<Details>,
+    },
     /// A status chosen by a filter (an admission denial).
     #[error("{message}")]
-    Denied { code: StatusCode, reason: String, message: String },
+    Denied {
+        code: StatusCode,
+        reason: String,
+        message: String,
+    },
     #[error("the server could not find the requested resource")]
     NotFound,
     #[error("the server does not allow this method on the requested resource")]
@@ -118,7 +129,9 @@ pub enum GatewayError {
 
 impl GatewayError {
     pub fn internal(message: impl Into<String>) -> Self {
-        GatewayError::Internal { message: message.into() }
+        GatewayError::Internal {
+            message: message.into(),
+        }
     }
 
     /// The code and kube reason of this error.
@@ -149,7 +162,10 @@ impl GatewayError {
         let (code, reason) = self.code_and_reason();
         let mut status = Status::failure(code, reason, self.to_string());
         match self {
-            GatewayError::Forbidden { details: Some(details), .. } => status = status.with_details(details),
+            GatewayError::Forbidden {
+                details: Some(details),
+                ..
+            } => status = status.with_details(details),
             // kube's not-found handler answers with empty details.
             GatewayError::NotFound => status = status.with_details(Details::default()),
             _ => {}

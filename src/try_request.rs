@@ -52,7 +52,10 @@ pub enum TrialError {
 
 /// Runs `trial` through `chain` and reports.
 pub async fn run(chain: &SharedHandler, trial: Trial) -> Result<Report, TrialError> {
-    let uri: http::Uri = trial.path.parse().map_err(|_| TrialError::Path(trial.path.clone()))?;
+    let uri: http::Uri = trial
+        .path
+        .parse()
+        .map_err(|_| TrialError::Path(trial.path.clone()))?;
     let request_info = RequestInfo::resolve(&trial.method, uri.path(), uri.query());
     let mut request = http::Request::new(Body::full(trial.body));
     *request.method_mut() = trial.method;
@@ -71,8 +74,26 @@ pub async fn run(chain: &SharedHandler, trial: Trial) -> Result<Report, TrialErr
     let status = response.status().as_u16();
     let routed = response.extensions().get::<RoutedTo>().is_some();
     let user = response.extensions().get::<UserInfo>().cloned();
-    let bytes = response.into_body().collect().await.map_err(|e| TrialError::Body(e.to_string()))?.to_bytes();
-    let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    let (decision, route, body) = if routed { ("routed", Some(body), Value::Null) } else { ("answered", None, body) };
-    Ok(Report { request_info, filters: trace.entries(), user, decision, route, status, body })
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| TrialError::Body(e.to_string()))?
+        .to_bytes();
+    let body = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    let (decision, route, body) = if routed {
+        ("routed", Some(body), Value::Null)
+    } else {
+        ("answered", None, body)
+    };
+    Ok(Report {
+        request_info,
+        filters: trace.entries(),
+        user,
+        decision,
+        route,
+        status,
+        body,
+    })
 }

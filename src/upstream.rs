@@ -11,11 +11,11 @@ use futures_util::future::BoxFuture;
 use http::header::{self, HeaderName};
 use http::uri::{PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderValue, Uri, Version};
+use http_body_util::BodyExt;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use http_body_util::BodyExt;
 
 use crate::body::{Body, BodyError, Request, Response};
 use crate::chain::body_limit::{MaxRequestBody, is_body_limit_error};
@@ -43,12 +43,20 @@ pub struct UpstreamProxy {
 
 impl UpstreamProxy {
     pub fn new(upstream: &Upstream) -> Result<Self, UpstreamError> {
-        let roots = upstream.ca.as_deref().cloned().unwrap_or_else(rustls::RootCertStore::empty);
-        let tls = rustls::ClientConfig::builder_with_provider(crate::server::tls::crypto_provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|source| UpstreamError::Tls { url: upstream.url.to_string(), source })?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let roots = upstream
+            .ca
+            .as_deref()
+            .cloned()
+            .unwrap_or_else(rustls::RootCertStore::empty);
+        let tls =
+            rustls::ClientConfig::builder_with_provider(crate::server::tls::crypto_provider())
+                .with_safe_default_protocol_versions()
+                .map_err(|source| UpstreamError::Tls {
+                    url: upstream.url.to_string(),
+                    source,
+                })?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
         let connector = HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
@@ -60,7 +68,11 @@ impl UpstreamProxy {
             .pool_idle_timeout(Duration::from_secs(90))
             .timer(TokioTimer::new())
             .build(connector);
-        Ok(UpstreamProxy { base: upstream.url.clone(), client, timeout: upstream.timeout })
+        Ok(UpstreamProxy {
+            base: upstream.url.clone(),
+            client,
+            timeout: upstream.timeout,
+        })
     }
 
     async fn forward(&self, request: Request) -> Result<Response, GatewayError> {
@@ -70,15 +82,20 @@ impl UpstreamProxy {
         let exchange = self.client.request(outgoing);
         let wait = match (self.timeout, deadline) {
             (Some(timeout), _) => Some(timeout),
-            (None, Some(Deadline(at))) => Some(at.saturating_duration_since(tokio::time::Instant::now().into_std())),
+            (None, Some(Deadline(at))) => {
+                Some(at.saturating_duration_since(tokio::time::Instant::now().into_std()))
+            }
             (None, None) => None,
         };
-        let result = match wait {
-            Some(wait) => tokio::time::timeout(wait, exchange).await.map_err(|_| GatewayError::Timeout {
-                message: "the upstream did not answer in time".to_owned(),
-            })?,
-            None => exchange.await,
-        };
+        let result =
+            match wait {
+                Some(wait) => tokio::time::timeout(wait, exchange).await.map_err(|_| {
+                    GatewayError::Timeout {
+                        message: "the upstream did not answer in time".to_owned(),
+                    }
+                })?,
+                None => exchange.await,
+            };
         let mut response = result.map_err(|error| self.classify(&error, body_limit))?;
         remove_hop_by_hop(response.headers_mut());
         Ok(response.map(Body::wrap))
@@ -86,11 +103,12 @@ impl UpstreamProxy {
 
     fn outgoing_request(&self, request: Request) -> Result<Request, GatewayError> {
         let (mut parts, body) = request.into_parts();
-        let original_host = parts
-            .headers
-            .get(header::HOST)
-            .cloned()
-            .or_else(|| parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
+        let original_host = parts.headers.get(header::HOST).cloned().or_else(|| {
+            parts
+                .uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        });
         let connection = parts.extensions.get::<ConnectionInfo>().cloned();
         parts.uri = self.target_uri(&parts.uri)?;
         parts.version = Version::HTTP_11;
@@ -122,29 +140,44 @@ impl UpstreamProxy {
             message: format!("the request path {path_and_query:?} cannot be forwarded"),
         })?);
         parts.scheme = parts.scheme.or(Some(Scheme::HTTP));
-        Uri::from_parts(parts).map_err(|error| GatewayError::internal(format!("bad upstream URL: {error}")))
+        Uri::from_parts(parts)
+            .map_err(|error| GatewayError::internal(format!("bad upstream URL: {error}")))
     }
 
-    fn classify(&self, error: &hyper_util::client::legacy::Error, body_limit: Option<MaxRequestBody>) -> GatewayError {
+    fn classify(
+        &self,
+        error: &hyper_util::client::legacy::Error,
+        body_limit: Option<MaxRequestBody>,
+    ) -> GatewayError {
         if let Some(MaxRequestBody(limit)) = body_limit.filter(|_| is_body_limit_error(error)) {
             return GatewayError::RequestEntityTooLarge { limit };
         }
         if is_request_body_error(error) {
             tracing::debug!(error = %error_chain(error), "the client's request body could not be read");
-            return GatewayError::BadRequest { message: "the request body could not be read".to_owned() };
+            return GatewayError::BadRequest {
+                message: "the request body could not be read".to_owned(),
+            };
         }
         tracing::warn!(upstream = %self.base, error = %error_chain(error), "upstream request failed");
         if error.is_connect() {
-            GatewayError::ServiceUnavailable { message: "the upstream of this route is unavailable".to_owned() }
+            GatewayError::ServiceUnavailable {
+                message: "the upstream of this route is unavailable".to_owned(),
+            }
         } else {
-            GatewayError::BadGateway { message: "the upstream's response could not be read".to_owned() }
+            GatewayError::BadGateway {
+                message: "the upstream's response could not be read".to_owned(),
+            }
         }
     }
 }
 
 impl Handler for UpstreamProxy {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-        Box::pin(async move { self.forward(request).await.unwrap_or_else(GatewayError::into_response) })
+        Box::pin(async move {
+            self.forward(request)
+                .await
+                .unwrap_or_else(GatewayError::into_response)
+        })
     }
 }
 
@@ -203,8 +236,12 @@ fn remove_hop_by_hop(headers: &mut HeaderMap) {
 
 fn append_forwarded_for(headers: &mut HeaderMap, client: std::net::IpAddr) {
     // Every X-Forwarded-For line the client sent, in order, then the client.
-    let mut hops: Vec<String> =
-        headers.get_all(&X_FORWARDED_FOR).iter().filter_map(|v| v.to_str().ok()).map(str::to_owned).collect();
+    let mut hops: Vec<String> = headers
+        .get_all(&X_FORWARDED_FOR)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .collect();
     hops.push(client.to_string());
     let value = hops.join(", ");
     if let Ok(value) = HeaderValue::from_str(&value) {
@@ -214,7 +251,8 @@ fn append_forwarded_for(headers: &mut HeaderMap, client: std::net::IpAddr) {
 
 /// The error and its sources, `: `-separated, for the log.
 fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let messages: Vec<String> = std::iter::successors(Some(error), |error| error.source()).map(ToString::to_string).collect();
+    let messages: Vec<String> = std::iter::successors(Some(error), |error| error.source())
+        .map(ToString::to_string)
+        .collect();
     messages.join(": ")
 }
-

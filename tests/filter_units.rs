@@ -7,7 +7,11 @@ use std::process::Command;
 #[test]
 fn every_filter_passes_its_unit_tests() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/filters/build.sh");
-    let output = Command::new("bash").arg(script).arg("--test").output().expect("bash runs");
+    let output = Command::new("bash")
+        .arg(script)
+        .arg("--test")
+        .output()
+        .expect("bash runs");
     assert!(
         output.status.success(),
         "filters/build.sh --test failed:\n{}\n{}",

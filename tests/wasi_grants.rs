@@ -2,7 +2,6 @@
 //! environment, no files, no standard streams; granted, it sees exactly
 //! what was named.
 
-
 use std::time::Duration;
 
 use wasmgate::server::Gateway;
@@ -23,9 +22,16 @@ async fn denial_reason(manifest: &str, dir: &std::path::Path, word: &str) -> Str
     let path = dir.join("gw.toml");
     std::fs::write(&path, manifest).expect("manifest written");
     let config = wasmgate::config::load(&path).expect("valid manifest");
-    let gateway = Gateway::new(config).expect("gateway").start().await.expect("started");
+    let gateway = Gateway::new(config)
+        .expect("gateway")
+        .start()
+        .await
+        .expect("started");
     let url = format!("http://{}/fault/{word}", gateway.local_addr);
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("client");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("client");
     let response = client.get(url).send().await.expect("response");
     assert_eq!(response.status(), 403);
     let body: serde_json::Value = response.json().await.expect("a Status");
@@ -59,7 +65,11 @@ async fn nothing_is_granted_by_default() {
     // SAFETY: set before any gateway runs; nothing else reads this variable.
     unsafe { std::env::set_var("FAULT_ENV", "the gateway's own environment") };
     let text = manifest(&component, "");
-    assert!(denial_reason(&text, dir.path(), "env").await.ends_with("env: unset"));
+    assert!(
+        denial_reason(&text, dir.path(), "env")
+            .await
+            .ends_with("env: unset")
+    );
     let file = denial_reason(&text, dir.path(), "file").await;
     assert!(file.contains("file unreadable"), "{file}");
 }
@@ -73,15 +83,31 @@ async fn granted_environment_and_folders_are_visible() {
     std::fs::write(data.join("fault.txt"), "granted contents\n").expect("file written");
     let wasi = r#"wasi = { env = { FAULT_ENV = "from the manifest" }, dirs = [{ host = "data", guest = "/data" }] }"#;
     let text = manifest(&component, wasi);
-    assert!(denial_reason(&text, dir.path(), "env").await.ends_with("env: from the manifest"));
-    assert!(denial_reason(&text, dir.path(), "file").await.ends_with("file: granted contents"));
+    assert!(
+        denial_reason(&text, dir.path(), "env")
+            .await
+            .ends_with("env: from the manifest")
+    );
+    assert!(
+        denial_reason(&text, dir.path(), "file")
+            .await
+            .ends_with("file: granted contents")
+    );
 }
 
 #[test]
 fn a_granted_folder_must_exist() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("gw.toml");
-    let text = manifest("x.wasm", r#"wasi = { dirs = [{ host = "missing", guest = "/data" }] }"#);
-    let error = wasmgate::config::parse(&path, &text).expect_err("refused").to_string();
-    assert!(error.contains("authorization.filters[0].wasi.dirs") && error.contains("is not a folder"), "{error}");
+    let text = manifest(
+        "x.wasm",
+        r#"wasi = { dirs = [{ host = "missing", guest = "/data" }] }"#,
+    );
+    let error = wasmgate::config::parse(&path, &text)
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        error.contains("authorization.filters[0].wasi.dirs") && error.contains("is not a folder"),
+        "{error}"
+    );
 }

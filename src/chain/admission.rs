@@ -22,7 +22,9 @@ use crate::context::{AuditId, UserInfo};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
-use crate::wasm::filter::{Admission as AdmissionKind, AdmissionRequest, AdmissionResponse, Operation};
+use crate::wasm::filter::{
+    Admission as AdmissionKind, AdmissionRequest, AdmissionResponse, Operation,
+};
 use crate::wasm::{LoadedFilter, Outcome, convert};
 
 const STAGE: &str = "admission";
@@ -49,8 +51,14 @@ impl Handler for Admission {
             let Some(operation) = operation(info) else {
                 return self.next.call(request).await;
             };
-            let selected = |filter: &&LoadedFilter<AdmissionKind>| stage::selects(&filter.spec.matcher, info);
-            if !self.mutating.iter().chain(&self.validating).any(|filter| selected(&filter)) {
+            let selected =
+                |filter: &&LoadedFilter<AdmissionKind>| stage::selects(&filter.spec.matcher, info);
+            if !self
+                .mutating
+                .iter()
+                .chain(&self.validating)
+                .any(|filter| selected(&filter))
+            {
                 return self.next.call(request).await;
             }
             match self.admit(request, operation).await {
@@ -64,21 +72,43 @@ impl Handler for Admission {
 impl Admission {
     async fn admit(&self, request: Request, operation: Operation) -> Result<Request, GatewayError> {
         let (mut parts, body) = request.into_parts();
-        let limit = parts.extensions.get::<MaxRequestBody>().map_or(0, |limit| limit.0);
-        let bytes = body.collect().await.map_err(|error| read_error(&*error, limit))?.to_bytes();
+        let limit = parts
+            .extensions
+            .get::<MaxRequestBody>()
+            .map_or(0, |limit| limit.0);
+        let bytes = body
+            .collect()
+            .await
+            .map_err(|error| read_error(&*error, limit))?
+            .to_bytes();
         let original = if bytes.is_empty() {
             None
         } else {
-            Some(serde_json::from_slice::<serde_json::Value>(&bytes).map_err(|error| GatewayError::BadRequest {
-                message: format!("the request body is not valid JSON: {error}"),
-            })?)
+            Some(
+                serde_json::from_slice::<serde_json::Value>(&bytes).map_err(|error| {
+                    GatewayError::BadRequest {
+                        message: format!("the request body is not valid JSON: {error}"),
+                    }
+                })?,
+            )
         };
         let mut review = review(&parts, operation, &bytes);
         let trace = parts.extensions.get::<FilterTrace>().cloned();
-        let info = parts.extensions.get::<RequestInfo>().cloned().unwrap_or_default();
+        let info = parts
+            .extensions
+            .get::<RequestInfo>()
+            .cloned()
+            .unwrap_or_default();
         let mut object = original.clone();
-        for filter in self.mutating.iter().filter(|f| stage::selects(&f.spec.matcher, &info)) {
-            match self.run(filter, &review, object.as_ref(), true, trace.as_ref()).await {
+        for filter in self
+            .mutating
+            .iter()
+            .filter(|f| stage::selects(&f.spec.matcher, &info))
+        {
+            match self
+                .run(filter, &review, object.as_ref(), true, trace.as_ref())
+                .await
+            {
                 Step::Continue => {}
                 Step::Changed(value) => {
                     review.object = Some(value.to_string());
@@ -87,15 +117,24 @@ impl Admission {
                 Step::Stop(error) => return Err(error),
             }
         }
-        for filter in self.validating.iter().filter(|f| stage::selects(&f.spec.matcher, &info)) {
-            if let Step::Stop(error) = self.run(filter, &review, object.as_ref(), false, trace.as_ref()).await {
+        for filter in self
+            .validating
+            .iter()
+            .filter(|f| stage::selects(&f.spec.matcher, &info))
+        {
+            if let Step::Stop(error) = self
+                .run(filter, &review, object.as_ref(), false, trace.as_ref())
+                .await
+            {
                 return Err(error);
             }
         }
         let body = match object.filter(|object| Some(object) != original.as_ref()) {
             Some(mutated) => {
                 let bytes = Bytes::from(mutated.to_string());
-                parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+                parts
+                    .headers
+                    .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
                 bytes
             }
             None => bytes,
@@ -113,7 +152,14 @@ impl Admission {
     ) -> Step {
         let started = Instant::now();
         let outcome = filter.admit(review).await;
-        stage::observe(STAGE, &filter.spec, &outcome, describe, started.elapsed(), trace);
+        stage::observe(
+            STAGE,
+            &filter.spec,
+            &outcome,
+            describe,
+            started.elapsed(),
+            trace,
+        );
         let answer = match outcome {
             Outcome::Answer(answer) => answer,
             failed => return failure(filter, &failed),
@@ -122,12 +168,23 @@ impl Admission {
             AdmissionResponse::Allowed => Step::Continue,
             AdmissionResponse::Denied(status) => Step::Stop(denial(status)),
             AdmissionResponse::Mutated(_) | AdmissionResponse::Patched(_) if !mutating => {
-                tracing::error!(filter = filter.name(), "a validating filter tried to change the object");
-                return failure(filter, &Outcome::<()>::FilterError("validating filters may not mutate".to_owned()));
+                tracing::error!(
+                    filter = filter.name(),
+                    "a validating filter tried to change the object"
+                );
+                return failure(
+                    filter,
+                    &Outcome::<()>::FilterError("validating filters may not mutate".to_owned()),
+                );
             }
             AdmissionResponse::Mutated(json) => match serde_json::from_str(&json) {
                 Ok(value) => Step::Changed(value),
-                Err(error) => return failure(filter, &Outcome::<()>::FilterError(format!("mutated object is not JSON: {error}"))),
+                Err(error) => {
+                    return failure(
+                        filter,
+                        &Outcome::<()>::FilterError(format!("mutated object is not JSON: {error}")),
+                    );
+                }
             },
             AdmissionResponse::Patched(patch) => match apply_patch(object, &patch) {
                 Ok(value) => Step::Changed(value),
@@ -136,7 +193,10 @@ impl Admission {
         };
         if filter.spec.mode == Mode::Monitor {
             if !matches!(step, Step::Continue) {
-                tracing::info!(filter = filter.name(), "monitor mode: admission decision not enforced");
+                tracing::info!(
+                    filter = filter.name(),
+                    "monitor mode: admission decision not enforced"
+                );
             }
             return Step::Continue;
         }
@@ -162,7 +222,11 @@ fn describe(answer: &AdmissionResponse) -> String {
 
 /// kube's admission operations, by verb; None for requests without an object.
 fn operation(info: &RequestInfo) -> Option<Operation> {
-    if matches!(info.subresource.as_str(), "exec" | "attach" | "portforward" | "proxy") && info.is_resource_request {
+    if matches!(
+        info.subresource.as_str(),
+        "exec" | "attach" | "portforward" | "proxy"
+    ) && info.is_resource_request
+    {
         return Some(Operation::Connect);
     }
     match info.verb.as_str() {
@@ -178,34 +242,62 @@ fn review(parts: &http::request::Parts, operation: Operation, body: &[u8]) -> Ad
     let dry_run = url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
         .any(|(key, value)| key == "dryRun" && value == "All");
     AdmissionRequest {
-        uid: extensions.get::<AuditId>().map(|id| id.0.clone()).unwrap_or_default(),
+        uid: extensions
+            .get::<AuditId>()
+            .map(|id| id.0.clone())
+            .unwrap_or_default(),
         operation,
-        request: convert::request_info(&extensions.get::<RequestInfo>().cloned().unwrap_or_default()),
+        request: convert::request_info(
+            &extensions.get::<RequestInfo>().cloned().unwrap_or_default(),
+        ),
         user: convert::user_to_wit(&extensions.get::<UserInfo>().cloned().unwrap_or_default()),
         object: (!body.is_empty()).then(|| String::from_utf8_lossy(body).into_owned()),
-        content_type: parts.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned(),
+        content_type: parts
+            .headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned(),
         dry_run,
     }
 }
 
-fn apply_patch(object: Option<&serde_json::Value>, patch: &str) -> Result<serde_json::Value, String> {
-    let patch: json_patch::Patch = serde_json::from_str(patch).map_err(|error| format!("not a JSON Patch: {error}"))?;
+fn apply_patch(
+    object: Option<&serde_json::Value>,
+    patch: &str,
+) -> Result<serde_json::Value, String> {
+    let patch: json_patch::Patch =
+        serde_json::from_str(patch).map_err(|error| format!("not a JSON Patch: {error}"))?;
     let mut value = object.cloned().unwrap_or(serde_json::Value::Null);
-    json_patch::patch(&mut value, &patch).map_err(|error| format!("the JSON Patch does not apply: {error}"))?;
+    json_patch::patch(&mut value, &patch)
+        .map_err(|error| format!("the JSON Patch does not apply: {error}"))?;
     Ok(value)
 }
 
 /// A filter's denial as a Status; codes outside 4xx become 403.
 fn denial(status: crate::wasm::bindings::types::Status) -> GatewayError {
-    let code = StatusCode::from_u16(status.code).ok().filter(StatusCode::is_client_error).unwrap_or(StatusCode::FORBIDDEN);
-    let reason = if status.reason.is_empty() { "Forbidden".to_owned() } else { status.reason };
-    GatewayError::Denied { code, reason, message: status.message }
+    let code = StatusCode::from_u16(status.code)
+        .ok()
+        .filter(StatusCode::is_client_error)
+        .unwrap_or(StatusCode::FORBIDDEN);
+    let reason = if status.reason.is_empty() {
+        "Forbidden".to_owned()
+    } else {
+        status.reason
+    };
+    GatewayError::Denied {
+        code,
+        reason,
+        message: status.message,
+    }
 }
 
 fn read_error(error: &(dyn std::error::Error + 'static), limit: u64) -> GatewayError {
     if is_body_limit_error(error) {
         GatewayError::RequestEntityTooLarge { limit }
     } else {
-        GatewayError::BadRequest { message: format!("the request body could not be read: {error}") }
+        GatewayError::BadRequest {
+            message: format!("the request body could not be read: {error}"),
+        }
     }
 }

@@ -50,8 +50,14 @@ impl AuditContext {
 
     fn apply(&self, event: &mut Event) {
         if let Ok(notes) = self.0.lock() {
-            event.annotations =
-                notes.annotations.iter().map(|(key, value)| Annotation { key: key.clone(), value: value.clone() }).collect();
+            event.annotations = notes
+                .annotations
+                .iter()
+                .map(|(key, value)| Annotation {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect();
             event.impersonated_user = notes.impersonated.as_ref().map(convert::user_to_wit);
         }
     }
@@ -68,7 +74,11 @@ pub struct AuditBackend {
 
 impl AuditBackend {
     /// A backend; in batch mode its writer task starts here.
-    pub fn new(filters: Vec<LoadedFilter<Auditor>>, mode: AuditMode, queue_size: usize) -> Arc<Self> {
+    pub fn new(
+        filters: Vec<LoadedFilter<Auditor>>,
+        mode: AuditMode,
+        queue_size: usize,
+    ) -> Arc<Self> {
         let filters = Arc::new(filters);
         let pending = Arc::new(AtomicUsize::new(0));
         let queue = (mode == AuditMode::Batch).then(|| {
@@ -82,7 +92,12 @@ impl AuditBackend {
             });
             sender
         });
-        Arc::new(AuditBackend { filters, queue, pending, dropped: AtomicU64::new(0) })
+        Arc::new(AuditBackend {
+            filters,
+            queue,
+            pending,
+            dropped: AtomicU64::new(0),
+        })
     }
 
     async fn emit(&self, event: Event) {
@@ -126,7 +141,10 @@ impl AuditBackend {
         let deadline = tokio::time::Instant::now() + limit;
         while self.pending.load(Ordering::Acquire) > 0 {
             if tokio::time::Instant::now() >= deadline {
-                tracing::warn!(pending = self.pending.load(Ordering::Acquire), "audit events still unwritten at shutdown");
+                tracing::warn!(
+                    pending = self.pending.load(Ordering::Acquire),
+                    "audit events still unwritten at shutdown"
+                );
                 return false;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -139,8 +157,12 @@ async fn write(filters: &[LoadedFilter<Auditor>], event: &Event) {
     for filter in filters {
         match filter.audit(event).await {
             Outcome::Answer(()) => {}
-            Outcome::FilterError(message) => tracing::warn!(filter = filter.name(), error = %message, "audit filter returned an error"),
-            Outcome::Trap(message) => tracing::error!(filter = filter.name(), trap = %message, "audit filter trapped"),
+            Outcome::FilterError(message) => {
+                tracing::warn!(filter = filter.name(), error = %message, "audit filter returned an error")
+            }
+            Outcome::Trap(message) => {
+                tracing::error!(filter = filter.name(), trap = %message, "audit filter trapped")
+            }
             Outcome::Timeout => tracing::error!(filter = filter.name(), "audit filter timed out"),
         }
     }
@@ -167,18 +189,27 @@ impl Handler for Audit {
             request.extensions_mut().insert(context.clone());
             let mut event = base_event(&request, level);
             event.request_object = request_object;
-            let long_running = request.extensions().get::<RequestInfo>().is_some_and(RequestInfo::is_long_running);
+            let long_running = request
+                .extensions()
+                .get::<RequestInfo>()
+                .is_some_and(RequestInfo::is_long_running);
             let emits = |stage: AuditStage| !omitted.contains(&stage);
 
             if emits(AuditStage::RequestReceived) {
-                self.backend.emit(stamped(&event, Stage::RequestReceived, &context)).await;
+                self.backend
+                    .emit(stamped(&event, Stage::RequestReceived, &context))
+                    .await;
             }
-            let response = match AssertUnwindSafe(self.next.call(request)).catch_unwind().await {
+            let response = match AssertUnwindSafe(self.next.call(request))
+                .catch_unwind()
+                .await
+            {
                 Ok(response) => response,
                 Err(panic) => {
                     if emits(AuditStage::Panic) {
                         let mut panicked = stamped(&event, Stage::Panic, &context);
-                        panicked.response_status = Some(status_record(500, "InternalError", "APIServer panic'd"));
+                        panicked.response_status =
+                            Some(status_record(500, "InternalError", "APIServer panic'd"));
                         self.backend.emit(panicked).await;
                     }
                     // Panic recovery, outside, turns it into a 500.
@@ -188,13 +219,19 @@ impl Handler for Audit {
             event.response_status = Some(status_record(response.status().as_u16(), "", ""));
             if long_running {
                 if emits(AuditStage::ResponseStarted) {
-                    self.backend.emit(stamped(&event, Stage::ResponseStarted, &context)).await;
+                    self.backend
+                        .emit(stamped(&event, Stage::ResponseStarted, &context))
+                        .await;
                 }
                 if !emits(AuditStage::ResponseComplete) {
                     return response;
                 }
                 // The response completes when its body ends, after this returns.
-                let guard = CompleteOnDrop { event: Some(event), context, backend: self.backend.clone() };
+                let guard = CompleteOnDrop {
+                    event: Some(event),
+                    context,
+                    backend: self.backend.clone(),
+                };
                 return response.map(|body| body.with_guard(guard));
             }
             let response = if level == AuditLevel::RequestResponse {
@@ -205,7 +242,9 @@ impl Handler for Audit {
                 response
             };
             if emits(AuditStage::ResponseComplete) {
-                self.backend.emit(stamped(&event, Stage::ResponseComplete, &context)).await;
+                self.backend
+                    .emit(stamped(&event, Stage::ResponseComplete, &context))
+                    .await;
             }
             response
         })
@@ -218,30 +257,41 @@ impl Audit {
     fn level(&self, request: &Request) -> Option<(AuditLevel, &[AuditStage])> {
         let user = request.extensions().get::<UserInfo>()?;
         let info = request.extensions().get::<RequestInfo>()?;
-        let rule = self.policy.iter().find(|rule| rule_matches(rule, user, info))?;
+        let rule = self
+            .policy
+            .iter()
+            .find(|rule| rule_matches(rule, user, info))?;
         (rule.level > AuditLevel::None).then_some((rule.level, rule.omit_stages.as_slice()))
     }
 }
 
 /// kube's `policyRuleEvaluator`: every non-empty list must match.
 fn rule_matches(rule: &AuditRule, user: &UserInfo, info: &RequestInfo) -> bool {
-    let any = |list: &[String], value: &str| list.is_empty() || list.iter().any(|item| item == value);
+    let any =
+        |list: &[String], value: &str| list.is_empty() || list.iter().any(|item| item == value);
     let users = any(&rule.users, &user.name);
-    let groups = rule.groups.is_empty() || user.groups.iter().any(|group| rule.groups.contains(group));
+    let groups =
+        rule.groups.is_empty() || user.groups.iter().any(|group| rule.groups.contains(group));
     let verbs = any(&rule.verbs, &info.verb);
     if !(users && groups && verbs) {
         return false;
     }
     if info.is_resource_request {
         // A rule about non-resource URLs only does not match resource requests.
-        if rule.resources.is_empty() && rule.namespaces.is_empty() && !rule.non_resource_urls.is_empty() {
+        if rule.resources.is_empty()
+            && rule.namespaces.is_empty()
+            && !rule.non_resource_urls.is_empty()
+        {
             return false;
         }
         let namespaces = any(&rule.namespaces, &info.namespace);
         let resources = rule.resources.is_empty()
             || rule.resources.iter().any(|(group, resources)| {
                 group == &info.api_group
-                    && (resources.is_empty() || resources.iter().any(|pattern| resource_matches(pattern, info)))
+                    && (resources.is_empty()
+                        || resources
+                            .iter()
+                            .any(|pattern| resource_matches(pattern, info)))
             });
         namespaces && resources
     } else {
@@ -249,10 +299,13 @@ fn rule_matches(rule: &AuditRule, user: &UserInfo, info: &RequestInfo) -> bool {
             return false;
         }
         rule.non_resource_urls.is_empty()
-            || rule.non_resource_urls.iter().any(|url| match url.strip_suffix('*') {
-                Some(prefix) => info.path.starts_with(prefix),
-                None => url == &info.path,
-            })
+            || rule
+                .non_resource_urls
+                .iter()
+                .any(|url| match url.strip_suffix('*') {
+                    Some(prefix) => info.path.starts_with(prefix),
+                    None => url == &info.path,
+                })
     }
 }
 
@@ -273,9 +326,14 @@ fn resource_matches(pattern: &str, info: &RequestInfo) -> bool {
 fn base_event(request: &Request, level: AuditLevel) -> Event {
     let extensions = request.extensions();
     let info = extensions.get::<RequestInfo>();
-    let received = extensions.get::<ReceivedAt>().map_or_else(SystemTime::now, |r| r.wall);
+    let received = extensions
+        .get::<ReceivedAt>()
+        .map_or_else(SystemTime::now, |r| r.wall);
     Event {
-        audit_id: extensions.get::<AuditId>().map(|id| id.0.clone()).unwrap_or_default(),
+        audit_id: extensions
+            .get::<AuditId>()
+            .map(|id| id.0.clone())
+            .unwrap_or_default(),
         stage: Stage::RequestReceived,
         level: match level {
             AuditLevel::None | AuditLevel::Metadata => Level::Metadata,
@@ -283,7 +341,11 @@ fn base_event(request: &Request, level: AuditLevel) -> Event {
             AuditLevel::RequestResponse => Level::RequestResponse,
         },
         verb: info.map(|i| i.verb.clone()).unwrap_or_default(),
-        request_uri: request.uri().path_and_query().map(|pq| pq.as_str().to_owned()).unwrap_or_default(),
+        request_uri: request
+            .uri()
+            .path_and_query()
+            .map(|pq| pq.as_str().to_owned())
+            .unwrap_or_default(),
         user: convert::user_to_wit(&extensions.get::<UserInfo>().cloned().unwrap_or_default()),
         impersonated_user: None,
         source_ips: source_ips(request),
@@ -293,14 +355,16 @@ fn base_event(request: &Request, level: AuditLevel) -> Event {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_owned(),
-        object_ref: info.filter(|i| i.is_resource_request).map(|i| ObjectReference {
-            resource: i.resource.clone(),
-            namespace: i.namespace.clone(),
-            name: i.name.clone(),
-            api_group: i.api_group.clone(),
-            api_version: i.api_version.clone(),
-            subresource: i.subresource.clone(),
-        }),
+        object_ref: info
+            .filter(|i| i.is_resource_request)
+            .map(|i| ObjectReference {
+                resource: i.resource.clone(),
+                namespace: i.namespace.clone(),
+                name: i.name.clone(),
+                api_group: i.api_group.clone(),
+                api_version: i.api_version.clone(),
+                subresource: i.subresource.clone(),
+            }),
         response_status: None,
         request_received_timestamp: humantime::format_rfc3339_micros(received).to_string(),
         stage_timestamp: String::new(),
@@ -313,7 +377,13 @@ fn base_event(request: &Request, level: AuditLevel) -> Event {
 /// kube's source IPs: `X-Forwarded-For` entries, then `X-Real-Ip`, then the
 /// peer, without repeats.
 fn source_ips(request: &Request) -> Vec<String> {
-    let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let header = |name: &str| {
+        request
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    };
     let mut ips: Vec<String> = header("x-forwarded-for")
         .split(',')
         .chain(std::iter::once(header("x-real-ip")))
@@ -338,7 +408,11 @@ fn stamped(event: &Event, stage: Stage, context: &AuditContext) -> Event {
 }
 
 fn status_record(code: u16, reason: &str, message: &str) -> crate::wasm::bindings::types::Status {
-    crate::wasm::bindings::types::Status { code, reason: reason.to_owned(), message: message.to_owned() }
+    crate::wasm::bindings::types::Status {
+        code,
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+    }
 }
 
 /// Reads the request body to record it (levels Request and above), and puts
@@ -353,7 +427,10 @@ async fn buffer_request_object(request: Request) -> (Request, Option<String>) {
         }
         // The body failed (too large, client gone): the handler will meet
         // the same error and answer it; audit records no object.
-        Err(error) => (http::Request::from_parts(parts, Body::wrap(FailedBody(Some(error)))), None),
+        Err(error) => (
+            http::Request::from_parts(parts, Body::wrap(FailedBody(Some(error)))),
+            None,
+        ),
     }
 }
 
@@ -365,7 +442,10 @@ async fn buffer_response_object(response: Response) -> (Response, Option<String>
             let object = json_text(&bytes);
             (http::Response::from_parts(parts, Body::full(bytes)), object)
         }
-        Err(error) => (http::Response::from_parts(parts, Body::wrap(FailedBody(Some(error)))), None),
+        Err(error) => (
+            http::Response::from_parts(parts, Body::wrap(FailedBody(Some(error)))),
+            None,
+        ),
     }
 }
 
@@ -399,7 +479,8 @@ struct CompleteOnDrop {
 impl Drop for CompleteOnDrop {
     fn drop(&mut self) {
         if let Some(event) = self.event.take() {
-            self.backend.emit_detached(stamped(&event, Stage::ResponseComplete, &self.context));
+            self.backend
+                .emit_detached(stamped(&event, Stage::ResponseComplete, &self.context));
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::context::UserInfo;
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
-use crate::wasm::filter::{AuthnResult, Authenticator};
+use crate::wasm::filter::{Authenticator, AuthnResult};
 use crate::wasm::{LoadedFilter, Outcome, convert};
 
 const STAGE: &str = "authentication";
@@ -60,20 +60,35 @@ impl Authentication {
             let view = view.get_or_insert_with(|| convert::request_view(request));
             let started = Instant::now();
             let outcome = filter.authenticate(view).await;
-            stage::observe(STAGE, &filter.spec, &outcome, describe, started.elapsed(), trace);
+            stage::observe(
+                STAGE,
+                &filter.spec,
+                &outcome,
+                describe,
+                started.elapsed(),
+                trace,
+            );
             match outcome {
                 Outcome::Answer(AuthnResult::Authenticated(user)) => {
-                    return Identified::User(with_authenticated_group(convert::user_from_wit(user)));
+                    return Identified::User(with_authenticated_group(convert::user_from_wit(
+                        user,
+                    )));
                 }
                 Outcome::Answer(_) => {}
                 Outcome::FilterError(_) => rejected = true,
-                Outcome::Trap(_) | Outcome::Timeout => match stage::on_failure(STAGE, &filter.spec, &outcome) {
-                    Failure::Skip => {}
-                    Failure::Fail(error) => return Identified::Failed(error),
-                },
+                Outcome::Trap(_) | Outcome::Timeout => {
+                    match stage::on_failure(STAGE, &filter.spec, &outcome) {
+                        Failure::Skip => {}
+                        Failure::Fail(error) => return Identified::Failed(error),
+                    }
+                }
             }
         }
-        if rejected { Identified::Rejected } else { Identified::Nobody }
+        if rejected {
+            Identified::Rejected
+        } else {
+            Identified::Nobody
+        }
     }
 }
 
@@ -97,7 +112,9 @@ fn has_bearer_token(headers: &HeaderMap) -> bool {
 
 fn describe(answer: &AuthnResult) -> String {
     match answer {
-        AuthnResult::Authenticated(user) => format!("authenticated {:?} groups {:?}", user.name, user.groups),
+        AuthnResult::Authenticated(user) => {
+            format!("authenticated {:?} groups {:?}", user.name, user.groups)
+        }
         AuthnResult::NoOpinion => "no opinion".to_owned(),
         AuthnResult::Error(message) => message.clone(),
     }
@@ -121,7 +138,9 @@ impl Handler for Authentication {
                         remove_credentials(&mut parts.headers);
                         UserInfo::anonymous()
                     }
-                    Identified::Nobody | Identified::Rejected => return GatewayError::Unauthorized.into_response(),
+                    Identified::Nobody | Identified::Rejected => {
+                        return GatewayError::Unauthorized.into_response();
+                    }
                     Identified::Failed(error) => return error.into_response(),
                 }
             };
@@ -141,7 +160,11 @@ fn remove_credentials(headers: &mut HeaderMap) {
     headers.remove(AUTHORIZATION);
     headers.remove("x-remote-user");
     headers.remove("x-remote-group");
-    let extras: Vec<_> = headers.keys().filter(|name| name.as_str().starts_with("x-remote-extra-")).cloned().collect();
+    let extras: Vec<_> = headers
+        .keys()
+        .filter(|name| name.as_str().starts_with("x-remote-extra-"))
+        .cloned()
+        .collect();
     for name in extras {
         headers.remove(name);
     }

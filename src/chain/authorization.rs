@@ -38,7 +38,12 @@ pub enum Verdict {
 }
 
 impl Authorizers {
-    pub async fn decide(&self, user: &UserInfo, info: &RequestInfo, trace: Option<&FilterTrace>) -> Verdict {
+    pub async fn decide(
+        &self,
+        user: &UserInfo,
+        info: &RequestInfo,
+        trace: Option<&FilterTrace>,
+    ) -> Verdict {
         let mut attributes = None;
         let mut reasons = Vec::new();
         for filter in &self.filters {
@@ -52,7 +57,14 @@ impl Authorizers {
             });
             let started = Instant::now();
             let outcome = filter.authorize(attributes).await;
-            stage::observe(STAGE, &filter.spec, &outcome, describe, started.elapsed(), trace);
+            stage::observe(
+                STAGE,
+                &filter.spec,
+                &outcome,
+                describe,
+                started.elapsed(),
+                trace,
+            );
             let decision = match outcome {
                 Outcome::Answer(decision) => decision,
                 failed => match stage::on_failure(STAGE, &filter.spec, &failed) {
@@ -92,9 +104,12 @@ impl Handler for Authorization {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
         Box::pin(async move {
             let extensions = request.extensions();
-            let (Some(user), Some(info)) = (extensions.get::<UserInfo>().cloned(), extensions.get::<RequestInfo>().cloned())
-            else {
-                return GatewayError::internal("the request reached authorization without a user").into_response();
+            let (Some(user), Some(info)) = (
+                extensions.get::<UserInfo>().cloned(),
+                extensions.get::<RequestInfo>().cloned(),
+            ) else {
+                return GatewayError::internal("the request reached authorization without a user")
+                    .into_response();
             };
             let trace = extensions.get::<FilterTrace>().cloned();
             let audit = extensions.get::<AuditContext>().cloned();
@@ -134,9 +149,15 @@ pub fn forbidden(user: &UserInfo, info: &RequestInfo, reason: &str) -> GatewayEr
         } else {
             format!("in the namespace {:?}", info.namespace)
         };
-        format!("User {:?} cannot {} resource {:?} in API group {:?} {scope}", user.name, info.verb, resource, info.api_group)
+        format!(
+            "User {:?} cannot {} resource {:?} in API group {:?} {scope}",
+            user.name, info.verb, resource, info.api_group
+        )
     } else {
-        format!("User {:?} cannot {} path {:?}", user.name, info.verb, info.path)
+        format!(
+            "User {:?} cannot {} path {:?}",
+            user.name, info.verb, info.path
+        )
     };
     if !reason.is_empty() {
         cause = format!("{cause}: {reason}");
@@ -165,7 +186,10 @@ mod tests {
     use super::*;
 
     fn alice() -> UserInfo {
-        UserInfo { name: "alice".to_owned(), ..UserInfo::default() }
+        UserInfo {
+            name: "alice".to_owned(),
+            ..UserInfo::default()
+        }
     }
 
     fn message(info: &RequestInfo, reason: &str) -> String {
@@ -174,7 +198,11 @@ mod tests {
 
     #[test]
     fn forbidden_messages_read_as_kube_writes_them() {
-        let namespaced = RequestInfo::resolve(&http::Method::DELETE, "/apis/demo.example.io/v1/namespaces/default/widgets/w1", None);
+        let namespaced = RequestInfo::resolve(
+            &http::Method::DELETE,
+            "/apis/demo.example.io/v1/namespaces/default/widgets/w1",
+            None,
+        );
         assert_eq!(
             message(&namespaced, ""),
             r#"widgets.demo.example.io "w1" is forbidden: User "alice" cannot delete resource "widgets" in API group "demo.example.io" in the namespace "default""#
@@ -185,6 +213,9 @@ mod tests {
             r#"nodes is forbidden: User "alice" cannot list resource "nodes" in API group "" at the cluster scope: no rule"#
         );
         let path = RequestInfo::resolve(&http::Method::GET, "/metrics", None);
-        assert_eq!(message(&path, ""), r#"forbidden: User "alice" cannot get path "/metrics""#);
+        assert_eq!(
+            message(&path, ""),
+            r#"forbidden: User "alice" cannot get path "/metrics""#
+        );
     }
 }

@@ -30,12 +30,17 @@ impl Handler for BodyLimit {
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.parse::<u64>().ok());
         if declared.is_some_and(|length| length > self.max_request_body) {
-            let response = GatewayError::RequestEntityTooLarge { limit: self.max_request_body }.into_response();
+            let response = GatewayError::RequestEntityTooLarge {
+                limit: self.max_request_body,
+            }
+            .into_response();
             return Box::pin(async move { response });
         }
         let limit = usize::try_from(self.max_request_body).unwrap_or(usize::MAX);
         let mut request = request.map(|body| Body::wrap(Limited::new(body, limit)));
-        request.extensions_mut().insert(MaxRequestBody(self.max_request_body));
+        request
+            .extensions_mut()
+            .insert(MaxRequestBody(self.max_request_body));
         self.next.call(request)
     }
 }

@@ -17,8 +17,7 @@ use crate::handler::{Handler, SharedHandler};
 use crate::status::GatewayError;
 
 const ALLOWED_METHODS: &str = "POST, GET, OPTIONS, PUT, DELETE, PATCH";
-const ALLOWED_HEADERS: &str =
-    "Content-Type, Content-Length, Accept-Encoding, X-CSRF-Token, Authorization, X-Requested-With, If-Modified-Since";
+const ALLOWED_HEADERS: &str = "Content-Type, Content-Length, Accept-Encoding, X-CSRF-Token, Authorization, X-Requested-With, If-Modified-Since";
 const EXPOSED_HEADERS: &str = "Date";
 
 pub struct Cors {
@@ -36,8 +35,11 @@ impl Handler for Cors {
                 .to_str()
                 .is_ok_and(|origin| self.allowed_origins.iter().any(|re| re.is_match(origin)));
             if !allowed {
-                return GatewayError::Forbidden { message: "origin not allowed".to_owned(), details: None }
-                    .into_response();
+                return GatewayError::Forbidden {
+                    message: "origin not allowed".to_owned(),
+                    details: None,
+                }
+                .into_response();
             }
             let mut response = if request.method() == Method::OPTIONS {
                 let mut preflight = http::Response::new(Body::empty());
@@ -54,10 +56,22 @@ impl Handler for Cors {
 
 fn add_cors_headers(headers: &mut HeaderMap, origin: HeaderValue) {
     headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-    headers.insert(ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static(ALLOWED_METHODS));
-    headers.insert(ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static(ALLOWED_HEADERS));
-    headers.insert(ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static(EXPOSED_HEADERS));
-    headers.insert(ACCESS_CONTROL_ALLOW_CREDENTIALS, HeaderValue::from_static("true"));
+    headers.insert(
+        ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static(ALLOWED_METHODS),
+    );
+    headers.insert(
+        ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static(ALLOWED_HEADERS),
+    );
+    headers.insert(
+        ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static(EXPOSED_HEADERS),
+    );
+    headers.insert(
+        ACCESS_CONTROL_ALLOW_CREDENTIALS,
+        HeaderValue::from_static("true"),
+    );
     // The answer depends on the Origin: caches must not share it.
     headers.append(VARY, HeaderValue::from_static("Origin"));
 }

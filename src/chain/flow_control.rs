@@ -26,7 +26,11 @@ pub struct MaxInFlight {
 impl MaxInFlight {
     pub fn new(read_only: usize, mutating: usize, next: SharedHandler) -> Self {
         let semaphore = |limit: usize| (limit > 0).then(|| Arc::new(Semaphore::new(limit)));
-        MaxInFlight { read_only: semaphore(read_only), mutating: semaphore(mutating), next }
+        MaxInFlight {
+            read_only: semaphore(read_only),
+            mutating: semaphore(mutating),
+            next,
+        }
     }
 }
 
@@ -37,8 +41,14 @@ impl Handler for MaxInFlight {
             return self.next.call(request);
         }
         let read_only = info.is_some_and(RequestInfo::is_read_only);
-        let semaphore = if read_only { &self.read_only } else { &self.mutating };
-        let Some(semaphore) = semaphore else { return self.next.call(request) };
+        let semaphore = if read_only {
+            &self.read_only
+        } else {
+            &self.mutating
+        };
+        let Some(semaphore) = semaphore else {
+            return self.next.call(request);
+        };
         let Ok(permit) = semaphore.clone().try_acquire_owned() else {
             return Box::pin(async { too_many_requests() });
         };
@@ -51,10 +61,14 @@ impl Handler for MaxInFlight {
 
 /// kube's answer when the server is over its in-flight limit.
 fn too_many_requests() -> Response {
-    let mut response = http::Response::new(Body::full("Too many requests, please try again later.\n"));
+    let mut response =
+        http::Response::new(Body::full("Too many requests, please try again later.\n"));
     *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
     let headers = response.headers_mut();
     headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     response
 }

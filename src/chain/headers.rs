@@ -18,7 +18,9 @@ impl Handler for Hsts {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
         Box::pin(async move {
             let mut response = self.next.call(request).await;
-            response.headers_mut().insert(STRICT_TRANSPORT_SECURITY, self.directives.clone());
+            response
+                .headers_mut()
+                .insert(STRICT_TRANSPORT_SECURITY, self.directives.clone());
             response
         })
     }

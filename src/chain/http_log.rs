@@ -23,11 +23,23 @@ impl Handler for HttpLog {
         let start = Instant::now();
         let method = request.method().clone();
         let uri = request.uri().clone();
-        let verb = request.extensions().get::<RequestInfo>().map(|info| info.verb.clone()).unwrap_or_default();
-        let audit_id = request.extensions().get::<AuditId>().map(|id| id.0.clone()).unwrap_or_default();
+        let verb = request
+            .extensions()
+            .get::<RequestInfo>()
+            .map(|info| info.verb.clone())
+            .unwrap_or_default();
+        let audit_id = request
+            .extensions()
+            .get::<AuditId>()
+            .map(|id| id.0.clone())
+            .unwrap_or_default();
         Box::pin(async move {
             let response = self.next.call(request).await;
-            let user = response.extensions().get::<UserInfo>().map(|u| u.name.as_str()).unwrap_or("");
+            let user = response
+                .extensions()
+                .get::<UserInfo>()
+                .map(|u| u.name.as_str())
+                .unwrap_or("");
             tracing::debug!(
                 target: "wasmgate::http",
                 %method, %uri, %verb, code = response.status().as_u16(),

@@ -48,7 +48,8 @@ impl Handler for Impersonation {
                 Err(error) => return error.into_response(),
             };
             let Some(requester) = request.extensions().get::<UserInfo>().cloned() else {
-                return GatewayError::internal("the request reached impersonation without a user").into_response();
+                return GatewayError::internal("the request reached impersonation without a user")
+                    .into_response();
             };
             let trace = request.extensions().get::<FilterTrace>().cloned();
             for check in checks(&requested) {
@@ -69,8 +70,15 @@ impl Handler for Impersonation {
 }
 
 impl Impersonation {
-    async fn permit(&self, requester: &UserInfo, check: &RequestInfo, trace: Option<&FilterTrace>) -> Result<(), GatewayError> {
-        let Some(authorizers) = &self.authorizers else { return Ok(()) };
+    async fn permit(
+        &self,
+        requester: &UserInfo,
+        check: &RequestInfo,
+        trace: Option<&FilterTrace>,
+    ) -> Result<(), GatewayError> {
+        let Some(authorizers) = &self.authorizers else {
+            return Ok(());
+        };
         match authorizers.decide(requester, check, trace).await {
             Verdict::Allow => Ok(()),
             Verdict::Deny(reason) => Err(forbidden(requester, check, &reason)),
@@ -81,23 +89,37 @@ impl Impersonation {
 
 fn requested(headers: &HeaderMap) -> Result<Option<Requested>, GatewayError> {
     let values = |name: &str| -> Vec<String> {
-        headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).map(str::to_owned).collect()
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .collect()
     };
     let user = values(USER).into_iter().next();
     let groups = values(GROUP);
     let uid = values(UID).into_iter().next();
     let mut extra: Vec<(String, Vec<String>)> = Vec::new();
-    for name in headers.keys().filter(|name| name.as_str().starts_with(EXTRA_PREFIX)) {
+    for name in headers
+        .keys()
+        .filter(|name| name.as_str().starts_with(EXTRA_PREFIX))
+    {
         let key = name.as_str()[EXTRA_PREFIX.len()..].to_owned();
         // kube percent-decodes extra keys (they may hold '/').
         let key = percent_decode(&key);
         extra.push((key, values(name.as_str())));
     }
     match user {
-        Some(user) => Ok(Some(Requested { user, groups, uid, extra })),
+        Some(user) => Ok(Some(Requested {
+            user,
+            groups,
+            uid,
+            extra,
+        })),
         None if groups.is_empty() && uid.is_none() && extra.is_empty() => Ok(None),
         None => Err(GatewayError::BadRequest {
-            message: "impersonating groups, a uid or extra attributes requires Impersonate-User".to_owned(),
+            message: "impersonating groups, a uid or extra attributes requires Impersonate-User"
+                .to_owned(),
         }),
     }
 }
@@ -113,16 +135,17 @@ fn percent_decode(text: &str) -> String {
 
 /// The authorization questions an impersonation asks, one per attribute.
 fn checks(requested: &Requested) -> Vec<RequestInfo> {
-    let check = |group: &str, resource: &str, subresource: &str, namespace: &str, name: &str| RequestInfo {
-        is_resource_request: true,
-        verb: "impersonate".to_owned(),
-        api_group: group.to_owned(),
-        resource: resource.to_owned(),
-        subresource: subresource.to_owned(),
-        namespace: namespace.to_owned(),
-        name: name.to_owned(),
-        ..RequestInfo::default()
-    };
+    let check =
+        |group: &str, resource: &str, subresource: &str, namespace: &str, name: &str| RequestInfo {
+            is_resource_request: true,
+            verb: "impersonate".to_owned(),
+            api_group: group.to_owned(),
+            resource: resource.to_owned(),
+            subresource: subresource.to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            ..RequestInfo::default()
+        };
     let mut checks = Vec::new();
     match service_account(&requested.user) {
         Some((namespace, name)) => checks.push(check("", "serviceaccounts", "", namespace, name)),
@@ -151,7 +174,10 @@ fn service_account(user: &str) -> Option<(&str, &str)> {
 fn impersonated_user(requested: Requested) -> UserInfo {
     let mut groups = requested.groups;
     if let Some((namespace, _)) = service_account(&requested.user) {
-        for group in ["system:serviceaccounts".to_owned(), format!("system:serviceaccounts:{namespace}")] {
+        for group in [
+            "system:serviceaccounts".to_owned(),
+            format!("system:serviceaccounts:{namespace}"),
+        ] {
             if !groups.contains(&group) {
                 groups.push(group);
             }
@@ -160,11 +186,20 @@ fn impersonated_user(requested: Requested) -> UserInfo {
     if requested.user != "system:anonymous" && !groups.iter().any(|g| g == "system:authenticated") {
         groups.push("system:authenticated".to_owned());
     }
-    UserInfo { name: requested.user, uid: requested.uid.unwrap_or_default(), groups, extra: requested.extra }
+    UserInfo {
+        name: requested.user,
+        uid: requested.uid.unwrap_or_default(),
+        groups,
+        extra: requested.extra,
+    }
 }
 
 fn remove_impersonation_headers(headers: &mut HeaderMap) {
-    let names: Vec<_> = headers.keys().filter(|name| name.as_str().starts_with("impersonate-")).cloned().collect();
+    let names: Vec<_> = headers
+        .keys()
+        .filter(|name| name.as_str().starts_with("impersonate-"))
+        .cloned()
+        .collect();
     for name in names {
         headers.remove(name);
     }

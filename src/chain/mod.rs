@@ -50,12 +50,22 @@ pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> C
     let mut handler = servers;
 
     if !stages.mutating.is_empty() || !stages.validating.is_empty() {
-        handler = Arc::new(admission::Admission { mutating: stages.mutating, validating: stages.validating, next: handler });
+        handler = Arc::new(admission::Admission {
+            mutating: stages.mutating,
+            validating: stages.validating,
+            next: handler,
+        });
     }
-    let authorizers = (!stages.authorizers.is_empty())
-        .then(|| Arc::new(authorization::Authorizers { filters: stages.authorizers }));
+    let authorizers = (!stages.authorizers.is_empty()).then(|| {
+        Arc::new(authorization::Authorizers {
+            filters: stages.authorizers,
+        })
+    });
     if let Some(authorizers) = &authorizers {
-        handler = Arc::new(authorization::Authorization { authorizers: authorizers.clone(), next: handler });
+        handler = Arc::new(authorization::Authorization {
+            authorizers: authorizers.clone(),
+            next: handler,
+        });
     }
     handler = Arc::new(flow_control::MaxInFlight::new(
         limits.max_requests_in_flight,
@@ -64,13 +74,21 @@ pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> C
     ));
     // Impersonation asks the authorization union, so it needs authentication
     // (the requester) outside it and runs before max-in-flight counts it.
-    handler = Arc::new(impersonation::Impersonation { authorizers, next: handler });
+    handler = Arc::new(impersonation::Impersonation {
+        authorizers,
+        next: handler,
+    });
     // Audit sits inside authentication so that events carry the user.
     let audit_policy = &config.stages.audit;
-    let audit = (!stages.auditors.is_empty() && !audit_policy.policy.is_empty())
-        .then(|| audit::AuditBackend::new(stages.auditors, audit_policy.mode, audit_policy.queue_size));
+    let audit = (!stages.auditors.is_empty() && !audit_policy.policy.is_empty()).then(|| {
+        audit::AuditBackend::new(stages.auditors, audit_policy.mode, audit_policy.queue_size)
+    });
     if let Some(backend) = &audit {
-        handler = Arc::new(audit::Audit { policy: audit_policy.policy.clone(), backend: backend.clone(), next: handler });
+        handler = Arc::new(audit::Audit {
+            policy: audit_policy.policy.clone(),
+            backend: backend.clone(),
+            next: handler,
+        });
     }
     handler = Arc::new(authentication::Authentication {
         filters: stages.authenticators,
@@ -80,13 +98,25 @@ pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> C
     // CORS answers pre-flights before authentication: browsers send them
     // without credentials.
     if !config.cors_allowed_origins.is_empty() {
-        handler = Arc::new(cors::Cors { allowed_origins: config.cors_allowed_origins.clone(), next: handler });
+        handler = Arc::new(cors::Cors {
+            allowed_origins: config.cors_allowed_origins.clone(),
+            next: handler,
+        });
     }
-    handler = Arc::new(timeout::Timeout { request_timeout: limits.request_timeout, next: handler });
-    handler = Arc::new(body_limit::BodyLimit { max_request_body: limits.max_request_body, next: handler });
+    handler = Arc::new(timeout::Timeout {
+        request_timeout: limits.request_timeout,
+        next: handler,
+    });
+    handler = Arc::new(body_limit::BodyLimit {
+        max_request_body: limits.max_request_body,
+        next: handler,
+    });
     handler = Arc::new(headers::CacheControl { next: handler });
     if let Some(directives) = &config.hsts {
-        handler = Arc::new(headers::Hsts { directives: directives.clone(), next: handler });
+        handler = Arc::new(headers::Hsts {
+            directives: directives.clone(),
+            next: handler,
+        });
     }
     handler = Arc::new(http_log::HttpLog { next: handler });
     // Request info is resolved once, before anything that reads it.

@@ -32,8 +32,10 @@ impl Handler for PanicRecovery {
                         .or_else(|| panic.downcast_ref::<String>().cloned())
                         .unwrap_or_default();
                     tracing::error!(%method, %path, %cause, "panic while serving a request");
-                    GatewayError::internal(format!("the server panicked while serving {method} {path}"))
-                        .into_response()
+                    GatewayError::internal(format!(
+                        "the server panicked while serving {method} {path}"
+                    ))
+                    .into_response()
                 }
             }
         })

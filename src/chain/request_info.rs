@@ -17,8 +17,15 @@ pub struct RequestInfoFilter {
 
 impl Handler for RequestInfoFilter {
     fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
-        let received = ReceivedAt { instant: Instant::now(), wall: SystemTime::now() };
-        let info = RequestInfo::resolve(request.method(), request.uri().path(), request.uri().query());
+        let received = ReceivedAt {
+            instant: Instant::now(),
+            wall: SystemTime::now(),
+        };
+        let info = RequestInfo::resolve(
+            request.method(),
+            request.uri().path(),
+            request.uri().query(),
+        );
         request.extensions_mut().insert(received);
         request.extensions_mut().insert(info);
         self.next.call(request)

@@ -31,14 +31,23 @@ pub struct TraceEntry {
 
 impl FilterTrace {
     pub fn entries(&self) -> Vec<TraceEntry> {
-        self.0.lock().map(|entries| entries.clone()).unwrap_or_default()
+        self.0
+            .lock()
+            .map(|entries| entries.clone())
+            .unwrap_or_default()
     }
 }
 
 /// True when every non-empty list of the filter's `match` admits the request.
 pub fn selects(matcher: &FilterMatch, info: &RequestInfo) -> bool {
-    let listed = |list: &[String], value: &str| list.is_empty() || list.iter().any(|item| item == "*" || item == value);
-    (matcher.path_prefixes.is_empty() || matcher.path_prefixes.iter().any(|prefix| info.path.starts_with(prefix)))
+    let listed = |list: &[String], value: &str| {
+        list.is_empty() || list.iter().any(|item| item == "*" || item == value)
+    };
+    (matcher.path_prefixes.is_empty()
+        || matcher
+            .path_prefixes
+            .iter()
+            .any(|prefix| info.path.starts_with(prefix)))
         && listed(&matcher.api_groups, &info.api_group)
         && listed(&matcher.resources, &info.resource)
         && listed(&matcher.verbs, &info.verb)
@@ -80,12 +89,32 @@ pub fn observe<T>(
 
 /// Notes in the trace that a filter's `match` left it out.
 pub fn skipped(stage: &'static str, spec: &FilterSpec, trace: Option<&FilterTrace>) {
-    record(trace, stage, spec, "skipped", "not selected by match".to_owned(), 0);
+    record(
+        trace,
+        stage,
+        spec,
+        "skipped",
+        "not selected by match".to_owned(),
+        0,
+    );
 }
 
-fn record(trace: Option<&FilterTrace>, stage: &'static str, spec: &FilterSpec, outcome: &'static str, detail: String, micros: u64) {
+fn record(
+    trace: Option<&FilterTrace>,
+    stage: &'static str,
+    spec: &FilterSpec,
+    outcome: &'static str,
+    detail: String,
+    micros: u64,
+) {
     if let Some(mut entries) = trace.and_then(|trace| trace.0.lock().ok()) {
-        entries.push(TraceEntry { stage, filter: spec.name.to_string(), outcome, detail, micros });
+        entries.push(TraceEntry {
+            stage,
+            filter: spec.name.to_string(),
+            outcome,
+            detail,
+            micros,
+        });
     }
 }
 
@@ -100,12 +129,22 @@ pub enum Failure {
 
 pub fn on_failure<T>(stage: &'static str, spec: &FilterSpec, outcome: &Outcome<T>) -> Failure {
     if spec.mode == Mode::Monitor {
-        tracing::warn!(stage, filter = spec.name.as_str(), outcome = outcome.kind(), "monitor mode: failed filter skipped");
+        tracing::warn!(
+            stage,
+            filter = spec.name.as_str(),
+            outcome = outcome.kind(),
+            "monitor mode: failed filter skipped"
+        );
         return Failure::Skip;
     }
     match spec.failure_policy {
         FailurePolicy::FailOpen => {
-            tracing::warn!(stage, filter = spec.name.as_str(), outcome = outcome.kind(), "failure policy fail-open: filter skipped");
+            tracing::warn!(
+                stage,
+                filter = spec.name.as_str(),
+                outcome = outcome.kind(),
+                "failure policy fail-open: filter skipped"
+            );
             Failure::Skip
         }
         // No internal detail for the client: the log has it.

@@ -23,7 +23,10 @@ pub struct Timeout {
 impl Handler for Timeout {
     fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
         Box::pin(async move {
-            let long_running = request.extensions().get::<RequestInfo>().is_some_and(RequestInfo::is_long_running);
+            let long_running = request
+                .extensions()
+                .get::<RequestInfo>()
+                .is_some_and(RequestInfo::is_long_running);
             if long_running {
                 return self.next.call(request).await;
             }
@@ -32,7 +35,9 @@ impl Handler for Timeout {
                 Ok(None) => self.request_timeout,
                 Err(message) => return GatewayError::BadRequest { message }.into_response(),
             };
-            request.extensions_mut().insert(Deadline(Instant::now() + timeout));
+            request
+                .extensions_mut()
+                .insert(Deadline(Instant::now() + timeout));
             match tokio::time::timeout(timeout, self.next.call(request)).await {
                 Ok(response) => response,
                 Err(_) => GatewayError::Timeout {
@@ -48,7 +53,9 @@ impl Handler for Timeout {
 /// As in kube, a timeout of 0 or less means the client set none.
 fn requested_timeout(query: Option<&str>) -> Result<Option<Duration>, String> {
     let Some(query) = query else { return Ok(None) };
-    let Some((_, value)) = url::form_urlencoded::parse(query.as_bytes()).find(|(key, _)| key == "timeout") else {
+    let Some((_, value)) =
+        url::form_urlencoded::parse(query.as_bytes()).find(|(key, _)| key == "timeout")
+    else {
         return Ok(None);
     };
     let (negative, magnitude) = match value.strip_prefix('-') {
@@ -56,10 +63,16 @@ fn requested_timeout(query: Option<&str>) -> Result<Option<Duration>, String> {
         None => (false, value.strip_prefix('+').unwrap_or(&value)),
     };
     // Go's durations allow a bare "0".
-    let parsed = if magnitude == "0" { Ok(Duration::ZERO) } else { crate::config::parse_duration(magnitude) };
+    let parsed = if magnitude == "0" {
+        Ok(Duration::ZERO)
+    } else {
+        crate::config::parse_duration(magnitude)
+    };
     match parsed {
         Ok(timeout) if negative || timeout.is_zero() => Ok(None),
         Ok(timeout) => Ok(Some(timeout)),
-        Err(message) => Err(format!("invalid timeout specified in the request URL: {message}")),
+        Err(message) => Err(format!(
+            "invalid timeout specified in the request URL: {message}"
+        )),
     }
 }

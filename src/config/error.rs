@@ -47,7 +47,10 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     #[error("{}", render(path, problems))]
-    Invalid { path: PathBuf, problems: Vec<Problem> },
+    Invalid {
+        path: PathBuf,
+        problems: Vec<Problem>,
+    },
 }
 
 impl ConfigError {
@@ -66,15 +69,26 @@ impl ConfigError {
 /// problem found while reading the manifest (a wrong type, an unknown
 /// field), whose error knows only its place.
 pub(crate) fn key_at(source: &str, offset: usize) -> String {
-    let Ok(root) = toml::de::DeTable::parse(source) else { return String::new() };
+    let Ok(root) = toml::de::DeTable::parse(source) else {
+        return String::new();
+    };
     let mut found = None;
     key_in_table(root.get_ref(), offset, "", &mut found);
     found.unwrap_or_default()
 }
 
-fn key_in_table(table: &toml::de::DeTable<'_>, offset: usize, prefix: &str, found: &mut Option<String>) {
+fn key_in_table(
+    table: &toml::de::DeTable<'_>,
+    offset: usize,
+    prefix: &str,
+    found: &mut Option<String>,
+) {
     for (key, value) in table {
-        let dotted = if prefix.is_empty() { key.get_ref().to_string() } else { format!("{prefix}.{}", key.get_ref()) };
+        let dotted = if prefix.is_empty() {
+            key.get_ref().to_string()
+        } else {
+            format!("{prefix}.{}", key.get_ref())
+        };
         key_in_value(value, key.span().contains(&offset), offset, dotted, found);
     }
 }
@@ -134,9 +148,18 @@ mod tests {
     #[test]
     fn locations_are_one_based_and_count_characters() {
         let source = "a = 1\nbé = 2\n";
-        assert_eq!(Location::of_offset(source, 0), Location { line: 1, column: 1 });
-        let offset = source.find('=').map(|_| source.rfind('=').unwrap_or(0)).unwrap_or(0);
-        assert_eq!(Location::of_offset(source, offset), Location { line: 2, column: 4 });
+        assert_eq!(
+            Location::of_offset(source, 0),
+            Location { line: 1, column: 1 }
+        );
+        let offset = source
+            .find('=')
+            .map(|_| source.rfind('=').unwrap_or(0))
+            .unwrap_or(0);
+        assert_eq!(
+            Location::of_offset(source, offset),
+            Location { line: 2, column: 4 }
+        );
         assert_eq!(Location::of_offset(source, 10_000).line, 3);
     }
 }

@@ -24,8 +24,6 @@ use regex::Regex;
 use rustls::RootCertStore;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-
-
 /// A manifest, completed and validated.
 #[derive(Debug)]
 pub struct Config {
@@ -218,11 +216,17 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 /// Completes and validates manifest text that came from `path` (used to
 /// resolve relative file names and to name the file in problems).
 pub fn parse(path: &Path, source: &str) -> Result<Config, ConfigError> {
-    let invalid = |problems| ConfigError::Invalid { path: path.to_owned(), problems };
+    let invalid = |problems| ConfigError::Invalid {
+        path: path.to_owned(),
+        problems,
+    };
     let manifest: manifest::Manifest = toml::from_str(source).map_err(|error| {
         invalid(vec![Problem {
             location: error.span().map(|span| Location::of_span(source, &span)),
-            key: error.span().map(|span| error::key_at(source, span.start)).unwrap_or_default(),
+            key: error
+                .span()
+                .map(|span| error::key_at(source, span.start))
+                .unwrap_or_default(),
             message: error.message().trim().to_owned(),
         }])
     })?;

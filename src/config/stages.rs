@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use toml::Spanned;
 
+use super::Name;
 use super::error::Location;
 use super::manifest as m;
 use super::validate::Completer;
-use super::Name;
 
 /// Every stage's filters, in manifest order.
 #[derive(Debug, Default)]
@@ -218,15 +218,32 @@ impl Completer<'_> {
         admission: Option<m::Admission>,
         audit: Option<m::Audit>,
     ) -> Stages {
-        let authentication = authentication.map_or_else(Authentication::default, |a| Authentication {
-            anonymous: a.anonymous,
-            filters: self.filters(&a.filters, "authentication.filters", StageKind::Authentication),
-        });
+        let authentication =
+            authentication.map_or_else(Authentication::default, |a| Authentication {
+                anonymous: a.anonymous,
+                filters: self.filters(
+                    &a.filters,
+                    "authentication.filters",
+                    StageKind::Authentication,
+                ),
+            });
         let (always_allow, authorizers) = match authorization {
             Some(a) => {
-                let filters = self.filters(&a.filters, "authorization.filters", StageKind::Authorization);
-                if let Some(flag) = a.always_allow.as_ref().filter(|f| *f.get_ref() && !filters.is_empty()) {
-                    self.at(flag, "authorization.always_allow", "conflicts with authorization filters: choose one");
+                let filters = self.filters(
+                    &a.filters,
+                    "authorization.filters",
+                    StageKind::Authorization,
+                );
+                if let Some(flag) = a
+                    .always_allow
+                    .as_ref()
+                    .filter(|f| *f.get_ref() && !filters.is_empty())
+                {
+                    self.at(
+                        flag,
+                        "authorization.always_allow",
+                        "conflicts with authorization filters: choose one",
+                    );
                 }
                 (a.always_allow.is_some_and(|f| *f.get_ref()), filters)
             }
@@ -247,7 +264,10 @@ impl Completer<'_> {
         let audit = audit.map_or_else(Audit::default, |a| self.audit(a));
         let stages = Stages {
             authentication,
-            authorization: Authorization { always_allow, filters: authorizers },
+            authorization: Authorization {
+                always_allow,
+                filters: authorizers,
+            },
             admission,
             audit,
         };
@@ -259,8 +279,15 @@ impl Completer<'_> {
         let mut seen = std::collections::HashSet::new();
         for filter in stages.all_filters() {
             if !seen.insert(filter.name.clone()) {
-                let message = format!("{:?} names another filter too: filter names are unique", filter.name.as_str());
-                self.problems.push(super::Problem { location: filter.location, key: "filters".to_owned(), message });
+                let message = format!(
+                    "{:?} names another filter too: filter names are unique",
+                    filter.name.as_str()
+                );
+                self.problems.push(super::Problem {
+                    location: filter.location,
+                    key: "filters".to_owned(),
+                    message,
+                });
             }
         }
     }
@@ -278,19 +305,32 @@ impl Completer<'_> {
             }
         };
         let queue_size = match &audit.queue_size {
-            Some(size) if *size.get_ref() > 0 => usize::try_from(*size.get_ref()).unwrap_or(DEFAULT_AUDIT_QUEUE),
+            Some(size) if *size.get_ref() > 0 => {
+                usize::try_from(*size.get_ref()).unwrap_or(DEFAULT_AUDIT_QUEUE)
+            }
             Some(size) => {
                 self.at(size, "audit.queue_size", "must be a positive number");
                 DEFAULT_AUDIT_QUEUE
             }
             None => DEFAULT_AUDIT_QUEUE,
         };
-        let policy = audit.policy.iter().enumerate().filter_map(|(i, rule)| self.audit_rule(rule, i)).collect();
-        let filters: Vec<FilterSpec> = self.filters(&audit.filters, "audit.filters", StageKind::Audit);
+        let policy = audit
+            .policy
+            .iter()
+            .enumerate()
+            .filter_map(|(i, rule)| self.audit_rule(rule, i))
+            .collect();
+        let filters: Vec<FilterSpec> =
+            self.filters(&audit.filters, "audit.filters", StageKind::Audit);
         if !filters.is_empty() && audit.policy.is_empty() {
             self.problem(None, "audit.policy", "audit filters are configured but no [[audit.policy]] rule: nothing would be audited");
         }
-        Audit { mode, queue_size, policy, filters }
+        Audit {
+            mode,
+            queue_size,
+            policy,
+            filters,
+        }
     }
 
     fn audit_rule(&mut self, rule: &Spanned<m::AuditRule>, index: usize) -> Option<AuditRule> {
@@ -302,7 +342,8 @@ impl Completer<'_> {
             "Request" => AuditLevel::Request,
             "RequestResponse" => AuditLevel::RequestResponse,
             other => {
-                let message = format!("{other:?} is not one of None, Metadata, Request, RequestResponse");
+                let message =
+                    format!("{other:?} is not one of None, Metadata, Request, RequestResponse");
                 self.at(&rule.level, &format!("{key}.level"), message);
                 return None;
             }
@@ -323,15 +364,28 @@ impl Completer<'_> {
             users: rule.users.clone(),
             groups: rule.groups.clone(),
             verbs: rule.verbs.clone(),
-            resources: rule.resources.iter().map(|r| (r.group.clone(), r.resources.clone())).collect(),
+            resources: rule
+                .resources
+                .iter()
+                .map(|r| (r.group.clone(), r.resources.clone()))
+                .collect(),
             namespaces: rule.namespaces.clone(),
             non_resource_urls: rule.non_resource_urls.clone(),
             omit_stages,
         })
     }
 
-    fn filters(&mut self, filters: &[Spanned<m::Filter>], key: &str, stage: StageKind) -> Vec<FilterSpec> {
-        filters.iter().enumerate().filter_map(|(i, f)| self.filter(f.get_ref(), &format!("{key}[{i}]"), stage)).collect()
+    fn filters(
+        &mut self,
+        filters: &[Spanned<m::Filter>],
+        key: &str,
+        stage: StageKind,
+    ) -> Vec<FilterSpec> {
+        filters
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| self.filter(f.get_ref(), &format!("{key}[{i}]"), stage))
+            .collect()
     }
 
     fn filter(&mut self, filter: &m::Filter, key: &str, stage: StageKind) -> Option<FilterSpec> {
@@ -339,59 +393,119 @@ impl Completer<'_> {
         let isolation = self.choice(
             &filter.isolation,
             &format!("{key}.isolation"),
-            &[("per-request", Isolation::PerRequest), ("pooled", Isolation::Pooled)],
+            &[
+                ("per-request", Isolation::PerRequest),
+                ("pooled", Isolation::Pooled),
+            ],
             Isolation::PerRequest,
         );
         let failure_policy = self.choice(
             &filter.failure_policy,
             &format!("{key}.failure_policy"),
-            &[("fail-closed", FailurePolicy::FailClosed), ("fail-open", FailurePolicy::FailOpen)],
+            &[
+                ("fail-closed", FailurePolicy::FailClosed),
+                ("fail-open", FailurePolicy::FailOpen),
+            ],
             // Audit never fails a request.
-            if stage == StageKind::Audit { FailurePolicy::FailOpen } else { FailurePolicy::FailClosed },
+            if stage == StageKind::Audit {
+                FailurePolicy::FailOpen
+            } else {
+                FailurePolicy::FailClosed
+            },
         );
         if stage == StageKind::Audit
             && failure_policy == FailurePolicy::FailClosed
             && let Some(policy) = &filter.failure_policy
         {
-            self.at(policy, &format!("{key}.failure_policy"), "audit filters never fail a request: use fail-open or leave it out");
+            self.at(
+                policy,
+                &format!("{key}.failure_policy"),
+                "audit filters never fail a request: use fail-open or leave it out",
+            );
         }
-        let mode = self.choice(&filter.mode, &format!("{key}.mode"), &[("enforce", Mode::Enforce), ("monitor", Mode::Monitor)], Mode::Enforce);
-        if let Some(given) = filter.mode.as_ref().filter(|_| matches!(stage, StageKind::Authentication | StageKind::Audit)) {
-            self.at(given, &format!("{key}.mode"), "only authorization and admission filters have a monitor mode");
+        let mode = self.choice(
+            &filter.mode,
+            &format!("{key}.mode"),
+            &[("enforce", Mode::Enforce), ("monitor", Mode::Monitor)],
+            Mode::Enforce,
+        );
+        if let Some(given) = filter
+            .mode
+            .as_ref()
+            .filter(|_| matches!(stage, StageKind::Authentication | StageKind::Audit))
+        {
+            self.at(
+                given,
+                &format!("{key}.mode"),
+                "only authorization and admission filters have a monitor mode",
+            );
         }
         let sink = match (&filter.sink, stage) {
             (Some(sink), StageKind::Audit) if sink.get_ref() == "stdout" => Some(Sink::Stdout),
             (Some(sink), StageKind::Audit) => Some(Sink::File(self.resolve(sink.get_ref()))),
             (None, StageKind::Audit) => Some(Sink::Stdout),
             (Some(sink), _) => {
-                self.at(sink, &format!("{key}.sink"), "only audit filters have a sink");
+                self.at(
+                    sink,
+                    &format!("{key}.sink"),
+                    "only audit filters have a sink",
+                );
                 None
             }
             (None, _) => None,
         };
         let sha256 = filter.sha256.as_ref().and_then(|digest| {
-            let parsed = hex::decode(digest.get_ref().trim_start_matches("sha256:")).ok().and_then(|b| <[u8; 32]>::try_from(b).ok());
+            let parsed = hex::decode(digest.get_ref().trim_start_matches("sha256:"))
+                .ok()
+                .and_then(|b| <[u8; 32]>::try_from(b).ok());
             if parsed.is_none() {
-                self.at(digest, &format!("{key}.sha256"), "must be 64 hexadecimal digits");
+                self.at(
+                    digest,
+                    &format!("{key}.sha256"),
+                    "must be 64 hexadecimal digits",
+                );
             }
             parsed
         });
-        let timeout = self.positive_duration(&filter.timeout, &format!("{key}.timeout"), DEFAULT_FILTER_TIMEOUT);
-        let memory = self.size(&filter.memory, &format!("{key}.memory"), DEFAULT_FILTER_MEMORY);
-        if let Some(given) = filter.memory.as_ref().filter(|_| memory > MAX_FILTER_MEMORY) {
+        let timeout = self.positive_duration(
+            &filter.timeout,
+            &format!("{key}.timeout"),
+            DEFAULT_FILTER_TIMEOUT,
+        );
+        let memory = self.size(
+            &filter.memory,
+            &format!("{key}.memory"),
+            DEFAULT_FILTER_MEMORY,
+        );
+        if let Some(given) = filter
+            .memory
+            .as_ref()
+            .filter(|_| memory > MAX_FILTER_MEMORY)
+        {
             self.at(given, &format!("{key}.memory"), "must be at most 1GiB");
         }
         if let (Some(_), StageKind::Audit) = (&filter.matcher, stage) {
-            self.at(&filter.name, &format!("{key}.match"), "audit filters have no match: [[audit.policy]] selects what is audited");
+            self.at(
+                &filter.name,
+                &format!("{key}.match"),
+                "audit filters have no match: [[audit.policy]] selects what is audited",
+            );
         }
-        let matcher = filter.matcher.as_ref().map_or_else(FilterMatch::default, |m| FilterMatch {
-            path_prefixes: m.path_prefixes.clone(),
-            api_groups: m.api_groups.clone(),
-            resources: m.resources.clone(),
-            verbs: m.verbs.clone(),
-            namespaces: m.namespaces.clone(),
-        });
-        let wasi = filter.wasi.as_ref().map(|grant| self.wasi_grants(grant, &format!("{key}.wasi"))).unwrap_or_default();
+        let matcher = filter
+            .matcher
+            .as_ref()
+            .map_or_else(FilterMatch::default, |m| FilterMatch {
+                path_prefixes: m.path_prefixes.clone(),
+                api_groups: m.api_groups.clone(),
+                resources: m.resources.clone(),
+                verbs: m.verbs.clone(),
+                namespaces: m.namespaces.clone(),
+            });
+        let wasi = filter
+            .wasi
+            .as_ref()
+            .map(|grant| self.wasi_grants(grant, &format!("{key}.wasi")))
+            .unwrap_or_default();
         let config_json = match &filter.config {
             Some(table) => serde_json::to_string(table).unwrap_or_else(|_| "{}".to_owned()),
             None => "{}".to_owned(),
@@ -418,28 +532,57 @@ impl Completer<'_> {
         for dir in &grant.get_ref().dirs {
             let host = self.resolve(&dir.host);
             if !host.is_dir() {
-                self.at(grant, &format!("{key}.dirs"), format!("{} is not a folder", host.display()));
+                self.at(
+                    grant,
+                    &format!("{key}.dirs"),
+                    format!("{} is not a folder", host.display()),
+                );
             } else if dir.guest.is_empty() {
-                self.at(grant, &format!("{key}.dirs"), "guest must name the path the filter sees");
+                self.at(
+                    grant,
+                    &format!("{key}.dirs"),
+                    "guest must name the path the filter sees",
+                );
             } else {
-                dirs.push(GrantedDir { host, guest: dir.guest.clone(), writable: dir.writable });
+                dirs.push(GrantedDir {
+                    host,
+                    guest: dir.guest.clone(),
+                    writable: dir.writable,
+                });
             }
         }
         let grant = grant.get_ref();
         WasiGrants {
-            env: grant.env.iter().map(|(name, value)| (name.clone(), value.clone())).collect(),
+            env: grant
+                .env
+                .iter()
+                .map(|(name, value)| (name.clone(), value.clone()))
+                .collect(),
             dirs,
             stdio: grant.stdio,
         }
     }
 
-    fn choice<T: Copy>(&mut self, value: &Option<Spanned<String>>, key: &str, options: &[(&str, T)], default: T) -> T {
+    fn choice<T: Copy>(
+        &mut self,
+        value: &Option<Spanned<String>>,
+        key: &str,
+        options: &[(&str, T)],
+        default: T,
+    ) -> T {
         let Some(value) = value else { return default };
         match options.iter().find(|(text, _)| text == value.get_ref()) {
             Some((_, choice)) => *choice,
             None => {
-                let names: Vec<String> = options.iter().map(|(text, _)| format!("{text:?}")).collect();
-                self.at(value, key, format!("{:?} is not one of {}", value.get_ref(), names.join(", ")));
+                let names: Vec<String> = options
+                    .iter()
+                    .map(|(text, _)| format!("{text:?}"))
+                    .collect();
+                self.at(
+                    value,
+                    key,
+                    format!("{:?} is not one of {}", value.get_ref(), names.join(", ")),
+                );
                 default
             }
         }

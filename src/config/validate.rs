@@ -33,7 +33,11 @@ pub(super) fn complete(
     manifest: m::Manifest,
 ) -> Result<Config, Vec<Problem>> {
     let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let mut c = Completer { source, base_dir, problems: Vec::new() };
+    let mut c = Completer {
+        source,
+        base_dir,
+        problems: Vec::new(),
+    };
     let listen = c.listen(manifest.listen);
     let limits = c.limits(&manifest.limits);
     let hsts = manifest.hsts.and_then(|hsts| c.hsts(&hsts.directives));
@@ -42,7 +46,12 @@ pub(super) fn complete(
         .map(|cors| c.cors(&cors.allowed_origins))
         .unwrap_or_default();
     let hooks = c.hooks(&manifest.hooks);
-    let stages = c.stages(manifest.authentication, manifest.authorization, manifest.admission, manifest.audit);
+    let stages = c.stages(
+        manifest.authentication,
+        manifest.authorization,
+        manifest.admission,
+        manifest.audit,
+    );
     let servers = c.servers(manifest.servers);
     match (listen, c.problems.is_empty()) {
         (Some(listen), true) => Ok(Config {
@@ -60,7 +69,12 @@ pub(super) fn complete(
 }
 
 impl Completer<'_> {
-    pub(super) fn problem(&mut self, span: Option<Range<usize>>, key: &str, message: impl Into<String>) {
+    pub(super) fn problem(
+        &mut self,
+        span: Option<Range<usize>>,
+        key: &str,
+        message: impl Into<String>,
+    ) {
         self.problems.push(Problem {
             location: span.map(|span| Location::of_span(self.source, &span)),
             key: key.to_owned(),
@@ -81,7 +95,11 @@ impl Completer<'_> {
         match std::fs::read(&path) {
             Ok(bytes) => Some(bytes),
             Err(error) => {
-                self.at(file, key, format!("cannot read {}: {error}", path.display()));
+                self.at(
+                    file,
+                    key,
+                    format!("cannot read {}: {error}", path.display()),
+                );
                 None
             }
         }
@@ -103,7 +121,11 @@ impl Completer<'_> {
         let plaintext = listen.plaintext.as_ref().is_some_and(|p| *p.get_ref());
         let transport = match (listen.tls, plaintext) {
             (Some(tls), true) => {
-                self.at(&tls, "listen.tls", "conflicts with listen.plaintext = true: choose one");
+                self.at(
+                    &tls,
+                    "listen.tls",
+                    "conflicts with listen.plaintext = true: choose one",
+                );
                 None
             }
             (Some(tls), false) => self.tls(tls.get_ref()).map(|m| Transport::Tls(Arc::new(m))),
@@ -118,28 +140,47 @@ impl Completer<'_> {
         };
         if let Some(dir) = &listen.cert_dir {
             if plaintext {
-                self.at(dir, "listen.cert_dir", "has no effect with listen.plaintext = true");
+                self.at(
+                    dir,
+                    "listen.cert_dir",
+                    "has no effect with listen.plaintext = true",
+                );
             } else if has_tls {
-                self.at(dir, "listen.cert_dir", "has no effect with [listen.tls]: the certificate is given");
+                self.at(
+                    dir,
+                    "listen.cert_dir",
+                    "has no effect with [listen.tls]: the certificate is given",
+                );
             }
         }
-        Some(Listen { address: address?, transport: transport? })
+        Some(Listen {
+            address: address?,
+            transport: transport?,
+        })
     }
 
     fn tls(&mut self, tls: &m::Tls) -> Option<TlsMaterial> {
-        let cert_chain = self.read_file(&tls.cert, "listen.tls.cert").and_then(|pem| {
-            let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem).filter_map(Result::ok).collect();
-            if certs.is_empty() {
-                self.at(&tls.cert, "listen.tls.cert", "holds no PEM certificate");
-                return None;
-            }
-            Some(certs)
-        });
+        let cert_chain = self
+            .read_file(&tls.cert, "listen.tls.cert")
+            .and_then(|pem| {
+                let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
+                    .filter_map(Result::ok)
+                    .collect();
+                if certs.is_empty() {
+                    self.at(&tls.cert, "listen.tls.cert", "holds no PEM certificate");
+                    return None;
+                }
+                Some(certs)
+            });
         let key = self.read_file(&tls.key, "listen.tls.key").and_then(|pem| {
             match PrivateKeyDer::from_pem_slice(&pem) {
                 Ok(key) => Some(key),
                 Err(error) => {
-                    self.at(&tls.key, "listen.tls.key", format!("holds no usable PEM private key: {error}"));
+                    self.at(
+                        &tls.key,
+                        "listen.tls.key",
+                        format!("holds no usable PEM private key: {error}"),
+                    );
                     None
                 }
             }
@@ -148,7 +189,11 @@ impl Completer<'_> {
             Some(file) => Some(Arc::new(self.roots(file, "listen.tls.client_ca")?)),
             None => None,
         };
-        Some(TlsMaterial { cert_chain: cert_chain?, key: key?, client_ca })
+        Some(TlsMaterial {
+            cert_chain: cert_chain?,
+            key: key?,
+            client_ca,
+        })
     }
 
     /// A PEM bundle of CA certificates as a root store.
@@ -157,7 +202,11 @@ impl Completer<'_> {
         let mut roots = RootCertStore::empty();
         for cert in CertificateDer::pem_slice_iter(&pem).filter_map(Result::ok) {
             if let Err(error) = roots.add(cert) {
-                self.at(file, key, format!("holds a CA certificate that cannot be used: {error}"));
+                self.at(
+                    file,
+                    key,
+                    format!("holds a CA certificate that cannot be used: {error}"),
+                );
                 return None;
             }
         }
@@ -172,8 +221,11 @@ impl Completer<'_> {
 
     fn limits(&mut self, limits: &m::Limits) -> Limits {
         let defaults = Limits::default();
-        let request_timeout =
-            self.positive_duration(&limits.request_timeout, "limits.request_timeout", defaults.request_timeout);
+        let request_timeout = self.positive_duration(
+            &limits.request_timeout,
+            "limits.request_timeout",
+            defaults.request_timeout,
+        );
         Limits {
             max_requests_in_flight: self.count(
                 &limits.max_requests_in_flight,
@@ -186,9 +238,17 @@ impl Completer<'_> {
                 defaults.max_mutating_requests_in_flight,
             ),
             request_timeout,
-            max_request_body: self.size(&limits.max_request_body, "limits.max_request_body", defaults.max_request_body),
+            max_request_body: self.size(
+                &limits.max_request_body,
+                "limits.max_request_body",
+                defaults.max_request_body,
+            ),
             max_header_bytes: self
-                .size(&limits.max_header_bytes, "limits.max_header_bytes", defaults.max_header_bytes as u64)
+                .size(
+                    &limits.max_header_bytes,
+                    "limits.max_header_bytes",
+                    defaults.max_header_bytes as u64,
+                )
                 .try_into()
                 .unwrap_or(usize::MAX),
             read_header_timeout: self.positive_duration(
@@ -196,10 +256,22 @@ impl Completer<'_> {
                 "limits.read_header_timeout",
                 defaults.read_header_timeout,
             ),
-            idle_timeout: self.positive_duration(&limits.idle_timeout, "limits.idle_timeout", defaults.idle_timeout),
-            shutdown_delay: self.duration(&limits.shutdown_delay, "limits.shutdown_delay", defaults.shutdown_delay),
+            idle_timeout: self.positive_duration(
+                &limits.idle_timeout,
+                "limits.idle_timeout",
+                defaults.idle_timeout,
+            ),
+            shutdown_delay: self.duration(
+                &limits.shutdown_delay,
+                "limits.shutdown_delay",
+                defaults.shutdown_delay,
+            ),
             // kube drains for as long as a request may take.
-            shutdown_timeout: self.duration(&limits.shutdown_timeout, "limits.shutdown_timeout", request_timeout),
+            shutdown_timeout: self.duration(
+                &limits.shutdown_timeout,
+                "limits.shutdown_timeout",
+                request_timeout,
+            ),
         }
     }
 
@@ -214,7 +286,12 @@ impl Completer<'_> {
         }
     }
 
-    fn duration(&mut self, value: &Option<Spanned<String>>, key: &str, default: Duration) -> Duration {
+    fn duration(
+        &mut self,
+        value: &Option<Spanned<String>>,
+        key: &str,
+        default: Duration,
+    ) -> Duration {
         let Some(value) = value else { return default };
         match parse_duration(value.get_ref()) {
             Ok(duration) => duration,
@@ -225,7 +302,12 @@ impl Completer<'_> {
         }
     }
 
-    pub(super) fn positive_duration(&mut self, value: &Option<Spanned<String>>, key: &str, default: Duration) -> Duration {
+    pub(super) fn positive_duration(
+        &mut self,
+        value: &Option<Spanned<String>>,
+        key: &str,
+        default: Duration,
+    ) -> Duration {
         let duration = self.duration(value, key, default);
         if let Some(value) = value.as_ref().filter(|_| duration.is_zero()) {
             self.at(value, key, "must be longer than 0s");
@@ -239,7 +321,10 @@ impl Completer<'_> {
         match value.get_ref().parse::<bytesize::ByteSize>() {
             Ok(size) if size.as_u64() > 0 => size.as_u64(),
             _ => {
-                let message = format!("{:?} is not a size like \"3MiB\", \"512KiB\" or \"1024\"", value.get_ref());
+                let message = format!(
+                    "{:?} is not a size like \"3MiB\", \"512KiB\" or \"1024\"",
+                    value.get_ref()
+                );
                 self.at(value, key, message);
                 default
             }
@@ -255,7 +340,11 @@ impl Completer<'_> {
             if let Some(seconds) = text.strip_prefix("max-age=") {
                 has_max_age = true;
                 if seconds.parse::<u64>().is_err() {
-                    self.at(directive, "hsts.directives", format!("{text:?}: max-age must be a number of seconds"));
+                    self.at(
+                        directive,
+                        "hsts.directives",
+                        format!("{text:?}: max-age must be a number of seconds"),
+                    );
                 }
             } else if text != "includeSubDomains" && text != "preload" {
                 self.at(
@@ -266,7 +355,11 @@ impl Completer<'_> {
             }
         }
         if !has_max_age {
-            self.problem(directives.first().map(Spanned::span), "hsts.directives", "must include max-age=<seconds>");
+            self.problem(
+                directives.first().map(Spanned::span),
+                "hsts.directives",
+                "must include max-age=<seconds>",
+            );
             return None;
         }
         let joined: Vec<&str> = directives.iter().map(|d| d.get_ref().as_str()).collect();
@@ -285,13 +378,19 @@ impl Completer<'_> {
                 self.at(
                     origin,
                     "cors.allowed_origins",
-                    format!("{pattern:?} must be anchored: start with ^ or // and end with $ or (:|$)"),
+                    format!(
+                        "{pattern:?} must be anchored: start with ^ or // and end with $ or (:|$)"
+                    ),
                 );
                 continue;
             }
             match Regex::new(pattern) {
                 Ok(regex) => compiled.push(regex),
-                Err(error) => self.at(origin, "cors.allowed_origins", format!("not a valid regular expression: {}", one_line(&error))),
+                Err(error) => self.at(
+                    origin,
+                    "cors.allowed_origins",
+                    format!("not a valid regular expression: {}", one_line(&error)),
+                ),
             }
         }
         compiled
@@ -310,27 +409,53 @@ impl Completer<'_> {
                 "post-start" => Some(HookPhase::PostStart),
                 "pre-shutdown" => Some(HookPhase::PreShutdown),
                 other => {
-                    let message = format!("{other:?} is not one of \"post-start\", \"pre-shutdown\"");
+                    let message =
+                        format!("{other:?} is not one of \"post-start\", \"pre-shutdown\"");
                     self.at(&hook.phase, &format!("{key}.phase"), message);
                     None
                 }
             };
             if hook.command.get_ref().is_empty() {
-                self.at(&hook.command, &format!("{key}.command"), "must name a program to run");
+                self.at(
+                    &hook.command,
+                    &format!("{key}.command"),
+                    "must name a program to run",
+                );
             }
-            let timeout = self.positive_duration(&hook.timeout, &format!("{key}.timeout"), Duration::from_secs(30));
-            let (Some(name), Some(phase)) = (name, phase) else { continue };
+            let timeout = self.positive_duration(
+                &hook.timeout,
+                &format!("{key}.timeout"),
+                Duration::from_secs(30),
+            );
+            let (Some(name), Some(phase)) = (name, phase) else {
+                continue;
+            };
             if !seen.insert((name.clone(), phase)) {
-                self.at(&hook.name, &format!("{key}.name"), format!("{:?} is used by another hook of the same phase", name.as_str()));
+                self.at(
+                    &hook.name,
+                    &format!("{key}.name"),
+                    format!(
+                        "{:?} is used by another hook of the same phase",
+                        name.as_str()
+                    ),
+                );
             }
             let working_dir = self.resolve(".");
-            completed.push(Hook { name, phase, command: hook.command.get_ref().clone(), working_dir, timeout });
+            completed.push(Hook {
+                name,
+                phase,
+                command: hook.command.get_ref().clone(),
+                working_dir,
+                timeout,
+            });
         }
         completed
     }
 
     pub(super) fn name(&mut self, name: &Spanned<String>, key: &str) -> Option<Name> {
-        Name::parse(name.get_ref()).map_err(|message| self.at(name, key, message)).ok()
+        Name::parse(name.get_ref())
+            .map_err(|message| self.at(name, key, message))
+            .ok()
     }
 
     // ---- [[servers]] ----
@@ -348,7 +473,11 @@ impl Completer<'_> {
             if let Some(name) = &name
                 && !names.insert(name.clone())
             {
-                self.at(&server.name, &format!("{key}.name"), format!("{:?} names another server too", name.as_str()));
+                self.at(
+                    &server.name,
+                    &format!("{key}.name"),
+                    format!("{:?} names another server too", name.as_str()),
+                );
             }
             let routes = self.routes(server.routes, &key);
             if let Some(name) = name {
@@ -369,7 +498,14 @@ impl Completer<'_> {
             if let Some(matcher) = &matcher
                 && !matchers.insert(matcher.clone())
             {
-                self.problem(Some(span.clone()), &key, format!("{} is matched by an earlier route of this server", describe(matcher)));
+                self.problem(
+                    Some(span.clone()),
+                    &key,
+                    format!(
+                        "{} is matched by an earlier route of this server",
+                        describe(matcher)
+                    ),
+                );
             }
             let handler = self.route_handler(route, &key, span);
             if let (Some(matcher), Some(handler)) = (matcher, handler) {
@@ -379,7 +515,12 @@ impl Completer<'_> {
         completed
     }
 
-    fn route_match(&mut self, route: &m::Route, key: &str, span: Range<usize>) -> Option<RouteMatch> {
+    fn route_match(
+        &mut self,
+        route: &m::Route,
+        key: &str,
+        span: Range<usize>,
+    ) -> Option<RouteMatch> {
         let given = [&route.api, &route.path, &route.prefix];
         if given.iter().filter(|v| v.is_some()).count() != 1 {
             self.problem(Some(span), key, "needs exactly one of api, path or prefix");
@@ -402,11 +543,17 @@ impl Completer<'_> {
         };
         let text = value.get_ref();
         if !text.starts_with('/') || text.contains(['?', '#']) {
-            self.at(value, &format!("{key}.{field}"), format!("{text:?} must start with / and have no query"));
+            self.at(
+                value,
+                &format!("{key}.{field}"),
+                format!("{text:?} must start with / and have no query"),
+            );
             return None;
         }
         if reserved_path(text) {
-            let message = format!("{text:?} is served by the gateway itself (health, metrics, reload and discovery)");
+            let message = format!(
+                "{text:?} is served by the gateway itself (health, metrics, reload and discovery)"
+            );
             self.at(value, &format!("{key}.{field}"), message);
             return None;
         }
@@ -416,10 +563,19 @@ impl Completer<'_> {
         })
     }
 
-    fn route_handler(&mut self, route: m::Route, key: &str, span: Range<usize>) -> Option<RouteHandler> {
+    fn route_handler(
+        &mut self,
+        route: m::Route,
+        key: &str,
+        span: Range<usize>,
+    ) -> Option<RouteHandler> {
         match (route.upstream, route.static_response) {
-            (Some(upstream), None) => self.upstream(upstream, &format!("{key}.upstream")).map(RouteHandler::Upstream),
-            (None, Some(fixed)) => self.static_response(fixed, &format!("{key}.static")).map(RouteHandler::Static),
+            (Some(upstream), None) => self
+                .upstream(upstream, &format!("{key}.upstream"))
+                .map(RouteHandler::Upstream),
+            (None, Some(fixed)) => self
+                .static_response(fixed, &format!("{key}.static"))
+                .map(RouteHandler::Static),
             _ => {
                 self.problem(Some(span), key, "needs exactly one of upstream or static");
                 None
@@ -439,20 +595,35 @@ impl Completer<'_> {
                 }
             },
             _ => {
-                self.problem(Some(span), key, "must be a URL string or a table { url, ca, timeout }");
+                self.problem(
+                    Some(span),
+                    key,
+                    "must be a URL string or a table { url, ca, timeout }",
+                );
                 return None;
             }
         };
         let spanned = |text: String| Spanned::new(span.clone(), text);
         let uri = match url.parse::<http::Uri>() {
-            Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) && uri.authority().is_some() => {
+            Ok(uri)
+                if matches!(uri.scheme_str(), Some("http" | "https"))
+                    && uri.authority().is_some() =>
+            {
                 if uri.query().is_some() {
-                    self.problem(Some(span.clone()), key, format!("{url:?} must not have a query"));
+                    self.problem(
+                        Some(span.clone()),
+                        key,
+                        format!("{url:?} must not have a query"),
+                    );
                 }
                 Some(uri)
             }
             _ => {
-                self.problem(Some(span.clone()), key, format!("{url:?} is not an http:// or https:// URL"));
+                self.problem(
+                    Some(span.clone()),
+                    key,
+                    format!("{url:?} is not an http:// or https:// URL"),
+                );
                 None
             }
         };
@@ -464,10 +635,24 @@ impl Completer<'_> {
             && uri.scheme_str() == Some("https")
             && ca.is_none()
         {
-            self.problem(Some(span.clone()), key, "an https upstream needs `ca`, the CA bundle to verify it with");
+            self.problem(
+                Some(span.clone()),
+                key,
+                "an https upstream needs `ca`, the CA bundle to verify it with",
+            );
         }
-        let timeout = timeout.map(|text| self.positive_duration(&Some(spanned(text)), &format!("{key}.timeout"), Duration::ZERO));
-        Some(Upstream { url: uri?, ca, timeout })
+        let timeout = timeout.map(|text| {
+            self.positive_duration(
+                &Some(spanned(text)),
+                &format!("{key}.timeout"),
+                Duration::ZERO,
+            )
+        });
+        Some(Upstream {
+            url: uri?,
+            ca,
+            timeout,
+        })
     }
 
     fn static_response(&mut self, fixed: Spanned<m::Static>, key: &str) -> Option<StaticResponse> {
@@ -476,20 +661,33 @@ impl Completer<'_> {
         let status = match StatusCode::from_u16(fixed.status.unwrap_or(200)) {
             Ok(status) => status,
             Err(_) => {
-                self.problem(Some(span.clone()), &format!("{key}.status"), "must be an HTTP status from 100 to 999");
+                self.problem(
+                    Some(span.clone()),
+                    &format!("{key}.status"),
+                    "must be an HTTP status from 100 to 999",
+                );
                 StatusCode::OK
             }
         };
         let mut headers = HeaderMap::new();
-        let content_type = fixed.content_type.unwrap_or_else(|| "text/plain; charset=utf-8".to_owned());
+        let content_type = fixed
+            .content_type
+            .unwrap_or_else(|| "text/plain; charset=utf-8".to_owned());
         match HeaderValue::from_str(&content_type) {
             Ok(value) => {
                 headers.insert(CONTENT_TYPE, value);
             }
-            Err(_) => self.problem(Some(span.clone()), &format!("{key}.content_type"), "is not a valid header value"),
+            Err(_) => self.problem(
+                Some(span.clone()),
+                &format!("{key}.content_type"),
+                "is not a valid header value",
+            ),
         }
         for (name, value) in &fixed.headers {
-            match (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+            match (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
                 (Ok(name), Ok(value)) => {
                     headers.insert(name, value);
                 }
@@ -500,7 +698,11 @@ impl Completer<'_> {
                 ),
             }
         }
-        Some(StaticResponse { status, headers, body: fixed.body.unwrap_or_default().into() })
+        Some(StaticResponse {
+            status,
+            headers,
+            body: fixed.body.unwrap_or_default().into(),
+        })
     }
 }
 
@@ -532,9 +734,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 fn validate_api_root(root: &str) -> Result<(), String> {
     let segments: Vec<&str> = root.strip_prefix('/').unwrap_or("").split('/').collect();
     let well_formed = segments.iter().all(|s| {
-        !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
     });
-    let shape_ok = matches!(segments.as_slice(), ["api"] | ["apis"] | ["api", _] | ["apis", _] | ["apis", _, _]);
+    let shape_ok = matches!(
+        segments.as_slice(),
+        ["api"] | ["apis"] | ["api", _] | ["apis", _] | ["apis", _, _]
+    );
     if root.starts_with('/') && well_formed && shape_ok {
         Ok(())
     } else {

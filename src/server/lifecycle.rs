@@ -23,7 +23,10 @@ pub enum HookError {
     #[error("did not finish within {0:?}")]
     Timeout(std::time::Duration),
     #[error("exited with {status}: {stderr}")]
-    Failed { status: std::process::ExitStatus, stderr: String },
+    Failed {
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
 }
 
 /// Runs one hook to completion, in the manifest's folder. The hook sees the
@@ -42,16 +45,25 @@ pub async fn run_hook(hook: &Hook, address: SocketAddr) -> Result<(), HookError>
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|source| HookError::Spawn { program: program.clone(), source })?;
+        .map_err(|source| HookError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
     let output = tokio::time::timeout(hook.timeout, child.wait_with_output())
         .await
         .map_err(|_| HookError::Timeout(hook.timeout))?
-        .map_err(|source| HookError::Spawn { program: program.clone(), source })?;
+        .map_err(|source| HookError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
     if output.status.success() {
         Ok(())
     } else {
         let stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
-        Err(HookError::Failed { status: output.status, stderr })
+        Err(HookError::Failed {
+            status: output.status,
+            stderr,
+        })
     }
 }
 

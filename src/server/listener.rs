@@ -22,8 +22,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::body::Body;
 use super::snapshot::Live;
+use crate::body::Body;
 use crate::context::ConnectionInfo;
 
 /// What the listener needs to serve.
@@ -71,16 +71,45 @@ impl Listener {
             let handshake_timeout = snapshot.config.limits.read_header_timeout;
             drain.connections.spawn(async move {
                 match tls {
-                    None => connection.serve(stream, ConnectionInfo { remote_addr, tls: false, client_chain: None }).await,
+                    None => {
+                        connection
+                            .serve(
+                                stream,
+                                ConnectionInfo {
+                                    remote_addr,
+                                    tls: false,
+                                    client_chain: None,
+                                },
+                            )
+                            .await
+                    }
                     Some(acceptor) => {
-                        match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                        match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await
+                        {
                             Ok(Ok(stream)) => {
-                                let client_chain = stream.get_ref().1.peer_certificates().map(|chain| {
-                                    Arc::new(chain.iter().map(|cert| cert.clone().into_owned()).collect())
-                                });
-                                connection.serve(stream, ConnectionInfo { remote_addr, tls: true, client_chain }).await;
+                                let client_chain =
+                                    stream.get_ref().1.peer_certificates().map(|chain| {
+                                        Arc::new(
+                                            chain
+                                                .iter()
+                                                .map(|cert| cert.clone().into_owned())
+                                                .collect(),
+                                        )
+                                    });
+                                connection
+                                    .serve(
+                                        stream,
+                                        ConnectionInfo {
+                                            remote_addr,
+                                            tls: true,
+                                            client_chain,
+                                        },
+                                    )
+                                    .await;
                             }
-                            Ok(Err(error)) => tracing::debug!(%remote_addr, %error, "TLS handshake failed"),
+                            Ok(Err(error)) => {
+                                tracing::debug!(%remote_addr, %error, "TLS handshake failed")
+                            }
                             Err(_) => tracing::debug!(%remote_addr, "TLS handshake timed out"),
                         }
                     }
@@ -142,7 +171,9 @@ impl Connection {
                 Ok::<_, Infallible>(response.map(|body| body.with_guard(active)))
             }
         });
-        let connection = self.builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+        let connection = self
+            .builder
+            .serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(connection);
         let mut closing = false;
         loop {
@@ -169,9 +200,16 @@ impl Connection {
 /// The size of a request's head as Go's `MaxHeaderBytes` counts it: the
 /// request line and every `name: value` line.
 fn header_bytes<B>(request: &hyper::Request<B>) -> usize {
-    let target = request.uri().path_and_query().map_or(1, |target| target.as_str().len());
+    let target = request
+        .uri()
+        .path_and_query()
+        .map_or(1, |target| target.as_str().len());
     let request_line = request.method().as_str().len() + 1 + target + " HTTP/1.1\r\n".len();
-    let headers: usize = request.headers().iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
+    let headers: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
     request_line + headers
 }
 
@@ -182,9 +220,15 @@ fn headers_too_large(version: http::Version) -> http::Response<Body> {
     let mut response = http::Response::new(Body::full(TEXT));
     *response.status_mut() = http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
     let headers = response.headers_mut();
-    headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain; charset=utf-8"));
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     if version < http::Version::HTTP_2 {
-        headers.insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+        headers.insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
     }
     response
 }

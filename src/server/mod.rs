@@ -20,11 +20,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, Hook, HookPhase, Transport};
-use crate::reload::{Bound, ReloadOutcome, ReloadRequests, ReloadTrigger, Reloader};
-use snapshot::{Live, Purpose, Shared, Snapshot};
 use crate::delegation::Targets;
 use crate::handler::SharedHandler;
 use crate::health::{Check, Flag, Health};
+use crate::reload::{Bound, ReloadOutcome, ReloadRequests, ReloadTrigger, Reloader};
+use snapshot::{Live, Purpose, Shared, Snapshot};
 
 /// How long shutdown waits for queued audit events to be written.
 const AUDIT_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -104,18 +104,35 @@ impl Gateway {
         let shutting_down = Flag::default();
         let mut health = Health::new(shutting_down.clone());
         let mut post_start = Vec::new();
-        for hook in config.hooks.iter().filter(|hook| hook.phase == HookPhase::PostStart) {
+        for hook in config
+            .hooks
+            .iter()
+            .filter(|hook| hook.phase == HookPhase::PostStart)
+        {
             let done = Flag::default();
             let flag = done.clone();
-            health.add_readyz_check(Check::new(format!("poststarthook/{}", hook.name), move || {
-                if flag.is_set() { Ok(()) } else { Err("not finished".to_owned()) }
-            }));
+            health.add_readyz_check(Check::new(
+                format!("poststarthook/{}", hook.name),
+                move || {
+                    if flag.is_set() {
+                        Ok(())
+                    } else {
+                        Err("not finished".to_owned())
+                    }
+                },
+            ));
             post_start.push((hook.clone(), done));
         }
         let (trigger, reload_requests) = ReloadTrigger::new();
         let shared = Arc::new(Shared::new(Arc::new(health), Some(trigger)));
         let snapshot = snapshot::build(config, &shared, targets, purpose, center)?;
-        Ok(Gateway { snapshot, shared, reload_requests, shutting_down, post_start })
+        Ok(Gateway {
+            snapshot,
+            shared,
+            reload_requests,
+            shutting_down,
+            post_start,
+        })
     }
 
     /// Binds the listener and starts serving; starts the reloader and, when
@@ -126,21 +143,42 @@ impl Gateway {
         if matches!(config.listen.transport, Transport::Plaintext) {
             tracing::warn!(%address, "serving plaintext HTTP: listen.plaintext = true");
         }
-        let tcp = TcpListener::bind(address).await.map_err(|source| StartError::Bind { address, source })?;
-        let local_addr = tcp.local_addr().map_err(|source| StartError::Bind { address, source })?;
-        let scheme = if self.snapshot.tls.is_some() { "https" } else { "http" };
+        let tcp = TcpListener::bind(address)
+            .await
+            .map_err(|source| StartError::Bind { address, source })?;
+        let local_addr = tcp
+            .local_addr()
+            .map_err(|source| StartError::Bind { address, source })?;
+        let scheme = if self.snapshot.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let source = config.source.clone();
-        let pre_shutdown = config.hooks.iter().filter(|h| h.phase == HookPhase::PreShutdown).cloned().collect();
+        let pre_shutdown = config
+            .hooks
+            .iter()
+            .filter(|h| h.phase == HookPhase::PreShutdown)
+            .cloned()
+            .collect();
         let live: Live = Arc::new(ArcSwap::from_pointee(self.snapshot));
         let bound = Bound::of(&live.load().config);
-        let reloader = Reloader { path: source, live: live.clone(), shared: self.shared.clone(), bound };
+        let reloader = Reloader {
+            path: source,
+            live: live.clone(),
+            shared: self.shared.clone(),
+            bound,
+        };
         let reloading = reloader.spawn(self.reload_requests);
         let drain = listener::Drain {
             stop_accepting: CancellationToken::new(),
             close_connections: CancellationToken::new(),
             connections: TaskTracker::new(),
         };
-        let listener = listener::Listener { tcp, live: live.clone() };
+        let listener = listener::Listener {
+            tcp,
+            live: live.clone(),
+        };
         let accepting = tokio::spawn(listener.run(drain.clone()));
         let log_flusher = self.shared.health.log_flushes.spawn_flusher();
         tracing::info!(address = %local_addr, "listening on {scheme}://{local_addr}");
@@ -216,8 +254,12 @@ impl RunningGateway {
         let _ = self.accepting.await;
         self.drain.connections.close();
         self.drain.close_connections.cancel();
-        tracing::info!(open = self.drain.connections.len(), "listener closed, draining connections");
-        let drained = tokio::time::timeout(limits.shutdown_timeout, self.drain.connections.wait()).await;
+        tracing::info!(
+            open = self.drain.connections.len(),
+            "listener closed, draining connections"
+        );
+        let drained =
+            tokio::time::timeout(limits.shutdown_timeout, self.drain.connections.wait()).await;
         // Then the audit backend, so every event of every drained request is written.
         if let Some(audit) = &self.live.load().audit {
             audit.flush(AUDIT_FLUSH_LIMIT).await;
@@ -231,7 +273,10 @@ impl RunningGateway {
             }
             Err(_) => {
                 let open_connections = self.drain.connections.len();
-                tracing::warn!(open_connections, "shutdown timeout passed with connections still open");
+                tracing::warn!(
+                    open_connections,
+                    "shutdown timeout passed with connections still open"
+                );
                 Drained::TimedOut { open_connections }
             }
         }

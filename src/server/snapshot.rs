@@ -46,7 +46,11 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(health: Arc<Health>, reload: Option<ReloadTrigger>) -> Self {
-        Shared { health, reload, generations: AtomicU64::new(0) }
+        Shared {
+            health,
+            reload,
+            generations: AtomicU64::new(0),
+        }
     }
 }
 
@@ -69,7 +73,8 @@ pub fn build(
 ) -> Result<Snapshot, StartError> {
     let stages = crate::wasm::load_stages(&config)?;
     let tls = tls_acceptor(&config, purpose)?;
-    let servers = crate::delegation::build(&config, &shared.health, shared.reload.as_ref(), targets)?;
+    let servers =
+        crate::delegation::build(&config, &shared.health, shared.reload.as_ref(), targets)?;
     let chain = crate::chain::build(&config, stages, center(servers));
     let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
     Ok(Snapshot {
@@ -84,7 +89,9 @@ pub fn build(
 
 fn tls_acceptor(config: &Config, purpose: Purpose) -> Result<Option<TlsAcceptor>, StartError> {
     let server_config = match (&config.listen.transport, purpose) {
-        (Transport::Plaintext, _) | (Transport::SelfSigned { .. }, Purpose::Check) => return Ok(None),
+        (Transport::Plaintext, _) | (Transport::SelfSigned { .. }, Purpose::Check) => {
+            return Ok(None);
+        }
         (Transport::Tls(material), _) => tls::server_config(material)?,
         (Transport::SelfSigned { cert_dir }, Purpose::Serve) => {
             tls::server_config(&tls::self_signed(cert_dir, config.listen.address)?)?

@@ -38,7 +38,8 @@ pub enum TlsError {
 
 /// The rustls server configuration for loaded material.
 pub fn server_config(material: &TlsMaterial) -> Result<Arc<ServerConfig>, TlsError> {
-    let builder = ServerConfig::builder_with_provider(crypto_provider()).with_safe_default_protocol_versions()?;
+    let builder = ServerConfig::builder_with_provider(crypto_provider())
+        .with_safe_default_protocol_versions()?;
     let builder = match &material.client_ca {
         // Client certificates are optional, as in kube: a request without one
         // goes on to the other authenticators.
@@ -49,7 +50,8 @@ pub fn server_config(material: &TlsMaterial) -> Result<Arc<ServerConfig>, TlsErr
         ),
         None => builder.with_no_client_auth(),
     };
-    let mut config = builder.with_single_cert(material.cert_chain.clone(), material.key.clone_key())?;
+    let mut config =
+        builder.with_single_cert(material.cert_chain.clone(), material.key.clone_key())?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -64,10 +66,16 @@ pub fn self_signed(cert_dir: &Path, listen: SocketAddr) -> Result<TlsMaterial, T
     let cert_path = cert_dir.join(CERT_FILE);
     let key_path = cert_dir.join(KEY_FILE);
     if let (Ok(cert_pem), Ok(key_pem)) = (std::fs::read(&cert_path), std::fs::read(&key_path)) {
-        let chain: Vec<_> = CertificateDer::pem_slice_iter(&cert_pem).filter_map(Result::ok).collect();
+        let chain: Vec<_> = CertificateDer::pem_slice_iter(&cert_pem)
+            .filter_map(Result::ok)
+            .collect();
         if let (false, Ok(key)) = (chain.is_empty(), PrivateKeyDer::from_pem_slice(&key_pem)) {
             tracing::info!(cert = %cert_path.display(), "using the generated serving certificate");
-            return Ok(TlsMaterial { cert_chain: chain, key, client_ca: None });
+            return Ok(TlsMaterial {
+                cert_chain: chain,
+                key,
+                client_ca: None,
+            });
         }
     }
     let mut names = vec!["localhost".to_owned()];
@@ -82,18 +90,28 @@ pub fn self_signed(cert_dir: &Path, listen: SocketAddr) -> Result<TlsMaterial, T
         move |source| TlsError::Io { path, source }
     };
     std::fs::create_dir_all(cert_dir).map_err(io_error(cert_dir))?;
-    write_private(&key_path, certified.signing_key.serialize_pem().as_bytes()).map_err(io_error(&key_path))?;
+    write_private(&key_path, certified.signing_key.serialize_pem().as_bytes())
+        .map_err(io_error(&key_path))?;
     std::fs::write(&cert_path, certified.cert.pem()).map_err(io_error(&cert_path))?;
     tracing::info!(cert = %cert_path.display(), "generated a self-signed serving certificate");
     let key = PrivateKeyDer::try_from(certified.signing_key.serialize_der())
         .map_err(|message| TlsError::Rustls(rustls::Error::General(message.to_owned())))?;
-    Ok(TlsMaterial { cert_chain: vec![certified.cert.der().clone()], key, client_ca: None })
+    Ok(TlsMaterial {
+        cert_chain: vec![certified.cert.der().clone()],
+        key,
+        client_ca: None,
+    })
 }
 
 /// Writes a file only its owner can read.
 fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
     file.write_all(contents)
 }

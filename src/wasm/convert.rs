@@ -21,7 +21,9 @@ pub fn request_view(parts: &http::request::Parts) -> types::RequestView {
                 value: String::from_utf8_lossy(value.as_bytes()).into_owned(),
             })
             .collect(),
-        remote_addr: connection.map(|c| c.remote_addr.to_string()).unwrap_or_default(),
+        remote_addr: connection
+            .map(|c| c.remote_addr.to_string())
+            .unwrap_or_default(),
         client_certificate: connection.and_then(client_certificate),
     }
 }
@@ -31,7 +33,8 @@ fn client_certificate(connection: &ConnectionInfo) -> Option<types::ClientCertif
     let leaf = chain.first()?;
     let (_, parsed) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
     let subject = parsed.subject();
-    let text = |attr: &x509_parser::x509::AttributeTypeAndValue| attr.as_str().ok().map(str::to_owned);
+    let text =
+        |attr: &x509_parser::x509::AttributeTypeAndValue| attr.as_str().ok().map(str::to_owned);
     Some(types::ClientCertificate {
         common_name: subject.iter_common_name().next().and_then(text),
         organizations: subject.iter_organization().filter_map(text).collect(),
@@ -66,7 +69,10 @@ pub fn user_to_wit(user: &UserInfo) -> types::UserInfo {
         extra: user
             .extra
             .iter()
-            .map(|(key, values)| types::ExtraValue { key: key.clone(), values: values.clone() })
+            .map(|(key, values)| types::ExtraValue {
+                key: key.clone(),
+                values: values.clone(),
+            })
             .collect(),
     }
 }
@@ -76,6 +82,10 @@ pub fn user_from_wit(user: types::UserInfo) -> UserInfo {
         name: user.name,
         uid: user.uid,
         groups: user.groups,
-        extra: user.extra.into_iter().map(|extra| (extra.key, extra.values)).collect(),
+        extra: user
+            .extra
+            .into_iter()
+            .map(|extra| (extra.key, extra.values))
+            .collect(),
     }
 }

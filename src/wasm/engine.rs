@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Config, Engine, Enabled, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::state::FilterState;
 
@@ -35,11 +35,19 @@ pub enum LoadError {
         source: std::io::Error,
     },
     #[error("{} has sha256 {actual}, but the manifest pins {expected}", path.display())]
-    DigestMismatch { path: PathBuf, expected: String, actual: String },
+    DigestMismatch {
+        path: PathBuf,
+        expected: String,
+        actual: String,
+    },
     #[error("{} is not a valid component: {message}", path.display())]
     Compile { path: PathBuf, message: String },
     #[error("{} does not fit the {world} world: {message}", path.display())]
-    World { path: PathBuf, world: &'static str, message: String },
+    World {
+        path: PathBuf,
+        world: &'static str,
+        message: String,
+    },
     #[error("the WebAssembly engine cannot start: {0}")]
     Engine(String),
 }
@@ -89,7 +97,13 @@ impl WasmHost {
             &mut linker,
             |state| state,
         )?;
-        Ok(WasmHost { engine, linker, compiled: Mutex::default(), disk_cache, stats: Mutex::default() })
+        Ok(WasmHost {
+            engine,
+            linker,
+            compiled: Mutex::default(),
+            disk_cache,
+            stats: Mutex::default(),
+        })
     }
 
     pub fn cache_stats(&self) -> CacheStats {
@@ -98,8 +112,15 @@ impl WasmHost {
 
     /// The compiled component for the file at `path`, checked against
     /// `pinned` first. Compiles only what neither cache holds.
-    pub fn component(&self, path: &Path, pinned: Option<&[u8; 32]>) -> Result<Component, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+    pub fn component(
+        &self,
+        path: &Path,
+        pinned: Option<&[u8; 32]>,
+    ) -> Result<Component, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         let digest: [u8; 32] = Sha256::digest(&bytes).into();
         if let Some(expected) = pinned.filter(|expected| **expected != digest) {
             return Err(LoadError::DigestMismatch {
@@ -108,7 +129,12 @@ impl WasmHost {
                 actual: hex::encode(digest),
             });
         }
-        if let Some(component) = self.compiled.lock().ok().and_then(|c| c.get(&digest).cloned()) {
+        if let Some(component) = self
+            .compiled
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&digest).cloned())
+        {
             self.count(|s| s.from_memory += 1, "memory");
             return Ok(component);
         }
@@ -136,16 +162,35 @@ impl WasmHost {
         if let Ok(mut stats) = self.stats.lock() {
             update(&mut stats);
         }
-        crate::metrics::metrics().components.get_or_create(&crate::metrics::Source { source: source.to_owned() }).inc();
+        crate::metrics::metrics()
+            .components
+            .get_or_create(&crate::metrics::Source {
+                source: source.to_owned(),
+            })
+            .inc();
     }
 
-    fn compile(&self, path: &Path, bytes: &[u8], digest: &[u8; 32]) -> Result<Component, LoadError> {
-        let compile_error = |error: wasmtime::Error| LoadError::Compile { path: path.to_owned(), message: format!("{error:#}") };
-        let serialized = self.engine.precompile_component(bytes).map_err(compile_error)?;
+    fn compile(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        digest: &[u8; 32],
+    ) -> Result<Component, LoadError> {
+        let compile_error = |error: wasmtime::Error| LoadError::Compile {
+            path: path.to_owned(),
+            message: format!("{error:#}"),
+        };
+        let serialized = self
+            .engine
+            .precompile_component(bytes)
+            .map_err(compile_error)?;
         if let Some(file) = self.disk_path(digest) {
             // Written beside, then renamed: a concurrent reader never sees half a file.
             let partial = file.with_extension(format!("partial-{}", std::process::id()));
-            let written = file.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(&partial, &serialized));
+            let written = file
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::write(&partial, &serialized));
             if let Err(error) = written.and_then(|()| std::fs::rename(&partial, &file)) {
                 tracing::warn!(file = %file.display(), %error, "cannot write the compiled-component cache");
             }
@@ -175,7 +220,9 @@ impl WasmHost {
 
     fn disk_path(&self, digest: &[u8; 32]) -> Option<PathBuf> {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        self.engine.precompile_compatibility_hash().hash(&mut hasher);
+        self.engine
+            .precompile_compatibility_hash()
+            .hash(&mut hasher);
         let name = format!("{}-{:016x}.cwasm", hex::encode(digest), hasher.finish());
         self.disk_cache.as_ref().map(|dir| dir.join(name))
     }
@@ -209,13 +256,15 @@ fn engine_config(pooling: bool) -> Config {
 /// Advances the engine's epoch every [`EPOCH_TICK`] for the life of the process.
 fn start_epoch_ticker(engine: &Engine) {
     let engine = engine.weak();
-    let spawned = std::thread::Builder::new().name("wasmgate-epoch".into()).spawn(move || {
-        while let Some(engine) = engine.upgrade() {
-            engine.increment_epoch();
-            drop(engine);
-            std::thread::sleep(EPOCH_TICK);
-        }
-    });
+    let spawned = std::thread::Builder::new()
+        .name("wasmgate-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = engine.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        });
     if let Err(error) = spawned {
         tracing::error!(%error, "cannot start the epoch ticker: filter timeouts will not fire");
     }
@@ -231,7 +280,8 @@ fn default_disk_cache() -> Option<PathBuf> {
 
 impl std::fmt::Debug for WasmHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WasmHost").field("cache", &self.cache_stats()).finish_non_exhaustive()
+        f.debug_struct("WasmHost")
+            .field("cache", &self.cache_stats())
+            .finish_non_exhaustive()
     }
 }
-

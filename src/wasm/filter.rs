@@ -15,12 +15,16 @@ use wasmtime::component::InstancePre;
 use wasmtime::{Store, UpdateDeadline};
 
 use super::bindings::{admission, auditor, authenticator, authorizer, types};
-pub use admission::exports::wasmgate::filter::admission::{AdmissionRequest, AdmissionResponse, Operation};
-pub use auditor::exports::wasmgate::filter::auditor::{Annotation, Event, Level, ObjectReference, Stage};
-pub use authenticator::exports::wasmgate::filter::authenticator::AuthnResult;
-pub use authorizer::exports::wasmgate::filter::authorizer::{Attributes, Decision};
 use super::engine::{LoadError, WasmHost};
 use super::state::{FilterIdentity, FilterState, SinkWriter};
+pub use admission::exports::wasmgate::filter::admission::{
+    AdmissionRequest, AdmissionResponse, Operation,
+};
+pub use auditor::exports::wasmgate::filter::auditor::{
+    Annotation, Event, Level, ObjectReference, Stage,
+};
+pub use authenticator::exports::wasmgate::filter::authenticator::AuthnResult;
+pub use authorizer::exports::wasmgate::filter::authorizer::{Attributes, Decision};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
 
@@ -91,17 +95,44 @@ macro_rules! filter_kind {
             fn pre(pre: InstancePre<FilterState>) -> wasmtime::Result<Self::Pre> {
                 $module::$pre::new(pre)
             }
-            async fn instantiate(pre: &Self::Pre, store: &mut Store<FilterState>) -> wasmtime::Result<Self::Exports> {
+            async fn instantiate(
+                pre: &Self::Pre,
+                store: &mut Store<FilterState>,
+            ) -> wasmtime::Result<Self::Exports> {
                 pre.instantiate_async(store).await
             }
         }
     };
 }
 
-filter_kind!(Authenticator, authenticator, AuthenticatorFilter, AuthenticatorFilterPre, "authenticator-filter");
-filter_kind!(Authorizer, authorizer, AuthorizerFilter, AuthorizerFilterPre, "authorizer-filter");
-filter_kind!(Admission, admission, AdmissionFilter, AdmissionFilterPre, "admission-filter");
-filter_kind!(Auditor, auditor, AuditorFilter, AuditorFilterPre, "auditor-filter");
+filter_kind!(
+    Authenticator,
+    authenticator,
+    AuthenticatorFilter,
+    AuthenticatorFilterPre,
+    "authenticator-filter"
+);
+filter_kind!(
+    Authorizer,
+    authorizer,
+    AuthorizerFilter,
+    AuthorizerFilterPre,
+    "authorizer-filter"
+);
+filter_kind!(
+    Admission,
+    admission,
+    AdmissionFilter,
+    AdmissionFilterPre,
+    "admission-filter"
+);
+filter_kind!(
+    Auditor,
+    auditor,
+    AuditorFilter,
+    AuditorFilterPre,
+    "auditor-filter"
+);
 
 struct Instance<K: Kind> {
     store: Store<FilterState>,
@@ -119,12 +150,25 @@ impl FilterMetrics {
     fn new(name: &str) -> Self {
         let metrics = crate::metrics::metrics();
         let outcome = |outcome: &str| {
-            let labels = FilterOutcome { filter: name.to_owned(), outcome: outcome.to_owned() };
+            let labels = FilterOutcome {
+                filter: name.to_owned(),
+                outcome: outcome.to_owned(),
+            };
             metrics.filter_calls.get_or_create(&labels).clone()
         };
         FilterMetrics {
-            outcomes: [outcome("answer"), outcome("error"), outcome("trap"), outcome("timeout")],
-            duration: metrics.filter_duration.get_or_create(&FilterName { filter: name.to_owned() }).clone(),
+            outcomes: [
+                outcome("answer"),
+                outcome("error"),
+                outcome("trap"),
+                outcome("timeout"),
+            ],
+            duration: metrics
+                .filter_duration
+                .get_or_create(&FilterName {
+                    filter: name.to_owned(),
+                })
+                .clone(),
         }
     }
 }
@@ -150,7 +194,10 @@ impl<K: Kind> LoadedFilter<K> {
             world: K::WORLD,
             message: format!("{error:#}"),
         };
-        let pre = host.linker.instantiate_pre(&component).map_err(world_error)?;
+        let pre = host
+            .linker
+            .instantiate_pre(&component)
+            .map_err(world_error)?;
         let pre = K::pre(pre).map_err(world_error)?;
         let sink = match &spec.sink {
             Some(sink) => Some(SinkWriter::open(sink).map_err(|source| LoadError::Read {
@@ -186,7 +233,9 @@ impl<K: Kind> LoadedFilter<K> {
     /// Counts the outcome and times the call.
     fn record<T>(&self, started: Instant, outcome: Outcome<T>) -> Outcome<T> {
         self.metrics.outcomes[outcome.index()].inc();
-        self.metrics.duration.observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .duration
+            .observe(started.elapsed().as_secs_f64());
         outcome
     }
 
@@ -200,7 +249,11 @@ impl<K: Kind> LoadedFilter<K> {
 
     /// Classifies a call's result; an instance that answered may be reused,
     /// one that trapped is dropped here (a trap may leave it in any state).
-    fn finish<T>(&self, instance: Instance<K>, result: wasmtime::Result<Result<T, String>>) -> Outcome<T> {
+    fn finish<T>(
+        &self,
+        instance: Instance<K>,
+        result: wasmtime::Result<Result<T, String>>,
+    ) -> Outcome<T> {
         match result {
             Ok(Ok(answer)) => {
                 self.checkin(instance);
@@ -220,7 +273,10 @@ impl<K: Kind> LoadedFilter<K> {
         {
             return Ok(instance);
         }
-        let mut store = Store::new(&self.engine, FilterState::new(self.identity.clone(), self.spec.memory)?);
+        let mut store = Store::new(
+            &self.engine,
+            FilterState::new(self.identity.clone(), self.spec.memory)?,
+        );
         store.limiter(|state| &mut state.limits);
         store.epoch_deadline_callback(|context| {
             if Instant::now() >= context.data().deadline {
@@ -265,7 +321,9 @@ impl LoadedFilter<Authenticator> {
             Err(error) => return self.record(started, classify(error)),
         };
         let exports = instance.exports.wasmgate_filter_authenticator();
-        let result = exports.call_authenticate(&mut instance.store, request).await;
+        let result = exports
+            .call_authenticate(&mut instance.store, request)
+            .await;
         // The WIT's own `error` case is the filter's error outcome.
         let result = result.map(|answer| match answer {
             AuthnResult::Error(message) => Err(message),
@@ -284,7 +342,9 @@ impl LoadedFilter<Authorizer> {
             Err(error) => return self.record(started, classify(error)),
         };
         let exports = instance.exports.wasmgate_filter_authorizer();
-        let result = exports.call_authorize(&mut instance.store, attributes).await;
+        let result = exports
+            .call_authorize(&mut instance.store, attributes)
+            .await;
         let outcome = self.finish(instance, result);
         self.record(started, outcome)
     }

@@ -16,7 +16,7 @@ pub use engine::{CacheStats, LoadError, WasmHost};
 pub use filter::{LoadedFilter, Outcome};
 
 use crate::config::stages::{FilterSpec, Stages};
-use crate::config::{ConfigError, Config, Problem};
+use crate::config::{Config, ConfigError, Problem};
 use filter::{Admission, Auditor, Authenticator, Authorizer, Kind};
 
 /// Every filter of every stage, loaded and pre-instantiated.
@@ -38,7 +38,8 @@ pub fn load_stages(config: &Config) -> Result<LoadedStages, ConfigError> {
     if stages.all_filters().next().is_none() {
         return Ok(LoadedStages::default());
     }
-    let host = WasmHost::shared().map_err(|error| invalid(config, vec![problem_at(None, error)]))?;
+    let host =
+        WasmHost::shared().map_err(|error| invalid(config, vec![problem_at(None, error)]))?;
     let mut problems = Vec::new();
     let loaded = LoadedStages {
         authenticators: load_all(host, &stages.authentication.filters, &mut problems),
@@ -47,24 +48,41 @@ pub fn load_stages(config: &Config) -> Result<LoadedStages, ConfigError> {
         validating: load_all(host, &stages.admission.validating, &mut problems),
         auditors: load_all(host, &stages.audit.filters, &mut problems),
     };
-    if problems.is_empty() { Ok(loaded) } else { Err(invalid(config, problems)) }
+    if problems.is_empty() {
+        Ok(loaded)
+    } else {
+        Err(invalid(config, problems))
+    }
 }
 
-fn load_all<K: Kind>(host: &WasmHost, specs: &[FilterSpec], problems: &mut Vec<Problem>) -> Vec<LoadedFilter<K>> {
+fn load_all<K: Kind>(
+    host: &WasmHost,
+    specs: &[FilterSpec],
+    problems: &mut Vec<Problem>,
+) -> Vec<LoadedFilter<K>> {
     specs
         .iter()
-        .filter_map(|spec| LoadedFilter::<K>::load(host, spec).map_err(|error| problems.push(problem_at(Some(spec), error))).ok())
+        .filter_map(|spec| {
+            LoadedFilter::<K>::load(host, spec)
+                .map_err(|error| problems.push(problem_at(Some(spec), error)))
+                .ok()
+        })
         .collect()
 }
 
 fn problem_at(spec: Option<&FilterSpec>, error: LoadError) -> Problem {
     Problem {
         location: spec.and_then(|spec| spec.location),
-        key: spec.map(|spec| format!("filter {:?}", spec.name.as_str())).unwrap_or_default(),
+        key: spec
+            .map(|spec| format!("filter {:?}", spec.name.as_str()))
+            .unwrap_or_default(),
         message: error.to_string(),
     }
 }
 
 fn invalid(config: &Config, problems: Vec<Problem>) -> ConfigError {
-    ConfigError::Invalid { path: config.source.clone(), problems }
+    ConfigError::Invalid {
+        path: config.source.clone(),
+        problems,
+    }
 }

@@ -40,7 +40,10 @@ impl SinkWriter {
                 if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
                     std::fs::create_dir_all(dir)?;
                 }
-                let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?;
                 Ok(SinkWriter::File(Mutex::new(file)))
             }
         }
@@ -91,7 +94,11 @@ fn wasi_context(grants: &WasiGrants) -> wasmtime::Result<WasiCtx> {
     let mut builder = WasiCtx::builder();
     builder.envs(&grants.env);
     for dir in &grants.dirs {
-        let perms = if dir.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+        let perms = if dir.writable {
+            FsPerms::ReadWrite
+        } else {
+            FsPerms::ReadOnly
+        };
         builder.preopened_dir(&dir.host, &dir.guest, perms)?;
     }
     if grants.stdio {
@@ -102,7 +109,10 @@ fn wasi_context(grants: &WasiGrants) -> wasmtime::Result<WasiCtx> {
 
 impl WasiView for FilterState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -116,11 +126,21 @@ impl host::Host for FilterState {
     fn log(&mut self, level: types::LogLevel, message: String) {
         let filter = self.identity.name.as_str();
         match level {
-            types::LogLevel::Trace => tracing::trace!(target: "wasmgate::filter", filter, "{message}"),
-            types::LogLevel::Debug => tracing::debug!(target: "wasmgate::filter", filter, "{message}"),
-            types::LogLevel::Info => tracing::info!(target: "wasmgate::filter", filter, "{message}"),
-            types::LogLevel::Warn => tracing::warn!(target: "wasmgate::filter", filter, "{message}"),
-            types::LogLevel::Error => tracing::error!(target: "wasmgate::filter", filter, "{message}"),
+            types::LogLevel::Trace => {
+                tracing::trace!(target: "wasmgate::filter", filter, "{message}")
+            }
+            types::LogLevel::Debug => {
+                tracing::debug!(target: "wasmgate::filter", filter, "{message}")
+            }
+            types::LogLevel::Info => {
+                tracing::info!(target: "wasmgate::filter", filter, "{message}")
+            }
+            types::LogLevel::Warn => {
+                tracing::warn!(target: "wasmgate::filter", filter, "{message}")
+            }
+            types::LogLevel::Error => {
+                tracing::error!(target: "wasmgate::filter", filter, "{message}")
+            }
         }
     }
 }
@@ -128,7 +148,9 @@ impl host::Host for FilterState {
 impl sink::Host for FilterState {
     fn write(&mut self, record: String) -> Result<(), String> {
         match &self.identity.sink {
-            Some(sink) => sink.write_line(&record).map_err(|error| format!("cannot write the audit record: {error}")),
+            Some(sink) => sink
+                .write_line(&record)
+                .map_err(|error| format!("cannot write the audit record: {error}")),
             None => Err("this filter has no sink".to_owned()),
         }
     }
