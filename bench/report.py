@@ -1,0 +1,354 @@
+#!/usr/bin/env python3
+"""Summarises bench/run.sh's raw rows (standard library only).
+
+    report.py slowest RAW                   the slowest target's median req/s (for the open-loop rate)
+    report.py smoke RAW                     smoke assertions; exit 1 when one fails
+    report.py audit FILE START END          requests received in [START, END] (epoch seconds) that
+                                            FILE records as complete: wasmgate's ResponseComplete
+                                            audit events, or nginx + Lua's log lines
+    report.py full RAW META PREFIX [--readme=FILE]
+                                            PREFIX.tsv, PREFIX.json, PREFIX.md; with --readme, the
+                                            table goes between the results markers of FILE
+
+Ratios (to nginx, to direct, to nginx-lua) are computed per round, then the
+median over rounds is reported; absolute figures are medians over rounds too.
+"""
+
+import csv
+import datetime
+import json
+import re
+import statistics
+import sys
+
+NUMERIC = ["requests", "seconds", "rps", "non2xx", "socket_errors", "cpu_us_per_req",
+           "upstream_cpu_us_per_req", "p50_us", "p90_us", "p99_us", "cpu0_other_pct", "load1", "audited",
+           "syscalls_per_req", "ctxsw_per_req", "cpu0_steal_pct"]
+
+LABELS = {
+    "direct": "direct to the upstream",
+    "nginx": "nginx (proxy, 1 worker)",
+    "nginx-lua": "nginx + Lua (token authn + allow-list authz + access log)",
+    "haproxy": "HAProxy (1 thread)",
+    "wasmgate-pass": "wasmgate pass-through (no filter)",
+    "wasmgate-full-per-request": "wasmgate full chain, per-request isolation",
+    "wasmgate-full-pooled": "wasmgate full chain, pooled isolation",
+    "nginx-tls": "nginx, TLS",
+    "wasmgate-pass-tls": "wasmgate pass-through, TLS",
+}
+
+BEGIN_MARK = "<!-- side-by-side:results:begin (bench/run.sh --update-readme rewrites this part) -->"
+END_MARK = "<!-- side-by-side:results:end -->"
+
+
+def load(path):
+    rows = []
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle, delimiter="\t"):
+            for key in NUMERIC:
+                value = row.get(key, "")
+                row[key] = float(value) if value not in ("", None) else None
+            row["round"] = int(row["round"])
+            rows.append(row)
+    return rows
+
+
+def by(rows, phase):
+    """{target: {round: row}} for one phase."""
+    table = {}
+    for row in rows:
+        if row["phase"] == phase:
+            table.setdefault(row["target"], {})[row["round"]] = row
+    return table
+
+
+def targets_in_order(rows):
+    seen = []
+    order = list(LABELS)
+    for row in rows:
+        if row["target"] not in seen:
+            seen.append(row["target"])
+    return sorted(seen, key=lambda t: (order.index(t) if t in order else len(order), t))
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def per_round_ratio(table, target, base, key, op="div"):
+    if target not in table or base not in table:
+        return None
+    values = []
+    for rnd, row in table[target].items():
+        other = table[base].get(rnd)
+        if other is None or row[key] is None or other[key] in (None, 0):
+            continue
+        values.append(row[key] / other[key] if op == "div" else row[key] - other[key])
+    return median(values)
+
+
+def summarise(rows):
+    throughput, oneconn, openloop = by(rows, "throughput"), by(rows, "oneconn"), by(rows, "openloop")
+    summary = {}
+    for target in targets_in_order(rows):
+        t = throughput.get(target, {})
+        o = oneconn.get(target, {})
+        q = openloop.get(target, {})
+        entry = {
+            "label": LABELS.get(target, target),
+            "rounds": len(t),
+            "rps": median(r["rps"] for r in t.values()),
+            "rps_min": min((r["rps"] for r in t.values()), default=None),
+            "rps_max": max((r["rps"] for r in t.values()), default=None),
+            "cpu_us_per_req": median(r["cpu_us_per_req"] for r in t.values()),
+            "upstream_cpu_us_per_req": median(r["upstream_cpu_us_per_req"] for r in t.values()),
+            "cpu0_other_pct": median(r["cpu0_other_pct"] for r in t.values()),
+            "syscalls_per_req": median(r.get("syscalls_per_req") for r in t.values()),
+            "ctxsw_per_req": median(r.get("ctxsw_per_req") for r in t.values()),
+            "cpu0_steal_pct": median(r.get("cpu0_steal_pct") for r in t.values()),
+            # the share of the window's requests whose completion was audited
+            # (logged, for nginx + Lua); below 1 when batch audit dropped events
+            "audited_share": median(
+                min(r["audited"] / r["requests"], 1.0) if r["audited"] is not None and r["requests"] else None
+                for r in t.values()),
+            "oneconn_p50_us": median(r["p50_us"] for r in o.values()),
+            "oneconn_p99_us": median(r["p99_us"] for r in o.values()),
+            "oneconn_rps": median(r["rps"] for r in o.values()),
+            "openloop_p50_us": median(r["p50_us"] for r in q.values()),
+            "openloop_p99_us": median(r["p99_us"] for r in q.values()),
+            "openloop_rps": median(r["rps"] for r in q.values()),
+            "errors": int(sum((r["non2xx"] or 0) + (r["socket_errors"] or 0)
+                              for table in (t, o, q) for r in table.values())),
+            "rps_x_nginx": per_round_ratio(throughput, target, "nginx", "rps"),
+            "rps_x_direct": per_round_ratio(throughput, target, "direct", "rps"),
+            "rps_x_nginx_lua": per_round_ratio(throughput, target, "nginx-lua", "rps"),
+            "cpu_x_nginx": per_round_ratio(throughput, target, "nginx", "cpu_us_per_req"),
+            "cpu_x_direct": per_round_ratio(throughput, target, "direct", "cpu_us_per_req"),
+            "oneconn_p50_minus_nginx_us": per_round_ratio(oneconn, target, "nginx", "p50_us", "sub"),
+            "oneconn_p50_minus_direct_us": per_round_ratio(oneconn, target, "direct", "p50_us", "sub"),
+        }
+        if target == "wasmgate-pass-tls":
+            entry["rps_x_nginx_tls"] = per_round_ratio(throughput, target, "nginx-tls", "rps")
+            entry["cpu_x_nginx_tls"] = per_round_ratio(throughput, target, "nginx-tls", "cpu_us_per_req")
+        summary[target] = entry
+    return summary
+
+
+def checks(summary):
+    """The issue's targets, as hit/missed with the measured figure."""
+    results = []
+
+    def check(name, target, key, op, goal, unit=""):
+        entry = summary.get(target)
+        value = entry.get(key) if entry else None
+        if value is None:
+            results.append({"target": name, "value": None, "goal": f"{op} {goal}{unit}", "hit": None})
+            return
+        hit = value >= goal if op == ">=" else value <= goal if op == "<=" else value > goal
+        results.append({"target": name, "value": round(value, 3), "goal": f"{op} {goal}{unit}", "hit": hit})
+
+    check("pass-through req/s vs nginx", "wasmgate-pass", "rps_x_nginx", ">=", 1.0, "x")
+    check("pass-through CPU/req vs nginx", "wasmgate-pass", "cpu_x_nginx", "<=", 1.0, "x")
+    check("pass-through one-connection p50 minus nginx's", "wasmgate-pass", "oneconn_p50_minus_nginx_us", "<=", 5, " us")
+    check("full chain pooled req/s vs nginx", "wasmgate-full-pooled", "rps_x_nginx", ">=", 0.8, "x")
+    check("full chain pooled req/s vs nginx+Lua", "wasmgate-full-pooled", "rps_x_nginx_lua", ">", 1.0, "x")
+    check("full chain per-request req/s vs nginx", "wasmgate-full-per-request", "rps_x_nginx", ">=", 0.6, "x")
+    return results
+
+
+def fmt(value, digits=0, suffix=""):
+    if value is None:
+        return "–"
+    if digits == 0:
+        return f"{value:,.0f}{suffix}"
+    return f"{value:,.{digits}f}{suffix}"
+
+
+def signed(value):
+    return "–" if value is None else f"{value:+.0f}"
+
+
+def markdown(summary, meta, results):
+    lines = []
+    lines.append("| target | req/s | × nginx | × direct | CPU µs/req | CPU × nginx | 1-conn p50 µs | 1-conn p99 µs | p50 − nginx µs | open-loop p50 µs | open-loop p99 µs | errors | audited |")
+    lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for target, e in summary.items():
+        lines.append("| " + " | ".join([
+            f"`{target}`",
+            fmt(e["rps"]),
+            fmt(e["rps_x_nginx"], 2),
+            fmt(e["rps_x_direct"], 2),
+            fmt(e["cpu_us_per_req"], 1),
+            fmt(e["cpu_x_nginx"], 2),
+            fmt(e["oneconn_p50_us"]),
+            fmt(e["oneconn_p99_us"]),
+            signed(e["oneconn_p50_minus_nginx_us"]),
+            fmt(e["openloop_p50_us"]),
+            fmt(e["openloop_p99_us"]),
+            str(e["errors"]),
+            "–" if e["audited_share"] is None else f"{e['audited_share'] * 100:.0f}%",
+        ]) + " |")
+    lines.append("")
+    s = meta.get("settings", {})
+    lines.append(
+        f"Medians over {s.get('rounds')} rounds (ratios computed per round, then the median); "
+        f"req/s and CPU: wrk, 1 thread, {s.get('connections')} connections, {s.get('duration_s')} s after "
+        f"{s.get('warmup_s')} s of warm-up, the 80/20 read/write mix of `bench/wrk/mix.lua`; 1-conn: wrk, one "
+        f"connection, target + upstream + wrk on CPU 0; open loop: oha at {s.get('openloop_rate')} req/s, "
+        f"{s.get('openloop_connections')} connections, latency correction, GET only. "
+        f"audited: the share of the throughput window's requests whose completion reached the audit file "
+        f"(nginx + Lua: its access log); below 100% when the batch audit queue overflowed and dropped events. "
+        f"TLS rows: compare `wasmgate-pass-tls` with `nginx-tls` "
+        + (f"(× nginx-tls: req/s {fmt(summary['wasmgate-pass-tls'].get('rps_x_nginx_tls'), 2)}, CPU "
+           f"{fmt(summary['wasmgate-pass-tls'].get('cpu_x_nginx_tls'), 2)})."
+           if "wasmgate-pass-tls" in summary and "nginx-tls" in summary else "."))
+    lines.append("")
+    extra = []
+    for target, e in summary.items():
+        bits = [f"req/s range {fmt(e['rps_min'])}–{fmt(e['rps_max'])}",
+                f"upstream CPU {fmt(e['upstream_cpu_us_per_req'], 1)} µs/req",
+                f"{fmt(e['syscalls_per_req'], 2)} vfs read/write calls and {fmt(e['ctxsw_per_req'], 3)} context switches per request",
+                f"other processes on CPU 0 {fmt(e['cpu0_other_pct'], 1)}%, stolen {fmt(e['cpu0_steal_pct'], 1)}%"]
+        extra.append(f"- `{target}`: " + ", ".join(bits))
+    lines.append("Per target (medians of the throughput runs): req/s range over rounds, the upstream's CPU per "
+                 "request, the target's vfs read- and write-class system calls (/proc/PID/io syscr + syscw: read, "
+                 "write, readv, writev; socket send/recv calls are not counted there, so HAProxy shows 0) and context "
+                 "switches (all threads) per request, and the CPU time of other processes on the target's core and "
+                 "the share the hypervisor stole from it during the window (the machine is shared):")
+    lines.append("")
+    lines.extend(extra)
+    lines.append("")
+    lines.append("| issue's target | measured | goal | |")
+    lines.append("| --- | ---: | ---: | --- |")
+    for r in results:
+        verdict = "not measured" if r["hit"] is None else ("hit" if r["hit"] else "**missed**")
+        lines.append(f"| {r['target']} | {'–' if r['value'] is None else r['value']} | {r['goal']} | {verdict} |")
+    lines.append("")
+    m = meta.get("machine", {})
+    load = meta.get("load", {})
+    lines.append(f"- date: {meta.get('date')}; wasmgate {meta.get('versions', {}).get('wasmgate')}")
+    lines.append(f"- machine: {m.get('nproc')} CPUs, {m.get('cpu')}, {m.get('memory')}, Linux {m.get('kernel')}")
+    v = meta.get("versions", {})
+    lines.append(f"- tools: {v.get('nginx')}; {v.get('haproxy')}; {v.get('wrk')}; {v.get('oha')}")
+    lines.append(f"- load average (1, 5, 15 min): before waiting {load.get('before_wait')}; {load.get('quiet_wait')}; "
+                 f"at start {load.get('at_start')}; at end {load.get('at_end')}")
+    lines.append(f"- command: `{meta.get('command')}`")
+    return "\n".join(lines) + "\n"
+
+
+def write_tsv(path, summary):
+    keys = ["rps", "rps_x_nginx", "rps_x_direct", "rps_x_nginx_lua", "cpu_us_per_req", "cpu_x_nginx", "cpu_x_direct",
+            "oneconn_p50_us", "oneconn_p99_us", "oneconn_p50_minus_nginx_us", "openloop_p50_us", "openloop_p99_us",
+            "errors", "upstream_cpu_us_per_req", "cpu0_other_pct", "audited_share", "syscalls_per_req", "ctxsw_per_req", "cpu0_steal_pct", "rps_min", "rps_max", "rounds"]
+    with open(path, "w") as out:
+        out.write("target\t" + "\t".join(keys) + "\n")
+        for target, e in summary.items():
+            cells = []
+            for key in keys:
+                value = e.get(key)
+                cells.append("" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value)))
+            out.write(target + "\t" + "\t".join(cells) + "\n")
+
+
+def update_readme(path, table):
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        print(f"report: no {path}; table not inserted", file=sys.stderr)
+        return
+    start, end = text.find(BEGIN_MARK), text.find(END_MARK)
+    if start < 0 or end < start:
+        print(f"report: {path} has no results markers; table not inserted", file=sys.stderr)
+        return
+    text = text[: start + len(BEGIN_MARK)] + "\n\n" + table + "\n" + text[end:]
+    with open(path, "w") as handle:
+        handle.write(text)
+
+
+RECEIVED = re.compile(r'"requestReceivedTimestamp":"([^"]+)"')
+MSEC = re.compile(r'"msec":([0-9.]+)')
+
+
+def audited(path, start, end):
+    count = 0
+    with open(path, errors="replace") as handle:
+        for line in handle:
+            if '"stage":"' in line:
+                if '"stage":"ResponseComplete"' not in line:
+                    continue
+                match = RECEIVED.search(line)
+                if not match:
+                    continue
+                stamp = datetime.datetime.fromisoformat(match.group(1).replace("Z", "+00:00")).timestamp()
+            else:
+                match = MSEC.search(line)
+                if not match:
+                    continue
+                stamp = float(match.group(1))
+            if start <= stamp <= end:
+                count += 1
+    return count
+
+
+def main(argv):
+    if len(argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    command, raw = argv[1], argv[2]
+    if command == "audit":
+        print(audited(raw, float(argv[3]), float(argv[4])))
+        return 0
+    rows = load(raw)
+    summary = summarise(rows)
+    if command == "slowest":
+        print(int(min(e["rps"] for e in summary.values() if e["rps"])))
+        return 0
+    if command == "smoke":
+        failures = []
+        for row in rows:
+            if (row["non2xx"] or 0) or (row["socket_errors"] or 0):
+                failures.append(f"{row['target']} ({row['phase']}): {row['non2xx']:.0f} non-2xx/3xx answers, "
+                                f"{row['socket_errors']:.0f} socket errors")
+        loose = {"wasmgate-pass": 0.2, "wasmgate-full-pooled": 0.1, "direct": 0.5}
+        for target, floor in loose.items():
+            ratio = summary.get(target, {}).get("rps_x_nginx")
+            if target in summary and (ratio is None or ratio < floor):
+                failures.append(f"{target}: {ratio} x nginx's req/s, below the smoke floor {floor}")
+        full = summary.get("wasmgate-full-pooled")
+        if full is not None and not full["audited_share"]:
+            failures.append("wasmgate-full-pooled wrote no audit event")
+        for target, e in summary.items():
+            print(f"smoke: {target}: {fmt(e['rps'])} req/s ({fmt(e['rps_x_nginx'], 2)} x nginx), "
+                  f"{fmt(e['cpu_us_per_req'], 1)} us CPU/req, one-connection p50 {fmt(e['oneconn_p50_us'])} us, "
+                  f"errors {e['errors']}")
+        for failure in failures:
+            print(f"smoke: FAILED: {failure}")
+        print(f"smoke: {'FAILED' if failures else 'passed'}")
+        return 1 if failures else 0
+    if command == "full":
+        meta_path, prefix = argv[3], argv[4]
+        readme = next((a.split("=", 1)[1] for a in argv[5:] if a.startswith("--readme=")), None)
+        with open(meta_path) as handle:
+            meta = json.load(handle)
+        results = checks(summary)
+        table = markdown(summary, meta, results)
+        write_tsv(prefix + ".tsv", summary)
+        with open(prefix + ".json", "w") as out:
+            json.dump({"meta": meta, "summary": summary, "checks": results,
+                       "rounds": [{k: v for k, v in row.items() if v not in (None, "")} for row in rows]},
+                      out, indent=1)
+            out.write("\n")
+        with open(prefix + ".md", "w") as out:
+            out.write(table)
+        if readme:
+            update_readme(readme, table)
+        print(table)
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,752 @@
+#!/usr/bin/env bash
+# The side-by-side benchmark: wasmgate against a direct connection, nginx,
+# nginx + Lua (the same policy as wasmgate's filters), HAProxy, and wasmgate
+# itself in several configurations, all on loopback, on one core each.
+#
+#   bench/run.sh                 the full run (3 rounds, 2 s warm-up, 10 s runs),
+#                                results in bench/results/<date>.{tsv,json,md}
+#   bench/run.sh --smoke         a few seconds per target (direct, nginx,
+#                                wasmgate-pass, wasmgate-full-pooled); asserts
+#                                zero errors and loose ratios; exits non-zero
+#                                otherwise; writes nothing to the repository
+#
+# Options (full run unless said):
+#   --rounds N          rounds, targets interleaved (default 3)
+#   --warmup S          warm-up before every measured run (default 2)
+#   --duration S        length of each measured run (default 10)
+#   --connections N     wrk connections for the throughput runs (default 64)
+#   --rate R            open-loop rate, requests/s (default: half the slowest
+#                       target's median throughput, rounded down to 100)
+#   --targets a,b,...   measure only these targets (names below)
+#   --extra NAME=FILE   one more wasmgate target run on the manifest FILE
+#                       (rendered like bench/manifests/*.toml); repeatable
+#   --workers N         tokio worker threads of wasmgate (default 1)
+#   --no-install        do not install missing tools
+#   --no-build          use the binaries already built
+#   --no-openloop       skip the open-loop (oha) phase
+#   --quiet-load L      wait until the 1-minute load average is below L ...
+#   --quiet-wait S      ... for at most S seconds, then run anyway (default 1.5, 1200)
+#   --profile           after the run, profiles of nginx and wasmgate (pass-
+#                       through, full chain pooled): perf record (cpu-clock) where perf
+#                       works, and valgrind --tool=callgrind, summarised in
+#                       bench/results/<date>.profile.txt (--rounds 0 --profile:
+#                       the profiles alone)
+#   --update-readme     put the table into bench/README.md's "Side by side"
+#                       section (between its table markers)
+#   --keep-temp         keep the run's temp dir (configs, logs, raw rows)
+#
+# Targets: direct, nginx, nginx-lua, haproxy, wasmgate-pass,
+# wasmgate-full-per-request, wasmgate-full-pooled, nginx-tls, wasmgate-pass-tls.
+#
+# Placement: every target runs pinned to CPU 0; the load generators (wrk, oha)
+# and the upstream run pinned to CPU 1. The one-connection latency runs put
+# everything (target, upstream, wrk) on CPU 0. Every process this script
+# starts is recorded and stopped by its PID on exit; every wait is bounded.
+#
+# Environment: CARGO_TARGET_DIR (default ~/.cache/wasmgate/target) for the
+# gateway; the upstream builds into ~/.cache/wasmgate/bench-target and oha is
+# installed (cargo install --locked) into ~/.cache/wasmgate/bench-tools.
+set -euo pipefail
+
+BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_DIR="$(cd "$BENCH_DIR/.." && pwd)"
+CACHE_DIR="${XDG_CACHE_HOME:-${HOME:?HOME is not set}/.cache}/wasmgate"
+GATEWAY_TARGET_DIR="${CARGO_TARGET_DIR:-$CACHE_DIR/target}"
+UPSTREAM_TARGET_DIR="$CACHE_DIR/bench-target"
+TOOLS_DIR="$CACHE_DIR/bench-tools"
+COMMAND_LINE="bench/run.sh${*:+ $*}"
+
+ROUNDS=3 WARMUP=2 DURATION=10 CONNECTIONS=64 RATE=auto WORKERS=1
+OPEN_CONNECTIONS=16 INSTALL=1 BUILD=1 OPENLOOP=1 SMOKE=0 PROFILE=0
+QUIET_LOAD=1.5 QUIET_WAIT=1200 UPDATE_README=0 KEEP_TEMP=0
+TARGETS_ARG="" EXTRA=()
+ALL_TARGETS=(direct nginx nginx-lua haproxy wasmgate-pass wasmgate-full-per-request wasmgate-full-pooled nginx-tls wasmgate-pass-tls)
+
+log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}" >&2; exit "${1:-0}"; }
+
+while (($#)); do
+    case "$1" in
+        --smoke) SMOKE=1 ;;
+        --rounds) ROUNDS="${2:?}"; shift ;;
+        --warmup) WARMUP="${2:?}"; shift ;;
+        --duration) DURATION="${2:?}"; shift ;;
+        --connections) CONNECTIONS="${2:?}"; shift ;;
+        --rate) RATE="${2:?}"; shift ;;
+        --targets) TARGETS_ARG="${2:?}"; shift ;;
+        --extra) EXTRA+=("${2:?}"); shift ;;
+        --workers) WORKERS="${2:?}"; shift ;;
+        --no-install) INSTALL=0 ;;
+        --no-build) BUILD=0 ;;
+        --no-openloop) OPENLOOP=0 ;;
+        --quiet-load) QUIET_LOAD="${2:?}"; shift ;;
+        --quiet-wait) QUIET_WAIT="${2:?}"; shift ;;
+        --profile) PROFILE=1 ;;
+        --update-readme) UPDATE_README=1 ;;
+        --keep-temp) KEEP_TEMP=1 ;;
+        -h | --help) usage 0 ;;
+        *) log "unknown argument: $1"; usage 2 ;;
+    esac
+    shift
+done
+for number in "$ROUNDS" "$WARMUP" "$DURATION" "$CONNECTIONS" "$WORKERS" "$QUIET_WAIT"; do
+    [[ "$number" =~ ^[0-9]+$ ]] || die "not a whole number: $number"
+done
+[[ "$RATE" == auto || "$RATE" =~ ^[0-9]+$ ]] || die "--rate takes a number of requests/s"
+
+if ((SMOKE)); then
+    ROUNDS=1 WARMUP=1 DURATION=3 OPENLOOP=0 PROFILE=0 UPDATE_README=0 QUIET_WAIT=0
+    LATENCY_DURATION=2
+    TARGETS=(direct nginx wasmgate-pass wasmgate-full-pooled)
+else
+    LATENCY_DURATION="$DURATION"
+    TARGETS=("${ALL_TARGETS[@]}")
+fi
+if [[ -n "$TARGETS_ARG" ]]; then
+    IFS=',' read -r -a TARGETS <<<"$TARGETS_ARG"
+fi
+declare -A EXTRA_MANIFEST=()
+for extra in "${EXTRA[@]}"; do
+    name="${extra%%=*}" file="${extra#*=}"
+    [[ "$name" =~ ^[a-z0-9-]+$ && "$name" != "$extra" ]] || die "--extra takes NAME=FILE"
+    [[ -f "$file" ]] || die "--extra $name: no file $file"
+    EXTRA_MANIFEST[$name]="$(cd "$(dirname "$file")" && pwd)/$(basename "$file")"
+    TARGETS+=("$name")
+done
+for target in "${TARGETS[@]}"; do
+    [[ " ${ALL_TARGETS[*]} " == *" $target "* || -n "${EXTRA_MANIFEST[$target]:-}" ]] || die "unknown target $target"
+done
+
+# ---------------------------------------------------------------- processes
+
+TMP="$(mktemp -d /tmp/wasmgate-bench.XXXXXX)"
+mkdir -p "$TMP/manifests" "$TMP/audit"
+PIDS=()
+declare -A PID_NAME=()
+
+stop_pid() { # PID [GRACE-SECONDS]
+    local pid="$1" grace="${2:-5}" i
+    kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < grace * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    log "pid $pid (${PID_NAME[$pid]:-?}) ignored SIGTERM for $grace s: SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+    local status=$? i
+    trap - EXIT INT TERM
+    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+        stop_pid "${PIDS[$i]}"
+    done
+    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+        wait "${PIDS[$i]}" 2>/dev/null || true
+    done
+    if ((KEEP_TEMP)) || ((status != 0)); then
+        log "temp dir kept: $TMP"
+    else
+        rm -rf "$TMP"
+    fi
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# start NAME CPU LOG CMD...: starts CMD in the background pinned to CPU,
+# records its PID (taskset execs CMD, so the PID is CMD's). Sets STARTED.
+start() {
+    local name="$1" cpu="$2" logfile="$3"
+    shift 3
+    taskset -c "$cpu" "$@" >"$logfile" 2>&1 </dev/null &
+    STARTED=$!
+    PIDS+=("$STARTED")
+    PID_NAME[$STARTED]="$name"
+}
+
+# Records a PID this script did not fork itself (an nginx worker) so that it
+# is stopped too.
+adopt() {
+    PIDS+=("$1")
+    PID_NAME[$1]="$2"
+}
+
+# wait_http PID URL [curl options]: until URL answers (any HTTP status), at
+# most 60 s; fails when PID exits first.
+wait_http() {
+    local pid="$1" url="$2" i code
+    shift 2
+    for ((i = 0; i < 600; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 1
+        code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "$@" "$url" || true)"
+        [[ "$code" != 000 && -n "$code" ]] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+declare -A USED_PORT=()
+# Sets PORT to a free random high port on 127.0.0.1.
+pick_port() {
+    local i candidate listening
+    listening="$(ss -Htln 2>/dev/null | awk '{print $4}')"
+    for ((i = 0; i < 500; i++)); do
+        candidate=$((20000 + RANDOM % 40000))
+        [[ -n "${USED_PORT[$candidate]:-}" ]] && continue
+        grep -q ":$candidate\$" <<<"$listening" && continue
+        USED_PORT[$candidate]=1
+        PORT="$candidate"
+        return 0
+    done
+    die "no free port found"
+}
+
+# ---------------------------------------------------------------- tools
+
+need_tools() {
+    local missing=() tool
+    for tool in "$@"; do
+        command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+    done
+    ((${#missing[@]} == 0)) || die "missing tool(s): ${missing[*]}"
+}
+
+install_tools() {
+    local packages=()
+    command -v nginx >/dev/null || packages+=(nginx)
+    [[ -f /usr/lib/nginx/modules/ngx_http_lua_module.so ]] || packages+=(libnginx-mod-http-lua)
+    command -v haproxy >/dev/null || packages+=(haproxy)
+    command -v wrk >/dev/null || packages+=(wrk)
+    command -v jq >/dev/null || packages+=(jq)
+    command -v taskset >/dev/null || packages+=(util-linux)
+    command -v ss >/dev/null || packages+=(iproute2)
+    command -v openssl >/dev/null || packages+=(openssl)
+    command -v curl >/dev/null || packages+=(curl)
+    if ((PROFILE)); then
+        command -v valgrind >/dev/null || packages+=(valgrind)
+    fi
+    if ((${#packages[@]})); then
+        ((INSTALL)) || die "missing packages (run without --no-install): ${packages[*]}"
+        log "installing ${packages[*]} (Debian packages; the services are not started or enabled by this script)"
+        timeout 600 apt-get update -qq >&2 || die "apt-get update failed"
+        DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq --no-install-recommends "${packages[@]}" >&2 ||
+            die "apt-get install ${packages[*]} failed"
+    fi
+    OHA="$TOOLS_DIR/bin/oha"
+    if ((OPENLOOP)) && [[ ! -x "$OHA" ]]; then
+        ((INSTALL)) || die "oha is missing at $OHA (run without --no-install, or with --no-openloop)"
+        log "installing oha into $TOOLS_DIR (cargo install --locked; cached)"
+        mkdir -p "$TOOLS_DIR"
+        CARGO_TARGET_DIR="$TOOLS_DIR/target" timeout 3000 cargo install --locked --root "$TOOLS_DIR" oha >&2 ||
+            die "cargo install oha failed"
+    fi
+    need_tools nginx haproxy wrk jq taskset ss openssl curl python3 awk
+}
+
+build() {
+    WASMGATE="$GATEWAY_TARGET_DIR/release/wasmgate"
+    UPSTREAM="$UPSTREAM_TARGET_DIR/release/bench-upstream"
+    if ((BUILD)); then
+        log "building the filters (filters/build.sh)"
+        timeout 3000 "$REPO_DIR/filters/build.sh" >/dev/null || die "filters/build.sh failed"
+        log "building wasmgate (cargo build --release, target dir $GATEWAY_TARGET_DIR; waits for other cargos' lock)"
+        (cd "$REPO_DIR" && CARGO_TARGET_DIR="$GATEWAY_TARGET_DIR" timeout 3000 cargo build --release --bin wasmgate >&2) ||
+            die "cargo build --release failed"
+        log "building the bench upstream (bench/upstream, target dir $UPSTREAM_TARGET_DIR)"
+        (cd "$BENCH_DIR/upstream" && CARGO_TARGET_DIR="$UPSTREAM_TARGET_DIR" timeout 1800 cargo build --release >&2) ||
+            die "cargo build of bench/upstream failed"
+    fi
+    [[ -x "$WASMGATE" ]] || die "no $WASMGATE (run without --no-build)"
+    [[ -x "$UPSTREAM" ]] || die "no $UPSTREAM (run without --no-build)"
+}
+
+# Waits (bounded) for a quieter machine: the 1-minute load average below
+# QUIET_LOAD, polled every 30 s for at most QUIET_WAIT seconds.
+wait_for_quiet() {
+    local waited=0 load
+    LOAD_BEFORE_WAIT="$(cut -d' ' -f1-3 /proc/loadavg)"
+    QUIET_OUTCOME="no wait"
+    ((QUIET_WAIT > 0)) || return 0
+    while :; do
+        load="$(cut -d' ' -f1 /proc/loadavg)"
+        if awk -v l="$load" -v q="$QUIET_LOAD" 'BEGIN { exit !(l < q) }'; then
+            QUIET_OUTCOME="load $load < $QUIET_LOAD after ${waited} s of waiting"
+            return 0
+        fi
+        if ((waited >= QUIET_WAIT)); then
+            QUIET_OUTCOME="load still $load (>= $QUIET_LOAD) after ${waited} s: ran anyway"
+            log "$QUIET_OUTCOME"
+            return 0
+        fi
+        log "load average $load >= $QUIET_LOAD: waiting for a quieter machine (${waited}/${QUIET_WAIT} s)"
+        sleep 30
+        waited=$((waited + 30))
+    done
+}
+
+# ---------------------------------------------------------------- targets
+
+declare -A URL=() CPU_PID=() SCHEME=() AUDIT_FILE=()
+
+render() { # TEMPLATE OUT PORT
+    sed -e "s#@PORT@#$3#g; s#@UPSTREAM_PORT@#$UPSTREAM_PORT#g; s#@TMP@#$TMP#g" "$1" >"$2"
+}
+
+# Renders a wasmgate manifest: its own address, the bench upstream, absolute
+# component paths, the audit sink and TLS files in the run's temp dir.
+render_manifest() { # SOURCE OUT PORT AUDIT_FILE
+    local source_dir
+    source_dir="$(cd "$(dirname "$1")" && pwd)"
+    sed -E \
+        -e "s#^address = \"[^\"]*\"#address = \"127.0.0.1:$3\"#" \
+        -e "s#^upstream = \"[^\"]*\"#upstream = \"http://127.0.0.1:$UPSTREAM_PORT\"#" \
+        -e "s#^sink = \"[^\"]*\"#sink = \"$4\"#" \
+        -e "s#^cert = \"[^\"]*\"#cert = \"$TMP/tls/bench.crt\"#" \
+        -e "s#^key = \"[^\"]*\"#key = \"$TMP/tls/bench.key\"#" \
+        -e "s#^component = \"([^/\"][^\"]*)\"#component = \"$source_dir/\\1\"#" \
+        "$1" >"$2"
+}
+
+make_certificate() {
+    mkdir -p "$TMP/tls"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+        -subj "/CN=127.0.0.1" -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" \
+        -keyout "$TMP/tls/bench.key" -out "$TMP/tls/bench.crt" >/dev/null 2>&1 || die "openssl could not make a certificate"
+}
+
+start_upstreams() {
+    pick_port
+    UPSTREAM_PORT="$PORT"
+    start upstream 1 "$TMP/upstream.log" "$UPSTREAM" "127.0.0.1:$UPSTREAM_PORT"
+    UPSTREAM_PID="$STARTED"
+    wait_http "$UPSTREAM_PID" "http://127.0.0.1:$UPSTREAM_PORT/" || die "the upstream did not start: $(cat "$TMP/upstream.log")"
+}
+
+start_target() {
+    local target="$1" port
+    pick_port
+    port="$PORT"
+    SCHEME[$target]=http
+    case "$target" in
+        direct)
+            # The upstream itself, a second instance, on the target's core.
+            start "$target" 0 "$TMP/$target.log" "$UPSTREAM" "127.0.0.1:$port"
+            CPU_PID[$target]="$STARTED"
+            ;;
+        nginx | nginx-lua | nginx-tls)
+            local conf="$TMP/$target.conf" master i worker=""
+            if [[ "$target" == nginx ]]; then
+                render "$BENCH_DIR/conf/nginx-proxy.conf" "$conf" "$port"
+            else
+                render "$BENCH_DIR/conf/$target.conf" "$conf" "$port"
+            fi
+            [[ "$target" == nginx-tls ]] && SCHEME[$target]=https
+            start "$target" 0 "$TMP/$target.log" nginx -p "$TMP" -c "$conf" -e "$TMP/$target.error.log"
+            master="$STARTED"
+            for ((i = 0; i < 100; i++)); do
+                worker="$(pgrep -P "$master" 2>/dev/null | head -n1 || true)"
+                [[ -n "$worker" ]] && break
+                kill -0 "$master" 2>/dev/null || break
+                sleep 0.1
+            done
+            [[ -n "$worker" ]] || die "$target started no worker: $(cat "$TMP/$target.error.log" "$TMP/$target.log" 2>/dev/null)"
+            adopt "$worker" "$target-worker"
+            CPU_PID[$target]="$worker"
+            [[ "$target" == nginx-lua ]] && AUDIT_FILE[$target]="$TMP/nginx-lua.audit.jsonl"
+            ;;
+        haproxy)
+            render "$BENCH_DIR/conf/haproxy.cfg" "$TMP/haproxy.cfg" "$port"
+            start "$target" 0 "$TMP/$target.log" haproxy -db -f "$TMP/haproxy.cfg"
+            CPU_PID[$target]="$STARTED"
+            ;;
+        *)
+            local manifest
+            case "$target" in
+                wasmgate-pass) manifest="$BENCH_DIR/manifests/passthrough.toml" ;;
+                wasmgate-full-per-request) manifest="$BENCH_DIR/manifests/full-per-request.toml" ;;
+                wasmgate-full-pooled) manifest="$BENCH_DIR/manifests/full-pooled.toml" ;;
+                wasmgate-pass-tls) manifest="$BENCH_DIR/manifests/tls.toml"; SCHEME[$target]=https ;;
+                *) manifest="${EXTRA_MANIFEST[$target]}" ;;
+            esac
+            # The manifests get a folder of their own, and the audit files
+            # another: the gateway watches its manifest's folder for
+            # changes, and a sink written there would wake its watcher
+            # thread at every event.
+            AUDIT_FILE[$target]="$TMP/audit/$target.audit.jsonl"
+            render_manifest "$manifest" "$TMP/manifests/$target.toml" "$port" "${AUDIT_FILE[$target]}"
+            if grep -q '^\[listen\.tls\]' "$TMP/manifests/$target.toml"; then SCHEME[$target]=https; fi
+            grep -q '^sink = ' "$TMP/manifests/$target.toml" || unset 'AUDIT_FILE[$target]'
+            start "$target" 0 "$TMP/$target.log" \
+                env RUST_LOG="${RUST_LOG:-warn}" "$WASMGATE" run --config "$TMP/manifests/$target.toml" --workers "$WORKERS"
+            CPU_PID[$target]="$STARTED"
+            ;;
+    esac
+    URL[$target]="${SCHEME[$target]}://127.0.0.1:$port"
+    wait_http "$STARTED" "${URL[$target]}/" -k || die "$target did not start: $(tail -n 20 "$TMP/$target.log" 2>/dev/null)"
+}
+
+# A request of each kind of the mix must be a 200 (or the mix would measure
+# error paths).
+check_target() {
+    local target="$1" path=/apis/demo.example.io/v1/namespaces/default/widgets code
+    code="$(curl -sk -o /dev/null -w '%{http_code}' --max-time 5 -H 'Authorization: Bearer bob-token' "${URL[$target]}$path")"
+    [[ "$code" == 200 ]] || die "$target: GET with bob's token answered $code, not 200"
+    code="$(curl -sk -o /dev/null -w '%{http_code}' --max-time 5 -H 'Authorization: Bearer alice-token' \
+        -H 'Content-Type: application/json' -d '{"metadata":{"name":"w1"}}' "${URL[$target]}$path")"
+    [[ "$code" == 200 ]] || die "$target: POST with alice's token answered $code, not 200"
+}
+
+# ---------------------------------------------------------------- measuring
+
+CLK_TCK="$(getconf CLK_TCK)"
+
+# utime + stime of PID, in clock ticks (all its threads).
+ticks() {
+    local stat
+    stat="$(cat "/proc/$1/stat" 2>/dev/null)" || { echo 0; return; }
+    stat="${stat##*) }"
+    # shellcheck disable=SC2086
+    set -- $stat
+    echo $((${12} + ${13}))
+}
+
+# read- and write-class system calls of PID so far (all threads).
+io_calls() {
+    awk '/^sysc[rw]:/ { n += $2 } END { print n + 0 }' "/proc/$1/io" 2>/dev/null || echo 0
+}
+
+# Context switches (voluntary and not) of PID's live threads so far.
+context_switches() {
+    cat "/proc/$1"/task/*/status 2>/dev/null | awk '/ctxt_switches:/ { n += $2 } END { print n + 0 }'
+}
+
+# Ticks CPU 0 was stolen by the hypervisor (a virtual machine's noise).
+cpu0_steal() {
+    awk '$1 == "cpu0" { print $9 + 0; exit }' /proc/stat
+}
+
+# Ticks CPU 0 spent running processes (user, nice, system; not interrupts,
+# softirqs, steal or idle): minus the target's own, it tells how much else ran
+# on the target's core during a window.
+cpu0_busy() {
+    awk '$1 == "cpu0" { print $2 + $3 + $4; exit }' /proc/stat
+}
+
+# wrk_run CPU CONNECTIONS SECONDS URL OUT: closed loop, the mix of wrk/mix.lua.
+wrk_run() {
+    timeout -k 5 $(($3 + 60)) taskset -c "$1" wrk -t1 -c"$2" -d"$3"s --timeout 10s \
+        -s "$BENCH_DIR/wrk/mix.lua" "$4" >"$5" 2>&1 || true
+    grep -q '^WRKJSON ' "$5" || die "wrk gave no result: $(cat "$5")"
+}
+
+wrk_field() { # FILE JQ-EXPRESSION
+    sed -n 's/^WRKJSON //p' "$1" | jq -r "$2"
+}
+
+audit_reset() {
+    local file="${AUDIT_FILE[$1]:-}"
+    [[ -n "$file" && -f "$file" ]] && : >"$file"
+    return 0
+}
+
+audit_settle() {
+    local file="${AUDIT_FILE[$1]:-}" size=-1 now i
+    [[ -n "$file" && -f "$file" ]] || return 0
+    for ((i = 0; i < 40; i++)); do
+        sleep 0.5
+        now="$(stat -c %s "$file")"
+        [[ "$now" == "$size" ]] && return 0
+        size="$now"
+    done
+}
+
+RAW="$TMP/raw.tsv"
+printf 'round\ttarget\tphase\trequests\tseconds\trps\tnon2xx\tsocket_errors\tcpu_us_per_req\tupstream_cpu_us_per_req\tp50_us\tp90_us\tp99_us\tcpu0_other_pct\tload1\taudited\tsyscalls_per_req\tctxsw_per_req\tcpu0_steal_pct\n' >"$RAW"
+
+measure_throughput() { # ROUND TARGET
+    local round="$1" target="$2" out="$TMP/wrk-$1-$2.out" pid="${CPU_PID[$2]}"
+    local t0 t1 u0 u1 c0 c1 w0 w1 s0 s1 x0 x1 v0 v1 requests seconds non2xx socket audit="" load
+    wrk_run 1 "$CONNECTIONS" "$WARMUP" "${URL[$target]}" "$TMP/warmup.out"
+    audit_reset "$target"
+    load="$(cut -d' ' -f1 /proc/loadavg)"
+    t0="$(ticks "$pid")" u0="$(ticks "$UPSTREAM_PID")" c0="$(cpu0_busy)" w0="$(date +%s.%N)"
+    s0="$(io_calls "$pid")" x0="$(context_switches "$pid")" v0="$(cpu0_steal)"
+    wrk_run 1 "$CONNECTIONS" "$DURATION" "${URL[$target]}" "$out"
+    t1="$(ticks "$pid")" u1="$(ticks "$UPSTREAM_PID")" c1="$(cpu0_busy)" w1="$(date +%s.%N)"
+    s1="$(io_calls "$pid")" x1="$(context_switches "$pid")" v1="$(cpu0_steal)"
+    requests="$(wrk_field "$out" .requests)"
+    seconds="$(wrk_field "$out" '.duration_us / 1e6')"
+    non2xx="$(wrk_field "$out" .errors.status)"
+    socket="$(wrk_field "$out" '.errors.connect + .errors.read + .errors.write + .errors.timeout')"
+    if [[ -n "${AUDIT_FILE[$target]:-}" ]]; then
+        # Batch audit and nginx's buffered log lag: wait (at most 20 s) until
+        # the file stops growing, then count the window's audited requests.
+        audit_settle "$target"
+        audit="$(python3 "$BENCH_DIR/report.py" audit "${AUDIT_FILE[$target]}" "$w0" "$w1")"
+    fi
+    [[ "$target" == direct ]] && u1="$u0" # the shared upstream is idle then
+    awk -v r="$round" -v t="$target" -v n="$requests" -v s="$seconds" -v e="$non2xx" -v k="$socket" \
+        -v dt=$((t1 - t0)) -v du=$((u1 - u0)) -v dc=$((c1 - c0)) -v hz="$CLK_TCK" -v l="$load" -v a="$audit" \
+        -v ds=$((s1 - s0)) -v dx=$((x1 - x0)) -v dv=$((v1 - v0)) '
+        BEGIN {
+            rps = n / s; cpu = dt * 1e6 / hz / n; up = du * 1e6 / hz / n
+            other = (dc - dt) * 100 / hz / s; if (other < 0) other = 0
+            printf "%s\t%s\tthroughput\t%d\t%.3f\t%.1f\t%d\t%d\t%.2f\t%.2f\t\t\t\t%.1f\t%s\t%s\t%.2f\t%.3f\t%.1f\n", r, t, n, s, rps, e, k, cpu, up, other, l, a, ds / n, dx / n, dv * 100 / hz / s
+        }' >>"$RAW"
+    log "round $round $target: $(tail -n1 "$RAW" | awk -F'\t' '{ printf "%s req/s, %s us CPU/req, %s vfs read/write calls/req, %s context switches/req, non-2xx %s, socket errors %s, other load on CPU 0 %s%%, audited %s", $6, $9, $17, $18, $7, $8, $14, $16 }')"
+}
+
+measure_one_connection() { # ROUND TARGET
+    local round="$1" target="$2" out="$TMP/wrk1-$1-$2.out"
+    # Everything on one core: the target is there already; bring the upstream.
+    taskset -a -p -c 0 "$UPSTREAM_PID" >/dev/null
+    wrk_run 0 1 "$WARMUP" "${URL[$target]}" "$TMP/warmup.out"
+    wrk_run 0 1 "$LATENCY_DURATION" "${URL[$target]}" "$out"
+    taskset -a -p -c 1 "$UPSTREAM_PID" >/dev/null
+    audit_reset "$target"
+    {
+        printf '%s\t%s\toneconn\t' "$round" "$target"
+        sed -n 's/^WRKJSON //p' "$out" | jq -r '[.requests, (.duration_us / 1e6), (.requests / (.duration_us / 1e6)),
+            .errors.status, (.errors.connect + .errors.read + .errors.write + .errors.timeout),
+            "", "", .latency_us.p50, .latency_us.p90, .latency_us.p99, "", "", ""] | @tsv'
+    } >>"$RAW"
+    log "round $round $target one connection, one core: $(tail -n1 "$RAW" | awk -F'\t' '{ printf "p50 %s us, p99 %s us", $11, $13 }')"
+}
+
+oha_run() { # SECONDS URL OUT
+    local insecure=()
+    [[ "$2" == https:* ]] && insecure=(--insecure)
+    TOKIO_WORKER_THREADS=1 timeout -k 5 $(($1 + 60)) taskset -c 1 "$OHA" --no-tui --output-format json -z "$1s" -q "$RATE" \
+        --latency-correction -w -c "$OPEN_CONNECTIONS" "${insecure[@]}" \
+        -H 'Authorization: Bearer alice-token' -H 'Accept: application/json' \
+        "$2/apis/demo.example.io/v1/namespaces/default/widgets" >"$3" 2>"$3.err" || true
+    jq -e .summary "$3" >/dev/null 2>&1 || die "oha gave no result: $(cat "$3" "$3.err" | head -c 2000)"
+}
+
+measure_open_loop() { # ROUND TARGET
+    local round="$1" target="$2" out="$TMP/oha-$1-$2.json"
+    oha_run "$WARMUP" "${URL[$target]}" "$TMP/warmup.json"
+    oha_run "$DURATION" "${URL[$target]}" "$out"
+    audit_reset "$target"
+    {
+        printf '%s\t%s\topenloop\t' "$round" "$target"
+        jq -r '
+            ([.statusCodeDistribution // {} | to_entries[] | .value] | add // 0) as $n
+            | ([.statusCodeDistribution // {} | to_entries[] | select((.key | tonumber) >= 400) | .value] | add // 0) as $bad
+            | ([.errorDistribution // {} | to_entries[] | .value] | add // 0) as $err
+            | [$n, .summary.total, .summary.requestsPerSec, $bad, $err, "", "",
+               (.latencyPercentiles.p50 * 1e6), (.latencyPercentiles.p90 * 1e6), (.latencyPercentiles.p99 * 1e6), "", "", ""]
+            | @tsv' "$out"
+    } >>"$RAW"
+    log "round $round $target open loop at $RATE req/s: $(tail -n1 "$RAW" | awk -F'\t' '{ printf "p50 %s us, p99 %s us, errors %s+%s", $11, $13, $7, $8 }')"
+}
+
+# ---------------------------------------------------------------- profile
+
+# Starts a fresh instance of TARGET (wasmgate's rendered manifest, or nginx's
+# config in single-process mode) on a new port, under the wrapper command
+# given after TAG. Sets PROFILE_PID, PROFILE_URL.
+start_profiled() { # TARGET TAG WRAPPER...
+    local target="$1" tag="$2" port
+    shift 2
+    pick_port
+    port="$PORT"
+    PROFILE_URL="http://127.0.0.1:$port"
+    if [[ "$target" == nginx ]]; then
+        render "$BENCH_DIR/conf/nginx-proxy.conf" "$TMP/nginx.$tag.conf" "$port"
+        sed -i -e "s#nginx-proxy\.pid#nginx-$tag.pid#; s#^daemon off;#daemon off;\nmaster_process off;#" "$TMP/nginx.$tag.conf"
+        start "$target-$tag" 0 "$TMP/$target.$tag.log" "$@" nginx -p "$TMP" -c "$TMP/nginx.$tag.conf" -e "$TMP/nginx.$tag.error.log"
+    else
+        sed -E "s#^address = \"[^\"]*\"#address = \"127.0.0.1:$port\"#" "$TMP/manifests/$target.toml" >"$TMP/manifests/$target.$tag.toml"
+        start "$target-$tag" 0 "$TMP/$target.$tag.log" env RUST_LOG=warn "$@" \
+            "$WASMGATE" run --config "$TMP/manifests/$target.$tag.toml" --workers "$WORKERS"
+    fi
+    PROFILE_PID="$STARTED"
+    wait_http "$PROFILE_PID" "$PROFILE_URL/"
+}
+
+# perf (cpu-clock sampling, DWARF call graphs) at full load, and callgrind
+# (instruction counts, user space only) of a slower run, of nginx (for
+# reference) and wasmgate; summarised into OUT: self cost by bucket per
+# request, and top functions by inclusive and by self cost.
+profile() {
+    local out="$1" target data perf_ok=0 recorder i
+    : >"$out"
+    if command -v perf >/dev/null 2>&1 &&
+        timeout 20 perf record -q -e cpu-clock -o "$TMP/perf-probe.data" -- true >/dev/null 2>&1; then
+        perf_ok=1
+    fi
+    for target in nginx wasmgate-pass wasmgate-full-pooled; do
+        [[ "$target" == nginx || -f "$TMP/manifests/$target.toml" ]] || continue
+        if ((perf_ok)); then
+            log "profile: $target under perf record (cpu-clock, $DURATION s at $CONNECTIONS connections)"
+            data="$TMP/$target.perf.data"
+            if start_profiled "$target" perf; then
+                wrk_run 1 "$CONNECTIONS" "$WARMUP" "$PROFILE_URL" "$TMP/warmup.out"
+                start perf-record 1 "$TMP/$target.perf.log" perf record -q -e cpu-clock -F 999 --call-graph dwarf,16384 \
+                    -o "$data" -p "$PROFILE_PID" -- sleep "$DURATION"
+                recorder="$STARTED"
+                wrk_run 1 "$CONNECTIONS" "$DURATION" "$PROFILE_URL" "$TMP/profile-perf-$target.out"
+                for ((i = 0; i < 600; i++)); do kill -0 "$recorder" 2>/dev/null || break; sleep 0.1; done
+                stop_pid "$recorder"
+                stop_pid "$PROFILE_PID"
+                (
+                    set +o pipefail
+                    tidy() { grep -v '^#' | grep -v '^$' | sed -E 's/ +/ /g; s/ - - *$//' | cut -c1-200; }
+                    echo "== perf: $target, $(wrk_field "$TMP/profile-perf-$target.out" .requests) requests in $DURATION s (wrk, $CONNECTIONS connections); cpu-clock samples of the target process, kernel included; JIT-compiled Wasm has no symbols"
+                    timeout 600 perf report -i "$data" -n --stdio --no-children --sort dso,symbol -g none --no-inline --percent-limit 0 \
+                        >"$data.self" 2>/dev/null || true
+                    echo "-- self cost by bucket (CPU us per request, from the sample count)"
+                    python3 "$BENCH_DIR/profile_summary.py" perf "$data.self" "$(wrk_field "$TMP/profile-perf-$target.out" .requests)"
+                    echo "-- by shared object (self)"
+                    timeout 600 perf report -i "$data" --stdio --no-children --sort dso -g none 2>/dev/null | tidy | head -n 8
+                    echo "-- inclusive (children, self), generic runtime frames left out"
+                    timeout 600 perf report -i "$data" --stdio --children --sort symbol -g none --no-inline --percent-limit 1.5 2>/dev/null | tidy |
+                        grep -Ev 'tokio::runtime|futures_util|core::ops|core::panic|std::sys|std::thread|clone3|start_thread|0xffffffff|PollFn|TrackedFuture|entry_SYSCALL|do_syscall_64|__rust_begin|call_once' |
+                        head -n 45
+                    echo "-- self, top symbols"
+                    timeout 600 perf report -i "$data" --stdio --no-children --sort dso,symbol -g none --no-inline --percent-limit 0.7 2>/dev/null | tidy | head -n 30
+                    echo
+                ) >>"$out"
+                rm -f "$data"
+            else
+                stop_pid "$PROFILE_PID"
+                log "profile: $target did not start for perf"
+            fi
+        fi
+        if command -v valgrind >/dev/null 2>&1; then
+            log "profile: $target under callgrind (slow)"
+            data="$TMP/$target.callgrind.out"
+            if start_profiled "$target" callgrind valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$data"; then
+                wrk_run 1 4 5 "$PROFILE_URL" "$TMP/warmup.out"
+                timeout 60 callgrind_control -i on "$PROFILE_PID" >/dev/null || true
+                wrk_run 1 4 20 "$PROFILE_URL" "$TMP/profile-callgrind-$target.out"
+                timeout 60 callgrind_control -i off "$PROFILE_PID" >/dev/null || true
+                stop_pid "$PROFILE_PID" 120 # callgrind writes its data at exit
+                wait "$PROFILE_PID" 2>/dev/null || true
+                (
+                    set +o pipefail
+                    tidy() {
+                        sed -E 's#/root/\.cargo/registry/src/[^/]*/##g; s#/rustc/[0-9a-f]+/library/##g; s# \[[^]]*/release/wasmgate\]##; s# \[/usr/lib/x86_64-linux-gnu/([^]]*)\]# [\1]#' |
+                            cut -c1-220
+                    }
+                    requests="$(wrk_field "$TMP/profile-callgrind-$target.out" .requests)"
+                    timeout 600 callgrind_annotate --inclusive=yes --auto=no "$data" >"$data.inclusive" 2>/dev/null || true
+                    timeout 600 callgrind_annotate --threshold=100 --auto=no "$data" >"$data.self" 2>/dev/null || true
+                    echo "== callgrind: $target, $requests requests (wrk, 4 connections, 20 s under valgrind); user-space instructions only"
+                    echo "-- self cost by bucket (instructions per request)"
+                    python3 "$BENCH_DIR/profile_summary.py" callgrind "$data.self" "$requests"
+                    echo "-- inclusive, wasmgate's own functions (a \"'2\" suffix: a recursive cycle through wasmtime's fibers)"
+                    grep -E 'wasmgate::' "$data.inclusive" | grep -v "'2" | tidy | head -n 30
+                    echo "-- inclusive, everything"
+                    sed -n '/^Ir  /,$p' "$data.inclusive" | tidy | head -n 30
+                    echo "-- self (???: JIT-compiled Wasm code)"
+                    sed -n '/^Ir  /,$p' "$data.self" | tidy | head -n 30
+                    echo
+                ) >>"$out"
+            else
+                stop_pid "$PROFILE_PID"
+                log "profile: $target did not start under valgrind: $(tail -n 5 "$TMP/$target.callgrind.log")"
+            fi
+        fi
+    done
+}
+
+# ---------------------------------------------------------------- main
+
+cd "$REPO_DIR"
+install_tools
+build
+OHA="${OHA:-$TOOLS_DIR/bin/oha}"
+wait_for_quiet
+make_certificate
+start_upstreams
+for target in "${TARGETS[@]}"; do
+    start_target "$target"
+    check_target "$target"
+    log "$target: ${URL[$target]} (pid ${CPU_PID[$target]} measured)"
+done
+
+LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
+STARTED_AT="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+count="${#TARGETS[@]}"
+for ((round = 1; round <= ROUNDS; round++)); do
+    for ((i = 0; i < count; i++)); do
+        # Interleaved, and rotated each round so no target always runs first.
+        target="${TARGETS[$(((i + round - 1) % count))]}"
+        measure_throughput "$round" "$target"
+        measure_one_connection "$round" "$target"
+    done
+done
+if ((ROUNDS == 0)); then
+    # --rounds 0 --profile: only the profile.
+    if ((PROFILE)); then
+        STAMP="$(date -u +%Y-%m-%dT%H%M%SZ)"
+        mkdir -p "$BENCH_DIR/results"
+        profile "$BENCH_DIR/results/$STAMP.profile.txt"
+        log "profile summary: bench/results/$STAMP.profile.txt"
+    fi
+    exit 0
+fi
+if ((OPENLOOP)); then
+    if [[ "$RATE" == auto ]]; then
+        RATE="$(python3 "$BENCH_DIR/report.py" slowest "$RAW")"
+        RATE=$((RATE / 2 / 100 * 100))
+        ((RATE >= 100)) || RATE=100
+    fi
+    log "open loop at $RATE req/s (oha, $OPEN_CONNECTIONS connections, latency correction, GET only)"
+    for ((round = 1; round <= ROUNDS; round++)); do
+        for ((i = 0; i < count; i++)); do
+            target="${TARGETS[$(((i + round - 1) % count))]}"
+            measure_open_loop "$round" "$target"
+        done
+    done
+fi
+LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)"
+
+if ((SMOKE)); then
+    python3 "$BENCH_DIR/report.py" smoke "$RAW"
+    exit $?
+fi
+
+STAMP="$(date -u +%Y-%m-%dT%H%M%SZ)"
+mkdir -p "$BENCH_DIR/results"
+cat >"$TMP/meta.json" <<EOF
+{
+  "date": "$STARTED_AT",
+  "command": $(jq -Rn --arg c "$COMMAND_LINE" '$c'),
+  "machine": {
+    "nproc": $(nproc),
+    "cpu": $(jq -Rn --arg c "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)" '$c'),
+    "memory": $(jq -Rn --arg c "$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)" '$c'),
+    "kernel": $(jq -Rn --arg c "$(uname -r)" '$c')
+  },
+  "versions": {
+    "wasmgate": $(jq -Rn --arg c "$(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$REPO_DIR" diff --quiet HEAD -- src Cargo.toml 2>/dev/null || echo '+local changes')" '$c'),
+    "nginx": $(jq -Rn --arg c "$(nginx -v 2>&1)" '$c'),
+    "haproxy": $(jq -Rn --arg c "$(haproxy -v 2>&1 | head -n1)" '$c'),
+    "wrk": $(jq -Rn --arg c "$(wrk -v 2>&1 | head -n1)" '$c'),
+    "oha": $(jq -Rn --arg c "$( ((OPENLOOP)) && "$OHA" --version 2>&1 | head -n1)" '$c')
+  },
+  "settings": {
+    "rounds": $ROUNDS, "warmup_s": $WARMUP, "duration_s": $DURATION, "connections": $CONNECTIONS,
+    "openloop_rate": $( [[ "$RATE" == auto ]] && echo null || echo "$RATE"), "openloop_connections": $OPEN_CONNECTIONS,
+    "wasmgate_workers": $WORKERS
+  },
+  "load": {
+    "before_wait": "$LOAD_BEFORE_WAIT", "quiet_wait": $(jq -Rn --arg c "$QUIET_OUTCOME" '$c'),
+    "at_start": "$LOAD_START", "at_end": "$LOAD_END"
+  }
+}
+EOF
+python3 "$BENCH_DIR/report.py" full "$RAW" "$TMP/meta.json" "$BENCH_DIR/results/$STAMP" \
+    $( ((UPDATE_README)) && echo "--readme=$BENCH_DIR/README.md")
+if ((PROFILE)); then
+    profile "$BENCH_DIR/results/$STAMP.profile.txt"
+    log "profile summary: bench/results/$STAMP.profile.txt"
+fi
+log "results: bench/results/$STAMP.tsv, .json, .md"

@@ -1,0 +1,86 @@
+//! The benchmark's upstream: HTTP/1.1, keep-alive, one thread (a tokio
+//! current-thread runtime), every request answered `200` with the same small
+//! JSON body. The request body is read and dropped; nothing is echoed.
+//!
+//!     bench-upstream 127.0.0.1:9000
+//!
+//! Prints `listening on ADDR` on standard output once bound; stops on SIGTERM
+//! or SIGINT.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+const BODY: &[u8] = br#"{"kind":"WidgetList","apiVersion":"demo.example.io/v1","metadata":{},"items":[]}"#;
+
+async fn answer(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    // Drain the request body (POSTs carry one) so the connection stays reusable.
+    let mut body = request.into_body();
+    while let Some(frame) = body.frame().await {
+        if frame.is_err() {
+            break;
+        }
+    }
+    let mut response = Response::new(Full::new(Bytes::from_static(BODY)));
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(response)
+}
+
+fn main() {
+    let address: SocketAddr = match std::env::args().nth(1).map(|arg| arg.parse()) {
+        Some(Ok(address)) => address,
+        _ => {
+            eprintln!("usage: bench-upstream IP:PORT");
+            std::process::exit(2);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    runtime.block_on(async move {
+        let listener = match TcpListener::bind(address).await {
+            Ok(listener) => listener,
+            Err(error) => {
+                eprintln!("bench-upstream: cannot listen on {address}: {error}");
+                std::process::exit(1);
+            }
+        };
+        println!("listening on {address}");
+        let stop = async {
+            use tokio::signal::unix::{SignalKind, signal};
+            let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+            let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        };
+        tokio::pin!(stop);
+        loop {
+            let (stream, _) = tokio::select! {
+                _ = &mut stop => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        eprintln!("bench-upstream: accept: {error}");
+                        continue;
+                    }
+                },
+            };
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(async move {
+                let _ = http1::Builder::new()
+                    .keep_alive(true)
+                    .serve_connection(TokioIo::new(stream), service_fn(answer))
+                    .await;
+            });
+        }
+    });
+}

@@ -1,0 +1,50 @@
+-- wrk script of bench/run.sh: the read/write mix every target gets.
+--
+-- A cycle of 5 requests, all on the widgets API root of the bench upstream:
+--   4 x GET  .../namespaces/default/widgets          (list; alice, bob, alice, bob)
+--   1 x POST .../namespaces/default/widgets          (create; alice, small JSON body)
+-- i.e. 80% reads, 20% writes, each with a bearer token that the full chain
+-- (bench/manifests/full-*.toml) and nginx + Lua (bench/nginx-lua.conf) accept
+-- and allow, so every request of the mix is a 200 on every target.
+--
+-- At the end, one line: WRKJSON {"requests":..,"duration_us":..,"errors":{..},"latency_us":{..}}
+
+local path = "/apis/demo.example.io/v1/namespaces/default/widgets"
+local body = '{"apiVersion":"demo.example.io/v1","kind":"Widget","metadata":{"name":"w1","namespace":"default"},"spec":{"replicas":3}}'
+
+local cycle = {}
+local position = 0
+
+function init(args)
+   local function get(token)
+      return wrk.format("GET", path, { ["Authorization"] = "Bearer " .. token, ["Accept"] = "application/json" })
+   end
+   cycle = {
+      get("alice-token"),
+      get("bob-token"),
+      get("alice-token"),
+      get("bob-token"),
+      wrk.format("POST", path, {
+         ["Authorization"] = "Bearer alice-token",
+         ["Content-Type"] = "application/json",
+         ["Accept"] = "application/json",
+      }, body),
+   }
+end
+
+function request()
+   position = position % #cycle + 1
+   return cycle[position]
+end
+
+function done(summary, latency, requests)
+   local e = summary.errors
+   io.write(string.format(
+      'WRKJSON {"requests":%d,"duration_us":%d,"bytes":%d,' ..
+      '"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d},' ..
+      '"latency_us":{"p50":%.1f,"p90":%.1f,"p99":%.1f,"p999":%.1f,"max":%.1f,"mean":%.1f}}\n',
+      summary.requests, summary.duration, summary.bytes,
+      e.connect, e.read, e.write, e.status, e.timeout,
+      latency:percentile(50), latency:percentile(90), latency:percentile(99), latency:percentile(99.9),
+      latency.max, latency.mean))
+end
