@@ -250,7 +250,7 @@ async fn x509_client_certificates_name_the_user_over_mtls() {
     let upstream = Upstream::start().await;
     let dir = new_dir();
     let server_ca = write_server_pki(dir.path());
-    let client_ca = ClientCa::new("wasmgate test client CA");
+    let client_ca = common::Ca::new("wasmgate test client CA");
     std::fs::write(dir.path().join("client-ca.crt"), &client_ca.cert_pem)
         .expect("write client-ca.crt");
     let mut rbac_config = rbac_config();
@@ -271,14 +271,14 @@ async fn x509_client_certificates_name_the_user_over_mtls() {
     // CN is the user, O the groups: carol of team-x may list widgets.
     let carol = tls_client_with_identity(
         &server_ca.cert_pem,
-        &client_ca.client_cert("carol", &["team-x"]),
+        &client_ca.client_cert_in("carol", &["team-x"]),
     );
     assert_eq!(whoami(carol.get(gateway.url(WHOAMI))).await, "carol");
     echo(&get(&carol, &gateway.url(WIDGETS)).await);
     // dave, of another organization, may not.
     let dave = tls_client_with_identity(
         &server_ca.cert_pem,
-        &client_ca.client_cert("dave", &["team-y"]),
+        &client_ca.client_cert_in("dave", &["team-y"]),
     );
     let denied = get(&dave, &gateway.url(WIDGETS)).await;
     let message = denied.assert_status(403, "Forbidden")["message"]

@@ -399,25 +399,42 @@ impl Ca {
         self.sign(
             names,
             "wasmgate-test-server",
+            &[],
             ExtendedKeyUsagePurpose::ServerAuth,
         )
     }
 
     /// A client certificate for user `name`.
     pub fn client_cert(&self, name: &str) -> CertAndKey {
-        self.sign(Vec::new(), name, ExtendedKeyUsagePurpose::ClientAuth)
+        self.sign(Vec::new(), name, &[], ExtendedKeyUsagePurpose::ClientAuth)
+    }
+
+    /// A client certificate `CN=<name>, O=<each organization>`.
+    pub fn client_cert_in(&self, name: &str, organizations: &[&str]) -> CertAndKey {
+        self.sign(
+            Vec::new(),
+            name,
+            organizations,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )
     }
 
     fn sign(
         &self,
         names: Vec<String>,
         common_name: &str,
+        organizations: &[&str],
         usage: ExtendedKeyUsagePurpose,
     ) -> CertAndKey {
         let mut params = CertificateParams::new(names).expect("certificate params");
         params
             .distinguished_name
             .push(DnType::CommonName, common_name);
+        for organization in organizations {
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, *organization);
+        }
         params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,

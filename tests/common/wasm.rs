@@ -14,13 +14,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use base64ct::{Base64UrlUnpadded, Encoding};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
 use serde_json::{Value, json};
 
-use crate::common::{Answer, BOUND, CertAndKey, send};
+use crate::common::{Answer, BOUND, send};
 
 /// The namespaced collection most tests ask for.
 pub const WIDGETS: &str = "/apis/demo.example.io/v1/namespaces/default/widgets";
@@ -426,59 +422,4 @@ pub fn sign_jwt(alg: &str, claims: &Value) -> String {
         other => panic!("no key for {other}"),
     };
     format!("{input}.{}", Base64UrlUnpadded::encode_string(&signature))
-}
-
-// ---------------------------------------------------------------------------
-// Client PKI (certificates with organizations)
-// ---------------------------------------------------------------------------
-
-/// A CA for client certificates whose subjects carry a CN and organizations.
-pub struct ClientCa {
-    pub cert_pem: String,
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-impl ClientCa {
-    pub fn new(name: &str) -> ClientCa {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let key = KeyPair::generate().expect("a CA key");
-        let issuer = CertifiedIssuer::self_signed(params, key).expect("a CA certificate");
-        ClientCa {
-            cert_pem: issuer.pem(),
-            issuer,
-        }
-    }
-
-    /// A client certificate `CN=<common_name>, O=<each organization>`.
-    pub fn client_cert(&self, common_name: &str, organizations: &[&str]) -> CertAndKey {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("certificate params");
-        params
-            .distinguished_name
-            .push(DnType::CommonName, common_name);
-        for organization in organizations {
-            params
-                .distinguished_name
-                .push(DnType::OrganizationName, *organization);
-        }
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        let key = KeyPair::generate().expect("a key");
-        let cert = params
-            .signed_by(&key, &*self.issuer)
-            .expect("a signed certificate");
-        CertAndKey {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        }
-    }
 }
