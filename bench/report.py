@@ -7,6 +7,8 @@
                                             FILE records as complete: wasmgate's ResponseComplete
                                             audit events, or nginx + Lua's log lines
     report.py full RAW META PREFIX [--readme=FILE]
+                                            (RAW and META may both be an earlier run's PREFIX.json,
+                                            to write its table again)
                                             PREFIX.tsv, PREFIX.json, PREFIX.md; with --readme, the
                                             table goes between the results markers of FILE
 
@@ -33,6 +35,7 @@ LABELS = {
     "wasmgate-pass": "wasmgate pass-through (no filter)",
     "wasmgate-full-per-request": "wasmgate full chain, per-request isolation",
     "wasmgate-full-pooled": "wasmgate full chain, pooled isolation",
+    "wasmgate-full-python": "wasmgate full chain, pooled, plus the Python abac-authz filter",
     "nginx-tls": "nginx, TLS",
     "wasmgate-pass-tls": "wasmgate pass-through, TLS",
 }
@@ -42,6 +45,15 @@ END_MARK = "<!-- side-by-side:results:end -->"
 
 
 def load(path):
+    if path.endswith(".json"):
+        # a results file of an earlier run: its rounds are the raw rows
+        with open(path) as handle:
+            rows = json.load(handle)["rounds"]
+        for row in rows:
+            for key in NUMERIC:
+                row[key] = float(row[key]) if row.get(key) not in ("", None) else None
+            row["round"] = int(row["round"])
+        return rows
     rows = []
     with open(path, newline="") as handle:
         for row in csv.DictReader(handle, delimiter="\t"):
@@ -199,10 +211,10 @@ def markdown(summary, meta, results):
         f"{s.get('openloop_connections')} connections, latency correction, GET only. "
         f"audited: the share of the throughput window's requests whose completion reached the audit file "
         f"(nginx + Lua: its access log); below 100% when the batch audit queue overflowed and dropped events. "
-        f"TLS rows: compare `wasmgate-pass-tls` with `nginx-tls` "
-        + (f"(× nginx-tls: req/s {fmt(summary['wasmgate-pass-tls'].get('rps_x_nginx_tls'), 2)}, CPU "
+        + (f"TLS rows: compare `wasmgate-pass-tls` with `nginx-tls` (× nginx-tls: req/s "
+           f"{fmt(summary['wasmgate-pass-tls'].get('rps_x_nginx_tls'), 2)}, CPU "
            f"{fmt(summary['wasmgate-pass-tls'].get('cpu_x_nginx_tls'), 2)})."
-           if "wasmgate-pass-tls" in summary and "nginx-tls" in summary else "."))
+           if "wasmgate-pass-tls" in summary and "nginx-tls" in summary else ""))
     lines.append("")
     extra = []
     for target, e in summary.items():
@@ -234,6 +246,11 @@ def markdown(summary, meta, results):
     lines.append(f"- load average (1, 5, 15 min): before waiting {load.get('before_wait')}; {load.get('quiet_wait')}; "
                  f"at start {load.get('at_start')}; at end {load.get('at_end')}")
     lines.append(f"- command: `{meta.get('command')}`")
+    if meta.get("results"):
+        results = meta["results"]
+        results = "bench/results/" + results.rsplit("/", 1)[-1] if "/bench/results/" in results else results
+        lines.append(f"- files: `{results}.tsv` (medians), `{results}.json` (every round, the settings, this run's "
+                     f"meta), `{results}.md` (this table); `{results}.profile.txt` when run with `--profile`")
     return "\n".join(lines) + "\n"
 
 
@@ -332,6 +349,8 @@ def main(argv):
         readme = next((a.split("=", 1)[1] for a in argv[5:] if a.startswith("--readme=")), None)
         with open(meta_path) as handle:
             meta = json.load(handle)
+        meta = meta.get("meta", meta)
+        meta["results"] = prefix
         results = checks(summary)
         table = markdown(summary, meta, results)
         write_tsv(prefix + ".tsv", summary)

@@ -36,7 +36,8 @@
 #   --keep-temp         keep the run's temp dir (configs, logs, raw rows)
 #
 # Targets: direct, nginx, nginx-lua, haproxy, wasmgate-pass,
-# wasmgate-full-per-request, wasmgate-full-pooled, nginx-tls, wasmgate-pass-tls.
+# wasmgate-full-per-request, wasmgate-full-pooled, wasmgate-full-python (the
+# pooled chain plus the Python abac-authz filter), nginx-tls, wasmgate-pass-tls.
 #
 # Placement: every target runs pinned to CPU 0; the load generators (wrk, oha)
 # and the upstream run pinned to CPU 1. The one-connection latency runs put
@@ -60,7 +61,7 @@ ROUNDS=3 WARMUP=2 DURATION=10 CONNECTIONS=64 RATE=auto WORKERS=1
 OPEN_CONNECTIONS=16 INSTALL=1 BUILD=1 OPENLOOP=1 SMOKE=0 PROFILE=0
 QUIET_LOAD=1.5 QUIET_WAIT=1200 UPDATE_README=0 KEEP_TEMP=0
 TARGETS_ARG="" EXTRA=()
-ALL_TARGETS=(direct nginx nginx-lua haproxy wasmgate-pass wasmgate-full-per-request wasmgate-full-pooled nginx-tls wasmgate-pass-tls)
+ALL_TARGETS=(direct nginx nginx-lua haproxy wasmgate-pass wasmgate-full-per-request wasmgate-full-pooled wasmgate-full-python nginx-tls wasmgate-pass-tls)
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
@@ -369,6 +370,7 @@ start_target() {
                 wasmgate-pass) manifest="$BENCH_DIR/manifests/passthrough.toml" ;;
                 wasmgate-full-per-request) manifest="$BENCH_DIR/manifests/full-per-request.toml" ;;
                 wasmgate-full-pooled) manifest="$BENCH_DIR/manifests/full-pooled.toml" ;;
+                wasmgate-full-python) manifest="$BENCH_DIR/manifests/full-python.toml" ;;
                 wasmgate-pass-tls) manifest="$BENCH_DIR/manifests/tls.toml"; SCHEME[$target]=https ;;
                 *) manifest="${EXTRA_MANIFEST[$target]}" ;;
             esac
