@@ -159,9 +159,10 @@ impl Connection {
             service_activity.in_flight.fetch_add(1, Ordering::AcqRel);
             let active = ActiveRequest(service_activity.clone());
             async move {
-                // hyper's HTTP/1.1 header buffer cannot be under 8 KiB: a
-                // smaller limit is enforced here, for every protocol.
-                if header_bytes(&request) > snapshot.config.limits.max_header_bytes {
+                // hyper enforces the limit itself from its minimum buffer up;
+                // a smaller limit is counted here, for every protocol.
+                let limit = snapshot.config.limits.max_header_bytes;
+                if limit < HYPER_MIN_HEADER_BUFFER && header_bytes(&request) > limit {
                     let response = headers_too_large(request.version());
                     return Ok::<_, Infallible>(response.map(|body| body.with_guard(active)));
                 }
@@ -196,6 +197,9 @@ impl Connection {
         }
     }
 }
+
+/// hyper's smallest HTTP/1.1 read buffer: header limits below it are ours to count.
+pub const HYPER_MIN_HEADER_BUFFER: usize = 8192;
 
 /// The size of a request's head as Go's `MaxHeaderBytes` counts it: the
 /// request line and every `name: value` line.

@@ -106,7 +106,11 @@ fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.read_header_timeout)
-        .max_buf_size(limits.max_header_bytes.max(8192));
+        .max_buf_size(
+            limits
+                .max_header_bytes
+                .max(super::listener::HYPER_MIN_HEADER_BUFFER),
+        );
     builder
         .http2()
         .timer(TokioTimer::new())
