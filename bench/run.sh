@@ -35,7 +35,8 @@
 #                       section (between its table markers)
 #   --keep-temp         keep the run's temp dir (configs, logs, raw rows)
 #
-# Targets: direct, nginx, nginx-lua, haproxy, wasmgate-pass,
+# Targets: direct, nginx, nginx-lua, haproxy, hyper-proxy (a bare hyper
+# proxy: the floor of wasmgate's stack), wasmgate-pass,
 # wasmgate-full-per-request, wasmgate-full-pooled, wasmgate-full-python (the
 # pooled chain plus the Python abac-authz filter), nginx-tls, wasmgate-pass-tls.
 #
@@ -61,7 +62,7 @@ ROUNDS=3 WARMUP=2 DURATION=10 CONNECTIONS=64 RATE=auto WORKERS=1
 OPEN_CONNECTIONS=16 INSTALL=1 BUILD=1 OPENLOOP=1 SMOKE=0 PROFILE=0
 QUIET_LOAD=1.5 QUIET_WAIT=1200 UPDATE_README=0 KEEP_TEMP=0
 TARGETS_ARG="" EXTRA=()
-ALL_TARGETS=(direct nginx nginx-lua haproxy wasmgate-pass wasmgate-full-per-request wasmgate-full-pooled wasmgate-full-python nginx-tls wasmgate-pass-tls)
+ALL_TARGETS=(direct nginx nginx-lua haproxy hyper-proxy wasmgate-pass wasmgate-full-per-request wasmgate-full-pooled wasmgate-full-python nginx-tls wasmgate-pass-tls)
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
@@ -251,6 +252,7 @@ install_tools() {
 build() {
     WASMGATE="$GATEWAY_TARGET_DIR/release/wasmgate"
     UPSTREAM="$UPSTREAM_TARGET_DIR/release/bench-upstream"
+    HYPER_PROXY="$UPSTREAM_TARGET_DIR/release/bench-hyper-proxy"
     if ((BUILD)); then
         log "building the filters (filters/build.sh)"
         timeout 3000 "$REPO_DIR/filters/build.sh" >/dev/null || die "filters/build.sh failed"
@@ -362,6 +364,10 @@ start_target() {
         haproxy)
             render "$BENCH_DIR/conf/haproxy.cfg" "$TMP/haproxy.cfg" "$port"
             start "$target" 0 "$TMP/$target.log" haproxy -db -f "$TMP/haproxy.cfg"
+            CPU_PID[$target]="$STARTED"
+            ;;
+        hyper-proxy)
+            start "$target" 0 "$TMP/$target.log" "$HYPER_PROXY" "127.0.0.1:$port" "127.0.0.1:$UPSTREAM_PORT"
             CPU_PID[$target]="$STARTED"
             ;;
         *)
