@@ -20,7 +20,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use crate::body::{Body, BodyError, Request, Response};
 use crate::chain::body_limit::{MaxRequestBody, is_body_limit_error};
 use crate::config::Upstream;
-use crate::context::{ConnectionInfo, Deadline};
+use crate::context::ConnectionInfo;
 use crate::handler::Handler;
 use crate::status::GatewayError;
 
@@ -76,19 +76,13 @@ impl UpstreamProxy {
     }
 
     async fn forward(&self, request: Request) -> Result<Response, GatewayError> {
-        let deadline = request.extensions().get::<Deadline>().copied();
         let body_limit = request.extensions().get::<MaxRequestBody>().copied();
         let outgoing = self.outgoing_request(request)?;
         let exchange = self.client.request(outgoing);
-        let wait = match (self.timeout, deadline) {
-            (Some(timeout), _) => Some(timeout),
-            (None, Some(Deadline(at))) => {
-                Some(at.saturating_duration_since(tokio::time::Instant::now().into_std()))
-            }
-            (None, None) => None,
-        };
+        // Without a route timeout of its own, the request's deadline is
+        // already enforced around the whole chain (the timeout filter).
         let result =
-            match wait {
+            match self.timeout {
                 Some(wait) => tokio::time::timeout(wait, exchange).await.map_err(|_| {
                     GatewayError::Timeout {
                         message: "the upstream did not answer in time".to_owned(),
@@ -133,12 +127,21 @@ impl UpstreamProxy {
     /// The upstream's base URL joined with the request's path and query.
     fn target_uri(&self, incoming: &Uri) -> Result<Uri, GatewayError> {
         let base_path = self.base.path().trim_end_matches('/');
-        let path_and_query = incoming.path_and_query().map_or("/", PathAndQuery::as_str);
-        let joined = format!("{base_path}{path_and_query}");
+        let path_and_query = match incoming.path_and_query() {
+            // The common case, an upstream URL without a path: the request's
+            // own path and query, shared, not re-parsed.
+            Some(path_and_query) if base_path.is_empty() => path_and_query.clone(),
+            incoming_path => {
+                let incoming_path = incoming_path.map_or("/", PathAndQuery::as_str);
+                format!("{base_path}{incoming_path}").parse().map_err(|_| {
+                    GatewayError::BadRequest {
+                        message: format!("the request path {incoming_path:?} cannot be forwarded"),
+                    }
+                })?
+            }
+        };
         let mut parts = self.base.clone().into_parts();
-        parts.path_and_query = Some(joined.parse().map_err(|_| GatewayError::BadRequest {
-            message: format!("the request path {path_and_query:?} cannot be forwarded"),
-        })?);
+        parts.path_and_query = Some(path_and_query);
         parts.scheme = parts.scheme.or(Some(Scheme::HTTP));
         Uri::from_parts(parts)
             .map_err(|error| GatewayError::internal(format!("bad upstream URL: {error}")))
@@ -220,6 +223,14 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 ];
 
 fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none: one pass over the names instead of a lookup
+    // per hop-by-hop name.
+    let any = headers
+        .keys()
+        .any(|name| HOP_BY_HOP.contains(name) || name == header::UPGRADE);
+    if !any {
+        return;
+    }
     // Headers the Connection header names are hop-by-hop too.
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
@@ -235,16 +246,20 @@ fn remove_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 fn append_forwarded_for(headers: &mut HeaderMap, client: std::net::IpAddr) {
+    let client = client.to_string();
     // Every X-Forwarded-For line the client sent, in order, then the client.
-    let mut hops: Vec<String> = headers
+    let mut hops: Vec<&str> = headers
         .get_all(&X_FORWARDED_FOR)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .map(str::to_owned)
         .collect();
-    hops.push(client.to_string());
-    let value = hops.join(", ");
-    if let Ok(value) = HeaderValue::from_str(&value) {
+    hops.push(&client);
+    let value = if hops.len() == 1 {
+        HeaderValue::try_from(client.clone())
+    } else {
+        HeaderValue::try_from(hops.join(", "))
+    };
+    if let Ok(value) = value {
         headers.insert(X_FORWARDED_FOR, value);
     }
 }

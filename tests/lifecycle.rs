@@ -38,13 +38,24 @@ async fn wait_until_refused(gateway: &GatewayProcess) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_the_request_in_flight_then_exits_0() {
+    sigterm_drains(&[]).await;
+}
+
+/// `--workers 1` serves on a single-threaded runtime: the same drain, the
+/// idle timer and the signal handling all on one thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_with_one_worker_thread_too() {
+    sigterm_drains(&["--workers", "1"]).await;
+}
+
+async fn sigterm_drains(args: &[&str]) {
     let upstream = Upstream::start().await;
     let dir = new_dir();
     let manifest = plaintext(&format!(
         "[[servers]]\nname = \"drain\"\n\n[[servers.routes]]\nprefix = \"/up/\"\nupstream = \"{}\"\n",
         upstream.url()
     ));
-    let mut gateway = GatewayProcess::spawn(&write_manifest(&dir, &manifest));
+    let mut gateway = GatewayProcess::spawn_with_args(&write_manifest(&dir, &manifest), args);
     wait_until_serving(&gateway).await;
 
     // A request whose body takes ~1.5 s to stream.

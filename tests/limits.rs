@@ -6,6 +6,8 @@
 mod common;
 
 use common::*;
+use std::time::Duration;
+
 use tokio::io::AsyncWriteExt;
 
 fn manifest(upstream: &Upstream, limits: &str) -> String {
@@ -333,6 +335,29 @@ async fn an_idle_keep_alive_connection_is_closed() {
     // Then nothing: the server closes the connection (EOF, within the bound).
     let rest = read_to_close(&mut stream).await;
     assert_eq!(rest, "", "nothing more is sent before the close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idle_timeout_counts_from_the_last_request() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, "idle_timeout = \"300ms\"")).await;
+    let mut stream = tokio::net::TcpStream::connect(gateway.addr)
+        .await
+        .expect("connect");
+    // Six requests 150 ms apart: 900 ms on one connection, three idle
+    // timeouts long, but never idle for one.
+    for _ in 0..6 {
+        stream
+            .write_all(b"GET /static HTTP/1.1\r\nHost: gateway\r\n\r\n")
+            .await
+            .expect("the connection is still open");
+        let (head, body) = read_one_response(&mut stream).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert_eq!(body, "static");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let rest = read_to_close(&mut stream).await;
+    assert_eq!(rest, "", "closed once idle, nothing more sent");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,8 +9,8 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -18,7 +18,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -127,11 +126,32 @@ struct Connection {
 }
 
 /// How many requests of one connection are being served (headers or body
-/// still going), and a wake-up for the idle timer when that changes.
-#[derive(Default)]
+/// still going), and when the last one ended: what the idle timer checks when
+/// it fires. Requests only touch two atomics; nothing wakes the connection.
 struct Activity {
     in_flight: AtomicUsize,
-    changed: Notify,
+    /// Nanoseconds from `opened` to the end of the last request.
+    last_done: AtomicU64,
+    opened: Instant,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            in_flight: AtomicUsize::new(0),
+            last_done: AtomicU64::new(0),
+            opened: Instant::now(),
+        }
+    }
+
+    /// When the connection became idle, or `None` while a request is served.
+    fn idle_since(&self) -> Option<Instant> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let nanos = self.last_done.load(Ordering::Acquire);
+        Some(self.opened + Duration::from_nanos(nanos))
+    }
 }
 
 /// Decrements the activity count when the response body is done.
@@ -139,8 +159,9 @@ struct ActiveRequest(Arc<Activity>);
 
 impl Drop for ActiveRequest {
     fn drop(&mut self) {
+        let nanos = u64::try_from(self.0.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.0.last_done.fetch_max(nanos, Ordering::AcqRel);
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.0.changed.notify_one();
     }
 }
 
@@ -149,7 +170,7 @@ impl Connection {
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let activity = Arc::new(Activity::default());
+        let activity = Arc::new(Activity::new());
         let live = self.live.clone();
         let service_activity = activity.clone();
         let service = service_fn(move |request: hyper::Request<Incoming>| {
@@ -237,20 +258,17 @@ fn headers_too_large(version: http::Version) -> http::Response<Body> {
     response
 }
 
-/// Completes once the connection has had no request for `timeout`.
+/// Completes once the connection has had no request for `timeout`. One timer
+/// per connection, re-armed only when it fires: a busy connection costs
+/// nothing per request.
 async fn idle(activity: &Activity, timeout: Duration) {
+    let mut deadline = activity.opened + timeout;
     loop {
-        if activity.in_flight.load(Ordering::Acquire) == 0 {
-            tokio::select! {
-                () = tokio::time::sleep(timeout) => {
-                    if activity.in_flight.load(Ordering::Acquire) == 0 {
-                        return;
-                    }
-                }
-                () = activity.changed.notified() => {}
-            }
-        } else {
-            activity.changed.notified().await;
+        tokio::time::sleep_until(deadline.into()).await;
+        match activity.idle_since() {
+            Some(since) if since.elapsed() >= timeout => return,
+            Some(since) => deadline = since + timeout,
+            None => deadline = Instant::now() + timeout,
         }
     }
 }

@@ -855,9 +855,15 @@ pub struct GatewayProcess {
 impl GatewayProcess {
     /// Starts the binary and waits for its `listening on` line.
     pub fn spawn(manifest: &Path) -> GatewayProcess {
+        GatewayProcess::spawn_with_args(manifest, &[])
+    }
+
+    /// The same, with more arguments for `wasmgate run`.
+    pub fn spawn_with_args(manifest: &Path, args: &[&str]) -> GatewayProcess {
         let child = Command::new(binary())
             .args(["run", "--config"])
             .arg(manifest)
+            .args(args)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
