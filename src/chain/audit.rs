@@ -87,6 +87,11 @@ impl AuditBackend {
             tokio::spawn(async move {
                 while let Some(event) = receiver.recv().await {
                     write(&filters, &event).await;
+                    // One flush per burst of events; done before the event
+                    // stops counting as pending, so `flush` waits for it.
+                    if receiver.is_empty() {
+                        flush_sinks(&filters);
+                    }
                     pending.fetch_sub(1, Ordering::AcqRel);
                 }
             });
@@ -102,7 +107,7 @@ impl AuditBackend {
 
     async fn emit(&self, event: Event) {
         match &self.queue {
-            None => write(&self.filters, &event).await,
+            None => write_through(&self.filters, &event).await,
             Some(queue) => self.enqueue(queue, event),
         }
     }
@@ -113,7 +118,7 @@ impl AuditBackend {
             Some(queue) => self.enqueue(queue, event),
             None => {
                 let backend = self.clone();
-                tokio::spawn(async move { write(&backend.filters, &event).await });
+                tokio::spawn(async move { write_through(&backend.filters, &event).await });
             }
         }
     }
@@ -150,6 +155,18 @@ impl AuditBackend {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         true
+    }
+}
+
+/// Blocking mode: the event is in the sinks' files before the request goes on.
+async fn write_through(filters: &[LoadedFilter<Auditor>], event: &Event) {
+    write(filters, event).await;
+    flush_sinks(filters);
+}
+
+fn flush_sinks(filters: &[LoadedFilter<Auditor>]) {
+    for filter in filters {
+        filter.flush_sink();
     }
 }
 

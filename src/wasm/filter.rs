@@ -365,6 +365,15 @@ impl LoadedFilter<Admission> {
 }
 
 impl LoadedFilter<Auditor> {
+    /// Writes out what the filter's sink has buffered.
+    pub fn flush_sink(&self) {
+        if let Some(sink) = &self.identity.sink
+            && let Err(error) = sink.flush()
+        {
+            tracing::error!(filter = self.name(), %error, "cannot write the audit sink");
+        }
+    }
+
     pub async fn audit(&self, event: &Event) -> Outcome<()> {
         let started = Instant::now();
         let mut instance = match self.armed().await {
