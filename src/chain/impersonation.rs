@@ -41,12 +41,13 @@ struct Requested {
 
 impl Handler for Impersonation {
     fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
+        // Most requests impersonate no one: they go straight on.
+        let requested = match requested(request.headers()) {
+            Ok(Some(requested)) => requested,
+            Ok(None) => return self.next.call(request),
+            Err(error) => return Box::pin(std::future::ready(error.into_response())),
+        };
         Box::pin(async move {
-            let requested = match requested(request.headers()) {
-                Ok(Some(requested)) => requested,
-                Ok(None) => return self.next.call(request).await,
-                Err(error) => return error.into_response(),
-            };
             let Some(requester) = request.extensions().get::<UserInfo>().cloned() else {
                 return GatewayError::internal("the request reached impersonation without a user")
                     .into_response();

@@ -200,6 +200,8 @@ impl Connection {
         let mut closing = false;
         loop {
             tokio::select! {
+                // The connection first: it is what wakes this task nearly always.
+                biased;
                 result = connection.as_mut() => {
                     if let Err(error) = result {
                         tracing::debug!(%error, "connection ended with an error");
