@@ -214,7 +214,7 @@ impl Handler for Audit {
 
             if emits(AuditStage::RequestReceived) {
                 self.backend
-                    .emit(stamped(&event, Stage::RequestReceived, &context))
+                    .emit(stamped(event.clone(), Stage::RequestReceived, &context))
                     .await;
             }
             let response = match AssertUnwindSafe(self.next.call(request))
@@ -224,7 +224,7 @@ impl Handler for Audit {
                 Ok(response) => response,
                 Err(panic) => {
                     if emits(AuditStage::Panic) {
-                        let mut panicked = stamped(&event, Stage::Panic, &context);
+                        let mut panicked = stamped(event.clone(), Stage::Panic, &context);
                         panicked.response_status =
                             Some(status_record(500, "InternalError", "APIServer panic'd"));
                         self.backend.emit(panicked).await;
@@ -237,7 +237,7 @@ impl Handler for Audit {
             if long_running {
                 if emits(AuditStage::ResponseStarted) {
                     self.backend
-                        .emit(stamped(&event, Stage::ResponseStarted, &context))
+                        .emit(stamped(event.clone(), Stage::ResponseStarted, &context))
                         .await;
                 }
                 if !emits(AuditStage::ResponseComplete) {
@@ -260,7 +260,7 @@ impl Handler for Audit {
             };
             if emits(AuditStage::ResponseComplete) {
                 self.backend
-                    .emit(stamped(&event, Stage::ResponseComplete, &context))
+                    .emit(stamped(event, Stage::ResponseComplete, &context))
                     .await;
             }
             response
@@ -411,13 +411,15 @@ fn source_ips(request: &Request) -> Vec<String> {
     if let Some(connection) = request.extensions().get::<ConnectionInfo>() {
         ips.push(connection.remote_addr.ip().to_string());
     }
-    let mut seen = std::collections::HashSet::new();
-    ips.retain(|ip| seen.insert(ip.clone()));
+    // Most requests have one source: nothing to de-duplicate.
+    if ips.len() > 1 {
+        let mut seen = std::collections::HashSet::new();
+        ips.retain(|ip| seen.insert(ip.clone()));
+    }
     ips
 }
 
-fn stamped(event: &Event, stage: Stage, context: &AuditContext) -> Event {
-    let mut event = event.clone();
+fn stamped(mut event: Event, stage: Stage, context: &AuditContext) -> Event {
     event.stage = stage;
     event.stage_timestamp = humantime::format_rfc3339_micros(SystemTime::now()).to_string();
     context.apply(&mut event);
@@ -497,7 +499,7 @@ impl Drop for CompleteOnDrop {
     fn drop(&mut self) {
         if let Some(event) = self.event.take() {
             self.backend
-                .emit_detached(stamped(&event, Stage::ResponseComplete, &self.context));
+                .emit_detached(stamped(event, Stage::ResponseComplete, &self.context));
         }
     }
 }
