@@ -236,6 +236,12 @@ fn engine_config(pooling: bool) -> Config {
     // machinery would only add set-up cost to every store.
     config.concurrency_support(false);
     config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+    // `WASMGATE_PROFILER=perfmap`: filters' compiled code is named in
+    // /tmp/perf-<pid>.map, so perf (and anything reading perf maps) shows
+    // which filter function the time goes to.
+    if std::env::var_os("WASMGATE_PROFILER").is_some_and(|profiler| profiler == "perfmap") {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     if pooling {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(POOL_COMPONENT_INSTANCES)
