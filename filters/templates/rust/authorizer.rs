@@ -36,10 +36,4 @@ impl Guest for Filter {
     }
 }
 
-// Every string the gateway passes in is a call to the guest's allocator:
-// talc serves them faster than Rust's default (dlmalloc).
-#[cfg(all(not(target_feature = "atomics"), target_family = "wasm"))]
-#[global_allocator]
-static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
-
 export!(Filter);

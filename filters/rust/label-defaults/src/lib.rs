@@ -63,10 +63,4 @@ fn config() -> Result<&'static logic::Config, String> {
     CONFIG.get_or_init(|| logic::Config::parse(&host::config())).as_ref().map_err(Clone::clone)
 }
 
-// Every string the gateway passes in is a call to the guest's allocator:
-// talc serves them faster than Rust's default (dlmalloc).
-#[cfg(all(not(target_feature = "atomics"), target_family = "wasm"))]
-#[global_allocator]
-static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
-
 export!(Filter);
