@@ -95,6 +95,21 @@ async fn granted_environment_and_folders_are_visible() {
     );
 }
 
+/// Without a folder to open, the WASI context is made on the filter's first
+/// WASI call, with every grant in it.
+#[tokio::test]
+async fn an_environment_granted_alone_is_visible() {
+    let component = fault_authz();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wasi = r#"wasi = { env = { FAULT_ENV = "granted alone" } }"#;
+    let text = manifest(&component, wasi);
+    assert!(
+        denial_reason(&text, dir.path(), "env")
+            .await
+            .ends_with("env: granted alone")
+    );
+}
+
 #[test]
 fn a_granted_folder_must_exist() {
     let dir = tempfile::tempdir().expect("tempdir");

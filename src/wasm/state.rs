@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use wasmtime::StoreLimits;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::{host, sink, types};
 use crate::config::stages::{Sink, WasiGrants};
@@ -90,7 +90,11 @@ fn poisoned() -> std::io::Error {
 
 /// The data of one filter store.
 pub struct FilterState {
-    wasi: WasiCtx,
+    /// Built on the first WASI call: a component that imports no WASI (the
+    /// shipped Rust filters) never pays for it. Filters granted folders get
+    /// theirs at once, so a folder that cannot be opened fails the
+    /// instantiation rather than a call.
+    wasi: Option<WasiCtx>,
     table: ResourceTable,
     pub limits: StoreLimits,
     pub identity: Arc<FilterIdentity>,
@@ -104,8 +108,13 @@ impl FilterState {
         let limits = wasmtime::StoreLimitsBuilder::new()
             .memory_size(usize::try_from(memory).unwrap_or(usize::MAX))
             .build();
+        let wasi = if identity.wasi.dirs.is_empty() {
+            None
+        } else {
+            Some(wasi_context(&identity.wasi)?)
+        };
         Ok(FilterState {
-            wasi: wasi_context(&identity.wasi)?,
+            wasi,
             table: ResourceTable::new(),
             limits,
             identity,
@@ -116,8 +125,7 @@ impl FilterState {
 
 /// The WASI context a filter gets: what the manifest granted, nothing else.
 fn wasi_context(grants: &WasiGrants) -> wasmtime::Result<WasiCtx> {
-    let mut builder = WasiCtx::builder();
-    builder.envs(&grants.env);
+    let mut builder = wasi_builder(grants);
     for dir in &grants.dirs {
         let perms = if dir.writable {
             FsPerms::ReadWrite
@@ -126,16 +134,28 @@ fn wasi_context(grants: &WasiGrants) -> wasmtime::Result<WasiCtx> {
         };
         builder.preopened_dir(&dir.host, &dir.guest, perms)?;
     }
+    Ok(builder.build())
+}
+
+/// The grants that cannot fail: everything but the folders.
+fn wasi_builder(grants: &WasiGrants) -> WasiCtxBuilder {
+    let mut builder = WasiCtx::builder();
+    builder.envs(&grants.env);
     if grants.stdio {
         builder.inherit_stdout().inherit_stderr();
     }
-    Ok(builder.build())
+    builder
 }
 
 impl WasiView for FilterState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
+        // Only a filter granted no folder gets here without a context.
+        let grants = &self.identity.wasi;
+        let ctx = self
+            .wasi
+            .get_or_insert_with(|| wasi_builder(grants).build());
         WasiCtxView {
-            ctx: &mut self.wasi,
+            ctx,
             table: &mut self.table,
         }
     }
