@@ -38,11 +38,6 @@ DIST_DIR="$FILTERS_DIR/dist"
 TARGET_DIR="${WASMGATE_FILTER_TARGET_DIR:-${HOME:?HOME is not set}/.cache/wasmgate/filters-target}"
 TOOLS_DIR="${WASMGATE_TOOLS_DIR:-$HOME/.cache/wasmgate/tools}"
 RUST_TARGET="wasm32-wasip2"
-# For Rust crates that declare `[package.metadata.wasmgate] wasi = false`:
-# a core module without WASI, made a component with `wasm-tools component
-# new`. Such a component imports only the filter contract, and a fresh
-# instance of it costs about half as much to create.
-RUST_WASI_FREE_TARGET="wasm32-unknown-unknown"
 LANGUAGES=(rust python js c)
 
 # Pinned tool versions. Bumping one rebuilds that language's components.
@@ -286,35 +281,8 @@ build_cached() {
 }
 
 # ---------------------------------------------------------------------------
-# Rust: cargo, wasm32-wasip2 (or WASI-free, see RUST_WASI_FREE_TARGET)
+# Rust: cargo, wasm32-wasip2
 # ---------------------------------------------------------------------------
-
-# True when the crate in $1 declares `wasi = false` in its
-# `[package.metadata.wasmgate]` table.
-rust_wasi_free() {
-    awk '
-        /^\[/ { section = $0 }
-        section == "[package.metadata.wasmgate]" && /^wasi[ \t]*=[ \t]*false[ \t]*(#.*)?$/ { found = 1 }
-        END { exit found ? 0 : 1 }
-    ' "$1/Cargo.toml"
-}
-
-# The component for the crate $1 built for $2 into the target dir $3:
-# wasm32-wasip2 builds one already; a WASI-free core module is wrapped here.
-rust_component() {
-    local name="$1" target="$2" target_dir="$3" core
-    core="$target_dir/$target/release/${name//-/_}.wasm"
-    [[ -f "$core" ]] || die "cargo built no $core (is the package named $name?)"
-    if [[ "$target" == "$RUST_TARGET" ]]; then
-        printf '%s\n' "$core"
-        return 0
-    fi
-    ensure_wasm_tools
-    mkdir -p "$target_dir/components"
-    "$WASM_TOOLS" component new "$core" -o "$target_dir/components/$name.wasm" >&2 ||
-        die "wasm-tools component new failed for $name"
-    printf '%s\n' "$target_dir/components/$name.wasm"
-}
 
 # Records workspace members missing from Cargo.lock (a crate just added under
 # rust/), so the --locked build below accepts them. Offline first: a new
@@ -332,51 +300,42 @@ ensure_rust_lock() {
 
 build_rust() {
     need_tools cargo rustc
-    local dir name target component in_tree=() standalone=() packages wasi_free i
+    ensure_rust_target "$RUST_TARGET"
+    local dir name artifact in_tree=() standalone=() packages=()
     while read -r dir; do
         if [[ "$(cd "$dir/.." && pwd)" == "$FILTERS_DIR/rust" ]]; then
-            in_tree+=("$dir")
+            in_tree+=("$(basename "$dir")")
         else
             standalone+=("$dir")
         fi
     done < <(filter_dirs rust)
     if ((${#in_tree[@]})); then
         ensure_rust_lock
-        # One cargo build per target: the crates with WASI, then those without.
-        for wasi_free in 0 1; do
-            packages=()
-            for dir in "${in_tree[@]}"; do
-                if [[ "$(rust_wasi_free "$dir" && echo 1 || echo 0)" == "$wasi_free" ]]; then
-                    packages+=(-p "$(basename "$dir")")
-                fi
-            done
-            ((${#packages[@]})) || continue
-            target="$RUST_TARGET"
-            ((wasi_free)) && target="$RUST_WASI_FREE_TARGET"
-            ensure_rust_target "$target"
-            log "building the Rust filters for $target (cargo target dir $TARGET_DIR)"
-            (cd "$FILTERS_DIR" && cargo build --locked --release "${packages[@]}" \
-                --target "$target" --target-dir "$TARGET_DIR" >&2) ||
-                die "cargo build of the Rust filters failed"
-            for ((i = 1; i < ${#packages[@]}; i += 2)); do
-                name="${packages[i]}"
-                component="$(rust_component "$name" "$target" "$TARGET_DIR")"
-                install_file "$component" "$DEST_DIR/$name.wasm"
-                BUILT+=("$DEST_DIR/$name.wasm")
-            done
+        if ((${#SELECTED_DIRS[@]})); then
+            for name in "${in_tree[@]}"; do packages+=(-p "$name"); done
+        else
+            packages=(--workspace)
+        fi
+        log "building the Rust filters (cargo target dir $TARGET_DIR)"
+        (cd "$FILTERS_DIR" && cargo build --locked --release "${packages[@]}" \
+            --target "$RUST_TARGET" --target-dir "$TARGET_DIR" >&2) ||
+            die "cargo build of the Rust filters failed"
+        for name in "${in_tree[@]}"; do
+            artifact="$TARGET_DIR/$RUST_TARGET/release/${name//-/_}.wasm"
+            [[ -f "$artifact" ]] || die "cargo built no $artifact (is the package named $name?)"
+            install_file "$artifact" "$DEST_DIR/$name.wasm"
+            BUILT+=("$DEST_DIR/$name.wasm")
         done
     fi
     # A crate outside filters/rust/ is its own workspace, with its own target dir.
     for dir in "${standalone[@]}"; do
         name="$(basename "$dir")"
-        target="$RUST_TARGET"
-        rust_wasi_free "$dir" && target="$RUST_WASI_FREE_TARGET"
-        ensure_rust_target "$target"
-        log "building the Rust filter $dir for $target"
-        cargo build --release --manifest-path "$dir/Cargo.toml" --target "$target" \
+        log "building the Rust filter $dir"
+        cargo build --release --manifest-path "$dir/Cargo.toml" --target "$RUST_TARGET" \
             --target-dir "$TARGET_DIR/standalone" >&2 || die "cargo build of $dir failed"
-        component="$(rust_component "$name" "$target" "$TARGET_DIR/standalone")"
-        install_file "$component" "$DEST_DIR/$name.wasm"
+        artifact="$TARGET_DIR/standalone/$RUST_TARGET/release/${name//-/_}.wasm"
+        [[ -f "$artifact" ]] || die "cargo built no $artifact (is the package named $name?)"
+        install_file "$artifact" "$DEST_DIR/$name.wasm"
         BUILT+=("$DEST_DIR/$name.wasm")
     done
 }
@@ -396,8 +355,6 @@ test_rust() {
 tools_rust() {
     need_tools cargo rustc
     ensure_rust_target "$RUST_TARGET"
-    ensure_rust_target "$RUST_WASI_FREE_TARGET"
-    ensure_wasm_tools
 }
 
 # ---------------------------------------------------------------------------
@@ -622,7 +579,7 @@ test_c() {
 # nothing beyond the contract and WASI.
 verify_components() {
     ensure_wasm_tools
-    local wasm wit imports bad exports crate failed=0
+    local wasm wit imports bad exports failed=0
     for wasm in "${BUILT[@]}"; do
         "$WASM_TOOLS" validate "$wasm" ||
             { log "$wasm: not a valid component"; failed=1; continue; }
@@ -636,11 +593,6 @@ verify_components() {
         fi
         if [[ -n "$bad" ]]; then
             log "$wasm: unexpected imports: $(tr '\n' ' ' <<<"$bad")"
-            failed=1
-        fi
-        crate="$FILTERS_DIR/rust/$(basename "$wasm" .wasm)"
-        if [[ -f "$crate/Cargo.toml" ]] && rust_wasi_free "$crate" && grep -q '^wasi:' <<<"$imports"; then
-            log "$wasm: its crate says wasi = false, but it imports WASI"
             failed=1
         fi
         log "$(basename "$wasm"): exports $(tr '\n' ' ' <<<"$exports")| imports $(tr '\n' ' ' <<<"$imports")"
