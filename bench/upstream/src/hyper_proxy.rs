@@ -23,7 +23,8 @@ use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpListener;
+
+mod serve;
 
 type ProxyBody = UnsyncBoxBody<Bytes, hyper::Error>;
 
@@ -69,50 +70,18 @@ fn main() {
         eprintln!("usage: bench-hyper-proxy LISTEN_IP:PORT UPSTREAM_IP:PORT");
         std::process::exit(2);
     };
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
-    runtime.block_on(async move {
-        let listener = match TcpListener::bind(address).await {
-            Ok(listener) => listener,
-            Err(error) => {
-                eprintln!("bench-hyper-proxy: cannot listen on {address}: {error}");
-                std::process::exit(1);
-            }
-        };
-        let proxy = Arc::new(Proxy {
-            client: Client::builder(TokioExecutor::new()).build_http(),
-            upstream,
-        });
-        println!("listening on {address}");
-        let stop = async {
-            use tokio::signal::unix::{SignalKind, signal};
-            let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-            let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        };
-        tokio::pin!(stop);
-        loop {
-            let (stream, client) = tokio::select! {
-                _ = &mut stop => break,
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        eprintln!("bench-hyper-proxy: accept: {error}");
-                        continue;
-                    }
-                },
-            };
-            let _ = stream.set_nodelay(true);
-            let proxy = proxy.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |request| {
-                    let proxy = proxy.clone();
-                    async move { proxy.forward(client, request).await }
-                });
-                let _ = http1::Builder::new().keep_alive(true).serve_connection(TokioIo::new(stream), service).await;
+    let proxy = Arc::new(Proxy {
+        client: Client::builder(TokioExecutor::new()).build_http(),
+        upstream,
+    });
+    serve::serve("bench-hyper-proxy", address, move |stream, client| {
+        let proxy = proxy.clone();
+        async move {
+            let service = service_fn(move |request| {
+                let proxy = proxy.clone();
+                async move { proxy.forward(client, request).await }
             });
+            let _ = http1::Builder::new().keep_alive(true).serve_connection(TokioIo::new(stream), service).await;
         }
     });
 }

@@ -18,7 +18,8 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+
+mod serve;
 
 const BODY: &[u8] = br#"{"kind":"WidgetList","apiVersion":"demo.example.io/v1","metadata":{},"items":[]}"#;
 
@@ -43,44 +44,10 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
-    runtime.block_on(async move {
-        let listener = match TcpListener::bind(address).await {
-            Ok(listener) => listener,
-            Err(error) => {
-                eprintln!("bench-upstream: cannot listen on {address}: {error}");
-                std::process::exit(1);
-            }
-        };
-        println!("listening on {address}");
-        let stop = async {
-            use tokio::signal::unix::{SignalKind, signal};
-            let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-            let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        };
-        tokio::pin!(stop);
-        loop {
-            let (stream, _) = tokio::select! {
-                _ = &mut stop => break,
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        eprintln!("bench-upstream: accept: {error}");
-                        continue;
-                    }
-                },
-            };
-            let _ = stream.set_nodelay(true);
-            tokio::spawn(async move {
-                let _ = http1::Builder::new()
-                    .keep_alive(true)
-                    .serve_connection(TokioIo::new(stream), service_fn(answer))
-                    .await;
-            });
-        }
+    serve::serve("bench-upstream", address, |stream, _| async move {
+        let _ = http1::Builder::new()
+            .keep_alive(true)
+            .serve_connection(TokioIo::new(stream), service_fn(answer))
+            .await;
     });
 }
