@@ -254,12 +254,7 @@ fn append_forwarded_for(headers: &mut HeaderMap, client: std::net::IpAddr) {
         .filter_map(|v| v.to_str().ok())
         .collect();
     hops.push(&client);
-    let value = if hops.len() == 1 {
-        HeaderValue::try_from(client.clone())
-    } else {
-        HeaderValue::try_from(hops.join(", "))
-    };
-    if let Ok(value) = value {
+    if let Ok(value) = HeaderValue::try_from(hops.join(", ")) {
         headers.insert(X_FORWARDED_FOR, value);
     }
 }
