@@ -7,7 +7,10 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use tokio::io::AsyncWriteExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
 fn manifest(upstream: &Upstream, extra_routes: &str) -> String {
     let up = upstream.url();
@@ -355,4 +358,166 @@ async fn a_malformed_request_body_is_the_clients_fault() {
         serde_json::from_str(body).unwrap_or_else(|_| panic!("a Status: {answer}"));
     assert_eq!(status["reason"], "BadRequest", "{answer}");
     assert_eq!(status["message"], "the request body could not be read");
+}
+
+/// A scripted HTTP/1.1 upstream on raw sockets, for what the pool does with
+/// connections: it counts the connections it accepts and answers by path.
+/// `/length` has a `Content-Length` body, `/chunked` a chunked one, `/empty`
+/// is a 204; `/close-after` answers like `/length`, then closes the
+/// connection as an upstream's idle timeout would, without warning;
+/// `/stall` sends the head and half of its body, then nothing.
+struct ScriptedUpstream {
+    addr: std::net::SocketAddr,
+    connections: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ScriptedUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ScriptedUpstream {
+    async fn start() -> ScriptedUpstream {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("an address");
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counted = connections.clone();
+        let task = tokio::spawn(async move {
+            let mut serving = tokio::task::JoinSet::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                serving.spawn(Self::serve(stream));
+            }
+        });
+        ScriptedUpstream {
+            addr,
+            connections,
+            task,
+        }
+    }
+
+    async fn serve(stream: tokio::net::TcpStream) {
+        let mut reader = tokio::io::BufReader::new(stream);
+        loop {
+            let mut request_line = String::new();
+            if reader.read_line(&mut request_line).await.unwrap_or(0) == 0 {
+                return;
+            }
+            // The gateway's GETs have no body: the head ends at a blank line.
+            let mut line = String::new();
+            while reader.read_line(&mut line).await.unwrap_or(0) > 2 {
+                line.clear();
+            }
+            let path = request_line.split(' ').nth(1).unwrap_or("/");
+            let answer: &[u8] = match path {
+                "/length" | "/close-after" => b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+                "/chunked" => {
+                    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhe\r\n3\r\nllo\r\n0\r\n\r\n"
+                }
+                "/empty" => b"HTTP/1.1 204 No Content\r\n\r\n",
+                "/stall" => b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello",
+                _ => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
+            };
+            // A HEAD's answer is the head alone.
+            let answer = match request_line.starts_with("HEAD ") {
+                true => {
+                    &answer[..answer
+                        .windows(4)
+                        .position(|w| w == b"\r\n\r\n")
+                        .map_or(answer.len(), |end| end + 4)]
+                }
+                false => answer,
+            };
+            if reader.get_mut().write_all(answer).await.is_err() {
+                return;
+            }
+            match path {
+                "/close-after" => return,
+                "/stall" => std::future::pending::<()>().await,
+                _ => {}
+            }
+        }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+fn scripted_manifest(upstream: &ScriptedUpstream) -> String {
+    plaintext(&format!(
+        "[[servers]]\nname = \"proxy\"\n\n[[servers.routes]]\nprefix = \"/\"\nupstream = \"http://{}\"\n",
+        upstream.addr
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_keep_alive_connection_carries_every_kind_of_response() {
+    let upstream = ScriptedUpstream::start().await;
+    let gateway = TestGateway::start(&scripted_manifest(&upstream)).await;
+    let client = http_client();
+    for _ in 0..3 {
+        for (path, status, body) in [
+            ("/length", 200, "hello"),
+            ("/chunked", 200, "hello"),
+            ("/empty", 204, ""),
+        ] {
+            let answer = get(&client, &gateway.url(path)).await;
+            assert_eq!(
+                (answer.status, answer.body.as_str()),
+                (status, body),
+                "{path}"
+            );
+        }
+        let head = send(client.head(gateway.url("/length"))).await;
+        assert_eq!(head.status, 200);
+    }
+    assert_eq!(
+        upstream.connections(),
+        1,
+        "every answer returned its connection"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_the_upstream_closed_while_idle_is_not_reused() {
+    let upstream = ScriptedUpstream::start().await;
+    let gateway = TestGateway::start(&scripted_manifest(&upstream)).await;
+    let client = http_client();
+    for round in 1..=4 {
+        let answer = get(&client, &gateway.url("/close-after")).await;
+        assert_eq!(
+            (answer.status, answer.body.as_str()),
+            (200, "hello"),
+            "round {round}"
+        );
+    }
+    assert_eq!(upstream.connections(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_abandoned_half_read_takes_its_connection_with_it() {
+    let upstream = ScriptedUpstream::start().await;
+    let gateway = TestGateway::start(&scripted_manifest(&upstream)).await;
+    let mut client = bounded("a connection", tokio::net::TcpStream::connect(gateway.addr))
+        .await
+        .expect("connect");
+    client
+        .write_all(b"GET /stall HTTP/1.1\r\nHost: gateway\r\n\r\n")
+        .await
+        .expect("write");
+    let mut head = [0u8; 64];
+    let read = bounded("the stalled response's head", client.read(&mut head))
+        .await
+        .expect("read");
+    assert!(head[..read].starts_with(b"HTTP/1.1 200"));
+    drop(client);
+    // The half-read connection is never handed to another request.
+    let answer = get(&http_client(), &gateway.url("/length")).await;
+    assert_eq!((answer.status, answer.body.as_str()), (200, "hello"));
+    assert_eq!(upstream.connections(), 2);
 }

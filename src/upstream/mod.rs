@@ -1,15 +1,19 @@
-//! The `upstream` route handler: a reverse proxy with a pooled keep-alive
-//! client (HTTP/1.1, and HTTP/2 to `https://` upstreams that offer it).
-//! Bodies stream both ways; nothing is buffered. Hop-by-hop headers are
-//! dropped in both directions and `X-Forwarded-For/Proto/Host` are set.
+//! The `upstream` route handler: a reverse proxy with pooled keep-alive
+//! connections (HTTP/1.1 to `http://` upstreams through [`pool`]; HTTP/1.1,
+//! or HTTP/2 when they offer it, to `https://` upstreams through hyper-util's
+//! client). Bodies stream both ways; nothing is buffered. Hop-by-hop headers
+//! are dropped in both directions and `X-Forwarded-For/Proto/Host` are set.
 //! Failures become Status responses: unreachable 503, no answer in time
 //! 504, a broken answer 502, a request body over the limit 413.
 
+mod pool;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use http::header::{self, HeaderName};
-use http::uri::{PathAndQuery, Scheme};
+use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderValue, Uri, Version};
 use http_body_util::BodyExt;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
@@ -17,6 +21,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use self::pool::Http1Pool;
 use crate::body::{Body, BodyError, Request, Response};
 use crate::chain::body_limit::{MaxRequestBody, is_body_limit_error};
 use crate::config::Upstream;
@@ -27,6 +32,8 @@ use crate::status::GatewayError;
 /// Why an upstream client could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
+    #[error("upstream {url}: its host and port cannot be sent as a Host header")]
+    Authority { url: String },
     #[error("cannot set up TLS for upstream {url}: {source}")]
     Tls {
         url: String,
@@ -35,50 +42,103 @@ pub enum UpstreamError {
     },
 }
 
+/// How long an unused keep-alive connection to an upstream is kept.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Why an exchange with the upstream failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ExchangeError {
+    /// No connection could be made: the upstream is unavailable (503).
+    #[error("cannot connect to the upstream")]
+    Connect(#[source] BodyError),
+    /// The connection failed once made (502), or the client's request body
+    /// did (400, 413).
+    #[error("the exchange with the upstream failed")]
+    Exchange(#[source] BodyError),
+}
+
 pub struct UpstreamProxy {
     base: Uri,
-    client: Client<HttpsConnector<HttpConnector>, Body>,
+    transport: Transport,
     timeout: Option<Duration>,
+}
+
+enum Transport {
+    /// `http://`: wasmgate's own HTTP/1.1 keep-alive pool.
+    Plain {
+        pool: Arc<Http1Pool>,
+        /// The `Host` header sent upstream: the URL's authority.
+        host: HeaderValue,
+    },
+    /// `https://`: hyper-util's pooled client, TLS with HTTP/2 by ALPN.
+    Tls(Box<Client<HttpsConnector<HttpConnector>, Body>>),
 }
 
 impl UpstreamProxy {
     pub fn new(upstream: &Upstream) -> Result<Self, UpstreamError> {
-        let roots = upstream
-            .ca
-            .as_deref()
-            .cloned()
-            .unwrap_or_else(rustls::RootCertStore::empty);
-        let tls =
-            rustls::ClientConfig::builder_with_provider(crate::server::tls::crypto_provider())
-                .with_safe_default_protocol_versions()
-                .map_err(|source| UpstreamError::Tls {
+        let transport = match upstream.url.authority() {
+            Some(authority) if upstream.url.scheme() != Some(&Scheme::HTTPS) => {
+                plain_transport(authority).ok_or_else(|| UpstreamError::Authority {
                     url: upstream.url.to_string(),
-                    source,
                 })?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-        let connector = HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .build();
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .timer(TokioTimer::new())
-            .build(connector);
+            }
+            _ => Transport::Tls(Box::new(tls_client(upstream)?)),
+        };
         Ok(UpstreamProxy {
             base: upstream.url.clone(),
-            client,
+            transport,
             timeout: upstream.timeout,
         })
     }
+}
 
+fn plain_transport(authority: &Authority) -> Option<Transport> {
+    let host = authority.host();
+    // Host names the upstream as the URL does, without any user info.
+    let host_header = match authority.port() {
+        Some(port) => HeaderValue::try_from(format!("{host}:{port}")),
+        None => HeaderValue::try_from(host),
+    };
+    Some(Transport::Plain {
+        pool: Http1Pool::new(host, authority.port_u16().unwrap_or(80), IDLE_TIMEOUT),
+        host: host_header.ok()?,
+    })
+}
+
+fn tls_client(
+    upstream: &Upstream,
+) -> Result<Client<HttpsConnector<HttpConnector>, Body>, UpstreamError> {
+    let roots = upstream
+        .ca
+        .as_deref()
+        .cloned()
+        .unwrap_or_else(rustls::RootCertStore::empty);
+    let tls = rustls::ClientConfig::builder_with_provider(crate::server::tls::crypto_provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|source| UpstreamError::Tls {
+            url: upstream.url.to_string(),
+            source,
+        })?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .build();
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(IDLE_TIMEOUT)
+        .timer(TokioTimer::new())
+        .build(connector))
+}
+
+impl UpstreamProxy {
     async fn forward(&self, request: Request) -> Result<Response, GatewayError> {
         let body_limit = request.extensions().get::<MaxRequestBody>().copied();
         let outgoing = self.outgoing_request(request)?;
-        let exchange = self.client.request(outgoing);
+        let exchange = self.exchange(outgoing);
         // Without a route timeout of its own, the request's deadline is
         // already enforced around the whole chain (the timeout filter).
         let result =
@@ -92,7 +152,21 @@ impl UpstreamProxy {
             };
         let mut response = result.map_err(|error| self.classify(&error, body_limit))?;
         remove_hop_by_hop(response.headers_mut());
-        Ok(response.map(Body::wrap))
+        Ok(response)
+    }
+
+    async fn exchange(&self, request: Request) -> Result<Response, ExchangeError> {
+        match &self.transport {
+            Transport::Plain { pool, .. } => {
+                let response = pool.send(request).await?;
+                Ok(response.map(Body::wrap))
+            }
+            Transport::Tls(client) => match client.request(request).await {
+                Ok(response) => Ok(response.map(Body::wrap)),
+                Err(error) if error.is_connect() => Err(ExchangeError::Connect(error.into())),
+                Err(error) => Err(ExchangeError::Exchange(error.into())),
+            },
+        }
     }
 
     fn outgoing_request(&self, request: Request) -> Result<Request, GatewayError> {
@@ -104,12 +178,22 @@ impl UpstreamProxy {
                 .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
         });
         let connection = parts.extensions.get::<ConnectionInfo>().cloned();
-        parts.uri = self.target_uri(&parts.uri)?;
+        let path_and_query = self.target_path(&parts.uri)?;
         parts.version = Version::HTTP_11;
         let headers = &mut parts.headers;
         remove_hop_by_hop(headers);
-        // The client sets Host from the upstream's URI.
-        headers.remove(header::HOST);
+        match &self.transport {
+            // The pool sends the URI as it is: origin-form.
+            Transport::Plain { host, .. } => {
+                parts.uri = Uri::from(path_and_query);
+                headers.insert(header::HOST, host.clone());
+            }
+            // The client sets Host from the URI.
+            Transport::Tls(_) => {
+                parts.uri = self.absolute_uri(path_and_query)?;
+                headers.remove(header::HOST);
+            }
+        }
         if let Some(connection) = connection {
             append_forwarded_for(headers, connection.remote_addr.ip());
             let proto = if connection.tls { "https" } else { "http" };
@@ -124,22 +208,26 @@ impl UpstreamProxy {
         Ok(http::Request::from_parts(parts, body))
     }
 
-    /// The upstream's base URL joined with the request's path and query.
-    fn target_uri(&self, incoming: &Uri) -> Result<Uri, GatewayError> {
+    /// The upstream's base path joined with the request's path and query.
+    fn target_path(&self, incoming: &Uri) -> Result<PathAndQuery, GatewayError> {
         let base_path = self.base.path().trim_end_matches('/');
-        let path_and_query = match incoming.path_and_query() {
+        match incoming.path_and_query() {
             // The common case, an upstream URL without a path: the request's
             // own path and query, shared, not re-parsed.
-            Some(path_and_query) if base_path.is_empty() => path_and_query.clone(),
+            Some(path_and_query) if base_path.is_empty() => Ok(path_and_query.clone()),
             incoming_path => {
                 let incoming_path = incoming_path.map_or("/", PathAndQuery::as_str);
                 format!("{base_path}{incoming_path}").parse().map_err(|_| {
                     GatewayError::BadRequest {
                         message: format!("the request path {incoming_path:?} cannot be forwarded"),
                     }
-                })?
+                })
             }
-        };
+        }
+    }
+
+    /// The upstream's URL with `path_and_query` in place of its path.
+    fn absolute_uri(&self, path_and_query: PathAndQuery) -> Result<Uri, GatewayError> {
         let mut parts = self.base.clone().into_parts();
         parts.path_and_query = Some(path_and_query);
         parts.scheme = parts.scheme.or(Some(Scheme::HTTP));
@@ -147,11 +235,7 @@ impl UpstreamProxy {
             .map_err(|error| GatewayError::internal(format!("bad upstream URL: {error}")))
     }
 
-    fn classify(
-        &self,
-        error: &hyper_util::client::legacy::Error,
-        body_limit: Option<MaxRequestBody>,
-    ) -> GatewayError {
+    fn classify(&self, error: &ExchangeError, body_limit: Option<MaxRequestBody>) -> GatewayError {
         if let Some(MaxRequestBody(limit)) = body_limit.filter(|_| is_body_limit_error(error)) {
             return GatewayError::RequestEntityTooLarge { limit };
         }
@@ -162,14 +246,13 @@ impl UpstreamProxy {
             };
         }
         tracing::warn!(upstream = %self.base, error = %error_chain(error), "upstream request failed");
-        if error.is_connect() {
-            GatewayError::ServiceUnavailable {
+        match error {
+            ExchangeError::Connect(_) => GatewayError::ServiceUnavailable {
                 message: "the upstream of this route is unavailable".to_owned(),
-            }
-        } else {
-            GatewayError::BadGateway {
+            },
+            ExchangeError::Exchange(_) => GatewayError::BadGateway {
                 message: "the upstream's response could not be read".to_owned(),
-            }
+            },
         }
     }
 }
@@ -210,39 +293,45 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
-/// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1).
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-];
+/// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1),
+/// and `Upgrade`, which is not proxied. Names are lower-case in a `HeaderMap`,
+/// and a match on the string is the cheapest test of every name of every
+/// message.
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
+}
 
 fn remove_hop_by_hop(headers: &mut HeaderMap) {
-    // Most messages carry none: one pass over the names instead of a lookup
-    // per hop-by-hop name.
-    let any = headers
-        .keys()
-        .any(|name| HOP_BY_HOP.contains(name) || name == header::UPGRADE);
-    if !any {
+    if !headers.keys().any(is_hop_by_hop) {
         return;
     }
     // Headers the Connection header names are hop-by-hop too.
-    let named: Vec<HeaderName> = headers
+    let named = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok());
+    let doomed: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| is_hop_by_hop(name))
+        .cloned()
+        .chain(named)
         .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+    for name in doomed {
         headers.remove(name);
     }
-    headers.remove(header::UPGRADE);
 }
 
 fn append_forwarded_for(headers: &mut HeaderMap, client: std::net::IpAddr) {

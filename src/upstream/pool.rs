@@ -1,0 +1,198 @@
+//! The keep-alive pool behind `http://` upstreams: the last step of the
+//! request flow (director → upstream proxy → this pool → the upstream).
+//!
+//! Idle HTTP/1.1 connections wait on a stack, the most recently used on top:
+//! it is the one least likely to have been closed by the upstream. A
+//! connection goes back on the stack when its response body has been read to
+//! the end; a response dropped half-read takes its connection with it, since
+//! HTTP/1.1 cannot abandon a message part-way. Connections idle longer than
+//! the idle timeout are closed when the pool next sees them.
+//!
+//! `https://` upstreams use hyper-util's pooled client instead, for TLS and
+//! HTTP/2 by ALPN. For plain HTTP/1.1 that client costs about 10k
+//! instructions per request (its pool is a SipHash-keyed map consulted at
+//! checkout and return, and it spawns a task per response to watch the
+//! connection become idle), a sixth of a proxied request: bench/README.md.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body::{Body as _, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use super::ExchangeError;
+use crate::body::{Body, Request};
+
+/// Idle keep-alive connections to one upstream address.
+pub struct Http1Pool {
+    host: String,
+    port: u16,
+    idle_timeout: Duration,
+    idle: Mutex<VecDeque<IdleConnection>>,
+}
+
+struct IdleConnection {
+    sender: SendRequest<Body>,
+    since: Instant,
+}
+
+impl Http1Pool {
+    /// A pool for `host:port`; `host` is a name, an IPv4 address or an IPv6
+    /// address with or without its brackets.
+    pub fn new(host: &str, port: u16, idle_timeout: Duration) -> Arc<Self> {
+        Arc::new(Http1Pool {
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            port,
+            idle_timeout,
+            idle: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// Sends `request` (origin-form URI, `Host` set) on an idle connection,
+    /// or on a new one when none is idle.
+    pub async fn send(
+        self: &Arc<Self>,
+        mut request: Request,
+    ) -> Result<http::Response<PooledBody>, ExchangeError> {
+        while let Some(mut sender) = self.checkout() {
+            // An idle connection may have been closed by the upstream since
+            // its last response: a request it never started to write is sent
+            // on the next one.
+            if sender.ready().await.is_err() {
+                continue;
+            }
+            match sender.try_send_request(request).await {
+                Ok(response) => return Ok(self.pooled(response, sender)),
+                Err(mut failure) => match failure.take_message() {
+                    Some(unsent) => request = unsent,
+                    None => return Err(ExchangeError::Exchange(failure.into_error().into())),
+                },
+            }
+        }
+        let mut sender = self.connect().await?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|error| ExchangeError::Exchange(error.into()))?;
+        Ok(self.pooled(response, sender))
+    }
+
+    fn checkout(&self) -> Option<SendRequest<Body>> {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        while let Some(connection) = idle.pop_back() {
+            if !connection.sender.is_closed() && connection.since.elapsed() < self.idle_timeout {
+                return Some(connection.sender);
+            }
+        }
+        None
+    }
+
+    fn check_in(&self, sender: SendRequest<Body>) {
+        if sender.is_closed() {
+            return;
+        }
+        let now = Instant::now();
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        // The oldest are at the bottom of the stack.
+        while idle
+            .front()
+            .is_some_and(|oldest| now.duration_since(oldest.since) >= self.idle_timeout)
+        {
+            idle.pop_front();
+        }
+        idle.push_back(IdleConnection { sender, since: now });
+    }
+
+    async fn connect(&self) -> Result<SendRequest<Body>, ExchangeError> {
+        let connect_error = |error: std::io::Error| ExchangeError::Connect(error.into());
+        let stream = TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .map_err(connect_error)?;
+        stream.set_nodelay(true).map_err(connect_error)?;
+        let (sender, connection) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|error| ExchangeError::Connect(error.into()))?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "an upstream connection ended with an error");
+            }
+        });
+        Ok(sender)
+    }
+
+    fn pooled(
+        self: &Arc<Self>,
+        response: http::Response<Incoming>,
+        sender: SendRequest<Body>,
+    ) -> http::Response<PooledBody> {
+        response.map(|body| {
+            let mut pooled = PooledBody {
+                body,
+                connection: Some((sender, Arc::clone(self))),
+            };
+            // Nobody polls a body that is empty from the start (HEAD, 204,
+            // 304, `Content-Length: 0`).
+            pooled.release_if_read();
+            pooled
+        })
+    }
+}
+
+/// An upstream response body that returns its connection to the pool once it
+/// has been read to the end.
+pub struct PooledBody {
+    body: Incoming,
+    connection: Option<(SendRequest<Body>, Arc<Http1Pool>)>,
+}
+
+impl PooledBody {
+    fn release_if_read(&mut self) {
+        if self.body.is_end_stream()
+            && let Some((sender, pool)) = self.connection.take()
+        {
+            pool.check_in(sender);
+        }
+    }
+}
+
+impl http_body::Body for PooledBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
+        match &frame {
+            // A reader stops at `is_end_stream`, without polling for the end.
+            Some(Ok(_)) => self.release_if_read(),
+            None => {
+                if let Some((sender, pool)) = self.connection.take() {
+                    pool.check_in(sender);
+                }
+            }
+            // A broken body closes its connection.
+            Some(Err(_)) => self.connection = None,
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
