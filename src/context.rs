@@ -7,17 +7,38 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+use http::HeaderValue;
 use rustls_pki_types::CertificateDer;
 
 /// The connection a request arrived on.
 #[derive(Debug, Clone)]
 pub struct ConnectionInfo {
     pub remote_addr: SocketAddr,
+    /// The client's IP address as the upstream proxy's `X-Forwarded-For`
+    /// names it, rendered once per connection rather than per request.
+    pub client_ip: HeaderValue,
     /// True when the connection is TLS.
     pub tls: bool,
     /// The client's certificate chain, leaf first, when the listener verified
     /// one (mTLS).
     pub client_chain: Option<Arc<Vec<CertificateDer<'static>>>>,
+}
+
+impl ConnectionInfo {
+    pub fn new(
+        remote_addr: SocketAddr,
+        tls: bool,
+        client_chain: Option<Arc<Vec<CertificateDer<'static>>>>,
+    ) -> Self {
+        let client_ip = HeaderValue::try_from(remote_addr.ip().to_string())
+            .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
+        ConnectionInfo {
+            remote_addr,
+            client_ip,
+            tls,
+            client_chain,
+        }
+    }
 }
 
 /// The request's audit ID, from the client's `Audit-ID` header or generated.

@@ -65,11 +65,11 @@ pub async fn run(chain: &SharedHandler, trial: Trial) -> Result<Report, TrialErr
     }
     let trace = FilterTrace::default();
     request.extensions_mut().insert(trace.clone());
-    request.extensions_mut().insert(ConnectionInfo {
-        remote_addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        tls: false,
-        client_chain: None,
-    });
+    request.extensions_mut().insert(ConnectionInfo::new(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        false,
+        None,
+    ));
     let response = chain.call(request).await;
     let status = response.status().as_u16();
     let routed = response.extensions().get::<RoutedTo>().is_some();

@@ -408,8 +408,12 @@ fn source_ips(request: &Request) -> Vec<String> {
         .filter(|ip| ip.parse::<std::net::IpAddr>().is_ok())
         .map(str::to_owned)
         .collect();
-    if let Some(connection) = request.extensions().get::<ConnectionInfo>() {
-        ips.push(connection.remote_addr.ip().to_string());
+    if let Some(ip) = request
+        .extensions()
+        .get::<ConnectionInfo>()
+        .and_then(|connection| connection.client_ip.to_str().ok())
+    {
+        ips.push(ip.to_owned());
     }
     // Most requests have one source: nothing to de-duplicate.
     if ips.len() > 1 {

@@ -24,6 +24,7 @@ const USER: &str = "impersonate-user";
 const GROUP: &str = "impersonate-group";
 const UID: &str = "impersonate-uid";
 const EXTRA_PREFIX: &str = "impersonate-extra-";
+const IMPERSONATE_PREFIX: &str = "impersonate-";
 
 pub struct Impersonation {
     /// None when authorization allows everything.
@@ -89,6 +90,14 @@ impl Impersonation {
 }
 
 fn requested(headers: &HeaderMap) -> Result<Option<Requested>, GatewayError> {
+    // Most requests carry no Impersonate-* header: one pass over the names
+    // tells, before any lookup by name.
+    if !headers
+        .keys()
+        .any(|name| name.as_str().starts_with(IMPERSONATE_PREFIX))
+    {
+        return Ok(None);
+    }
     let values = |name: &str| -> Vec<String> {
         headers
             .get_all(name)
@@ -198,7 +207,7 @@ fn impersonated_user(requested: Requested) -> UserInfo {
 fn remove_impersonation_headers(headers: &mut HeaderMap) {
     let names: Vec<_> = headers
         .keys()
-        .filter(|name| name.as_str().starts_with("impersonate-"))
+        .filter(|name| name.as_str().starts_with(IMPERSONATE_PREFIX))
         .cloned()
         .collect();
     for name in names {

@@ -72,14 +72,7 @@ impl Listener {
                 match tls {
                     None => {
                         connection
-                            .serve(
-                                stream,
-                                ConnectionInfo {
-                                    remote_addr,
-                                    tls: false,
-                                    client_chain: None,
-                                },
-                            )
+                            .serve(stream, ConnectionInfo::new(remote_addr, false, None))
                             .await
                     }
                     Some(acceptor) => {
@@ -98,11 +91,7 @@ impl Listener {
                                 connection
                                     .serve(
                                         stream,
-                                        ConnectionInfo {
-                                            remote_addr,
-                                            tls: true,
-                                            client_chain,
-                                        },
+                                        ConnectionInfo::new(remote_addr, true, client_chain),
                                     )
                                     .await;
                             }

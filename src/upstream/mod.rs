@@ -195,7 +195,7 @@ impl UpstreamProxy {
             }
         }
         if let Some(connection) = connection {
-            append_forwarded_for(headers, connection.remote_addr.ip());
+            append_forwarded_for(headers, &connection.client_ip);
             let proto = if connection.tls { "https" } else { "http" };
             headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
         }
@@ -334,16 +334,20 @@ fn remove_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-fn append_forwarded_for(headers: &mut HeaderMap, client: std::net::IpAddr) {
-    let client = client.to_string();
+fn append_forwarded_for(headers: &mut HeaderMap, client: &HeaderValue) {
     // Every X-Forwarded-For line the client sent, in order, then the client.
-    let mut hops: Vec<&str> = headers
+    let mut hops: Vec<&[u8]> = headers
         .get_all(&X_FORWARDED_FOR)
         .iter()
-        .filter_map(|v| v.to_str().ok())
+        .map(HeaderValue::as_bytes)
         .collect();
-    hops.push(&client);
-    if let Ok(value) = HeaderValue::try_from(hops.join(", ")) {
+    let value = if hops.is_empty() {
+        Ok(client.clone())
+    } else {
+        hops.push(client.as_bytes());
+        HeaderValue::from_bytes(&hops.join(&b", "[..]))
+    };
+    if let Ok(value) = value {
         headers.insert(X_FORWARDED_FOR, value);
     }
 }
