@@ -247,10 +247,14 @@ fn review(parts: &http::request::Parts, operation: Operation, body: &[u8]) -> Ad
             .map(|id| id.0.clone())
             .unwrap_or_default(),
         operation,
-        request: convert::request_info(
-            &extensions.get::<RequestInfo>().cloned().unwrap_or_default(),
+        request: extensions.get::<RequestInfo>().map_or_else(
+            || convert::request_info(&RequestInfo::default()),
+            convert::request_info,
         ),
-        user: convert::user_to_wit(&extensions.get::<UserInfo>().cloned().unwrap_or_default()),
+        user: extensions.get::<UserInfo>().map_or_else(
+            || convert::user_to_wit(&UserInfo::default()),
+            convert::user_to_wit,
+        ),
         object: (!body.is_empty()).then(|| String::from_utf8_lossy(body).into_owned()),
         content_type: parts
             .headers

@@ -363,7 +363,10 @@ fn base_event(request: &Request, level: AuditLevel) -> Event {
             .path_and_query()
             .map(|pq| pq.as_str().to_owned())
             .unwrap_or_default(),
-        user: convert::user_to_wit(&extensions.get::<UserInfo>().cloned().unwrap_or_default()),
+        user: extensions.get::<UserInfo>().map_or_else(
+            || convert::user_to_wit(&UserInfo::default()),
+            convert::user_to_wit,
+        ),
         impersonated_user: None,
         source_ips: source_ips(request),
         user_agent: request
