@@ -94,13 +94,15 @@ impl UpstreamProxy {
 
 fn plain_transport(authority: &Authority) -> Option<Transport> {
     let host = authority.host();
-    // Host names the upstream as the URL does, without any user info.
-    let host_header = match authority.port() {
-        Some(port) => HeaderValue::try_from(format!("{host}:{port}")),
-        None => HeaderValue::try_from(host),
+    let port = authority.port_u16();
+    // Host names the upstream as hyper's client would: no user info, no
+    // default port.
+    let host_header = match port {
+        Some(port) if port != 80 => HeaderValue::try_from(format!("{host}:{port}")),
+        _ => HeaderValue::try_from(host),
     };
     Some(Transport::Plain {
-        pool: Http1Pool::new(host, authority.port_u16().unwrap_or(80), IDLE_TIMEOUT),
+        pool: Http1Pool::new(host, port.unwrap_or(80), IDLE_TIMEOUT),
         host: host_header.ok()?,
     })
 }

@@ -6,7 +6,8 @@
 //! connection goes back on the stack when its response body has been read to
 //! the end; a response dropped half-read takes its connection with it, since
 //! HTTP/1.1 cannot abandon a message part-way. Connections idle longer than
-//! the idle timeout are closed when the pool next sees them.
+//! the idle timeout are closed when the pool next sees them, and at most
+//! [`MAX_IDLE_CONNECTIONS`] wait: after a burst, the surplus is closed.
 //!
 //! `https://` upstreams use hyper-util's pooled client instead, for TLS and
 //! HTTP/2 by ALPN. For plain HTTP/1.1 that client costs about 10k
@@ -29,6 +30,10 @@ use tokio::net::TcpStream;
 
 use super::ExchangeError;
 use crate::body::{Body, Request};
+
+/// The most idle connections kept per upstream, enough for the concurrency
+/// a gateway worker sustains against one upstream.
+const MAX_IDLE_CONNECTIONS: usize = 1024;
 
 /// Idle keep-alive connections to one upstream address.
 pub struct Http1Pool {
@@ -110,7 +115,9 @@ impl Http1Pool {
         {
             idle.pop_front();
         }
-        idle.push_back(IdleConnection { sender, since: now });
+        if idle.len() < MAX_IDLE_CONNECTIONS {
+            idle.push_back(IdleConnection { sender, since: now });
+        }
     }
 
     async fn connect(&self) -> Result<SendRequest<Body>, ExchangeError> {
