@@ -2,7 +2,8 @@
 //! Python and JavaScript ones), in each isolation mode, through the real host
 //! (`LoadedFilter`), against a baseline measured in the same run: the native
 //! floor (building the same input records and awaiting an empty future), so
-//! the ratios show what a Wasm call adds.
+//! the ratios show what a Wasm call adds. `fault-authn`, which only looks
+//! for one header, measures the host's own share of a call.
 //!
 //!     cargo bench --bench filters
 //!
@@ -13,7 +14,9 @@ use std::time::Duration;
 
 use criterion::Criterion;
 use wasmgate::config::Name;
-use wasmgate::config::stages::{FailurePolicy, FilterMatch, FilterSpec, Isolation, Mode, Sink};
+use wasmgate::config::stages::{
+    FailurePolicy, FilterMatch, FilterSpec, Isolation, Mode, RequestHeaders, Sink,
+};
 use wasmgate::context::UserInfo;
 use wasmgate::request_info::RequestInfo;
 use wasmgate::wasm::bindings::types;
@@ -40,6 +43,13 @@ fn main() {
     });
     for isolation in [Isolation::PerRequest, Isolation::Pooled] {
         let mode = mode_name(isolation);
+        // A filter that does next to nothing (it looks for one header and
+        // has no opinion): what remains is the host's own cost of a call.
+        let idle = load(spec("fault-authn", isolation, "{}"));
+        group.bench_function(format!("fault-authn/{mode}"), |b| {
+            b.to_async(&runtime)
+                .iter(|| idle.authenticate(&inputs.view))
+        });
         let token = load(spec(
             "token-authn",
             isolation,
@@ -141,6 +151,7 @@ fn spec(name: &str, isolation: Isolation, config_json: &str) -> FilterSpec {
         matcher: FilterMatch::default(),
         config_json: config_json.to_owned(),
         sink: None,
+        headers: RequestHeaders::All,
         wasi: Default::default(),
     }
 }
@@ -177,7 +188,7 @@ impl Inputs {
         let (parts, ()) = request.into_parts();
         let object = r#"{"apiVersion":"demo.example.io/v1","kind":"Widget","metadata":{"name":"w"},"spec":{"replicas":3}}"#;
         Inputs {
-            view: convert::request_view(&parts),
+            view: convert::request_view(&parts, &RequestHeaders::All),
             attributes: Attributes {
                 user: convert::user_to_wit(&user),
                 request: convert::request_info(&info),
@@ -238,6 +249,7 @@ fn print_ratios() {
         "filter", "per-request", "x floor", "pooled", "x floor", "fresh/pooled"
     );
     for filter in [
+        "fault-authn",
         "token-authn",
         "rbac-authz",
         "label-defaults",

@@ -148,6 +148,69 @@ async fn authenticators_are_a_union_tried_in_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authenticator_sees_only_the_headers_its_manifest_lists() {
+    let upstream = Upstream::start().await;
+    // The same filter twice: one told of `x-fault` only, one of everything
+    // but it.
+    let blind = filter(
+        "authentication.filters",
+        "blind",
+        "fault-authn",
+        Some(json!({"user": "blind-user"})),
+        "headers = [\"authorization\"]\n",
+    );
+    let seeing = filter(
+        "authentication.filters",
+        "seeing",
+        "fault-authn",
+        Some(json!({"user": "seeing-user"})),
+        "headers = [\"X-Fault\"]\n",
+    );
+    let gateway = gateway(&[&blind, &seeing, &rbac(), &routes(&upstream.url())]).await;
+    let client = http_client();
+    // The first never sees the `x-fault` header, so has no opinion; the
+    // second does, and answers.
+    let who = whoami(with_headers(
+        client.get(gateway.url(WHOAMI)),
+        &[("x-fault", "authenticated")],
+    ))
+    .await;
+    assert_eq!(who, "seeing-user");
+}
+
+#[test]
+fn listed_headers_are_checked() {
+    let text = plaintext(&format!(
+        "{}{}{}",
+        filter(
+            "authentication.filters",
+            "listing",
+            "fault-authn",
+            None,
+            "headers = [\"authorization\", \"Authorization\", \"bad header\"]\n",
+        ),
+        filter(
+            "authorization.filters",
+            "rbac",
+            "rbac-authz",
+            None,
+            "headers = [\"authorization\"]\n",
+        ),
+        routes("http://127.0.0.1:9"),
+    ));
+    let error = wasmgate::config::parse(Path::new("gw.toml"), &text)
+        .expect_err("refused")
+        .to_string();
+    for expected in [
+        "authentication.filters[0].headers: \"Authorization\" is listed twice",
+        "authentication.filters[0].headers: \"bad header\" is not a header name",
+        "authorization.filters[0].headers: only authentication filters see request headers",
+    ] {
+        assert!(error.contains(expected), "{expected:?} not in:\n{error}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unrecognised_requests_are_anonymous_when_allowed() {
     let upstream = Upstream::start().await;
     let gateway = gateway(&[

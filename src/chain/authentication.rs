@@ -17,10 +17,12 @@ use http::header::AUTHORIZATION;
 
 use super::stage::{self, Failure, FilterTrace};
 use crate::body::{Request, Response};
+use crate::config::stages::RequestHeaders;
 use crate::context::UserInfo;
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
+use crate::wasm::bindings::types::RequestView;
 use crate::wasm::filter::{Authenticator, AuthnResult};
 use crate::wasm::{LoadedFilter, Outcome, convert};
 
@@ -50,16 +52,24 @@ impl Authentication {
             return Identified::Failed(GatewayError::internal("request info missing"));
         };
         let trace = request.extensions.get::<FilterTrace>();
-        let mut view = None;
+        // Authenticators that see the same headers share one view.
+        let mut views: Vec<(&RequestHeaders, RequestView)> = Vec::new();
         let mut rejected = has_bearer_token(&request.headers);
         for filter in &self.filters {
             if !stage::selects(&filter.spec.matcher, info) {
                 stage::skipped(STAGE, &filter.spec, trace);
                 continue;
             }
-            let view = view.get_or_insert_with(|| convert::request_view(request));
+            let selected = &filter.spec.headers;
+            let index = match views.iter().position(|(headers, _)| *headers == selected) {
+                Some(index) => index,
+                None => {
+                    views.push((selected, convert::request_view(request, selected)));
+                    views.len() - 1
+                }
+            };
             let started = Instant::now();
-            let outcome = filter.authenticate(view).await;
+            let outcome = filter.authenticate(&views[index].1).await;
             stage::observe(
                 STAGE,
                 &filter.spec,

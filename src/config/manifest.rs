@@ -109,6 +109,8 @@ pub struct Filter {
     pub matcher: Option<FilterMatch>,
     /// Audit filters only: `"stdout"` or a file path.
     pub sink: Option<Spanned<String>>,
+    /// Authentication filters only: the request headers the filter sees.
+    pub headers: Option<Spanned<Vec<String>>>,
     /// What of WASI the filter may use; nothing when absent.
     pub wasi: Option<Spanned<WasiGrant>>,
     pub config: Option<toml::Table>,

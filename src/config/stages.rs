@@ -129,8 +129,31 @@ pub struct FilterSpec {
     pub config_json: String,
     /// Audit filters only: where `sink.write` goes.
     pub sink: Option<Sink>,
+    /// Authentication filters only: which request headers reach the filter.
+    pub headers: RequestHeaders,
     /// What of WASI the filter may use (nothing unless the manifest grants it).
     pub wasi: WasiGrants,
+}
+
+/// Which request headers an authenticator's `request-view` carries. Every
+/// header is a string copied into the guest, so naming the few a filter
+/// reads (`Authorization`, say) makes each call cheaper.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum RequestHeaders {
+    /// Every header of the request.
+    #[default]
+    All,
+    /// Only these, in the order the request carries them.
+    Only(Vec<http::HeaderName>),
+}
+
+impl RequestHeaders {
+    pub fn includes(&self, name: &http::HeaderName) -> bool {
+        match self {
+            RequestHeaders::All => true,
+            RequestHeaders::Only(names) => names.contains(name),
+        }
+    }
 }
 
 /// WASI capabilities granted to one filter. Network access is never granted.
@@ -454,6 +477,7 @@ impl Completer<'_> {
             }
             (None, _) => None,
         };
+        let headers = self.request_headers(filter, key, stage);
         let sha256 = filter.sha256.as_ref().and_then(|digest| {
             let parsed = hex::decode(digest.get_ref().trim_start_matches("sha256:"))
                 .ok()
@@ -523,8 +547,38 @@ impl Completer<'_> {
             matcher,
             config_json,
             sink,
+            headers,
             wasi,
         })
+    }
+
+    fn request_headers(
+        &mut self,
+        filter: &m::Filter,
+        key: &str,
+        stage: StageKind,
+    ) -> RequestHeaders {
+        let Some(given) = &filter.headers else {
+            return RequestHeaders::All;
+        };
+        let key = format!("{key}.headers");
+        if stage != StageKind::Authentication {
+            self.at(
+                given,
+                &key,
+                "only authentication filters see request headers",
+            );
+            return RequestHeaders::All;
+        }
+        let mut names = Vec::new();
+        for name in given.get_ref() {
+            match http::HeaderName::from_bytes(name.as_bytes()) {
+                Ok(parsed) if !names.contains(&parsed) => names.push(parsed),
+                Ok(_) => self.at(given, &key, format!("{name:?} is listed twice")),
+                Err(_) => self.at(given, &key, format!("{name:?} is not a header name")),
+            }
+        }
+        RequestHeaders::Only(names)
     }
 
     fn wasi_grants(&mut self, grant: &Spanned<m::WasiGrant>, key: &str) -> WasiGrants {

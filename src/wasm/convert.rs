@@ -3,11 +3,13 @@
 //! Conversions only; no decisions are made here.
 
 use super::bindings::types;
+use crate::config::stages::RequestHeaders;
 use crate::context::{ConnectionInfo, UserInfo};
 use crate::request_info::RequestInfo;
 
-/// What an authenticator sees of the request.
-pub fn request_view(parts: &http::request::Parts) -> types::RequestView {
+/// What an authenticator sees of the request: every header, or those the
+/// manifest lists for it.
+pub fn request_view(parts: &http::request::Parts, selected: &RequestHeaders) -> types::RequestView {
     let connection = parts.extensions.get::<ConnectionInfo>();
     types::RequestView {
         method: parts.method.as_str().to_owned(),
@@ -16,6 +18,7 @@ pub fn request_view(parts: &http::request::Parts) -> types::RequestView {
         headers: parts
             .headers
             .iter()
+            .filter(|(name, _)| selected.includes(name))
             .map(|(name, value)| types::Header {
                 name: name.as_str().to_owned(),
                 value: String::from_utf8_lossy(value.as_bytes()).into_owned(),
