@@ -365,7 +365,8 @@ async fn a_malformed_request_body_is_the_clients_fault() {
 /// `/length` has a `Content-Length` body, `/chunked` a chunked one, `/empty`
 /// is a 204; `/close-after` answers like `/length`, then closes the
 /// connection as an upstream's idle timeout would, without warning;
-/// `/stall` sends the head and half of its body, then nothing.
+/// `/stall` sends the head and half of its body, then nothing; `/early`
+/// answers at once without reading the request's body, then waits.
 struct ScriptedUpstream {
     addr: std::net::SocketAddr,
     connections: Arc<AtomicUsize>,
@@ -420,6 +421,7 @@ impl ScriptedUpstream {
                 }
                 "/empty" => b"HTTP/1.1 204 No Content\r\n\r\n",
                 "/stall" => b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello",
+                "/early" => b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly",
                 _ => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
             };
             // A HEAD's answer is the head alone.
@@ -437,7 +439,7 @@ impl ScriptedUpstream {
             }
             match path {
                 "/close-after" => return,
-                "/stall" => std::future::pending::<()>().await,
+                "/stall" | "/early" => std::future::pending::<()>().await,
                 _ => {}
             }
         }
@@ -520,4 +522,30 @@ async fn a_response_abandoned_half_read_takes_its_connection_with_it() {
     let answer = get(&http_client(), &gateway.url("/length")).await;
     assert_eq!((answer.status, answer.body.as_str()), (200, "hello"));
     assert_eq!(upstream.connections(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_request_waits_behind_an_upload_the_upstream_answered_early() {
+    let upstream = ScriptedUpstream::start().await;
+    let gateway = TestGateway::start(&scripted_manifest(&upstream)).await;
+    // A client that starts a chunked upload and never finishes it; the
+    // upstream answers it without reading the body.
+    let mut uploader = bounded("a connection", tokio::net::TcpStream::connect(gateway.addr))
+        .await
+        .expect("connect");
+    uploader
+        .write_all(
+            b"POST /early HTTP/1.1\r\nHost: gateway\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+        )
+        .await
+        .expect("write");
+    let (head, body) = read_one_response(&mut uploader).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, "early");
+    // That connection to the upstream is still sending the upload: the next
+    // request goes on another one rather than wait for it.
+    let answer = get(&http_client(), &gateway.url("/length")).await;
+    assert_eq!((answer.status, answer.body.as_str()), (200, "hello"));
+    assert_eq!(upstream.connections(), 2);
+    drop(uploader);
 }

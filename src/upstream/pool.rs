@@ -102,6 +102,24 @@ impl Http1Pool {
         None
     }
 
+    /// Takes back a connection whose response has been read. One that is
+    /// still sending its request body (the upstream answered before reading
+    /// it all) is not ready for another request: it waits aside until it is,
+    /// so that no request queues behind a slow upload.
+    fn release(self: &Arc<Self>, mut sender: SendRequest<Body>) {
+        if sender.is_ready() {
+            self.check_in(sender);
+            return;
+        }
+        let pool = Arc::clone(self);
+        tokio::spawn(async move {
+            let ready = tokio::time::timeout(pool.idle_timeout, sender.ready()).await;
+            if let Ok(Ok(())) = ready {
+                pool.check_in(sender);
+            }
+        });
+    }
+
     fn check_in(&self, sender: SendRequest<Body>) {
         if sender.is_closed() {
             return;
@@ -167,7 +185,7 @@ impl PooledBody {
         if self.body.is_end_stream()
             && let Some((sender, pool)) = self.connection.take()
         {
-            pool.check_in(sender);
+            pool.release(sender);
         }
     }
 }
@@ -186,7 +204,7 @@ impl http_body::Body for PooledBody {
             Some(Ok(_)) => self.release_if_read(),
             None => {
                 if let Some((sender, pool)) = self.connection.take() {
-                    pool.check_in(sender);
+                    pool.release(sender);
                 }
             }
             // A broken body closes its connection.
