@@ -165,6 +165,25 @@ async fn a_memory_hungry_filter_is_capped_and_rss_stays_bounded() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_instance_that_keeps_growing_is_retired_before_its_cap() {
+    let upstream = Upstream::start().await;
+    let gateway = fault_gateway(&upstream, "memory = \"8MiB\"\nisolation = \"pooled\"\n").await;
+    let client = http_client();
+    // Each call leaks 1 MiB and the calls come one at a time, so one pooled
+    // instance serves them: it would reach its 8 MiB cap, and trap, within
+    // eight calls. Retired once past 6 MiB, it never does.
+    for call in 1..=24 {
+        let answer = send(
+            client
+                .get(gateway.url("/fault/leak-1024"))
+                .bearer_auth("alice-token"),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "call {call}: {}", answer.body);
+    }
+}
+
 async fn gateway_alloc(client: &reqwest::Client, gateway: &TestGateway) {
     let answer = send(
         client

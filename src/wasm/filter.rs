@@ -277,7 +277,7 @@ impl<K: Kind> LoadedFilter<K> {
             &self.engine,
             FilterState::new(self.identity.clone(), self.spec.memory)?,
         );
-        store.limiter(|state| &mut state.limits);
+        store.limiter(|state| &mut state.memory);
         store.epoch_deadline_callback(|context| {
             if Instant::now() >= context.data().deadline {
                 Err(wasmtime::Error::new(DeadlineExceeded))
@@ -295,6 +295,15 @@ impl<K: Kind> LoadedFilter<K> {
 
     fn checkin(&self, instance: Instance<K>) {
         if self.spec.isolation != Isolation::Pooled {
+            return;
+        }
+        let memory = &instance.store.data().memory;
+        if memory.nearly_spent() {
+            tracing::info!(
+                filter = self.name(),
+                bytes = memory.largest(),
+                "a pooled instance grew past three quarters of its memory cap: retired rather than reused"
+            );
             return;
         }
         if let Ok(mut idle) = self.idle.lock()

@@ -88,6 +88,82 @@ fn poisoned() -> std::io::Error {
     std::io::Error::other("the sink's lock is poisoned")
 }
 
+/// A store's memory cap (the manifest's `memory`), and how far its
+/// linear memories have grown towards it.
+pub struct MemoryBudget {
+    limits: StoreLimits,
+    cap: usize,
+    /// The size of the store's largest linear memory.
+    largest: usize,
+}
+
+impl MemoryBudget {
+    fn new(cap: usize) -> Self {
+        MemoryBudget {
+            limits: wasmtime::StoreLimitsBuilder::new().memory_size(cap).build(),
+            cap,
+            largest: 0,
+        }
+    }
+
+    /// True once a memory has grown past three quarters of the cap. An
+    /// instance that keeps growing (a guest heap that fragments, a leak)
+    /// would otherwise reach the cap mid-call and trap; a pooled one this
+    /// full is retired instead of reused.
+    pub fn nearly_spent(&self) -> bool {
+        self.largest > self.cap / 4 * 3
+    }
+
+    /// The size of the store's largest linear memory, in bytes.
+    pub fn largest(&self) -> usize {
+        self.largest
+    }
+}
+
+impl wasmtime::ResourceLimiter for MemoryBudget {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let allowed = self.limits.memory_growing(current, desired, maximum)?;
+        if allowed {
+            self.largest = self.largest.max(desired);
+        }
+        Ok(allowed)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.limits.table_growing(current, desired, maximum)
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.limits.memory_grow_failed(error)
+    }
+
+    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.limits.table_grow_failed(error)
+    }
+
+    fn instances(&self) -> usize {
+        self.limits.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.limits.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.limits.memories()
+    }
+}
+
 /// The data of one filter store.
 pub struct FilterState {
     /// Built on the first WASI call: a component that imports no WASI (the
@@ -96,7 +172,7 @@ pub struct FilterState {
     /// instantiation rather than a call.
     wasi: Option<WasiCtx>,
     table: ResourceTable,
-    pub limits: StoreLimits,
+    pub memory: MemoryBudget,
     pub identity: Arc<FilterIdentity>,
     /// When the current call must be finished by; checked at every epoch tick.
     pub deadline: Instant,
@@ -105,9 +181,7 @@ pub struct FilterState {
 impl FilterState {
     /// A store's state; fails only when a granted folder cannot be opened.
     pub fn new(identity: Arc<FilterIdentity>, memory: u64) -> wasmtime::Result<Self> {
-        let limits = wasmtime::StoreLimitsBuilder::new()
-            .memory_size(usize::try_from(memory).unwrap_or(usize::MAX))
-            .build();
+        let memory = MemoryBudget::new(usize::try_from(memory).unwrap_or(usize::MAX));
         let wasi = if identity.wasi.dirs.is_empty() {
             None
         } else {
@@ -116,7 +190,7 @@ impl FilterState {
         Ok(FilterState {
             wasi,
             table: ResourceTable::new(),
-            limits,
+            memory,
             identity,
             deadline: Instant::now(),
         })

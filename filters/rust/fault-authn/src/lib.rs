@@ -85,8 +85,8 @@ impl Guest for Filter {
             Fault::Trap => faults::trap(NAME),
             Fault::Loop => faults::spin_forever(),
             Fault::Alloc => faults::exhaust_memory(),
-            Fault::Slow(millis) => {
-                faults::busy_wait(millis);
+            Fault::Burden(burden) => {
+                faults::bear(burden);
                 answer(config, "authenticated")
             }
         }

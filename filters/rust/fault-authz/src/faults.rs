@@ -23,8 +23,18 @@ pub enum Fault<'a> {
     Loop,
     /// `alloc`: allocate and touch memory until allocation fails.
     Alloc,
-    /// `slow-<ms>`: busy-wait that long on the monotonic clock, then answer.
+    /// Do something costly, then answer as if asked to allow.
+    Burden(Burden),
+}
+
+/// What a `Fault::Burden` costs the filter before it answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Burden {
+    /// `slow-<ms>`: busy-wait that long on the monotonic clock.
     Slow(u64),
+    /// `leak-<kib>`: allocate that many KiB, touch them, and never free
+    /// them: a pooled instance's memory grows with every such call.
+    Leak(usize),
 }
 
 pub fn parse(word: &str) -> Fault<'_> {
@@ -33,10 +43,16 @@ pub fn parse(word: &str) -> Fault<'_> {
         "trap" => Fault::Trap,
         "loop" => Fault::Loop,
         "alloc" => Fault::Alloc,
-        _ => match word.strip_prefix("slow-").and_then(|ms| ms.parse().ok()) {
-            Some(ms) => Fault::Slow(ms),
-            None => Fault::Answer(word),
-        },
+        _ => {
+            let number = |prefix: &str| word.strip_prefix(prefix).and_then(|n| n.parse().ok());
+            if let Some(ms) = number("slow-") {
+                Fault::Burden(Burden::Slow(ms))
+            } else if let Some(kib) = number("leak-") {
+                Fault::Burden(Burden::Leak(usize::try_from(kib).unwrap_or(usize::MAX)))
+            } else {
+                Fault::Answer(word)
+            }
+        }
     }
 }
 
@@ -67,6 +83,24 @@ pub fn exhaust_memory() -> ! {
     }
 }
 
+/// Bears a `Fault::Burden`.
+pub fn bear(burden: Burden) {
+    match burden {
+        Burden::Slow(millis) => busy_wait(millis),
+        Burden::Leak(kib) => leak(kib),
+    }
+}
+
+/// `leak-<kib>`: allocates `kib` KiB, writes one byte per page so the
+/// memory is really used, and forgets it.
+fn leak(kib: usize) {
+    let mut chunk = vec![0u8; kib.saturating_mul(1024)];
+    for byte in chunk.iter_mut().step_by(4096) {
+        *byte = 1;
+    }
+    std::mem::forget(std::hint::black_box(chunk));
+}
+
 /// `slow-<ms>`: busy-waits (no sleeping: the guest stays busy) on the WASI
 /// monotonic clock, which is what `Instant` reads on wasm32-wasip2.
 pub fn busy_wait(millis: u64) {
@@ -86,7 +120,9 @@ mod tests {
         assert_eq!(parse("trap"), Fault::Trap);
         assert_eq!(parse("loop"), Fault::Loop);
         assert_eq!(parse("alloc"), Fault::Alloc);
-        assert_eq!(parse("slow-250"), Fault::Slow(250));
+        assert_eq!(parse("slow-250"), Fault::Burden(Burden::Slow(250)));
+        assert_eq!(parse("leak-64"), Fault::Burden(Burden::Leak(64)));
+        assert_eq!(parse("leak-x"), Fault::Answer("leak-x"));
         assert_eq!(parse("slow-x"), Fault::Answer("slow-x"));
         assert_eq!(parse("allow"), Fault::Answer("allow"));
         assert_eq!(parse(""), Fault::Answer(""));

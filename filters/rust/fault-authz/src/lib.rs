@@ -29,7 +29,10 @@ fn answer(word: &str) -> Decision {
         "deny" => Decision::Deny(format!("{NAME}: deny requested")),
         // What WASI lets the filter see, told back in a denial: the
         // environment variable FAULT_ENV, and the file /data/fault.txt.
-        "env" => Decision::Deny(format!("env: {}", std::env::var("FAULT_ENV").unwrap_or_else(|_| "unset".into()))),
+        "env" => Decision::Deny(format!(
+            "env: {}",
+            std::env::var("FAULT_ENV").unwrap_or_else(|_| "unset".into())
+        )),
         "file" => Decision::Deny(match std::fs::read_to_string("/data/fault.txt") {
             Ok(text) => format!("file: {}", text.trim()),
             Err(error) => format!("file unreadable: {error}"),
@@ -51,8 +54,8 @@ impl Guest for Filter {
             Fault::Trap => faults::trap(NAME),
             Fault::Loop => faults::spin_forever(),
             Fault::Alloc => faults::exhaust_memory(),
-            Fault::Slow(millis) => {
-                faults::busy_wait(millis);
+            Fault::Burden(burden) => {
+                faults::bear(burden);
                 Ok(Decision::Allow)
             }
         }

@@ -60,7 +60,10 @@ impl Guest for Filter {
 /// new instances).
 fn config() -> Result<&'static logic::Config, String> {
     static CONFIG: std::sync::OnceLock<Result<logic::Config, String>> = std::sync::OnceLock::new();
-    CONFIG.get_or_init(|| logic::Config::parse(&host::config())).as_ref().map_err(Clone::clone)
+    CONFIG
+        .get_or_init(|| logic::Config::parse(&host::config()))
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 export!(Filter);
