@@ -8,6 +8,7 @@
 //! never reused: a trap may leave it in any state.
 
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -137,6 +138,8 @@ filter_kind!(
 struct Instance<K: Kind> {
     store: Store<FilterState>,
     exports: K::Exports,
+    /// Calls answered so far.
+    calls: u64,
 }
 
 /// A filter's metric handles, fetched once so a call records without labels.
@@ -181,6 +184,8 @@ pub struct LoadedFilter<K: Kind> {
     engine: wasmtime::Engine,
     pre: K::Pre,
     idle: Mutex<Vec<Instance<K>>>,
+    /// Set once the cap was found too tight to pool this filter at all.
+    warned_memory_tight: AtomicBool,
     kind: PhantomData<K>,
 }
 
@@ -222,6 +227,7 @@ impl<K: Kind> LoadedFilter<K> {
             engine: host.engine.clone(),
             pre,
             idle: Mutex::new(Vec::new()),
+            warned_memory_tight: AtomicBool::new(false),
             kind: PhantomData,
         })
     }
@@ -290,20 +296,41 @@ impl<K: Kind> LoadedFilter<K> {
         store.data_mut().deadline = Instant::now() + self.spec.timeout;
         store.set_epoch_deadline(1);
         let exports = K::instantiate(&self.pre, &mut store).await?;
-        Ok(Instance { store, exports })
+        Ok(Instance {
+            store,
+            exports,
+            calls: 0,
+        })
     }
 
-    fn checkin(&self, instance: Instance<K>) {
+    /// Says why a pooled instance is dropped rather than reused; see
+    /// [`MemoryBudget::nearly_spent`](super::state::MemoryBudget::nearly_spent).
+    fn retire(&self, calls: u64, bytes: usize) {
+        if calls > 1 {
+            tracing::info!(
+                filter = self.name(),
+                calls,
+                bytes,
+                "a pooled instance grew past three quarters of its memory cap: retired rather than reused"
+            );
+        } else if !self.warned_memory_tight.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                filter = self.name(),
+                bytes,
+                cap = self.spec.memory,
+                "the filter's first call filled three quarters of its memory cap, so no instance can be reused: raise `memory` to pool it"
+            );
+        }
+    }
+
+    fn checkin(&self, mut instance: Instance<K>) {
         if self.spec.isolation != Isolation::Pooled {
             return;
         }
+        instance.calls += 1;
         let memory = &instance.store.data().memory;
         if memory.nearly_spent() {
-            tracing::info!(
-                filter = self.name(),
-                bytes = memory.largest(),
-                "a pooled instance grew past three quarters of its memory cap: retired rather than reused"
-            );
+            self.retire(instance.calls, memory.largest());
             return;
         }
         if let Ok(mut idle) = self.idle.lock()
