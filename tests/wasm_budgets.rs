@@ -184,6 +184,45 @@ async fn a_pooled_instance_that_keeps_growing_is_retired_before_its_cap() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_cap_too_tight_to_pool_is_warned_about_once() {
+    let upstream = Upstream::start().await;
+    // The filter starts at 1.06 MiB; one 512 KiB leak takes it past three
+    // quarters of a 2 MiB cap on every instance's first call.
+    let faults = filter(
+        "authorization.filters",
+        "faults",
+        "fault-authz",
+        None,
+        "match = { path_prefixes = [\"/fault/\"] }\nisolation = \"pooled\"\nmemory = \"2MiB\"\n",
+    );
+    let dir = new_dir();
+    let manifest = dir.path().join("gw.toml");
+    std::fs::write(
+        &manifest,
+        plaintext(&[tokens(), faults, rbac(), routes(&upstream.url())].concat()),
+    )
+    .expect("write the manifest");
+    let gateway = GatewayProcess::spawn(&manifest);
+    let client = http_client();
+    for call in 1..=3 {
+        let answer = send(
+            client
+                .get(gateway.url("/fault/leak-512"))
+                .bearer_auth("alice-token"),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "call {call}: {}", answer.body);
+    }
+    const WARNING: &str = "no instance can be reused: raise `memory` to pool it";
+    eventually("the warning in the log", || async {
+        gateway.log_text().contains(WARNING).then_some(())
+    })
+    .await;
+    let log = gateway.log_text();
+    assert_eq!(log.matches(WARNING).count(), 1, "{log}");
+}
+
 async fn gateway_alloc(client: &reqwest::Client, gateway: &TestGateway) {
     let answer = send(
         client
