@@ -67,6 +67,12 @@ pub fn observe<T>(
     let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
     let detail = match outcome {
         Outcome::Answer(value) => {
+            // An answer is described only for someone to read it: the debug
+            // log or a trace (`wasmgate try`). Formatting it costs more than
+            // the rest of this function.
+            if trace.is_none() && !tracing::enabled!(tracing::Level::DEBUG) {
+                return;
+            }
             let detail = answer(value);
             tracing::debug!(stage, filter, micros, answer = %detail, "filter answered");
             detail
