@@ -17,6 +17,9 @@ pub struct ConnectionInfo {
     /// The client's IP address as the upstream proxy's `X-Forwarded-For`
     /// names it, rendered once per connection rather than per request.
     pub client_ip: HeaderValue,
+    /// `ip:port`, as an authenticator's `request-view` gives it; rendered
+    /// once per connection too.
+    pub remote_text: String,
     /// True when the connection is TLS.
     pub tls: bool,
     /// The client's certificate chain, leaf first, when the listener verified
@@ -35,6 +38,7 @@ impl ConnectionInfo {
         ConnectionInfo {
             remote_addr,
             client_ip,
+            remote_text: remote_addr.to_string(),
             tls,
             client_chain,
         }

@@ -25,7 +25,7 @@ pub fn request_view(parts: &http::request::Parts, selected: &RequestHeaders) -> 
             })
             .collect(),
         remote_addr: connection
-            .map(|c| c.remote_addr.to_string())
+            .map(|c| c.remote_text.clone())
             .unwrap_or_default(),
         client_certificate: connection.and_then(client_certificate),
     }
