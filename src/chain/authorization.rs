@@ -105,15 +105,15 @@ impl Handler for Authorization {
         Box::pin(async move {
             let extensions = request.extensions();
             let (Some(user), Some(info)) = (
-                extensions.get::<UserInfo>().cloned(),
-                extensions.get::<RequestInfo>().cloned(),
+                extensions.get::<UserInfo>(),
+                extensions.get::<RequestInfo>(),
             ) else {
                 return GatewayError::internal("the request reached authorization without a user")
                     .into_response();
             };
             let trace = extensions.get::<FilterTrace>().cloned();
             let audit = extensions.get::<AuditContext>().cloned();
-            let verdict = self.authorizers.decide(&user, &info, trace.as_ref()).await;
+            let verdict = self.authorizers.decide(user, info, trace.as_ref()).await;
             match verdict {
                 Verdict::Allow => {
                     if let Some(audit) = &audit {
@@ -126,7 +126,7 @@ impl Handler for Authorization {
                         audit.annotate("authorization.k8s.io/decision", "forbid");
                         audit.annotate("authorization.k8s.io/reason", &reason);
                     }
-                    forbidden(&user, &info, &reason).into_response()
+                    forbidden(user, info, &reason).into_response()
                 }
                 Verdict::Failed(error) => error.into_response(),
             }
