@@ -67,7 +67,8 @@ enum Transport {
     /// `http://`: wasmgate's own HTTP/1.1 keep-alive pool.
     Plain {
         pool: Arc<Http1Pool>,
-        /// The `Host` header sent upstream: the URL's authority.
+        /// The `Host` header sent upstream: the URL's host, and its port
+        /// unless that is 80.
         host: HeaderValue,
     },
     /// `https://`: hyper-util's pooled client, TLS with HTTP/2 by ALPN.
