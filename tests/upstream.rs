@@ -505,13 +505,11 @@ async fn a_connection_the_upstream_closed_while_idle_is_not_reused() {
 async fn a_response_abandoned_half_read_takes_its_connection_with_it() {
     let upstream = ScriptedUpstream::start().await;
     let gateway = TestGateway::start(&scripted_manifest(&upstream)).await;
-    let mut client = bounded("a connection", tokio::net::TcpStream::connect(gateway.addr))
-        .await
-        .expect("connect");
-    client
-        .write_all(b"GET /stall HTTP/1.1\r\nHost: gateway\r\n\r\n")
-        .await
-        .expect("write");
+    let mut client = raw_request(
+        gateway.addr,
+        b"GET /stall HTTP/1.1\r\nHost: gateway\r\n\r\n",
+    )
+    .await;
     let mut head = [0u8; 64];
     let read = bounded("the stalled response's head", client.read(&mut head))
         .await
@@ -530,15 +528,11 @@ async fn no_request_waits_behind_an_upload_the_upstream_answered_early() {
     let gateway = TestGateway::start(&scripted_manifest(&upstream)).await;
     // A client that starts a chunked upload and never finishes it; the
     // upstream answers it without reading the body.
-    let mut uploader = bounded("a connection", tokio::net::TcpStream::connect(gateway.addr))
-        .await
-        .expect("connect");
-    uploader
-        .write_all(
-            b"POST /early HTTP/1.1\r\nHost: gateway\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
-        )
-        .await
-        .expect("write");
+    let mut uploader = raw_request(
+        gateway.addr,
+        b"POST /early HTTP/1.1\r\nHost: gateway\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+    )
+    .await;
     let (head, body) = read_one_response(&mut uploader).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert_eq!(body, "early");

@@ -21,7 +21,8 @@ use wasm_common::*;
 
 /// Tokens, then fault-authz with `settings` for paths under `/fault/` only,
 /// then RBAC (which allows `/open/*` and `/fault/*` to everyone).
-async fn fault_gateway(upstream: &Upstream, settings: &str) -> TestGateway {
+/// A manifest with `fault-authz` (these settings) first on `/fault/*`.
+fn fault_manifest(upstream: &Upstream, settings: &str) -> String {
     let faults = filter(
         "authorization.filters",
         "faults",
@@ -29,10 +30,11 @@ async fn fault_gateway(upstream: &Upstream, settings: &str) -> TestGateway {
         None,
         &format!("match = {{ path_prefixes = [\"/fault/\"] }}\n{settings}"),
     );
-    TestGateway::start(&plaintext(
-        &[tokens(), faults, rbac(), routes(&upstream.url())].concat(),
-    ))
-    .await
+    plaintext(&[tokens(), faults, rbac(), routes(&upstream.url())].concat())
+}
+
+async fn fault_gateway(upstream: &Upstream, settings: &str) -> TestGateway {
+    TestGateway::start(&fault_manifest(upstream, settings)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,13 +175,13 @@ async fn a_pooled_instance_that_keeps_growing_is_retired_before_its_cap() {
     // Each call leaks 1 MiB and the calls come one at a time, so one pooled
     // instance serves them: it would reach its 8 MiB cap, and trap, within
     // eight calls. Retired once past 6 MiB, it never does.
-    for call in 1..=24 {
-        let answer = send(
-            client
-                .get(gateway.url("/fault/leak-1024"))
-                .bearer_auth("alice-token"),
-        )
-        .await;
+    every_call_answers(&client, &gateway.url("/fault/leak-1024"), 24).await;
+}
+
+/// Sends `calls` requests to `url`, one at a time; each must be answered.
+async fn every_call_answers(client: &reqwest::Client, url: &str, calls: usize) {
+    for call in 1..=calls {
+        let answer = send(client.get(url).bearer_auth("alice-token")).await;
         assert_eq!(answer.status, 200, "call {call}: {}", answer.body);
     }
 }
@@ -189,31 +191,15 @@ async fn a_memory_cap_too_tight_to_pool_is_warned_about_once() {
     let upstream = Upstream::start().await;
     // The filter starts at 1.06 MiB; one 512 KiB leak takes it past three
     // quarters of a 2 MiB cap on every instance's first call.
-    let faults = filter(
-        "authorization.filters",
-        "faults",
-        "fault-authz",
-        None,
-        "match = { path_prefixes = [\"/fault/\"] }\nisolation = \"pooled\"\nmemory = \"2MiB\"\n",
-    );
     let dir = new_dir();
     let manifest = dir.path().join("gw.toml");
     std::fs::write(
         &manifest,
-        plaintext(&[tokens(), faults, rbac(), routes(&upstream.url())].concat()),
+        fault_manifest(&upstream, "isolation = \"pooled\"\nmemory = \"2MiB\"\n"),
     )
     .expect("write the manifest");
     let gateway = GatewayProcess::spawn(&manifest);
-    let client = http_client();
-    for call in 1..=3 {
-        let answer = send(
-            client
-                .get(gateway.url("/fault/leak-512"))
-                .bearer_auth("alice-token"),
-        )
-        .await;
-        assert_eq!(answer.status, 200, "call {call}: {}", answer.body);
-    }
+    every_call_answers(&http_client(), &gateway.url("/fault/leak-512"), 3).await;
     const WARNING: &str = "no instance can be reused: raise `memory` to pool it";
     eventually("the warning in the log", || async {
         gateway.log_text().contains(WARNING).then_some(())

@@ -182,9 +182,13 @@ pub struct PooledBody {
 
 impl PooledBody {
     fn release_if_read(&mut self) {
-        if self.body.is_end_stream()
-            && let Some((sender, pool)) = self.connection.take()
-        {
+        if self.body.is_end_stream() {
+            self.release();
+        }
+    }
+
+    fn release(&mut self) {
+        if let Some((sender, pool)) = self.connection.take() {
             pool.release(sender);
         }
     }
@@ -202,11 +206,7 @@ impl http_body::Body for PooledBody {
         match &frame {
             // A reader stops at `is_end_stream`, without polling for the end.
             Some(Ok(_)) => self.release_if_read(),
-            None => {
-                if let Some((sender, pool)) = self.connection.take() {
-                    pool.release(sender);
-                }
-            }
+            None => self.release(),
             // A broken body closes its connection.
             Some(Err(_)) => self.connection = None,
         }

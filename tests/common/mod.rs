@@ -286,11 +286,18 @@ pub async fn send(request: reqwest::RequestBuilder) -> Answer {
 
 /// Writes `request` on a new connection and reads until the server closes it.
 pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {
+    let mut stream = raw_request(addr, request).await;
+    read_to_close(&mut stream).await
+}
+
+/// Writes `request` (whole, or the start of one) on a new connection and
+/// hands the connection back.
+pub async fn raw_request(addr: SocketAddr, request: &[u8]) -> TcpStream {
     let mut stream = bounded("a connection", TcpStream::connect(addr))
         .await
         .expect("connect");
     stream.write_all(request).await.expect("write the request");
-    read_to_close(&mut stream).await
+    stream
 }
 
 /// Reads until the peer closes (or resets) the connection.
