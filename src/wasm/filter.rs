@@ -245,10 +245,11 @@ impl<K: Kind> LoadedFilter<K> {
         outcome
     }
 
-    /// An instance with the filter's budgets armed for one call.
-    async fn armed(&self) -> wasmtime::Result<Instance<K>> {
+    /// An instance with the filter's budgets armed for one call that
+    /// started at `started` (the time the call is measured from, read once).
+    async fn armed(&self, started: Instant) -> wasmtime::Result<Instance<K>> {
         let mut instance = self.checkout().await?;
-        instance.store.data_mut().deadline = Instant::now() + self.spec.timeout;
+        instance.store.data_mut().deadline = started + self.spec.timeout;
         instance.store.set_epoch_deadline(1);
         Ok(instance)
     }
@@ -352,7 +353,7 @@ fn classify<T>(error: wasmtime::Error) -> Outcome<T> {
 impl LoadedFilter<Authenticator> {
     pub async fn authenticate(&self, request: &types::RequestView) -> Outcome<AuthnResult> {
         let started = Instant::now();
-        let mut instance = match self.armed().await {
+        let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
             Err(error) => return self.record(started, classify(error)),
         };
@@ -373,7 +374,7 @@ impl LoadedFilter<Authenticator> {
 impl LoadedFilter<Authorizer> {
     pub async fn authorize(&self, attributes: &Attributes) -> Outcome<Decision> {
         let started = Instant::now();
-        let mut instance = match self.armed().await {
+        let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
             Err(error) => return self.record(started, classify(error)),
         };
@@ -389,7 +390,7 @@ impl LoadedFilter<Authorizer> {
 impl LoadedFilter<Admission> {
     pub async fn admit(&self, request: &AdmissionRequest) -> Outcome<AdmissionResponse> {
         let started = Instant::now();
-        let mut instance = match self.armed().await {
+        let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
             Err(error) => return self.record(started, classify(error)),
         };
@@ -412,7 +413,7 @@ impl LoadedFilter<Auditor> {
 
     pub async fn audit(&self, event: &Event) -> Outcome<()> {
         let started = Instant::now();
-        let mut instance = match self.armed().await {
+        let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
             Err(error) => return self.record(started, classify(error)),
         };
