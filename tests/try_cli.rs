@@ -19,12 +19,25 @@ use wasm_common::*;
 /// `wasmgate try --config <manifest> <args>`, bounded; its exit status,
 /// standard output and standard error.
 fn run_try(manifest: &Path, args: &[&str]) -> (ExitStatus, String, String) {
-    let child = Command::new(binary())
+    run_try_logging(manifest, args, None)
+}
+
+/// [`run_try`] with `RUST_LOG` set to `rust_log` (unset when None).
+fn run_try_logging(
+    manifest: &Path,
+    args: &[&str],
+    rust_log: Option<&str>,
+) -> (ExitStatus, String, String) {
+    let mut command = Command::new(binary());
+    command.env_remove("RUST_LOG");
+    if let Some(rust_log) = rust_log {
+        command.env("RUST_LOG", rust_log);
+    }
+    let child = command
         .arg("try")
         .arg("--config")
         .arg(manifest)
         .args(args)
-        .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -275,4 +288,28 @@ fn try_rejects_bad_arguments_and_manifests() {
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stdout.is_empty(), "{stdout}");
     assert!(stderr.contains("no authorization filter"), "{stderr}");
+}
+
+#[test]
+fn a_filter_formats_its_debug_lines_only_for_a_log_that_keeps_them() {
+    let dir = new_dir();
+    let manifest = write_manifest(dir.path());
+    let request = [
+        "--path",
+        "/apis/demo.example.io/v1/namespaces/default/widgets",
+        "-H",
+        "Authorization: Bearer alice-token",
+    ];
+    // rbac-authz asks `host.log-enabled(debug)` before writing out why it
+    // allowed: at debug the reason is in the log...
+    let (status, _, stderr) = run_try_logging(&manifest, &request, Some("wasmgate::filter=debug"));
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains(r#"RBAC: allowed by RoleBinding "bindings[0]/default" of role "widget-admin" to User "alice""#),
+        "{stderr}"
+    );
+    // ...and at the default level the filter never writes it.
+    let (status, _, stderr) = run_try_logging(&manifest, &request, None);
+    assert!(status.success(), "{stderr}");
+    assert!(!stderr.contains("RBAC: allowed"), "{stderr}");
 }

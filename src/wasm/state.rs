@@ -242,6 +242,27 @@ impl host::Host for FilterState {
         self.identity.config_json.clone()
     }
 
+    fn log_enabled(&mut self, level: types::LogLevel) -> bool {
+        // The same target as `log`'s lines, so `RUST_LOG` decides both alike.
+        match level {
+            types::LogLevel::Trace => {
+                tracing::enabled!(target: "wasmgate::filter", tracing::Level::TRACE)
+            }
+            types::LogLevel::Debug => {
+                tracing::enabled!(target: "wasmgate::filter", tracing::Level::DEBUG)
+            }
+            types::LogLevel::Info => {
+                tracing::enabled!(target: "wasmgate::filter", tracing::Level::INFO)
+            }
+            types::LogLevel::Warn => {
+                tracing::enabled!(target: "wasmgate::filter", tracing::Level::WARN)
+            }
+            types::LogLevel::Error => {
+                tracing::enabled!(target: "wasmgate::filter", tracing::Level::ERROR)
+            }
+        }
+    }
+
     fn log(&mut self, level: types::LogLevel, message: String) {
         let filter = self.identity.name.as_str();
         match level {
@@ -272,5 +293,56 @@ impl sink::Host for FilterState {
                 .map_err(|error| format!("cannot write the audit record: {error}")),
             None => Err("this filter has no sink".to_owned()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use host::Host as _;
+    use types::LogLevel;
+
+    fn state() -> FilterState {
+        let identity = Arc::new(FilterIdentity {
+            name: "probe".into(),
+            config_json: "{}".into(),
+            sink: None,
+            wasi: WasiGrants::default(),
+        });
+        FilterState::new(identity, 1 << 20).expect("a state without folders")
+    }
+
+    /// Which levels `log-enabled` says are kept under the filter `directives`.
+    fn kept(directives: &str) -> Vec<LogLevel> {
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(directives))
+            .with_writer(std::io::sink)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let mut state = state();
+            [
+                LogLevel::Trace,
+                LogLevel::Debug,
+                LogLevel::Info,
+                LogLevel::Warn,
+                LogLevel::Error,
+            ]
+            .into_iter()
+            .filter(|level| state.log_enabled(*level))
+            .collect()
+        })
+    }
+
+    #[test]
+    fn log_enabled_answers_as_the_gateway_log_filters_filter_lines() {
+        use LogLevel::*;
+        assert_eq!(kept("info"), [Info, Warn, Error]);
+        assert_eq!(kept("wasmgate::filter=debug"), [Debug, Info, Warn, Error]);
+        assert_eq!(
+            kept("warn,wasmgate::filter=trace"),
+            [Trace, Debug, Info, Warn, Error]
+        );
+        // Another target's level says nothing about filter lines.
+        assert_eq!(kept("error,wasmgate::server=trace"), [Error]);
     }
 }

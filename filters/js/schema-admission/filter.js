@@ -5,7 +5,7 @@
 // This module is the WIT glue (world admission-filter; componentize-js maps
 // the imports below to the host and this module's `admission` export to the
 // WIT interface); the logic is in logic.js, tested by logic.test.js.
-import { config, log } from 'wasmgate:filter/host@0.1.0';
+import { config, log, logEnabled } from 'wasmgate:filter/host@0.1.0';
 
 import { compilePolicy, ConfigError, review } from './logic.js';
 
@@ -39,7 +39,9 @@ export const admission = {
     }
     const verdict = review(compiled, request);
     if (verdict.allowed) {
-      log('debug', `allowed: ${verdict.why}`);
+      if (logEnabled('debug')) {
+        log('debug', `allowed: ${verdict.why}`);
+      }
       return { tag: 'allowed' };
     }
     log('info', `denied: ${verdict.status.message}`);

@@ -52,7 +52,8 @@ class Authorizer(exports.Authorizer):
             path=info.path,
         )
         effect, reason, rule = logic.decide(policy, request, time.time())
-        host.log(LogLevel.DEBUG, f"{effect} for {request.user!r} {request.verb} by rule {rule!r}: {reason}")
+        if host.log_enabled(LogLevel.DEBUG):
+            host.log(LogLevel.DEBUG, f"{effect} for {request.user!r} {request.verb} by rule {rule!r}: {reason}")
         if effect == "allow":
             return Decision_Allow()
         if effect == "deny":

@@ -54,12 +54,15 @@ bool exports_wasmgate_filter_admission_admit(exports_wasmgate_filter_admission_a
         exports_wasmgate_filter_admission_admission_request_free(request);
         return false;
     }
-    char message[512];
-    size_t size = request->object.is_some ? request->object.val.len : 0;
-    snprintf(message, sizeof message, "%s %.*s by %.*s: %zu bytes (config: %s)", OPERATIONS[request->operation & 3],
-             (int)request->request.resource.len, (const char *)request->request.resource.ptr,
-             (int)request->user.name.len, (const char *)request->user.name.ptr, size, config);
-    host_log(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG, message);
+    /* Formatted only when the gateway's log keeps debug lines. */
+    if (wasmgate_filter_host_log_enabled(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG)) {
+        char message[512];
+        size_t size = request->object.is_some ? request->object.val.len : 0;
+        snprintf(message, sizeof message, "%s %.*s by %.*s: %zu bytes (config: %s)", OPERATIONS[request->operation & 3],
+                 (int)request->request.resource.len, (const char *)request->request.resource.ptr,
+                 (int)request->user.name.len, (const char *)request->user.name.ptr, size, config);
+        host_log(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG, message);
+    }
     free(config);
     ret->tag = EXPORTS_WASMGATE_FILTER_ADMISSION_ADMISSION_RESPONSE_ALLOWED;
     exports_wasmgate_filter_admission_admission_request_free(request);

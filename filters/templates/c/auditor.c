@@ -106,10 +106,13 @@ bool exports_wasmgate_filter_auditor_audit(exports_wasmgate_filter_auditor_event
     put_str(&record, code);
     put_str(&record, "}");
 
-    char message[256];
-    snprintf(message, sizeof message, "event %.*s (config: %s)", (int)event->audit_id.len,
-             (const char *)event->audit_id.ptr, config);
-    host_log(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG, message);
+    /* Formatted only when the gateway's log keeps debug lines. */
+    if (wasmgate_filter_host_log_enabled(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG)) {
+        char message[256];
+        snprintf(message, sizeof message, "event %.*s (config: %s)", (int)event->audit_id.len,
+                 (const char *)event->audit_id.ptr, config);
+        host_log(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG, message);
+    }
     free(config);
 
     wit_string line = {(uint8_t *)record.data, record.len};

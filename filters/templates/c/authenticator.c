@@ -49,11 +49,14 @@ void exports_wasmgate_filter_authenticator_authenticate(exports_wasmgate_filter_
         ret->tag = EXPORTS_WASMGATE_FILTER_AUTHENTICATOR_AUTHN_RESULT_ERROR;
         authenticator_filter_string_dup(&ret->val.error, "{{name}}: bad config: not a JSON object");
     } else {
-        char message[512];
-        snprintf(message, sizeof message, "%.*s %.*s with %zu headers (config: %s)", (int)request->method.len,
-                 (const char *)request->method.ptr, (int)request->path.len, (const char *)request->path.ptr,
-                 request->headers.len, config);
-        host_log(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG, message);
+        /* Formatted only when the gateway's log keeps debug lines. */
+        if (wasmgate_filter_host_log_enabled(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG)) {
+            char message[512];
+            snprintf(message, sizeof message, "%.*s %.*s with %zu headers (config: %s)", (int)request->method.len,
+                     (const char *)request->method.ptr, (int)request->path.len, (const char *)request->path.ptr,
+                     request->headers.len, config);
+            host_log(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG, message);
+        }
         free(config);
         ret->tag = EXPORTS_WASMGATE_FILTER_AUTHENTICATOR_AUTHN_RESULT_NO_OPINION;
     }

@@ -51,12 +51,15 @@ bool exports_wasmgate_filter_authorizer_authorize(exports_wasmgate_filter_author
         exports_wasmgate_filter_authorizer_attributes_free(attributes);
         return false;
     }
-    char message[512];
-    const exports_wasmgate_filter_authorizer_request_info_t *request = &attributes->request;
-    snprintf(message, sizeof message, "%.*s %.*s %.*s (config: %s)", (int)attributes->user.name.len,
-             (const char *)attributes->user.name.ptr, (int)request->verb.len, (const char *)request->verb.ptr,
-             (int)request->path.len, (const char *)request->path.ptr, config);
-    host_log(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG, message);
+    /* Formatted only when the gateway's log keeps debug lines. */
+    if (wasmgate_filter_host_log_enabled(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG)) {
+        char message[512];
+        const exports_wasmgate_filter_authorizer_request_info_t *request = &attributes->request;
+        snprintf(message, sizeof message, "%.*s %.*s %.*s (config: %s)", (int)attributes->user.name.len,
+                 (const char *)attributes->user.name.ptr, (int)request->verb.len, (const char *)request->verb.ptr,
+                 (int)request->path.len, (const char *)request->path.ptr, config);
+        host_log(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG, message);
+    }
     free(config);
     ret->tag = EXPORTS_WASMGATE_FILTER_AUTHORIZER_DECISION_ALLOW;
     exports_wasmgate_filter_authorizer_attributes_free(attributes);

@@ -9,7 +9,7 @@
 // export to the WIT interface; records arrive as objects with camelCase
 // fields, enums as strings ('create'), options as a value or undefined, and
 // for a result<T, string> returning is `ok` while throwing a string is `err`.
-import { config, log } from 'wasmgate:filter/host@0.1.0';
+import { config, log, logEnabled } from 'wasmgate:filter/host@0.1.0';
 
 // The manifest's `config` table, as an object. Throwing is this filter's own
 // failure: the manifest's failure_policy decides.
@@ -30,7 +30,10 @@ export const admission = {
   admit(request) {
     const cfg = settings();
     const size = request.object == null ? 0 : request.object.length;
-    log('debug', `${request.operation} ${request.request.resource} by ${request.user.name}: ${size} bytes (config: ${Object.keys(cfg).length} keys)`);
+    // Formatted only when the gateway's log keeps debug lines.
+    if (logEnabled('debug')) {
+      log('debug', `${request.operation} ${request.request.resource} by ${request.user.name}: ${size} bytes (config: ${Object.keys(cfg).length} keys)`);
+    }
     return { tag: 'allowed' };
   },
 };

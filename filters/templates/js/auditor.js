@@ -7,7 +7,7 @@
 // fields, enums as strings ('request-received'), options as a value or
 // undefined, and for a result<_, string> returning is `ok` while throwing a
 // string is `err`.
-import { config, log } from 'wasmgate:filter/host@0.1.0';
+import { config, log, logEnabled } from 'wasmgate:filter/host@0.1.0';
 import { write } from 'wasmgate:filter/sink@0.1.0';
 
 const STAGES = {
@@ -43,7 +43,10 @@ export const auditor = {
       user: event.user.name,
       code: event.responseStatus == null ? null : event.responseStatus.code,
     };
-    log('debug', `event ${event.auditId} (config: ${Object.keys(cfg).length} keys)`);
+    // Formatted only when the gateway's log keeps debug lines.
+    if (logEnabled('debug')) {
+      log('debug', `event ${event.auditId} (config: ${Object.keys(cfg).length} keys)`);
+    }
     // write throws when the sink cannot be written.
     write(JSON.stringify(record));
   },

@@ -6,7 +6,7 @@
 // componentize-js maps the import below to the host and the `authenticator`
 // export to the WIT interface; records arrive as objects with camelCase
 // fields, variants are { tag, val }.
-import { config, log } from 'wasmgate:filter/host@0.1.0';
+import { config, log, logEnabled } from 'wasmgate:filter/host@0.1.0';
 
 // The manifest's `config` table, as an object; throws a message when bad.
 function settings() {
@@ -31,7 +31,10 @@ export const authenticator = {
       // This filter's error outcome: logged, never shown to the client.
       return { tag: 'error', val: message };
     }
-    log('debug', `${request.method} ${request.path} with ${request.headers.length} headers (config: ${Object.keys(cfg).length} keys)`);
+    // Formatted only when the gateway's log keeps debug lines.
+    if (logEnabled('debug')) {
+      log('debug', `${request.method} ${request.path} with ${request.headers.length} headers (config: ${Object.keys(cfg).length} keys)`);
+    }
     // To accept the request: return { tag: 'authenticated', val: { name: 'alice', uid: '', groups: ['dev'], extra: [] } };
     return { tag: 'no-opinion' };
   },

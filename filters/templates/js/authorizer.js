@@ -7,7 +7,7 @@
 // export to the WIT interface; records arrive as objects with camelCase
 // fields, variants are { tag, val }, and for a result<T, string> returning is
 // `ok` while throwing a string is `err`.
-import { config, log } from 'wasmgate:filter/host@0.1.0';
+import { config, log, logEnabled } from 'wasmgate:filter/host@0.1.0';
 
 // The manifest's `config` table, as an object. Throwing is this filter's own
 // failure: the manifest's failure_policy decides.
@@ -28,7 +28,10 @@ export const authorizer = {
   authorize(attributes) {
     const cfg = settings();
     const request = attributes.request;
-    log('debug', `${attributes.user.name} ${request.verb} ${request.path} (config: ${Object.keys(cfg).length} keys)`);
+    // Formatted only when the gateway's log keeps debug lines.
+    if (logEnabled('debug')) {
+      log('debug', `${attributes.user.name} ${request.verb} ${request.path} (config: ${Object.keys(cfg).length} keys)`);
+    }
     return { tag: 'allow' };
   },
 };

@@ -40,5 +40,7 @@ class Admission(exports.Admission):
         settings = config()
         size = len(request.object) if request.object is not None else 0
         operation = request.operation.name.lower()
-        host.log(LogLevel.DEBUG, f"{operation} {request.request.resource} by {request.user.name}: {size} bytes (config: {len(settings)} keys)")
+        # Formatted only when the gateway's log keeps debug lines.
+        if host.log_enabled(LogLevel.DEBUG):
+            host.log(LogLevel.DEBUG, f"{operation} {request.request.resource} by {request.user.name}: {size} bytes (config: {len(settings)} keys)")
         return AdmissionResponse_Allowed()

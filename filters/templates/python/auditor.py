@@ -39,6 +39,8 @@ class Auditor(exports.Auditor):
             "user": event.user.name,
             "code": event.response_status.code if event.response_status is not None else None,
         }
-        host.log(LogLevel.DEBUG, f"event {event.audit_id} (config: {len(settings)} keys)")
+        # Formatted only when the gateway's log keeps debug lines.
+        if host.log_enabled(LogLevel.DEBUG):
+            host.log(LogLevel.DEBUG, f"event {event.audit_id} (config: {len(settings)} keys)")
         # sink.write raises Err when the sink cannot be written.
         sink.write(json.dumps(record, separators=(",", ":")))

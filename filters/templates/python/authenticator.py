@@ -29,6 +29,8 @@ class Authenticator(exports.Authenticator):
         except ValueError as error:
             # This filter's error outcome: logged, never shown to the client.
             return AuthnResult_Error(f"{{name}}: bad config: {error}")
-        host.log(LogLevel.DEBUG, f"{request.method} {request.path} with {len(request.headers)} headers (config: {len(settings)} keys)")
+        # Formatted only when the gateway's log keeps debug lines.
+        if host.log_enabled(LogLevel.DEBUG):
+            host.log(LogLevel.DEBUG, f"{request.method} {request.path} with {len(request.headers)} headers (config: {len(settings)} keys)")
         # To accept the request: return AuthnResult_Authenticated(UserInfo("alice", "", ["dev"], []))
         return AuthnResult_NoOpinion()

@@ -31,5 +31,7 @@ class Authorizer(exports.Authorizer):
     def authorize(self, attributes: Attributes):
         settings = config()
         request = attributes.request
-        host.log(LogLevel.DEBUG, f"{attributes.user.name} {request.verb} {request.path} (config: {len(settings)} keys)")
+        # Formatted only when the gateway's log keeps debug lines.
+        if host.log_enabled(LogLevel.DEBUG):
+            host.log(LogLevel.DEBUG, f"{attributes.user.name} {request.verb} {request.path} (config: {len(settings)} keys)")
         return Decision_Allow()

@@ -35,10 +35,13 @@ impl Guest for Filter {
             Operation::Connect => "connect",
         };
         let size = request.object.as_ref().map_or(0, String::len);
-        host::log(
-            LogLevel::Debug,
-            &format!("{operation} {} by {}: {size} bytes (config: {} keys)", request.request.resource, request.user.name, config.len()),
-        );
+        // Formatted only when the gateway's log keeps debug lines.
+        if host::log_enabled(LogLevel::Debug) {
+            host::log(
+                LogLevel::Debug,
+                &format!("{operation} {} by {}: {size} bytes (config: {} keys)", request.request.resource, request.user.name, config.len()),
+            );
+        }
         Ok(AdmissionResponse::Allowed)
     }
 }

@@ -40,7 +40,10 @@ impl Guest for Filter {
             "user": event.user.name,
             "code": event.response_status.as_ref().map(|status| status.code),
         });
-        host::log(LogLevel::Debug, &format!("event {} (config: {} keys)", event.audit_id, config.len()));
+        // Formatted only when the gateway's log keeps debug lines.
+        if host::log_enabled(LogLevel::Debug) {
+            host::log(LogLevel::Debug, &format!("event {} (config: {} keys)", event.audit_id, config.len()));
+        }
         sink::write(&record.to_string())
     }
 }

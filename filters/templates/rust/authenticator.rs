@@ -30,10 +30,13 @@ impl Guest for Filter {
             Ok(config) => config,
             Err(message) => return AuthnResult::Error(message),
         };
-        host::log(
-            LogLevel::Debug,
-            &format!("{} {} with {} headers (config: {} keys)", request.method, request.path, request.headers.len(), config.len()),
-        );
+        // Formatted only when the gateway's log keeps debug lines.
+        if host::log_enabled(LogLevel::Debug) {
+            host::log(
+                LogLevel::Debug,
+                &format!("{} {} with {} headers (config: {} keys)", request.method, request.path, request.headers.len(), config.len()),
+            );
+        }
         AuthnResult::NoOpinion
     }
 }

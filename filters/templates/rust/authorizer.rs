@@ -28,10 +28,13 @@ impl Guest for Filter {
         // `Err` is this filter's own failure: the manifest's failure_policy decides.
         let config = config()?;
         let request = &attributes.request;
-        host::log(
-            LogLevel::Debug,
-            &format!("{} {} {} (config: {} keys)", attributes.user.name, request.verb, request.path, config.len()),
-        );
+        // Formatted only when the gateway's log keeps debug lines.
+        if host::log_enabled(LogLevel::Debug) {
+            host::log(
+                LogLevel::Debug,
+                &format!("{} {} {} (config: {} keys)", attributes.user.name, request.verb, request.path, config.len()),
+            );
+        }
         Ok(Decision::Allow)
     }
 }

@@ -66,10 +66,12 @@ impl Guest for Filter {
             Some(Err(error)) => return Err(format!("{NAME}: the object is not JSON: {error}")),
         };
         let word = word(object.as_ref()).to_owned();
-        host::log(
-            LogLevel::Debug,
-            &format!("{NAME}: {word:?} for {}", request.uid),
-        );
+        if host::log_enabled(LogLevel::Debug) {
+            host::log(
+                LogLevel::Debug,
+                &format!("{NAME}: {word:?} for {}", request.uid),
+            );
+        }
         match faults::parse(&word) {
             Fault::Answer(word) => Ok(answer(word, object, request.dry_run)),
             Fault::Error => Err(format!("{NAME}: error requested")),

@@ -44,10 +44,12 @@ fn answer(word: &str) -> Decision {
 impl Guest for Filter {
     fn authorize(attributes: Attributes) -> Result<Decision, String> {
         let word = word(&attributes.request.path);
-        host::log(
-            LogLevel::Debug,
-            &format!("{NAME}: {word:?} for user {:?}", attributes.user.name),
-        );
+        if host::log_enabled(LogLevel::Debug) {
+            host::log(
+                LogLevel::Debug,
+                &format!("{NAME}: {word:?} for user {:?}", attributes.user.name),
+            );
+        }
         match faults::parse(word) {
             Fault::Answer(word) => Ok(answer(word)),
             Fault::Error => Err(format!("{NAME}: error requested")),

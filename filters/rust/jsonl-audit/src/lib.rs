@@ -24,7 +24,7 @@ impl Guest for Filter {
                 return Err(message);
             }
         };
-        let rendered = logic::render(&config, &event)?;
+        let rendered = logic::render(config, &event)?;
         for warning in &rendered.warnings {
             host::log(LogLevel::Warn, warning);
         }

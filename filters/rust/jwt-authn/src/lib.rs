@@ -35,12 +35,14 @@ impl Guest for Filter {
             .iter()
             .map(|h| (h.name.as_str(), h.value.as_str()))
             .collect();
-        match logic::authenticate(&config, &headers, now) {
+        match logic::authenticate(config, &headers, now) {
             logic::Outcome::Authenticated(user) => {
-                host::log(
-                    LogLevel::Debug,
-                    &format!("JWT belongs to user {:?}", user.name),
-                );
+                if host::log_enabled(LogLevel::Debug) {
+                    host::log(
+                        LogLevel::Debug,
+                        &format!("JWT belongs to user {:?}", user.name),
+                    );
+                }
                 AuthnResult::Authenticated(UserInfo {
                     name: user.name,
                     uid: user.uid,
@@ -49,7 +51,9 @@ impl Guest for Filter {
                 })
             }
             logic::Outcome::NoOpinion(why) => {
-                host::log(LogLevel::Debug, &why);
+                if host::log_enabled(LogLevel::Debug) {
+                    host::log(LogLevel::Debug, &why);
+                }
                 AuthnResult::NoOpinion
             }
             logic::Outcome::Error(message) => {

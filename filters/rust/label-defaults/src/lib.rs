@@ -35,16 +35,20 @@ impl Guest for Filter {
             content_type: &request.content_type,
             object: request.object.as_deref(),
         };
-        match logic::admit(&config, &input) {
+        match logic::admit(config, &input) {
             Ok(logic::Outcome::Allowed(why)) => {
-                host::log(LogLevel::Debug, &why);
+                if host::log_enabled(LogLevel::Debug) {
+                    host::log(LogLevel::Debug, &why);
+                }
                 Ok(AdmissionResponse::Allowed)
             }
             Ok(logic::Outcome::Patched(patch)) => {
-                host::log(
-                    LogLevel::Debug,
-                    &format!("patching {}: {patch}", request.uid),
-                );
+                if host::log_enabled(LogLevel::Debug) {
+                    host::log(
+                        LogLevel::Debug,
+                        &format!("patching {}: {patch}", request.uid),
+                    );
+                }
                 Ok(AdmissionResponse::Patched(patch))
             }
             Err(message) => {

@@ -38,7 +38,9 @@ impl Guest for Filter {
         };
         match config.admit(&input) {
             Ok(logic::Outcome::Allowed(why)) => {
-                host::log(LogLevel::Debug, &why);
+                if host::log_enabled(LogLevel::Debug) {
+                    host::log(LogLevel::Debug, &why);
+                }
                 Ok(AdmissionResponse::Allowed)
             }
             Ok(logic::Outcome::Denied(denial)) => {

@@ -38,12 +38,18 @@ impl Guest for Filter {
             path: &req.path,
         };
         Ok(match config.authorize(&attrs) {
-            logic::Verdict::Allow(reason) => {
-                host::log(LogLevel::Debug, &reason);
+            logic::Verdict::Allow(grant) => {
+                // The decision carries no reason: write it only for a log
+                // that keeps it.
+                if host::log_enabled(LogLevel::Debug) {
+                    host::log(LogLevel::Debug, &grant.to_string());
+                }
                 Decision::Allow
             }
             logic::Verdict::NoOpinion(reason) => {
-                host::log(LogLevel::Debug, &reason);
+                if host::log_enabled(LogLevel::Debug) {
+                    host::log(LogLevel::Debug, &reason);
+                }
                 Decision::NoOpinion(reason)
             }
         })

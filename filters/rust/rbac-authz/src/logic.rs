@@ -44,7 +44,7 @@ pub struct PolicyRule {
 
 /// A binding of a role to subjects: a RoleBinding when `namespace` is set (it
 /// grants the role only in that namespace), a ClusterRoleBinding otherwise.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Binding {
     /// A name for reasons and logs; `bindings[i]` when absent.
@@ -63,7 +63,7 @@ pub struct Binding {
 
 /// A service account subject; its user name is
 /// `system:serviceaccount:<namespace>:<name>`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceAccount {
     /// Defaults to the binding's namespace; required for cluster-wide bindings.
@@ -88,11 +88,33 @@ pub struct Request<'a> {
 }
 
 #[derive(Debug, PartialEq)]
-pub enum Verdict {
-    /// Allowed; the reason names the binding, role and subject.
-    Allow(String),
+pub enum Verdict<'a> {
+    /// Allowed by this grant; its `Display` is the reason.
+    Allow(Grant<'a>),
     /// No rule allows it (RBAC never denies); the reason says what was asked.
     NoOpinion(String),
+}
+
+/// The binding, role and subject that allowed a request. The reason is
+/// written out only when someone reads it: the decision itself carries none.
+#[derive(Debug, PartialEq)]
+pub struct Grant<'a> {
+    binding: &'a Binding,
+    index: usize,
+    role: &'a str,
+    subject: Subject<'a>,
+}
+
+impl std::fmt::Display for Grant<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "RBAC: allowed by {} of role {:?} to {}",
+            self.binding.describe(self.index),
+            self.role,
+            self.subject
+        )
+    }
 }
 
 impl Config {
@@ -174,9 +196,7 @@ impl Config {
     /// Kubernetes' `RBACAuthorizer.Authorize`: cluster-wide bindings first,
     /// then the bindings of the request's namespace, in config order; the first
     /// rule that allows the request wins.
-    pub fn authorize(&self, req: &Request<'_>) -> Verdict {
-        let roles: BTreeMap<&str, &Role> =
-            self.roles.iter().map(|r| (r.name.as_str(), r)).collect();
+    pub fn authorize(&self, req: &Request<'_>) -> Verdict<'_> {
         let cluster_wide = self
             .bindings
             .iter()
@@ -189,15 +209,18 @@ impl Config {
             let Some(subject) = binding.applies_to(req) else {
                 continue;
             };
-            let Some(role) = roles.get(binding.role.as_str()) else {
+            // Validation made sure the role exists; a binding rarely applies,
+            // so finding its role by name costs less than indexing them all.
+            let Some(role) = self.roles.iter().find(|role| role.name == binding.role) else {
                 continue;
             };
             if role.rules.iter().any(|rule| rule_allows(req, rule)) {
-                return Verdict::Allow(format!(
-                    "RBAC: allowed by {} of role {:?} to {subject}",
-                    binding.describe(i),
-                    role.name
-                ));
+                return Verdict::Allow(Grant {
+                    binding,
+                    index: i,
+                    role: &role.name,
+                    subject,
+                });
             }
         }
         Verdict::NoOpinion(format!(
@@ -252,23 +275,25 @@ impl PolicyRule {
 }
 
 impl Binding {
-    /// The subject of this binding that the request's user is, described as
-    /// Kubernetes does (`User "alice"`), or None.
-    fn applies_to(&self, req: &Request<'_>) -> Option<String> {
-        if let Some(u) = self.users.iter().find(|u| *u == req.user) {
-            return Some(format!("User {u:?}"));
+    /// The subject of this binding that the request's user is, or None.
+    fn applies_to(&self, req: &Request<'_>) -> Option<Subject<'_>> {
+        if let Some(user) = self.users.iter().find(|u| *u == req.user) {
+            return Some(Subject::User(user));
         }
-        if let Some(g) = self.groups.iter().find(|g| req.groups.contains(g)) {
-            return Some(format!("Group {g:?}"));
+        if let Some(group) = self.groups.iter().find(|g| req.groups.contains(g)) {
+            return Some(Subject::Group(group));
         }
         for sa in &self.service_accounts {
-            let ns = sa
+            let namespace = sa
                 .namespace
                 .as_deref()
                 .or(self.namespace.as_deref())
                 .unwrap_or("");
-            if matches_service_account(ns, &sa.name, req.user) {
-                return Some(format!("ServiceAccount \"{}/{}\"", ns, sa.name));
+            if matches_service_account(namespace, &sa.name, req.user) {
+                return Some(Subject::ServiceAccount {
+                    namespace,
+                    name: &sa.name,
+                });
             }
         }
         None
@@ -282,6 +307,27 @@ impl Binding {
         match &self.namespace {
             Some(ns) => format!("RoleBinding \"{name}/{ns}\""),
             None => format!("ClusterRoleBinding {name:?}"),
+        }
+    }
+}
+
+/// The subject a binding granted its role to, described as Kubernetes does
+/// (`User "alice"`) only when a reason is written.
+#[derive(Debug, PartialEq)]
+enum Subject<'a> {
+    User(&'a str),
+    Group(&'a str),
+    ServiceAccount { namespace: &'a str, name: &'a str },
+}
+
+impl std::fmt::Display for Subject<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Subject::User(user) => write!(f, "User {user:?}"),
+            Subject::Group(group) => write!(f, "Group {group:?}"),
+            Subject::ServiceAccount { namespace, name } => {
+                write!(f, "ServiceAccount \"{namespace}/{name}\"")
+            }
         }
     }
 }
@@ -364,6 +410,14 @@ pub fn non_resource_url_matches(rule: &PolicyRule, path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The reason of an allow, or a failure naming the other verdict.
+    fn allowed_because(verdict: Verdict<'_>) -> String {
+        match verdict {
+            Verdict::Allow(grant) => grant.to_string(),
+            other => panic!("not allowed: {other:?}"),
+        }
+    }
 
     /// Go's `strings.Split(s, ",")`, as kube's tests build rules: `""` is
     /// the one-element list holding the core group.
@@ -712,11 +766,8 @@ mod tests {
             ..who("carol", &dev, res("list", "apps", "deployments", ""))
         };
         assert_eq!(
-            c.authorize(&r),
-            Verdict::Allow(
-                r#"RBAC: allowed by ClusterRoleBinding "viewers" of role "view" to Group "dev""#
-                    .into()
-            )
+            allowed_because(c.authorize(&r)),
+            r#"RBAC: allowed by ClusterRoleBinding "viewers" of role "view" to Group "dev""#
         );
         let r = who("carol", &dev, res("list", "", "pods", ""));
         assert!(matches!(c.authorize(&r), Verdict::Allow(_)));
@@ -756,8 +807,8 @@ mod tests {
             ..who("alice", &none, res("impersonate", "", resource, ""))
         };
         assert_eq!(
-            c.authorize(&imp("users", "bob")),
-            Verdict::Allow(r#"RBAC: allowed by ClusterRoleBinding "bindings[1]" of role "impersonator" to User "alice""#.into())
+            allowed_because(c.authorize(&imp("users", "bob"))),
+            r#"RBAC: allowed by ClusterRoleBinding "bindings[1]" of role "impersonator" to User "alice""#
         );
         assert!(matches!(
             c.authorize(&imp("groups", "dev")),
@@ -782,8 +833,8 @@ mod tests {
             )
         };
         assert_eq!(
-            c.authorize(&sa),
-            Verdict::Allow(r#"RBAC: allowed by RoleBinding "sa-view/team" of role "view" to ServiceAccount "team/robot""#.into())
+            allowed_because(c.authorize(&sa)),
+            r#"RBAC: allowed by RoleBinding "sa-view/team" of role "view" to ServiceAccount "team/robot""#
         );
         let sa_elsewhere = Request {
             namespace: "other",

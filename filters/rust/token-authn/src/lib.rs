@@ -29,7 +29,7 @@ impl Guest for Filter {
             .iter()
             .map(|h| (h.name.as_str(), h.value.as_str()))
             .collect();
-        match logic::authenticate(&config, &headers) {
+        match logic::authenticate(config, &headers) {
             logic::Outcome::Authenticated(user) => {
                 host::log(
                     LogLevel::Debug,

@@ -31,7 +31,7 @@ impl Guest for Filter {
                 common_name: c.common_name.as_deref(),
                 organizations: &c.organizations,
             });
-        match logic::authenticate(&config, cert) {
+        match logic::authenticate(config, cert) {
             logic::Outcome::Authenticated { user, groups } => {
                 host::log(
                     LogLevel::Debug,
