@@ -248,8 +248,9 @@ impl<K: Kind> LoadedFilter<K> {
     /// An instance with the filter's budgets armed for one call that
     /// started at `started` (the time the call is measured from, read once).
     async fn armed(&self, started: Instant) -> wasmtime::Result<Instance<K>> {
-        let mut instance = self.checkout().await?;
-        instance.store.data_mut().deadline = started + self.spec.timeout;
+        let deadline = started + self.spec.timeout;
+        let mut instance = self.checkout(deadline).await?;
+        instance.store.data_mut().deadline = deadline;
         instance.store.set_epoch_deadline(1);
         Ok(instance)
     }
@@ -274,7 +275,8 @@ impl<K: Kind> LoadedFilter<K> {
         }
     }
 
-    async fn checkout(&self) -> wasmtime::Result<Instance<K>> {
+    /// An idle pooled instance, or a fresh one instantiated within `deadline`.
+    async fn checkout(&self, deadline: Instant) -> wasmtime::Result<Instance<K>> {
         if self.spec.isolation == Isolation::Pooled
             && let Some(instance) = self.idle.lock().ok().and_then(|mut idle| idle.pop())
         {
@@ -293,8 +295,8 @@ impl<K: Kind> LoadedFilter<K> {
                 Ok(UpdateDeadline::Yield(1))
             }
         });
-        // Instantiation runs guest start-up code: it gets the same budget.
-        store.data_mut().deadline = Instant::now() + self.spec.timeout;
+        // Instantiation runs guest start-up code: it counts against the call's budget.
+        store.data_mut().deadline = deadline;
         store.set_epoch_deadline(1);
         let exports = K::instantiate(&self.pre, &mut store).await?;
         Ok(Instance {
