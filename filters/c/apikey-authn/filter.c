@@ -99,14 +99,18 @@ void exports_wasmgate_filter_authenticator_authenticate(exports_wasmgate_filter_
     if (!header) {
         ret->tag = EXPORTS_WASMGATE_FILTER_AUTHENTICATOR_AUTHN_RESULT_NO_OPINION;
     } else if (!apikey_from_header(cfg, (const char *)header->value.ptr, header->value.len, &key, &key_len)) {
-        host_log(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG, "the header carries no API key for this filter");
+        if (wasmgate_filter_host_log_enabled(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG))
+            host_log(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG, "the header carries no API key for this filter");
         ret->tag = EXPORTS_WASMGATE_FILTER_AUTHENTICATOR_AUTHN_RESULT_NO_OPINION;
     } else {
         const apikey_entry *entry = apikey_lookup(cfg, key, key_len);
         if (entry) {
-            snprintf(message, sizeof message, "API key %s%s%sbelongs to user \"%s\"", *entry->name ? "\"" : "",
-                     entry->name, *entry->name ? "\" " : "", entry->user);
-            host_log(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG, message);
+            /* Formatted only when the gateway's log keeps debug lines. */
+            if (wasmgate_filter_host_log_enabled(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG)) {
+                snprintf(message, sizeof message, "API key %s%s%sbelongs to user \"%s\"", *entry->name ? "\"" : "",
+                         entry->name, *entry->name ? "\" " : "", entry->user);
+                host_log(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG, message);
+            }
             authenticated(entry, ret);
         } else {
             /* A credential nobody accepts must never pass as anonymous: an
