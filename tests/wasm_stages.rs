@@ -150,8 +150,8 @@ async fn authenticators_are_a_union_tried_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_authenticator_sees_only_the_headers_its_manifest_lists() {
     let upstream = Upstream::start().await;
-    // The same filter twice: one told of `x-fault` only, one of everything
-    // but it.
+    // The same filter twice: one given only `authorization`, the other only
+    // `x-fault` (the header that makes it answer).
     let blind = filter(
         "authentication.filters",
         "blind",

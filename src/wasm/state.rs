@@ -235,6 +235,10 @@ impl WasiView for FilterState {
     }
 }
 
+/// The log target of every filter's lines: `log` writes to it and
+/// `log-enabled` asks about it, so `RUST_LOG` decides both alike.
+const FILTER_LOG_TARGET: &str = "wasmgate::filter";
+
 impl types::Host for FilterState {}
 
 impl host::Host for FilterState {
@@ -243,22 +247,21 @@ impl host::Host for FilterState {
     }
 
     fn log_enabled(&mut self, level: types::LogLevel) -> bool {
-        // The same target as `log`'s lines, so `RUST_LOG` decides both alike.
         match level {
             types::LogLevel::Trace => {
-                tracing::enabled!(target: "wasmgate::filter", tracing::Level::TRACE)
+                tracing::enabled!(target: FILTER_LOG_TARGET, tracing::Level::TRACE)
             }
             types::LogLevel::Debug => {
-                tracing::enabled!(target: "wasmgate::filter", tracing::Level::DEBUG)
+                tracing::enabled!(target: FILTER_LOG_TARGET, tracing::Level::DEBUG)
             }
             types::LogLevel::Info => {
-                tracing::enabled!(target: "wasmgate::filter", tracing::Level::INFO)
+                tracing::enabled!(target: FILTER_LOG_TARGET, tracing::Level::INFO)
             }
             types::LogLevel::Warn => {
-                tracing::enabled!(target: "wasmgate::filter", tracing::Level::WARN)
+                tracing::enabled!(target: FILTER_LOG_TARGET, tracing::Level::WARN)
             }
             types::LogLevel::Error => {
-                tracing::enabled!(target: "wasmgate::filter", tracing::Level::ERROR)
+                tracing::enabled!(target: FILTER_LOG_TARGET, tracing::Level::ERROR)
             }
         }
     }
@@ -267,19 +270,19 @@ impl host::Host for FilterState {
         let filter = self.identity.name.as_str();
         match level {
             types::LogLevel::Trace => {
-                tracing::trace!(target: "wasmgate::filter", filter, "{message}")
+                tracing::trace!(target: FILTER_LOG_TARGET, filter, "{message}")
             }
             types::LogLevel::Debug => {
-                tracing::debug!(target: "wasmgate::filter", filter, "{message}")
+                tracing::debug!(target: FILTER_LOG_TARGET, filter, "{message}")
             }
             types::LogLevel::Info => {
-                tracing::info!(target: "wasmgate::filter", filter, "{message}")
+                tracing::info!(target: FILTER_LOG_TARGET, filter, "{message}")
             }
             types::LogLevel::Warn => {
-                tracing::warn!(target: "wasmgate::filter", filter, "{message}")
+                tracing::warn!(target: FILTER_LOG_TARGET, filter, "{message}")
             }
             types::LogLevel::Error => {
-                tracing::error!(target: "wasmgate::filter", filter, "{message}")
+                tracing::error!(target: FILTER_LOG_TARGET, filter, "{message}")
             }
         }
     }
