@@ -15,25 +15,42 @@ use crate::body::{Request, Response};
 use crate::handler::{Handler, SharedHandler};
 
 pub struct Director {
-    /// API roots, longest first so a version root wins over its group root.
-    api: Vec<(String, SharedHandler)>,
-    exact: HashMap<String, SharedHandler>,
-    /// Prefixes, longest first.
-    prefixes: Vec<(String, SharedHandler)>,
+    routes: RouteTable<SharedHandler>,
     /// The next server of the delegation chain, or the not-found end.
     delegate: SharedHandler,
 }
 
 /// The routes of one server, gathered before the director is built.
-#[derive(Default)]
-pub struct Routes {
-    pub api: Vec<(String, SharedHandler)>,
-    pub exact: Vec<(String, SharedHandler)>,
-    pub prefixes: Vec<(String, SharedHandler)>,
+pub struct Routes<T = SharedHandler> {
+    pub api: Vec<(String, T)>,
+    pub exact: Vec<(String, T)>,
+    pub prefixes: Vec<(String, T)>,
 }
 
-impl Director {
-    pub fn new(routes: Routes, delegate: SharedHandler) -> Self {
+impl<T> Default for Routes<T> {
+    fn default() -> Self {
+        Routes {
+            api: Vec::new(),
+            exact: Vec::new(),
+            prefixes: Vec::new(),
+        }
+    }
+}
+
+/// One server's routes in the order the director tries them, each leading
+/// to a `T`: a handler for the director, or what else must be known of the
+/// route a path reaches (the canonical request target asks whether it keeps
+/// escaped slashes).
+pub struct RouteTable<T> {
+    /// API roots, longest first so a version root wins over its group root.
+    api: Vec<(String, T)>,
+    exact: HashMap<String, T>,
+    /// Prefixes, longest first.
+    prefixes: Vec<(String, T)>,
+}
+
+impl<T> RouteTable<T> {
+    pub fn new(routes: Routes<T>) -> Self {
         let Routes {
             mut api,
             exact,
@@ -43,39 +60,50 @@ impl Director {
         prefixes.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
         // The first registration of an exact path wins, like the mux it models.
         let mut exact_map = HashMap::with_capacity(exact.len());
-        for (path, handler) in exact {
-            exact_map.entry(path).or_insert(handler);
+        for (path, target) in exact {
+            exact_map.entry(path).or_insert(target);
         }
-        Director {
+        RouteTable {
             api,
             exact: exact_map,
             prefixes,
-            delegate,
         }
     }
 
-    /// The handler for `path`, or the delegate.
-    fn route(&self, path: &str) -> &SharedHandler {
-        if let Some((_, handler)) = self
+    /// What the route of `path` leads to, if a route takes it.
+    pub fn route(&self, path: &str) -> Option<&T> {
+        if let Some((_, target)) = self
             .api
             .iter()
             .find(|(root, _)| api_root_matches(root, path))
         {
-            return handler;
+            return Some(target);
         }
-        if let Some(handler) = self.exact.get(path) {
-            return handler;
+        if let Some(target) = self.exact.get(path) {
+            return Some(target);
         }
         self.prefixes
             .iter()
             .find(|(prefix, _)| path.starts_with(prefix.as_str()))
-            .map_or(&self.delegate, |(_, handler)| handler)
+            .map(|(_, target)| target)
+    }
+}
+
+impl Director {
+    pub fn new(routes: Routes, delegate: SharedHandler) -> Self {
+        Director {
+            routes: RouteTable::new(routes),
+            delegate,
+        }
     }
 }
 
 impl Handler for Director {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-        let handler = self.route(request.uri().path());
+        let handler = self
+            .routes
+            .route(request.uri().path())
+            .unwrap_or(&self.delegate);
         handler.call(request)
     }
 }

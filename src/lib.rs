@@ -6,7 +6,7 @@
 //! ```text
 //! client ──TCP/TLS──> server::listener (HTTP/1.1 + HTTP/2)
 //!   └─> chain::build, outermost first:
-//!         audit ID ─ panic recovery ─ request info ─ HTTP log ─ HSTS ─
+//!         audit ID ─ panic recovery ─ canonical target ─ request info ─ HTTP log ─ HSTS ─
 //!         cache-control ─ body limit ─ deadline/timeout ─ CORS ─
 //!         [authentication] ─ [audit] ─ max-in-flight ─ [authorization] ─ [admission]
 //!   └─> server 1's director ──match──> handler (upstream | static | health | discovery)
@@ -19,6 +19,7 @@
 //! - [`server`]: listener, TLS, the swappable snapshot, lifecycle hooks, graceful shutdown.
 //! - [`reload`]: watch, rebuild, validate, swap.
 //! - [`chain`]: the native handler chain, built in one function.
+//! - [`request_target`]: the canonical request target, judged and served.
 //! - [`request_info`]: kube's RequestInfo resolver.
 //! - [`delegation`] and [`director`]: the server chain and each server's routing.
 //! - [`upstream`], [`static_response`], [`health`], [`discovery`], [`metrics`]: the handlers.
@@ -40,6 +41,7 @@ pub mod health;
 pub mod metrics;
 pub mod reload;
 pub mod request_info;
+pub mod request_target;
 pub mod scaffold;
 pub mod server;
 pub mod static_response;

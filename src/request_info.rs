@@ -42,7 +42,14 @@
 //!   Rust strings cannot hold them. `/` bytes are unaffected, so the segment
 //!   structure is the same as kube's.
 //!
-//! No path cleaning is done (`..`, `.` and empty segments are kept), as in kube.
+//! No path cleaning is done (`..`, `.` and empty segments are kept), as in kube:
+//! the gateway's handler chain makes the path canonical before it resolves it
+//! (`crate::request_target`), so in the chain none of these reach the resolver.
+//!
+//! One departure from kube: a path holding an escaped `/` or `\` (`%2F`, `%5C`)
+//! is not decoded at all. The chain lets one through only to a route that keeps
+//! escaped slashes as data (`escaped_slashes = "keep"`), which forwards it as
+//! sent; decoding it here would split the path where the upstream does not.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -375,9 +382,10 @@ fn split_path(path: &str) -> Vec<&str> {
 }
 
 /// Percent-decodes a path as Go's URL parser does for `URL.Path` (`+` stays `+`).
-/// A malformed escape leaves the whole path undecoded (Go would have answered 400).
+/// A malformed escape leaves the whole path undecoded (Go would have answered 400),
+/// and so does an escaped slash (see the module's documentation).
 fn decode_path(path: &str) -> Cow<'_, str> {
-    if !path.contains('%') {
+    if !path.contains('%') || has_escaped_slash(path) {
         return Cow::Borrowed(path);
     }
     match percent_decode_strict(path) {
@@ -403,6 +411,14 @@ fn percent_decode_strict(s: &str) -> Option<Vec<u8>> {
         }
     }
     Some(out)
+}
+
+/// Whether `path` holds `%2F` or `%5C`, in either case.
+fn has_escaped_slash(path: &str) -> bool {
+    path.match_indices('%').any(|(at, _)| {
+        path.get(at + 1..at + 3)
+            .is_some_and(|hex| hex.eq_ignore_ascii_case("2f") || hex.eq_ignore_ascii_case("5c"))
+    })
 }
 
 fn hex_value(b: u8) -> Option<u8> {
@@ -1367,8 +1383,10 @@ mod tests {
             ("/api/v1/namespaces/", true, "v1", "namespaces", "", &["namespaces"]),
             ("/api/v1/namespaces//pods", true, "v1", "pods", "", &["pods"]),
             ("/api/v1/../pods", true, "v1", "..", "pods", &["..", "pods"]),
-            // %2F is a separator after decoding, as in kube.
-            ("/api/v1/namespaces/a%2Fb/pods", true, "v1", "b", "pods", &["b", "pods"]),
+            // An escaped slash stays data in its segment, undecoded (kube would
+            // split there; the chain lets one through only to routes that keep it).
+            ("/api/v1/namespaces/a%2Fb/pods", true, "v1", "pods", "", &["pods"]),
+            ("/api/v1/pods/a%5cb", true, "v1", "pods", "a%5cb", &["pods", "a%5cb"]),
             // Undecodable bytes become U+FFFD; malformed escapes stay literal.
             ("/api/v1/namespaces/%FF/pods", true, "v1", "pods", "", &["pods"]),
             ("/api/v1/pods/%zz", true, "v1", "pods", "%zz", &["pods", "%zz"]),

@@ -2,8 +2,8 @@
 //! the one function where the order of the filters *is* the architecture.
 //!
 //! ```text
-//! request ─> audit ID ─> panic recovery ─> request info ─> HTTP log ─> HSTS
-//!   ─> cache-control ─> body limit ─> deadline/timeout ─> CORS
+//! request ─> audit ID ─> panic recovery ─> canonical target ─> request info
+//!   ─> HTTP log ─> HSTS ─> cache-control ─> body limit ─> deadline/timeout ─> CORS
 //!   ─> [authentication] ─> [audit] ─> impersonation ─> max-in-flight
 //!   ─> [authorization] ─> [admission] ─> the first server's director
 //!   ─> ... ─> 404 Status
@@ -25,6 +25,7 @@ mod http_log;
 mod impersonation;
 mod panic_recovery;
 mod request_info;
+mod request_target;
 pub mod stage;
 mod timeout;
 
@@ -121,6 +122,12 @@ pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> C
     handler = Arc::new(http_log::HttpLog { next: handler });
     // Request info is resolved once, before anything that reads it.
     handler = Arc::new(request_info::RequestInfoFilter { next: handler });
+    // The target is made canonical first, so the path request info resolves
+    // is the one every later step judges and the upstream receives.
+    handler = Arc::new(request_target::CanonicalTarget::new(
+        &config.servers,
+        handler,
+    ));
     // Panic recovery sits inside the audit ID so a 500 still carries it.
     handler = Arc::new(panic_recovery::PanicRecovery { next: handler });
     handler = Arc::new(audit_id::AuditIdFilter { next: handler });

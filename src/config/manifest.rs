@@ -222,6 +222,8 @@ pub struct Route {
     pub upstream: Option<Spanned<toml::Value>>,
     #[serde(rename = "static")]
     pub static_response: Option<Spanned<Static>>,
+    /// `"reject"` (the default) or `"keep"`.
+    pub escaped_slashes: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -164,6 +164,21 @@ pub struct Server {
 pub struct Route {
     pub matcher: RouteMatch,
     pub handler: RouteHandler,
+    pub escaped_slashes: EscapedSlashes,
+}
+
+/// What a route does with a path holding an escaped `/` or `\` (`%2F`,
+/// `%5C`): Envoy's `path_with_escaped_slashes_action`, per route.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum EscapedSlashes {
+    /// 400: the path has no single reading (kube decodes `%2F` into a
+    /// separator, other servers keep it as data).
+    #[default]
+    Reject,
+    /// Kept as data inside its segment, judged and forwarded as `%2F`
+    /// (Envoy's `KEEP_UNCHANGED`), for upstreams that never decode it into
+    /// a separator.
+    Keep,
 }
 
 /// Where a route applies (kube's director: API roots, exact paths, prefixes).

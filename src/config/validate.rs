@@ -507,9 +507,14 @@ impl Completer<'_> {
                     ),
                 );
             }
+            let escaped_slashes = self.escaped_slashes(&route, &key);
             let handler = self.route_handler(route, &key, span);
             if let (Some(matcher), Some(handler)) = (matcher, handler) {
-                completed.push(Route { matcher, handler });
+                completed.push(Route {
+                    matcher,
+                    handler,
+                    escaped_slashes,
+                });
             }
         }
         completed
@@ -550,6 +555,10 @@ impl Completer<'_> {
             );
             return None;
         }
+        if let Some(message) = non_canonical(text) {
+            self.at(value, &format!("{key}.{field}"), message);
+            return None;
+        }
         if reserved_path(text) {
             let message = format!(
                 "{text:?} is served by the gateway itself (health, metrics, reload and discovery)"
@@ -561,6 +570,21 @@ impl Completer<'_> {
             "path" => RouteMatch::Exact(text.clone()),
             _ => RouteMatch::Prefix(text.clone()),
         })
+    }
+
+    fn escaped_slashes(&mut self, route: &m::Route, key: &str) -> EscapedSlashes {
+        let Some(value) = &route.escaped_slashes else {
+            return EscapedSlashes::default();
+        };
+        match value.get_ref().as_str() {
+            "reject" => EscapedSlashes::Reject,
+            "keep" => EscapedSlashes::Keep,
+            other => {
+                let message = format!("{other:?} must be \"reject\" or \"keep\"");
+                self.at(value, &format!("{key}.escaped_slashes"), message);
+                EscapedSlashes::default()
+            }
+        }
     }
 
     fn route_handler(
@@ -615,6 +639,9 @@ impl Completer<'_> {
                         key,
                         format!("{url:?} must not have a query"),
                     );
+                }
+                if let Some(message) = non_canonical(uri.path()) {
+                    self.problem(Some(span.clone()), key, format!("{url:?}: {message}"));
                 }
                 Some(uri)
             }
@@ -748,6 +775,22 @@ fn validate_api_root(root: &str) -> Result<(), String> {
         Err(format!(
             "{root:?} is not an API root: use /api, /api/<version>, /apis, /apis/<group> or /apis/<group>/<version>"
         ))
+    }
+}
+
+/// Why `path` (a route's, or an upstream's base path) is not in the
+/// canonical form requests are matched and forwarded in, if it is not.
+fn non_canonical(path: &str) -> Option<String> {
+    match crate::request_target::canonicalize(path) {
+        Err(error) => Some(format!("{path:?}: {error}")),
+        Ok(canonical) if canonical.escaped_slashes => {
+            Some(format!("{path:?} holds an escaped \"/\" or \"\\\""))
+        }
+        Ok(canonical) if canonical.path != path => Some(format!(
+            "{path:?} is not a canonical path (requests are matched and forwarded as {:?})",
+            canonical.path
+        )),
+        Ok(_) => None,
     }
 }
 

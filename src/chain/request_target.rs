@@ -1,0 +1,106 @@
+//! The canonical request target, installed before request info: the
+//! request's URI is rewritten to its canonical form (`crate::request_target`),
+//! so request info, the filters, audit, the director and the upstream proxy
+//! all read the same path; what has no canonical form is a 400 Status.
+
+use std::borrow::Cow;
+
+use futures_util::future::BoxFuture;
+use http::Uri;
+use http::uri::PathAndQuery;
+
+use crate::body::{Request, Response};
+use crate::config::{EscapedSlashes, RouteMatch, Server};
+use crate::director::{RouteTable, Routes};
+use crate::handler::{Handler, SharedHandler};
+use crate::request_target::{TargetError, canonicalize, check_query};
+use crate::status::GatewayError;
+
+pub struct CanonicalTarget {
+    /// Each server's routes that keep escaped slashes, in delegation order;
+    /// `None` when no route does (every escaped slash is refused).
+    keeps_escaped_slashes: Option<Vec<RouteTable<EscapedSlashes>>>,
+    pub next: SharedHandler,
+}
+
+impl CanonicalTarget {
+    pub fn new(servers: &[Server], next: SharedHandler) -> Self {
+        let any_keeps = servers
+            .iter()
+            .flat_map(|server| &server.routes)
+            .any(|route| route.escaped_slashes == EscapedSlashes::Keep);
+        let keeps_escaped_slashes = any_keeps.then(|| servers.iter().map(route_table).collect());
+        CanonicalTarget {
+            keeps_escaped_slashes,
+            next,
+        }
+    }
+
+    /// Whether the route `path` reaches keeps escaped slashes: the first
+    /// server with a route for it decides, as the delegation chain does.
+    fn keeps_escaped_slashes(&self, path: &str) -> bool {
+        self.keeps_escaped_slashes.as_ref().is_some_and(|servers| {
+            servers
+                .iter()
+                .find_map(|routes| routes.route(path))
+                .is_some_and(|keep| *keep == EscapedSlashes::Keep)
+        })
+    }
+
+    /// The request's URI in canonical form (`None`: it already is), or why
+    /// it has none.
+    fn canonical_uri(&self, uri: &Uri) -> Result<Option<Uri>, GatewayError> {
+        if let Some(query) = uri.query() {
+            check_query(query)?;
+        }
+        let canonical = canonicalize(uri.path())?;
+        if canonical.escaped_slashes && !self.keeps_escaped_slashes(&canonical.path) {
+            return Err(TargetError::EscapedSlash.into());
+        }
+        let Cow::Owned(path) = canonical.path else {
+            return Ok(None);
+        };
+        let path_and_query = match uri.query() {
+            Some(query) => format!("{path}?{query}"),
+            None => path,
+        };
+        // A canonical path is ASCII `pchar`s and escapes, which a URI always
+        // holds: an error here would be a bug, answered rather than forwarded.
+        let unexpected = |_| GatewayError::internal("the canonical request target is not a URI");
+        let mut parts = uri.clone().into_parts();
+        parts.path_and_query = Some(PathAndQuery::try_from(path_and_query).map_err(unexpected)?);
+        Uri::from_parts(parts)
+            .map(Some)
+            .map_err(|_| GatewayError::internal("the canonical request target is not a URI"))
+    }
+}
+
+/// A server's routes, each leading to whether it keeps escaped slashes.
+fn route_table(server: &Server) -> RouteTable<EscapedSlashes> {
+    let mut routes = Routes::default();
+    for route in &server.routes {
+        let keep = route.escaped_slashes;
+        match &route.matcher {
+            RouteMatch::Api(root) => routes.api.push((root.clone(), keep)),
+            RouteMatch::Exact(path) => routes.exact.push((path.clone(), keep)),
+            RouteMatch::Prefix(prefix) => routes.prefixes.push((prefix.clone(), keep)),
+        }
+    }
+    RouteTable::new(routes)
+}
+
+impl Handler for CanonicalTarget {
+    fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
+        match self.canonical_uri(request.uri()) {
+            Ok(None) => self.next.call(request),
+            Ok(Some(canonical)) => {
+                *request.uri_mut() = canonical;
+                self.next.call(request)
+            }
+            Err(error) => {
+                tracing::debug!(uri = %request.uri(), %error, "request target refused");
+                Box::pin(async move { error.into_response() })
+            }
+        }
+    }
+}
