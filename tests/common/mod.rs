@@ -498,6 +498,8 @@ struct UpstreamState {
 }
 
 /// A real HTTP server on 127.0.0.1:0 (HTTP/1.1 and HTTP/2, optionally TLS).
+/// Its echo reports the request-target as received (`path`) and the path a
+/// normalising server would serve for it (`served`, [`served_path`]).
 pub struct Upstream {
     pub addr: SocketAddr,
     pub tls: bool,
@@ -736,6 +738,7 @@ async fn upstream_answer(
             let echo = serde_json::json!({
                 "method": parts.method.as_str(),
                 "path": target,
+                "served": served_path(&target),
                 "version": format!("{:?}", parts.version),
                 "headers": headers,
                 "body": String::from_utf8_lossy(&received),
@@ -774,6 +777,41 @@ async fn upstream_answer(
         }
     };
     Ok(response)
+}
+
+/// The path a normalising server acts on for request-target `target`, as
+/// the upstream's echo reports it (`served`): escapes decoded once (Go's
+/// `URL.Path`, nginx), `;` parameters stripped from each segment (Tomcat,
+/// Spring), `\` read as `/` (IIS), `//` merged and dot-segments resolved,
+/// clamped at the root (Go's `ServeMux` and `path.Clean`, nginx), a trailing
+/// slash kept (`ServeMux`). A gateway that forwards a path this changes lets
+/// the upstream serve something other than what was judged.
+pub fn served_path(target: &str) -> String {
+    let path = target.split_once('?').map_or(target, |(path, _)| path);
+    let decoded = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
+    let decoded = decoded.replace('\\', "/");
+    let mut kept: Vec<&str> = Vec::new();
+    let mut trailing_slash = false;
+    let mut segments = decoded.split('/').skip(1).peekable();
+    while let Some(segment) = segments.next() {
+        let segment = segment.split(';').next().unwrap_or_default();
+        trailing_slash = segments.peek().is_none();
+        match segment {
+            "" | "." => {}
+            ".." => {
+                kept.pop();
+            }
+            _ => {
+                kept.push(segment);
+                trailing_slash = false;
+            }
+        }
+    }
+    let mut served: String = kept.iter().map(|segment| format!("/{segment}")).collect();
+    if trailing_slash || served.is_empty() {
+        served.push('/');
+    }
+    served
 }
 
 // ---------------------------------------------------------------------------
