@@ -2,8 +2,8 @@
 //! the one function where the order of the filters *is* the architecture.
 //!
 //! ```text
-//! request ─> audit ID ─> panic recovery ─> request info ─> HTTP log ─> HSTS
-//!   ─> cache-control ─> body limit ─> deadline/timeout ─> CORS
+//! request ─> nosniff ─> audit ID ─> panic recovery ─> request headers
+//!   ─> request info ─> HTTP log ─> HSTS ─> cache-control ─> body limit ─> deadline/timeout ─> CORS
 //!   ─> [authentication] ─> [audit] ─> impersonation ─> max-in-flight
 //!   ─> [authorization] ─> [admission] ─> the first server's director
 //!   ─> ... ─> 404 Status
@@ -24,6 +24,7 @@ mod headers;
 mod http_log;
 mod impersonation;
 mod panic_recovery;
+mod request_headers;
 mod request_info;
 pub mod stage;
 mod timeout;
@@ -121,8 +122,16 @@ pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> C
     handler = Arc::new(http_log::HttpLog { next: handler });
     // Request info is resolved once, before anything that reads it.
     handler = Arc::new(request_info::RequestInfoFilter { next: handler });
+    // Host, transfer codings and the client's origin are checked before
+    // anything reads them (Go's net/http does so before kube's chain).
+    handler = Arc::new(request_headers::RequestHeaders {
+        trusted_proxies: config.listen.trusted_proxies.clone(),
+        next: handler,
+    });
     // Panic recovery sits inside the audit ID so a 500 still carries it.
     handler = Arc::new(panic_recovery::PanicRecovery { next: handler });
     handler = Arc::new(audit_id::AuditIdFilter { next: handler });
+    // Outermost: every answer of the chain carries nosniff.
+    handler = Arc::new(headers::NoSniff { next: handler });
     Chain { handler, audit }
 }
