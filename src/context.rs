@@ -1,13 +1,15 @@
 //! What the flow learns about a request, carried in its extensions: the
-//! connection it came on (set by the listener), its audit ID, arrival time
-//! and deadline (set by the first native filters), and the user (set by
-//! authentication). [`crate::request_info::RequestInfo`] travels the same way.
+//! connection it came on (set by the listener), where the client is and
+//! which host it asked for (its [`ClientOrigin`], set once by the
+//! request-headers filter), its audit ID, arrival time and deadline (set by
+//! the first native filters), and the user (set by authentication).
+//! [`crate::request_info::RequestInfo`] travels the same way.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use http::HeaderValue;
+use http::{HeaderMap, HeaderValue};
 use rustls_pki_types::CertificateDer;
 
 /// The connection a request arrived on.
@@ -33,7 +35,8 @@ impl ConnectionInfo {
         tls: bool,
         client_chain: Option<Arc<Vec<CertificateDer<'static>>>>,
     ) -> Self {
-        let client_ip = HeaderValue::try_from(remote_addr.ip().to_string())
+        // An IPv4 client on an IPv6 socket is named by its IPv4 address.
+        let client_ip = HeaderValue::try_from(remote_addr.ip().to_canonical().to_string())
             .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
         ConnectionInfo {
             remote_addr,
@@ -43,6 +46,89 @@ impl ConnectionInfo {
             client_chain,
         }
     }
+}
+
+/// Where a request comes from and which host it asked for, decided once per
+/// request from its connection, its checked host and `listen.trusted_proxies`.
+/// The upstream proxy's `X-Forwarded-*` headers and the audit event's
+/// `sourceIPs` are both read from here, so what the gateway tells the
+/// upstream and what it records are the same belief.
+#[derive(Debug, Clone)]
+pub struct ClientOrigin {
+    /// The one valid host the client asked for (`Host`, or the request
+    /// target's authority), when it named one (HTTP/1.0 need not).
+    pub host: Option<HeaderValue>,
+    /// The peer is a trusted proxy: the forwarding headers it sent
+    /// (`X-Forwarded-For`, `Forwarded`, `X-Real-IP`) are believed and passed on.
+    pub peer_trusted: bool,
+    /// The `X-Forwarded-For` the upstream receives: a trusted peer's own
+    /// `X-Forwarded-For` lines, then the peer; otherwise the peer alone.
+    pub forwarded_for: HeaderValue,
+    /// kube's `utilnet.SourceIPs`: the believed `X-Forwarded-For` addresses,
+    /// then a believed `X-Real-IP` not already among them, then the peer
+    /// unless it is already the last.
+    pub source_ips: Vec<String>,
+}
+
+impl ClientOrigin {
+    /// The origin of a request with `headers` that came on `connection`.
+    pub fn new(
+        connection: &ConnectionInfo,
+        headers: &HeaderMap,
+        host: Option<HeaderValue>,
+        peer_trusted: bool,
+    ) -> Self {
+        let peer = connection.remote_addr.ip().to_canonical();
+        if !peer_trusted {
+            // The common case: nothing the client says about addresses counts.
+            return ClientOrigin {
+                host,
+                peer_trusted,
+                forwarded_for: connection.client_ip.clone(),
+                source_ips: vec![peer.to_string()],
+            };
+        }
+        let hops: Vec<&[u8]> = headers
+            .get_all(X_FORWARDED_FOR)
+            .iter()
+            .map(HeaderValue::as_bytes)
+            .chain(std::iter::once(connection.client_ip.as_bytes()))
+            .collect();
+        let forwarded_for = HeaderValue::from_bytes(&hops.join(&b", "[..]))
+            .unwrap_or_else(|_| connection.client_ip.clone());
+        ClientOrigin {
+            host,
+            peer_trusted,
+            forwarded_for,
+            source_ips: source_ips(headers, peer),
+        }
+    }
+}
+
+const X_FORWARDED_FOR: &str = "x-forwarded-for";
+const X_REAL_IP: &str = "x-real-ip";
+
+/// kube's `utilnet.SourceIPs` over a trusted peer's headers.
+fn source_ips(headers: &HeaderMap, peer: IpAddr) -> Vec<String> {
+    let parse = |text: &str| text.trim().parse::<IpAddr>().ok();
+    let mut ips: Vec<IpAddr> = headers
+        .get_all(X_FORWARDED_FOR)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(parse)
+        .collect();
+    let real_ip = headers
+        .get(X_REAL_IP)
+        .and_then(|value| value.to_str().ok())
+        .and_then(parse);
+    if let Some(real_ip) = real_ip.filter(|ip| !ips.contains(ip)) {
+        ips.push(real_ip);
+    }
+    if ips.last() != Some(&peer) {
+        ips.push(peer);
+    }
+    ips.iter().map(ToString::to_string).collect()
 }
 
 /// The request's audit ID, from the client's `Audit-ID` header or generated.
@@ -78,5 +164,66 @@ impl UserInfo {
             groups: vec!["system:unauthenticated".to_owned()],
             ..UserInfo::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin_of(peer: &str, trusted: bool, sent: &[(&str, &str)]) -> ClientOrigin {
+        let mut headers = HeaderMap::new();
+        for (name, value) in sent {
+            headers.append(
+                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        let connection = ConnectionInfo::new(peer.parse().unwrap(), false, None);
+        ClientOrigin::new(&connection, &headers, None, trusted)
+    }
+
+    const SENT: [(&str, &str); 3] = [
+        ("x-forwarded-for", "1.1.1.1, not-an-ip"),
+        ("x-forwarded-for", "2.2.2.2"),
+        ("x-real-ip", "3.3.3.3"),
+    ];
+
+    #[test]
+    fn an_untrusted_peer_is_the_only_source() {
+        let origin = origin_of("10.0.0.1:5000", false, &SENT);
+        assert_eq!(origin.forwarded_for, "10.0.0.1");
+        assert_eq!(origin.source_ips, ["10.0.0.1"]);
+    }
+
+    #[test]
+    fn a_trusted_peer_is_believed_as_kube_believes_every_peer() {
+        let origin = origin_of("10.0.0.1:5000", true, &SENT);
+        assert_eq!(
+            origin.forwarded_for,
+            "1.1.1.1, not-an-ip, 2.2.2.2, 10.0.0.1"
+        );
+        assert_eq!(
+            origin.source_ips,
+            ["1.1.1.1", "2.2.2.2", "3.3.3.3", "10.0.0.1"]
+        );
+        // X-Real-IP already in the chain, and the peer already last, are
+        // not repeated (utilnet.SourceIPs).
+        let origin = origin_of(
+            "10.0.0.1:5000",
+            true,
+            &[
+                ("x-forwarded-for", "1.1.1.1, 10.0.0.1"),
+                ("x-real-ip", "1.1.1.1"),
+            ],
+        );
+        assert_eq!(origin.source_ips, ["1.1.1.1", "10.0.0.1"]);
+    }
+
+    #[test]
+    fn an_ipv4_peer_on_an_ipv6_socket_is_named_by_its_ipv4_address() {
+        let origin = origin_of("[::ffff:10.0.0.1]:5000", false, &[]);
+        assert_eq!(origin.forwarded_for, "10.0.0.1");
+        assert_eq!(origin.source_ips, ["10.0.0.1"]);
     }
 }

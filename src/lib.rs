@@ -6,7 +6,8 @@
 //! ```text
 //! client ──TCP/TLS──> server::listener (HTTP/1.1 + HTTP/2)
 //!   └─> chain::build, outermost first:
-//!         audit ID ─ panic recovery ─ canonical target ─ request info ─ HTTP log ─ HSTS ─
+//!         nosniff ─ audit ID ─ panic recovery ─ request headers ─ canonical target ─
+//!         request info ─ HTTP log ─ HSTS ─
 //!         cache-control ─ body limit ─ deadline/timeout ─ CORS ─
 //!         [authentication] ─ [audit] ─ max-in-flight ─ [authorization] ─ [admission]
 //!   └─> server 1's director ──match──> handler (upstream | static | health | discovery)

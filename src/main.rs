@@ -403,7 +403,14 @@ fn trial(
 /// The filters `chain::build` installs for this configuration, in request order.
 fn installed_filters(config: &Config) -> Vec<&'static str> {
     let stages = &config.stages;
-    let mut chain = vec!["audit-id", "panic-recovery", "request-info", "http-log"];
+    let mut chain = vec![
+        "nosniff",
+        "audit-id",
+        "panic-recovery",
+        "request-headers",
+        "request-info",
+        "http-log",
+    ];
     if config.hsts.is_some() {
         chain.push("hsts");
     }

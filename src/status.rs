@@ -117,6 +117,10 @@ pub enum GatewayError {
     RequestEntityTooLarge { limit: u64 },
     #[error("{message}")]
     Invalid { message: String },
+    /// What the request needs of the server it does not implement (an
+    /// unknown transfer coding, RFC 9112 §6.1).
+    #[error("{message}")]
+    NotImplemented { message: String },
     #[error("Internal error occurred: {message}")]
     Internal { message: String },
     #[error("an error on the server ({message}) has prevented the request from succeeding")]
@@ -148,6 +152,8 @@ impl GatewayError {
             }
             GatewayError::Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "Invalid"),
             GatewayError::Internal { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
+            // kube has no reason for 501 either.
+            GatewayError::NotImplemented { .. } => (StatusCode::NOT_IMPLEMENTED, ""),
             // kube has no reason for 502: it leaves the reason unknown (empty).
             GatewayError::BadGateway { .. } => (StatusCode::BAD_GATEWAY, ""),
             GatewayError::ServiceUnavailable { .. } => {

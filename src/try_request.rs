@@ -63,6 +63,11 @@ pub async fn run(chain: &SharedHandler, trial: Trial) -> Result<Report, TrialErr
     for (name, value) in trial.headers {
         request.headers_mut().append(name, value);
     }
+    // As a client sends it: an HTTP/1.1 request names its host.
+    request
+        .headers_mut()
+        .entry(http::header::HOST)
+        .or_insert(HeaderValue::from_static("localhost"));
     let trace = FilterTrace::default();
     request.extensions_mut().insert(trace.clone());
     request.extensions_mut().insert(ConnectionInfo::new(

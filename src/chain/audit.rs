@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 
 use crate::body::{Body, Request, Response};
 use crate::config::stages::{AuditLevel, AuditMode, AuditRule, AuditStage};
-use crate::context::{AuditId, ConnectionInfo, ReceivedAt, UserInfo};
+use crate::context::{AuditId, ClientOrigin, ReceivedAt, UserInfo};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 use crate::wasm::filter::{Annotation, Auditor, Event, Level, ObjectReference, Stage};
@@ -394,36 +394,15 @@ fn base_event(request: &Request, level: AuditLevel) -> Event {
     }
 }
 
-/// kube's source IPs: `X-Forwarded-For` entries, then `X-Real-Ip`, then the
-/// peer, without repeats.
+/// kube's source IPs, as the request's origin believes them (only a trusted
+/// proxy's `X-Forwarded-For` and `X-Real-IP` count): the same belief the
+/// upstream's `X-Forwarded-For` is made from.
 fn source_ips(request: &Request) -> Vec<String> {
-    let header = |name: &str| {
-        request
-            .headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-    };
-    let mut ips: Vec<String> = header("x-forwarded-for")
-        .split(',')
-        .chain(std::iter::once(header("x-real-ip")))
-        .map(str::trim)
-        .filter(|ip| ip.parse::<std::net::IpAddr>().is_ok())
-        .map(str::to_owned)
-        .collect();
-    if let Some(ip) = request
+    request
         .extensions()
-        .get::<ConnectionInfo>()
-        .and_then(|connection| connection.client_ip.to_str().ok())
-    {
-        ips.push(ip.to_owned());
-    }
-    // Most requests have one source: nothing to de-duplicate.
-    if ips.len() > 1 {
-        let mut seen = std::collections::HashSet::new();
-        ips.retain(|ip| seen.insert(ip.clone()));
-    }
-    ips
+        .get::<ClientOrigin>()
+        .map(|origin| origin.source_ips.clone())
+        .unwrap_or_default()
 }
 
 fn stamped(mut event: Event, stage: Stage, context: &AuditContext) -> Event {

@@ -1,15 +1,26 @@
-//! First filter of the chain (kube's `WithAuditInit`): every request gets an
-//! audit ID, the client's `Audit-ID` header when it sent one, else a new
-//! UUID, and every response carries it back.
+//! The audit ID (kube's `WithAuditInit`): every request gets one, the
+//! client's `Audit-ID` header when it sent one, else a new UUID. The ID is
+//! the request's `Audit-ID` from here on, so the one the audit log records is
+//! the one the upstream receives, and every response carries it back.
+//!
+//! A client's ID is checked by kube's rules (`WithValidatingAuditInit`,
+//! `staging/src/k8s.io/apiserver/pkg/endpoints/filters/with_auditid.go`): at
+//! most 256 characters, letters and digits separated by hyphens, else a 400
+//! Status. kube reads the first of several `Audit-ID` headers; here two are
+//! a 400 too, since the gateway cannot tell which one the client meant.
 
 use futures_util::future::BoxFuture;
-use http::HeaderValue;
+use http::{HeaderMap, HeaderValue};
 
 use crate::body::{Request, Response};
 use crate::context::AuditId;
 use crate::handler::{Handler, SharedHandler};
+use crate::status::GatewayError;
 
 pub const AUDIT_ID_HEADER: &str = "audit-id";
+
+/// kube's `maxAuditIDLength`.
+const MAX_AUDIT_ID_LENGTH: usize = 256;
 
 pub struct AuditIdFilter {
     pub next: SharedHandler,
@@ -17,23 +28,63 @@ pub struct AuditIdFilter {
 
 impl Handler for AuditIdFilter {
     fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
+        let header = match client_audit_id(request.headers()) {
+            Ok(Some(header)) => Ok(header),
+            // A UUID is always a valid header value.
+            Ok(None) => HeaderValue::try_from(new_audit_id())
+                .map_err(|_| GatewayError::internal("a new audit ID is not a header value")),
+            Err(error) => Err(error),
+        };
+        let header = match header {
+            Ok(header) => header,
+            Err(error) => return Box::pin(std::future::ready(error.into_response())),
+        };
+        // Exactly one Audit-ID goes on: the one the audit log records.
+        request
+            .headers_mut()
+            .insert(AUDIT_ID_HEADER, header.clone());
+        let audit_id = String::from_utf8_lossy(header.as_bytes()).into_owned();
+        request.extensions_mut().insert(AuditId(audit_id));
         Box::pin(async move {
-            let audit_id = request
-                .headers()
-                .get(AUDIT_ID_HEADER)
-                .and_then(|value| value.to_str().ok())
-                .filter(|value| !value.trim().is_empty())
-                .map(str::to_owned)
-                .unwrap_or_else(new_audit_id);
-            let header = HeaderValue::from_str(&audit_id).ok();
-            request.extensions_mut().insert(AuditId(audit_id));
             let mut response = self.next.call(request).await;
-            if let Some(header) = header {
-                response.headers_mut().insert(AUDIT_ID_HEADER, header);
-            }
+            response.headers_mut().insert(AUDIT_ID_HEADER, header);
             response
         })
     }
+}
+
+/// The client's valid `Audit-ID`, `None` when it sent none (or an empty one,
+/// which kube also replaces).
+fn client_audit_id(headers: &HeaderMap) -> Result<Option<HeaderValue>, GatewayError> {
+    let mut given = headers.get_all(AUDIT_ID_HEADER).iter();
+    let first = given.next().filter(|value| !value.is_empty());
+    if given.next().is_some() {
+        return Err(GatewayError::BadRequest {
+            message: "Audit-ID is given more than once: give one".to_owned(),
+        });
+    }
+    match first {
+        Some(value) if !is_valid_audit_id(value.as_bytes()) => Err(GatewayError::BadRequest {
+            // kube's message, word for word.
+            message: "provided Audit-ID is invalid. Must be less than 256 characters in length \
+                      and only contain alphanumeric characters separated by hyphens ('-')."
+                .to_owned(),
+        }),
+        first => Ok(first.cloned()),
+    }
+}
+
+/// kube's `validateAuditID`: at most 256 bytes matching
+/// `^([A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9]+)$` (so two characters at least,
+/// starting and ending with a letter or digit).
+fn is_valid_audit_id(id: &[u8]) -> bool {
+    let (Some(first), Some(last)) = (id.first(), id.last()) else {
+        return false;
+    };
+    (2..=MAX_AUDIT_ID_LENGTH).contains(&id.len())
+        && first.is_ascii_alphanumeric()
+        && last.is_ascii_alphanumeric()
+        && id.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
 /// A new UUID, written without the formatting machinery (this runs on
@@ -44,4 +95,41 @@ fn new_audit_id() -> String {
         .hyphenated()
         .encode_lower(&mut buffer)
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_ids_follow_kube_rules() {
+        let longest = "a".repeat(MAX_AUDIT_ID_LENGTH);
+        for valid in ["ab", "a1", "foo-bar-baz", "4d1b4e0c-my-own-id", &longest] {
+            assert!(is_valid_audit_id(valid.as_bytes()), "{valid:?}");
+        }
+        let too_long = "a".repeat(MAX_AUDIT_ID_LENGTH + 1);
+        for invalid in [
+            "a", "-ab", "ab-", "a b", "a_b", "a.b", "été", "a\tb", &too_long,
+        ] {
+            assert!(!is_valid_audit_id(invalid.as_bytes()), "{invalid:?}");
+        }
+    }
+
+    #[test]
+    fn one_audit_id_at_most() {
+        let mut headers = HeaderMap::new();
+        assert!(matches!(client_audit_id(&headers), Ok(None)));
+        headers.append(AUDIT_ID_HEADER, HeaderValue::from_static(""));
+        assert!(matches!(client_audit_id(&headers), Ok(None)));
+        headers.insert(AUDIT_ID_HEADER, HeaderValue::from_static("abc-123"));
+        assert_eq!(
+            client_audit_id(&headers).ok().flatten(),
+            Some(HeaderValue::from_static("abc-123"))
+        );
+        headers.append(AUDIT_ID_HEADER, HeaderValue::from_static("abc-123"));
+        assert!(matches!(
+            client_audit_id(&headers),
+            Err(GatewayError::BadRequest { .. })
+        ));
+    }
 }

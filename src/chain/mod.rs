@@ -2,8 +2,9 @@
 //! the one function where the order of the filters *is* the architecture.
 //!
 //! ```text
-//! request ─> audit ID ─> panic recovery ─> canonical target ─> request info
-//!   ─> HTTP log ─> HSTS ─> cache-control ─> body limit ─> deadline/timeout ─> CORS
+//! request ─> nosniff ─> audit ID ─> panic recovery ─> request headers
+//!   ─> canonical target ─> request info ─> HTTP log ─> HSTS ─> cache-control
+//!   ─> body limit ─> deadline/timeout ─> CORS
 //!   ─> [authentication] ─> [audit] ─> impersonation ─> max-in-flight
 //!   ─> [authorization] ─> [admission] ─> the first server's director
 //!   ─> ... ─> 404 Status
@@ -24,6 +25,7 @@ mod headers;
 mod http_log;
 mod impersonation;
 mod panic_recovery;
+mod request_headers;
 mod request_info;
 mod request_target;
 pub mod stage;
@@ -128,8 +130,16 @@ pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> C
         &config.servers,
         handler,
     ));
+    // Host, transfer codings and the client's origin are checked before
+    // anything reads them (Go's net/http does so before kube's chain).
+    handler = Arc::new(request_headers::RequestHeaders {
+        trusted_proxies: config.listen.trusted_proxies.clone(),
+        next: handler,
+    });
     // Panic recovery sits inside the audit ID so a 500 still carries it.
     handler = Arc::new(panic_recovery::PanicRecovery { next: handler });
     handler = Arc::new(audit_id::AuditIdFilter { next: handler });
+    // Outermost: every answer of the chain carries nosniff.
+    handler = Arc::new(headers::NoSniff { next: handler });
     Chain { handler, audit }
 }

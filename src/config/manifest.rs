@@ -158,6 +158,10 @@ pub struct Listen {
     pub tls: Option<Spanned<Tls>>,
     pub plaintext: Option<Spanned<bool>>,
     pub cert_dir: Option<Spanned<String>>,
+    /// CIDRs (or single addresses) of the proxies whose forwarding headers
+    /// are believed.
+    #[serde(default)]
+    pub trusted_proxies: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -14,7 +14,7 @@ mod validate;
 pub use error::{ConfigError, Location, Problem};
 pub use validate::parse_duration;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +47,26 @@ pub struct Config {
 pub struct Listen {
     pub address: SocketAddr,
     pub transport: Transport,
+    pub trusted_proxies: TrustedProxies,
+}
+
+/// The peers whose forwarding headers (`X-Forwarded-For`, `Forwarded`,
+/// `X-Real-IP`) are believed: `listen.trusted_proxies`. Empty by default:
+/// no peer is trusted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Vec<ipnet::IpNet>);
+
+impl TrustedProxies {
+    pub fn new(networks: Vec<ipnet::IpNet>) -> Self {
+        TrustedProxies(networks)
+    }
+
+    /// True when `peer` is in one of the networks. An IPv4 peer that reached
+    /// an IPv6 socket (`::ffff:a.b.c.d`) is matched as the IPv4 address it is.
+    pub fn contains(&self, peer: IpAddr) -> bool {
+        let peer = peer.to_canonical();
+        self.0.iter().any(|network| network.contains(&peer))
+    }
 }
 
 /// How the listener speaks.

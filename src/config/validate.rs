@@ -153,10 +153,35 @@ impl Completer<'_> {
                 );
             }
         }
+        let trusted_proxies = self.trusted_proxies(&listen.trusted_proxies);
         Some(Listen {
             address: address?,
             transport: transport?,
+            trusted_proxies,
         })
+    }
+
+    /// `listen.trusted_proxies`: each entry a CIDR (`10.0.0.0/8`) or a single
+    /// address (`10.1.2.3`, that address alone).
+    fn trusted_proxies(&mut self, entries: &[Spanned<String>]) -> TrustedProxies {
+        let mut networks = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let text = entry.get_ref().trim();
+            let parsed = text
+                .parse::<ipnet::IpNet>()
+                .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from));
+            match parsed {
+                Ok(network) => networks.push(network.trunc()),
+                Err(_) => self.at(
+                    entry,
+                    "listen.trusted_proxies",
+                    format!(
+                        "{text:?} is neither a CIDR (\"10.0.0.0/8\", \"fd00::/8\") nor an IP address"
+                    ),
+                ),
+            }
+        }
+        TrustedProxies::new(networks)
     }
 
     fn tls(&mut self, tls: &m::Tls) -> Option<TlsMaterial> {

@@ -240,6 +240,11 @@ fn headers_too_large(version: http::Version) -> http::Response<Body> {
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    // Answered before the chain, whose outermost step sets it on the rest.
+    headers.insert(
+        http::header::X_CONTENT_TYPE_OPTIONS,
+        http::HeaderValue::from_static("nosniff"),
+    );
     if version < http::Version::HTTP_2 {
         headers.insert(
             http::header::CONNECTION,

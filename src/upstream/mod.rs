@@ -1,20 +1,23 @@
 //! The `upstream` route handler: a reverse proxy with pooled keep-alive
 //! connections (HTTP/1.1 to `http://` upstreams through [`pool`]; HTTP/1.1,
 //! or HTTP/2 when they offer it, to `https://` upstreams through hyper-util's
-//! client). Bodies stream both ways; nothing is buffered. Hop-by-hop headers
-//! are dropped in both directions and `X-Forwarded-For/Proto/Host` are set.
+//! client). Bodies stream both ways; nothing is buffered. Headers are
+//! rewritten in [`headers`]: hop-by-hop ones dropped both ways, the client's
+//! identity headers dropped, the forwarding headers set from the request's
+//! origin.
 //! Failures become Status responses: unreachable 503, no answer in time
 //! 504, a broken answer 502, a request body over the limit 413.
 
+mod headers;
 mod pool;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use http::header::{self, HeaderName};
+use http::header;
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{HeaderMap, HeaderValue, Uri, Version};
+use http::{HeaderValue, Uri, Version};
 use http_body_util::BodyExt;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
@@ -25,7 +28,6 @@ use self::pool::Http1Pool;
 use crate::body::{Body, BodyError, Request, Response};
 use crate::chain::body_limit::{MaxRequestBody, is_body_limit_error};
 use crate::config::Upstream;
-use crate::context::ConnectionInfo;
 use crate::handler::Handler;
 use crate::status::GatewayError;
 
@@ -154,7 +156,7 @@ impl UpstreamProxy {
                 None => exchange.await,
             };
         let mut response = result.map_err(|error| self.classify(&error, body_limit))?;
-        remove_hop_by_hop(response.headers_mut());
+        headers::remove_hop_by_hop(response.headers_mut());
         Ok(response)
     }
 
@@ -174,17 +176,10 @@ impl UpstreamProxy {
 
     fn outgoing_request(&self, request: Request) -> Result<Request, GatewayError> {
         let (mut parts, body) = request.into_parts();
-        let original_host = parts.headers.get(header::HOST).cloned().or_else(|| {
-            parts
-                .uri
-                .authority()
-                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-        });
-        let connection = parts.extensions.get::<ConnectionInfo>().cloned();
         let path_and_query = self.target_path(&parts.uri)?;
         parts.version = Version::HTTP_11;
+        headers::prepare_request_headers(&mut parts.headers, &parts.extensions);
         let headers = &mut parts.headers;
-        remove_hop_by_hop(headers);
         match &self.transport {
             // The pool sends the URI as it is: origin-form.
             Transport::Plain { host, .. } => {
@@ -196,14 +191,6 @@ impl UpstreamProxy {
                 parts.uri = self.absolute_uri(path_and_query)?;
                 headers.remove(header::HOST);
             }
-        }
-        if let Some(connection) = connection {
-            append_forwarded_for(headers, &connection.client_ip);
-            let proto = if connection.tls { "https" } else { "http" };
-            headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
-        }
-        if let Some(host) = original_host {
-            headers.insert(X_FORWARDED_HOST, host);
         }
         // Errors reading the client's body are marked, so they are not taken
         // for the upstream's.
@@ -290,69 +277,6 @@ impl std::error::Error for RequestBodyError {
 
 fn is_request_body_error(error: &(dyn std::error::Error + 'static)) -> bool {
     crate::body::caused_by::<RequestBodyError>(error)
-}
-
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-
-/// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1),
-/// and `Upgrade`, which is not proxied. Names are lower-case in a `HeaderMap`,
-/// and a match on the string is the cheapest test of every name of every
-/// message.
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "proxy-authenticate"
-            | "proxy-authorization"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-    )
-}
-
-fn remove_hop_by_hop(headers: &mut HeaderMap) {
-    if !headers.keys().any(is_hop_by_hop) {
-        return;
-    }
-    // Headers the Connection header names are hop-by-hop too.
-    let named = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok());
-    let doomed: Vec<HeaderName> = headers
-        .keys()
-        .filter(|name| is_hop_by_hop(name))
-        .cloned()
-        .chain(named)
-        .collect();
-    for name in doomed {
-        headers.remove(name);
-    }
-}
-
-fn append_forwarded_for(headers: &mut HeaderMap, client: &HeaderValue) {
-    // Every X-Forwarded-For line the client sent, in order, then the client.
-    let mut hops: Vec<&[u8]> = headers
-        .get_all(&X_FORWARDED_FOR)
-        .iter()
-        .map(HeaderValue::as_bytes)
-        .collect();
-    let value = if hops.is_empty() {
-        Ok(client.clone())
-    } else {
-        hops.push(client.as_bytes());
-        HeaderValue::from_bytes(&hops.join(&b", "[..]))
-    };
-    if let Ok(value) = value {
-        headers.insert(X_FORWARDED_FOR, value);
-    }
 }
 
 /// The error and its sources, `: `-separated, for the log.

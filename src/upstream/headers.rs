@@ -1,0 +1,218 @@
+//! The headers the proxy rewrites. Hop-by-hop headers are dropped both ways
+//! (RFC 9110 §7.6.1). On the way to the upstream, the request's identity and
+//! origin are the gateway's to state, not the client's:
+//!
+//! - `X-Remote-*` (kube's request-header authentication) and `Impersonate-*`
+//!   headers a client sent never reach the upstream, whatever the chain did
+//!   (kube's request-header authenticator and impersonation filter remove
+//!   theirs once they have acted on them). [`prepare_request_headers`] is the
+//!   one place they are removed, and the place where headers the gateway
+//!   sets from the authenticated user would go.
+//! - `X-Forwarded-For`, `Forwarded` and `X-Real-IP` follow the request's
+//!   [`ClientOrigin`]: from a trusted proxy, `X-Forwarded-For` is appended
+//!   to and the other two pass; from any other peer `X-Forwarded-For` is the
+//!   peer alone and the other two are dropped.
+//! - `X-Forwarded-Host` is the one checked host, `X-Forwarded-Proto` the
+//!   listener's scheme: whatever the client sent under these names is replaced.
+
+use http::header::{self, HeaderName};
+use http::{Extensions, HeaderMap, HeaderValue};
+
+use crate::context::{ClientOrigin, ConnectionInfo};
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+
+/// The request's headers as the upstream receives them (`Host` aside, which
+/// the transport sets): hop-by-hop and client identity headers removed, the
+/// forwarding headers set from the request's origin.
+pub(super) fn prepare_request_headers(headers: &mut HeaderMap, extensions: &Extensions) {
+    remove_matching(headers, |name| {
+        is_hop_by_hop(name) || is_client_identity(name)
+    });
+    let origin = extensions.get::<ClientOrigin>();
+    match origin {
+        Some(origin) => {
+            headers.insert(X_FORWARDED_FOR, origin.forwarded_for.clone());
+            if !origin.peer_trusted {
+                headers.remove(header::FORWARDED);
+                headers.remove(X_REAL_IP);
+            }
+        }
+        // Without an origin nothing about addresses can be believed.
+        None => {
+            for name in [X_FORWARDED_FOR, header::FORWARDED, X_REAL_IP] {
+                headers.remove(name);
+            }
+        }
+    }
+    match origin.and_then(|origin| origin.host.clone()) {
+        Some(host) => headers.insert(X_FORWARDED_HOST, host),
+        None => headers.remove(X_FORWARDED_HOST),
+    };
+    match extensions.get::<ConnectionInfo>() {
+        Some(connection) => {
+            let proto = if connection.tls { "https" } else { "http" };
+            headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto))
+        }
+        None => headers.remove(X_FORWARDED_PROTO),
+    };
+}
+
+/// A response's headers without its hop-by-hop ones.
+pub(super) fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    remove_matching(headers, is_hop_by_hop);
+}
+
+/// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1),
+/// and `Upgrade`, which is not proxied. Names are lower-case in a `HeaderMap`,
+/// and a match on the string is the cheapest test of every name of every
+/// message.
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
+}
+
+/// kube's request-header names (`X-Remote-User`, `-Uid`, `-Group`,
+/// `-Extra-*`) and impersonation names (`Impersonate-User`, `-Uid`,
+/// `-Group`, `-Extra-*`), and any other name under the same prefixes: an
+/// upstream that trusts one must only ever get it from the gateway.
+fn is_client_identity(name: &HeaderName) -> bool {
+    let name = name.as_str();
+    name.starts_with("x-remote-") || name.starts_with("impersonate-")
+}
+
+/// Removes every header `doomed` matches, and those the `Connection` header
+/// names (hop-by-hop too), when `doomed` matches any: most messages have
+/// nothing to remove and cost one pass over the names.
+fn remove_matching(headers: &mut HeaderMap, doomed: impl Fn(&HeaderName) -> bool) {
+    if !headers.keys().any(&doomed) {
+        return;
+    }
+    let named = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok());
+    let names: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| doomed(name))
+        .cloned()
+        .chain(named)
+        .collect();
+    for name in names {
+        headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use super::*;
+
+    fn prepared(peer_trusted: bool, sent: &[(&str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in sent {
+            headers.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        let peer: SocketAddr = "10.0.0.9:40000".parse().unwrap();
+        let connection = ConnectionInfo::new(peer, true, None);
+        let origin = ClientOrigin::new(
+            &connection,
+            &headers,
+            Some(HeaderValue::from_static("api.example:8443")),
+            peer_trusted,
+        );
+        let mut extensions = Extensions::new();
+        extensions.insert(connection);
+        extensions.insert(origin);
+        prepare_request_headers(&mut headers, &extensions);
+        headers
+    }
+
+    fn all(headers: &HeaderMap, name: &str) -> Vec<String> {
+        headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect()
+    }
+
+    const FORWARDING: [(&str, &str); 6] = [
+        ("x-forwarded-for", "1.1.1.1"),
+        ("x-forwarded-for", "2.2.2.2, 3.3.3.3"),
+        ("forwarded", "for=1.1.1.1;proto=https"),
+        ("x-real-ip", "1.1.1.1"),
+        ("x-forwarded-host", "evil.example"),
+        ("x-forwarded-proto", "gopher"),
+    ];
+
+    #[test]
+    fn an_untrusted_peer_is_the_only_address_and_its_claims_are_dropped() {
+        let headers = prepared(false, &FORWARDING);
+        assert_eq!(all(&headers, "x-forwarded-for"), ["10.0.0.9"]);
+        assert!(all(&headers, "forwarded").is_empty());
+        assert!(all(&headers, "x-real-ip").is_empty());
+        assert_eq!(all(&headers, "x-forwarded-host"), ["api.example:8443"]);
+        assert_eq!(all(&headers, "x-forwarded-proto"), ["https"]);
+    }
+
+    #[test]
+    fn a_trusted_proxy_is_appended_to_and_its_headers_pass() {
+        let headers = prepared(true, &FORWARDING);
+        assert_eq!(
+            all(&headers, "x-forwarded-for"),
+            ["1.1.1.1, 2.2.2.2, 3.3.3.3, 10.0.0.9"]
+        );
+        assert_eq!(all(&headers, "forwarded"), ["for=1.1.1.1;proto=https"]);
+        assert_eq!(all(&headers, "x-real-ip"), ["1.1.1.1"]);
+        // Host and scheme are what the gateway itself saw.
+        assert_eq!(all(&headers, "x-forwarded-host"), ["api.example:8443"]);
+        assert_eq!(all(&headers, "x-forwarded-proto"), ["https"]);
+    }
+
+    #[test]
+    fn client_identity_headers_never_pass() {
+        for trusted in [false, true] {
+            let headers = prepared(
+                trusted,
+                &[
+                    ("x-remote-user", "admin"),
+                    ("x-remote-uid", "0"),
+                    ("x-remote-group", "system:masters"),
+                    ("x-remote-extra-scopes", "all"),
+                    ("impersonate-user", "admin"),
+                    ("impersonate-uid", "0"),
+                    ("impersonate-group", "system:masters"),
+                    ("impersonate-extra-scopes", "all"),
+                    ("x-remotely", "kept"),
+                ],
+            );
+            let names: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+            assert!(
+                !names
+                    .iter()
+                    .any(|n| n.starts_with("x-remote-") || n.starts_with("impersonate-")),
+                "{names:?}"
+            );
+            assert_eq!(all(&headers, "x-remotely"), ["kept"]);
+        }
+    }
+}
