@@ -167,6 +167,19 @@ impl UserInfo {
     }
 }
 
+/// What the flow may do to the connection a request came on, and what the
+/// gateway did to it (set by the listener).
+#[derive(Debug, Clone)]
+pub struct ConnectionControl {
+    /// Cancelling it closes the connection at once: how a response past its
+    /// deadline is cut. HTTP/1.x requests only: an HTTP/2 connection carries
+    /// other requests' streams, and a stream is reset through its body.
+    pub cut: Option<tokio_util::sync::CancellationToken>,
+    /// Cancelled when the shutdown closes every connection still open
+    /// (`shutdown_timeout` passed), so what ends then knows why.
+    pub shutdown_cut: tokio_util::sync::CancellationToken,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,12 @@
 //! rule's omitted stages are not written, no matching rule means no event;
 //! long-running requests get ResponseStarted; batch mode delivers; the
 //! Audit-ID header is the events' auditID; impersonation and authorization
-//! decisions are recorded.
+//! decisions are recorded. Every request that got RequestReceived gets
+//! ResponseComplete, 25 of 25: those answered 504 by the timeout, those
+//! their clients abandon (HTTP/1.1 and HTTP/2), those cut at shutdown (in
+//! both modes, written before the log is flushed); and failed
+//! authentications are audited as kube's `WithFailedAuthenticationAudit`
+//! audits them.
 
 mod common;
 #[path = "common/wasm.rs"]
@@ -49,7 +54,16 @@ non_resource_urls = ["/private/*"]
 /// A gateway with tokens, RBAC, the policy above and jsonl-audit writing to
 /// `audit.jsonl` beside the manifest; returns it and the file's path.
 async fn audited_gateway(upstream: &Upstream, mode: &str) -> (TestGateway, PathBuf) {
-    let audit = format!("\n[audit]\nmode = \"{mode}\"\n{POLICY}");
+    audited_gateway_with(upstream, mode, "").await
+}
+
+/// The same, with `limits` in its `[limits]`.
+async fn audited_gateway_with(
+    upstream: &Upstream,
+    mode: &str,
+    limits: &str,
+) -> (TestGateway, PathBuf) {
+    let audit = format!("\n[limits]\n{limits}\n\n[audit]\nmode = \"{mode}\"\n{POLICY}");
     let sink = filter(
         "audit.filters",
         "audit-log",
@@ -462,4 +476,199 @@ resources = [{ group = "demo.example.io", resources = ["*"] }]
     ] {
         assert_eq!(level_of(&path).await.as_deref(), level, "{path}");
     }
+}
+
+/// How many requests each completeness test sends.
+const MANY: usize = 25;
+
+/// Asserts the request `id` was received and completed with `code`.
+fn assert_completed(events: &[Value], id: &str, code: u16, reason: &str) {
+    assert_eq!(
+        stages_of(events),
+        ["RequestReceived", "ResponseComplete"],
+        "{id}: {events:#?}"
+    );
+    let status = &events[1]["responseStatus"];
+    assert_eq!(status["code"], code, "{id}: {status}");
+    if !reason.is_empty() {
+        assert_eq!(status["reason"], reason, "{id}: {status}");
+    }
+    assert!(
+        status["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{id}: the event says what happened: {status}"
+    );
+}
+
+/// A raw HTTP/1.1 `GET` of widget `name` by bob, with audit ID `id`, that
+/// the upstream never answers; returns once it is written.
+async fn hanging_request(gateway: &TestGateway, id: &str, name: &str) -> tokio::net::TcpStream {
+    let request = format!(
+        "GET {WIDGETS}/{name} HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer bob-token\r\n\
+         Audit-ID: {id}\r\n{MODE}: hang\r\n\r\n"
+    );
+    raw_request(gateway.addr, request.as_bytes()).await
+}
+
+async fn wait_for_arrivals(upstream: &Upstream, count: usize) {
+    for _ in 0..count {
+        upstream.next_arrival().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_answered_504_by_the_timeout_are_completed_with_504() {
+    let upstream = Upstream::start().await;
+    let (gateway, log) =
+        audited_gateway_with(&upstream, "blocking", "request_timeout = \"2s\"").await;
+    let client = http_client();
+    let answers = futures_util::future::join_all((0..MANY).map(|i| {
+        send(
+            client
+                .get(gateway.url(&format!("{WIDGETS}/w{i}")))
+                .bearer_auth("bob-token")
+                .header(MODE, "hang"),
+        )
+    }))
+    .await;
+    for answer in &answers {
+        answer.assert_status(504, "Timeout");
+        let id = audit_id(answer);
+        let events = wait_for_events(&log, &id, 2).await;
+        assert_completed(&events, &id, 504, "Timeout");
+    }
+    assert_eq!(audit_events(&log).len(), 2 * MANY);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_their_clients_abandon_are_completed() {
+    let upstream = Upstream::start().await;
+    let (gateway, log) = audited_gateway(&upstream, "blocking").await;
+    let mut ids = Vec::new();
+
+    // HTTP/1.1: connections closed while the upstream holds the answer.
+    let mut connections = Vec::new();
+    for i in 0..MANY {
+        let id = format!("abandoned-h1-{i}");
+        connections.push(hanging_request(&gateway, &id, &format!("w{i}")).await);
+        ids.push(id);
+    }
+    wait_for_arrivals(&upstream, MANY).await;
+    drop(connections);
+
+    // HTTP/2: streams reset by a client that stops waiting.
+    let client = h2c_client();
+    let mut waiting = Vec::new();
+    for i in 0..MANY {
+        let id = format!("abandoned-h2-{i}");
+        let request = client
+            .get(gateway.url(&format!("{WIDGETS}/v{i}")))
+            .bearer_auth("bob-token")
+            .header("Audit-ID", &id)
+            .header(MODE, "hang");
+        waiting.push(tokio::spawn(request.send()));
+        ids.push(id);
+    }
+    wait_for_arrivals(&upstream, MANY).await;
+    for request in &waiting {
+        request.abort();
+    }
+
+    for id in &ids {
+        let events = wait_for_events(&log, id, 2).await;
+        assert_completed(&events, id, 499, "");
+    }
+    assert_eq!(audit_events(&log).len(), 2 * ids.len());
+}
+
+async fn requests_cut_at_shutdown_are_completed_before_the_log_is_flushed(mode: &str) {
+    let upstream = Upstream::start().await;
+    let (mut gateway, log) =
+        audited_gateway_with(&upstream, mode, "shutdown_timeout = \"300ms\"").await;
+    let mut connections = Vec::new();
+    for i in 0..MANY {
+        connections.push(hanging_request(&gateway, &format!("cut-{i}"), &format!("w{i}")).await);
+    }
+    wait_for_arrivals(&upstream, MANY).await;
+    let drained = bounded("the shutdown", gateway.begin_shutdown())
+        .await
+        .expect("the shutdown task");
+    assert_eq!(
+        drained,
+        wasmgate::server::Drained::TimedOut {
+            open_connections: MANY
+        }
+    );
+    // Written by the time the shutdown returned: no waiting here.
+    for i in 0..MANY {
+        let id = format!("cut-{i}");
+        assert_completed(&events_of(&log, &id), &id, 503, "ServiceUnavailable");
+    }
+    assert_eq!(audit_events(&log).len(), 2 * MANY);
+    drop(connections);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_cut_at_shutdown_are_completed_in_blocking_mode() {
+    requests_cut_at_shutdown_are_completed_before_the_log_is_flushed("blocking").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_cut_at_shutdown_are_completed_in_batch_mode() {
+    requests_cut_at_shutdown_are_completed_before_the_log_is_flushed("batch").await;
+}
+
+/// kube's `WithFailedAuthenticationAudit`: one event at ResponseStarted,
+/// for no user, with the 401 and the credentials tried, at the level of
+/// the first rule that does not name users or groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_authentications_are_audited_as_kube_does() {
+    let upstream = Upstream::start().await;
+    let (gateway, log) = audited_gateway(&upstream, "blocking").await;
+    let client = http_client();
+    for i in 0..MANY {
+        let path = format!("/private/x{i}");
+        let answer = send(
+            client
+                .get(gateway.url(&path))
+                .bearer_auth(format!("wrong-token-{i}")),
+        )
+        .await;
+        answer.assert_status(401, "Unauthorized");
+        let id = audit_id(&answer);
+        let events = events_of(&log, &id);
+        assert_eq!(stages_of(&events), ["ResponseStarted"], "{events:#?}");
+        let event = &events[0];
+        assert_eq!(event["level"], "Metadata");
+        assert_eq!(event["verb"], "get");
+        assert_eq!(event["requestURI"], path);
+        assert_eq!(event["user"], json!({}), "no user: authentication failed");
+        assert_eq!(event["sourceIPs"], json!(["127.0.0.1"]));
+        assert_eq!(
+            event["responseStatus"],
+            json!({"metadata": {}, "status": "Failure", "code": 401,
+                   "message": "Authentication failed, attempted: bearer"})
+        );
+    }
+
+    // A create matches rule 3 (Request), not alice's rule 2: a rule naming
+    // users never matches an unknown user. No object is recorded.
+    let answer = send(
+        client
+            .post(gateway.url(WIDGETS))
+            .bearer_auth("wrong-token")
+            .header("content-type", "application/json")
+            .body("{}"),
+    )
+    .await;
+    answer.assert_status(401, "Unauthorized");
+    let events = events_of(&log, &audit_id(&answer));
+    assert_eq!(stages_of(&events), ["ResponseStarted"], "{events:#?}");
+    assert_eq!(events[0]["level"], "Request");
+    assert!(events[0].get("requestObject").is_none(), "{}", events[0]);
+
+    // A list no rule covers for an unknown user is not audited.
+    let answer = send(client.get(gateway.url(WIDGETS)).bearer_auth("wrong-token")).await;
+    answer.assert_status(401, "Unauthorized");
+    assert_eq!(events_of(&log, &audit_id(&answer)), Vec::<Value>::new());
+    assert_eq!(audit_events(&log).len(), MANY + 1);
 }

@@ -1,13 +1,20 @@
 //! The real binary's lifecycle, as a child process: graceful drain on
 //! SIGTERM (the request in flight completes, new connections are refused,
 //! exit 0), pre-shutdown hooks running while the listener is still open, and
-//! `shutdown_delay` serving on while readyz fails.
+//! `shutdown_delay` serving on while readyz fails; in process: the drain of
+//! HTTP/1.1 and HTTP/2 streams, the shutdown timeout, and the responses of
+//! the shutdown delay sending their clients away (`Connection: close`,
+//! GOAWAY).
 
 mod common;
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use common::*;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::AsyncWriteExt;
 
 const EXIT_BOUND: Duration = Duration::from_secs(20);
 
@@ -342,4 +349,91 @@ async fn a_failed_post_start_hook_keeps_readyz_failing() {
         "ok",
         "liveness is not affected"
     );
+}
+
+/// One `GET /static` on a kept-alive HTTP/1.1 connection; returns the
+/// response's head.
+async fn static_on(stream: &mut tokio::net::TcpStream) -> String {
+    stream
+        .write_all(b"GET /static HTTP/1.1\r\nHost: gateway\r\n\r\n")
+        .await
+        .expect("the connection is open");
+    let (head, body) = read_one_response(stream).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, "static");
+    head.to_ascii_lowercase()
+}
+
+/// One `GET /static` on an HTTP/2 connection.
+async fn static_over_h2(
+    sender: &mut hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
+    addr: std::net::SocketAddr,
+) {
+    let request = http::Request::get(format!("http://{addr}/static"))
+        .body(Empty::new())
+        .expect("a request");
+    let response = bounded("a response", sender.send_request(request))
+        .await
+        .expect("the connection is open");
+    assert_eq!(response.status(), 200);
+    let body = bounded("a body", response.into_body().collect())
+        .await
+        .expect("a body")
+        .to_bytes();
+    assert_eq!(&body[..], b"static");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_during_the_shutdown_delay_send_their_clients_away() {
+    let manifest = plaintext(
+        "[limits]\nshutdown_delay = \"3s\"\n\n[[servers]]\nname = \"leaving\"\n\n\
+         [[servers.routes]]\npath = \"/static\"\nstatic = { body = \"static\" }\n",
+    );
+    let mut gateway = TestGateway::start(&manifest).await;
+    let addr = gateway.addr;
+    // Connections opened while serving normally: kept alive.
+    let mut h1 = bounded("a connection", tokio::net::TcpStream::connect(addr))
+        .await
+        .expect("connect");
+    assert!(!static_on(&mut h1).await.contains("connection: close"));
+    let stream = bounded("a connection", tokio::net::TcpStream::connect(addr))
+        .await
+        .expect("connect");
+    let (mut h2, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .expect("an HTTP/2 handshake");
+    let h2_connection = tokio::spawn(connection);
+    static_over_h2(&mut h2, addr).await;
+
+    let shutdown = gateway.begin_shutdown();
+    let readyz = gateway.url("/readyz");
+    eventually("the shutdown to begin (readyz fails)", || {
+        let readyz = readyz.clone();
+        async move { (get(&http_client(), &readyz).await.status != 200).then_some(()) }
+    })
+    .await;
+    // Still served during the delay, on old connections and new ones, with
+    // the answer telling the client to go.
+    let mut fresh = bounded("a connection", tokio::net::TcpStream::connect(addr))
+        .await
+        .expect("the listener is open during the delay");
+    for stream in [&mut h1, &mut fresh] {
+        let head = static_on(stream).await;
+        assert!(head.contains("connection: close"), "{head}");
+        assert_eq!(read_to_close(stream).await, "", "then the server closes it");
+    }
+    static_over_h2(&mut h2, addr).await;
+    let ended = bounded("the GOAWAY to end the HTTP/2 connection", h2_connection)
+        .await
+        .expect("the connection task");
+    assert!(ended.is_ok(), "a graceful end: {ended:?}");
+    assert!(
+        !shutdown.is_finished(),
+        "the clients left before the listener closed"
+    );
+    let drained = bounded("the shutdown", shutdown)
+        .await
+        .expect("the shutdown task");
+    assert_eq!(drained, wasmgate::server::Drained::Complete);
 }

@@ -9,18 +9,22 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use http_body_util::BodyExt;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::body::{Body, Request, Response};
 use crate::config::stages::{AuditLevel, AuditMode, AuditRule, AuditStage};
-use crate::context::{AuditId, ClientOrigin, ReceivedAt, UserInfo};
+use crate::context::{
+    AuditId, ClientOrigin, ConnectionControl, ConnectionInfo, Deadline, ReceivedAt, UserInfo,
+};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
+use crate::wasm::bindings::types::Status;
 use crate::wasm::filter::{Annotation, Auditor, Event, Level, ObjectReference, Stage};
 use crate::wasm::{LoadedFilter, Outcome, convert};
 
@@ -112,13 +116,19 @@ impl AuditBackend {
         }
     }
 
-    /// For events made where nothing can wait (a response body's end).
+    /// For events made where nothing can wait (a response body's end, a
+    /// request dropped before its response); counted as pending until
+    /// written, so that [`AuditBackend::flush`] waits for them too.
     fn emit_detached(self: &Arc<Self>, event: Event) {
         match &self.queue {
             Some(queue) => self.enqueue(queue, event),
             None => {
+                self.pending.fetch_add(1, Ordering::AcqRel);
                 let backend = self.clone();
-                tokio::spawn(async move { write_through(&backend.filters, &event).await });
+                tokio::spawn(async move {
+                    write_through(&backend.filters, &event).await;
+                    backend.pending.fetch_sub(1, Ordering::AcqRel);
+                });
             }
         }
     }
@@ -194,7 +204,13 @@ pub struct Audit {
 impl Handler for Audit {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
         Box::pin(async move {
-            let Some((level, omitted)) = self.level(&request) else {
+            let level = {
+                let extensions = request.extensions();
+                extensions
+                    .get::<RequestInfo>()
+                    .and_then(|info| policy_level(&self.policy, extensions.get::<UserInfo>(), info))
+            };
+            let Some((level, omitted)) = level else {
                 return self.next.call(request).await;
             };
             let (mut request, request_object) = if level >= AuditLevel::Request {
@@ -212,7 +228,20 @@ impl Handler for Audit {
                 .is_some_and(RequestInfo::is_long_running);
             let emits = |stage: AuditStage| !omitted.contains(&stage);
 
-            if emits(AuditStage::RequestReceived) {
+            // From here on the request is completed in the log whatever
+            // happens to it: answered, cut at its deadline, abandoned by its
+            // client, closed by the shutdown (kube writes ResponseComplete
+            // when its handler returns, however it returns).
+            let mut completion = Completion {
+                event: Some(event),
+                omitted: !emits(AuditStage::ResponseComplete),
+                interruption: Interruption::of(&request),
+                context: context.clone(),
+                backend: self.backend.clone(),
+            };
+            if emits(AuditStage::RequestReceived)
+                && let Some(event) = &completion.event
+            {
                 self.backend
                     .emit(stamped(event.clone(), Stage::RequestReceived, &context))
                     .await;
@@ -223,8 +252,11 @@ impl Handler for Audit {
             {
                 Ok(response) => response,
                 Err(panic) => {
-                    if emits(AuditStage::Panic) {
-                        let mut panicked = stamped(event.clone(), Stage::Panic, &context);
+                    // kube writes Panic instead of ResponseComplete.
+                    if let Some(event) = completion.event.take()
+                        && emits(AuditStage::Panic)
+                    {
+                        let mut panicked = stamped(event, Stage::Panic, &context);
                         panicked.response_status =
                             Some(status_record(500, "InternalError", "APIServer panic'd"));
                         self.backend.emit(panicked).await;
@@ -233,62 +265,51 @@ impl Handler for Audit {
                     std::panic::resume_unwind(panic);
                 }
             };
-            event.response_status = Some(status_record(response.status().as_u16(), "", ""));
+            let status = status_record(response.status().as_u16(), "", "");
             if long_running {
-                if emits(AuditStage::ResponseStarted) {
+                completion.answered(status, None);
+                if emits(AuditStage::ResponseStarted)
+                    && let Some(event) = &completion.event
+                {
                     self.backend
                         .emit(stamped(event.clone(), Stage::ResponseStarted, &context))
                         .await;
                 }
-                if !emits(AuditStage::ResponseComplete) {
-                    return response;
-                }
                 // The response completes when its body ends, after this returns.
-                let guard = CompleteOnDrop {
-                    event: Some(event),
-                    context,
-                    backend: self.backend.clone(),
-                };
-                return response.map(|body| body.with_guard(guard));
+                return response.map(|body| body.with_guard(completion));
             }
-            let response = if level == AuditLevel::RequestResponse {
-                let (response, object) = buffer_response_object(response).await;
-                event.response_object = object;
-                response
+            let (response, response_object) = if level == AuditLevel::RequestResponse {
+                buffer_response_object(response).await
             } else {
-                response
+                (response, None)
             };
-            if emits(AuditStage::ResponseComplete) {
-                self.backend
-                    .emit(stamped(event, Stage::ResponseComplete, &context))
-                    .await;
-            }
+            completion.answered(status, response_object);
+            completion.write().await;
             response
         })
     }
 }
 
-impl Audit {
-    /// The level of the first rule matching the request, and that rule's
-    /// omitted stages; None when not audited.
-    fn level(&self, request: &Request) -> Option<(AuditLevel, &[AuditStage])> {
-        let user = request.extensions().get::<UserInfo>()?;
-        let info = request.extensions().get::<RequestInfo>()?;
-        let rule = self
-            .policy
-            .iter()
-            .find(|rule| rule_matches(rule, user, info))?;
-        (rule.level > AuditLevel::None).then_some((rule.level, rule.omit_stages.as_slice()))
-    }
+/// The level of the first rule of `policy` matching the request, and that
+/// rule's omitted stages; None when not audited. `user` is None when
+/// authentication failed.
+fn policy_level<'p>(
+    policy: &'p [AuditRule],
+    user: Option<&UserInfo>,
+    info: &RequestInfo,
+) -> Option<(AuditLevel, &'p [AuditStage])> {
+    let rule = policy.iter().find(|rule| rule_matches(rule, user, info))?;
+    (rule.level > AuditLevel::None).then_some((rule.level, rule.omit_stages.as_slice()))
 }
 
 /// kube's `policyRuleEvaluator`: every non-empty list must match.
-fn rule_matches(rule: &AuditRule, user: &UserInfo, info: &RequestInfo) -> bool {
+/// A rule naming users or groups never matches an unknown user.
+fn rule_matches(rule: &AuditRule, user: Option<&UserInfo>, info: &RequestInfo) -> bool {
     let any =
         |list: &[String], value: &str| list.is_empty() || list.iter().any(|item| item == value);
-    let users = any(&rule.users, &user.name);
-    let groups =
-        rule.groups.is_empty() || user.groups.iter().any(|group| rule.groups.contains(group));
+    let users = rule.users.is_empty() || user.is_some_and(|user| rule.users.contains(&user.name));
+    let groups = rule.groups.is_empty()
+        || user.is_some_and(|user| user.groups.iter().any(|group| rule.groups.contains(group)));
     let verbs = any(&rule.verbs, &info.verb);
     if !(users && groups && verbs) {
         return false;
@@ -412,8 +433,8 @@ fn stamped(mut event: Event, stage: Stage, context: &AuditContext) -> Event {
     event
 }
 
-fn status_record(code: u16, reason: &str, message: &str) -> crate::wasm::bindings::types::Status {
-    crate::wasm::bindings::types::Status {
+fn status_record(code: u16, reason: &str, message: &str) -> Status {
+    Status {
         code,
         reason: reason.to_owned(),
         message: message.to_owned(),
@@ -474,18 +495,166 @@ impl http_body::Body for FailedBody {
     }
 }
 
-/// Emits a long-running request's ResponseComplete when its body is done.
-struct CompleteOnDrop {
+/// A request's ResponseComplete, written once: by [`Completion::write`] when
+/// the response is ready (a long-running one's when its body is done), or
+/// when the request is dropped before that, recording why.
+struct Completion {
+    /// None once written (or replaced by a Panic event).
     event: Option<Event>,
+    /// True when the policy omits the stage.
+    omitted: bool,
+    interruption: Interruption,
     context: AuditContext,
     backend: Arc<AuditBackend>,
 }
 
-impl Drop for CompleteOnDrop {
+impl Completion {
+    /// The response is ready: its status (and object) go in the event.
+    fn answered(&mut self, status: Status, object: Option<String>) {
+        if let Some(event) = &mut self.event {
+            event.response_status = Some(status);
+            event.response_object = object;
+        }
+    }
+
+    /// Writes the event now (blocking mode: before the response is sent).
+    async fn write(mut self) {
+        if let Some(event) = self.event.take()
+            && !self.omitted
+        {
+            self.backend
+                .emit(stamped(event, Stage::ResponseComplete, &self.context))
+                .await;
+        }
+    }
+}
+
+impl Drop for Completion {
     fn drop(&mut self) {
-        if let Some(event) = self.event.take() {
+        if let Some(mut event) = self.event.take()
+            && !self.omitted
+        {
+            if event.response_status.is_none() {
+                event.response_status = Some(self.interruption.status());
+            }
             self.backend
                 .emit_detached(stamped(event, Stage::ResponseComplete, &self.context));
         }
+    }
+}
+
+/// What tells why a request was dropped before its response: its deadline
+/// passed (the timeout filter answered 504), the shutdown closed its
+/// connection, or else its client went away.
+struct Interruption {
+    deadline: Option<Instant>,
+    shutdown_cut: Option<CancellationToken>,
+}
+
+impl Interruption {
+    fn of(request: &Request) -> Self {
+        let extensions = request.extensions();
+        Interruption {
+            deadline: extensions.get::<Deadline>().map(|deadline| deadline.0),
+            shutdown_cut: extensions
+                .get::<ConnectionControl>()
+                .map(|control| control.shutdown_cut.clone()),
+        }
+    }
+
+    /// The status the event records. Of the three, only the 504 reached the
+    /// client; the others have no HTTP status of their own and take the
+    /// nearest: 503 (the server went away) and nginx's 499 (Client Closed
+    /// Request).
+    fn status(&self) -> Status {
+        if self
+            .deadline
+            .is_some_and(|deadline| Instant::now() >= deadline)
+        {
+            status_record(504, "Timeout", super::timeout::TIMEOUT_MESSAGE)
+        } else if self
+            .shutdown_cut
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
+        {
+            status_record(
+                503,
+                "ServiceUnavailable",
+                "the gateway shut down before the response was complete",
+            )
+        } else {
+            status_record(
+                499,
+                "",
+                "the client closed the connection before the response was complete",
+            )
+        }
+    }
+}
+
+/// kube's `WithFailedAuthenticationAudit`: a request that authentication
+/// refused never reaches the audit stage, and is audited here, at the level
+/// the policy gives an unknown user (rules naming users or groups do not
+/// match it), in one event at stage ResponseStarted (kube's stage for it)
+/// with the response's status and the kinds of credentials tried.
+pub struct FailedAuthenticationAudit {
+    pub policy: Vec<AuditRule>,
+    pub backend: Arc<AuditBackend>,
+}
+
+impl FailedAuthenticationAudit {
+    /// Audits `request`, refused with `status`.
+    pub async fn record(&self, request: Request, status: http::StatusCode) {
+        let Some(info) = request.extensions().get::<RequestInfo>() else {
+            return;
+        };
+        let Some((level, omitted)) = policy_level(&self.policy, None, info) else {
+            return;
+        };
+        if omitted.contains(&AuditStage::ResponseStarted) {
+            return;
+        }
+        let mut event = base_event(&request, level);
+        event.response_status = Some(status_record(
+            status.as_u16(),
+            "",
+            &attempted_credentials(&request),
+        ));
+        let context = AuditContext::default();
+        self.backend
+            .emit(stamped(event, Stage::ResponseStarted, &context))
+            .await;
+    }
+}
+
+/// kube's `getAuthMethods`: the kinds of credentials the request carried.
+fn attempted_credentials(request: &Request) -> String {
+    let scheme = request
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().split_once(' '))
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
+    let access_token = request.uri().query().is_some_and(|query| {
+        url::form_urlencoded::parse(query.as_bytes())
+            .any(|(key, value)| key == "access_token" && !value.trim().is_empty())
+    });
+    let x509 = request
+        .extensions()
+        .get::<ConnectionInfo>()
+        .is_some_and(|connection| connection.client_chain.is_some());
+    let methods: Vec<&str> = [
+        (scheme.as_deref() == Some("basic"), "basic"),
+        (scheme.as_deref() == Some("bearer"), "bearer"),
+        (access_token, "access_token"),
+        (x509, "x509"),
+    ]
+    .into_iter()
+    .filter_map(|(present, name)| present.then_some(name))
+    .collect();
+    if methods.is_empty() {
+        "Authentication failed, no credentials provided".to_owned()
+    } else {
+        format!("Authentication failed, attempted: {}", methods.join(", "))
     }
 }

@@ -7,7 +7,8 @@
 //! (anonymous is added with fail-on-error), a request that carried a bearer
 //! token nobody accepted, or that an authenticator failed on, is a 401 even
 //! when anonymous requests are allowed. With no authenticator configured at
-//! all, every request is anonymous.
+//! all, every request is anonymous. A refused request is audited here (kube's
+//! `WithFailedAuthenticationAudit`): it never reaches the audit stage.
 
 use std::time::Instant;
 
@@ -15,6 +16,7 @@ use futures_util::future::BoxFuture;
 use http::HeaderMap;
 use http::header::AUTHORIZATION;
 
+use super::audit::FailedAuthenticationAudit;
 use super::stage::{self, Failure, FilterTrace};
 use crate::body::{Request, Response};
 use crate::config::stages::RequestHeaders;
@@ -32,6 +34,8 @@ pub struct Authentication {
     pub filters: Vec<LoadedFilter<Authenticator>>,
     /// Unrecognised requests go on as `system:anonymous` rather than 401.
     pub anonymous: bool,
+    /// Audits the requests refused here, when audit is configured.
+    pub failure_audit: Option<FailedAuthenticationAudit>,
     pub next: SharedHandler,
 }
 
@@ -149,9 +153,9 @@ impl Handler for Authentication {
                         UserInfo::anonymous()
                     }
                     Identified::Nobody | Identified::Rejected => {
-                        return GatewayError::Unauthorized.into_response();
+                        return self.refuse(parts, body, GatewayError::Unauthorized).await;
                     }
-                    Identified::Failed(error) => return error.into_response(),
+                    Identified::Failed(error) => return self.refuse(parts, body, error).await,
                 }
             };
             parts.extensions.insert(user.clone());
@@ -161,6 +165,24 @@ impl Handler for Authentication {
             response.extensions_mut().insert(user);
             response
         })
+    }
+}
+
+impl Authentication {
+    /// kube's failed handler: the refusal, audited.
+    async fn refuse(
+        &self,
+        parts: http::request::Parts,
+        body: crate::body::Body,
+        error: GatewayError,
+    ) -> Response {
+        let response = error.into_response();
+        if let Some(audit) = &self.failure_audit {
+            audit
+                .record(http::Request::from_parts(parts, body), response.status())
+                .await;
+        }
+        response
     }
 }
 

@@ -93,9 +93,18 @@ pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> C
             next: handler,
         });
     }
+    // Requests that authentication refuses are audited by its failed
+    // handler (kube's `WithFailedAuthenticationAudit`).
+    let failure_audit = audit
+        .as_ref()
+        .map(|backend| audit::FailedAuthenticationAudit {
+            policy: audit_policy.policy.clone(),
+            backend: backend.clone(),
+        });
     handler = Arc::new(authentication::Authentication {
         filters: stages.authenticators,
         anonymous: config.stages.authentication.anonymous,
+        failure_audit,
         next: handler,
     });
     // CORS answers pre-flights before authentication: browsers send them

@@ -3,11 +3,16 @@
 //! (ALPN over TLS, prior-knowledge h2c on plaintext) through the handler of
 //! the current [`Snapshot`]: taken per connection for TLS and limits, per
 //! request for the chain. It enforces the connection-level limits: header bytes (431),
-//! read-header timeout, idle timeout; and it drains: when asked to stop it
-//! stops accepting, lets every connection finish its in-flight requests, and
-//! reports when the last one closed.
+//! read-header timeout ([`super::header_deadline`]), idle timeout; it closes
+//! an HTTP/1.x connection whose response passed its deadline (the timeout
+//! filter asks, through [`ConnectionControl`]); and it drains: once
+//! shutdown began every response tells its client to go (`Connection:
+//! close`, or HTTP/2's GOAWAY); when asked to stop it stops accepting, lets
+//! every connection finish its in-flight requests, and reports when the last
+//! one closed; past the shutdown timeout it closes what is left.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -20,10 +25,13 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
+use super::header_deadline::{HeaderClock, HeaderDeadlineIo};
 use super::snapshot::Live;
 use crate::body::Body;
-use crate::context::ConnectionInfo;
+use crate::context::{ConnectionControl, ConnectionInfo};
+use crate::health::Flag;
 
 /// What the listener needs to serve.
 pub struct Listener {
@@ -34,11 +42,28 @@ pub struct Listener {
 /// Handles to stop a running listener.
 #[derive(Clone)]
 pub struct Drain {
+    /// Set when shutdown begins: from then on every response asks its
+    /// client to close the connection.
+    pub shutting_down: Flag,
     /// Cancelled to stop accepting new connections.
     pub stop_accepting: CancellationToken,
     /// Cancelled to ask every open connection to finish and close.
     pub close_connections: CancellationToken,
+    /// Cancelled to close every open connection at once, whatever it is doing.
+    pub cut_connections: CancellationToken,
     pub connections: TaskTracker,
+    /// Every request until its response is done or dropped (an HTTP/2
+    /// stream runs in a task of its own, outside its connection's).
+    pub requests: TaskTracker,
+}
+
+impl Drain {
+    /// Once both trackers are closed: waits until every connection has
+    /// closed and every request has ended.
+    pub async fn wait(&self) {
+        self.connections.wait().await;
+        self.requests.wait().await;
+    }
 }
 
 impl Listener {
@@ -60,14 +85,16 @@ impl Listener {
             };
             let _ = stream.set_nodelay(true);
             let snapshot = self.live.load();
+            let limits = &snapshot.config.limits;
             let connection = Connection {
                 builder: snapshot.http.clone(),
                 live: self.live.clone(),
-                idle_timeout: snapshot.config.limits.idle_timeout,
-                close: drain.close_connections.clone(),
+                idle_timeout: limits.idle_timeout,
+                read_header_timeout: limits.read_header_timeout,
+                drain: drain.clone(),
             };
             let tls = snapshot.tls.clone();
-            let handshake_timeout = snapshot.config.limits.read_header_timeout;
+            let handshake_timeout = limits.read_header_timeout;
             drain.connections.spawn(async move {
                 match tls {
                     None => {
@@ -111,7 +138,8 @@ struct Connection {
     builder: Arc<auto::Builder<TokioExecutor>>,
     live: Live,
     idle_timeout: Duration,
-    close: CancellationToken,
+    read_header_timeout: Duration,
+    drain: Drain,
 }
 
 /// How many requests of one connection are being served (headers or body
@@ -143,14 +171,34 @@ impl Activity {
     }
 }
 
-/// Decrements the activity count when the response body is done.
-struct ActiveRequest(Arc<Activity>);
+/// Counts a request as in flight until its response body is done; the
+/// last one to end starts the wait for the next request's first byte.
+struct ActiveRequest {
+    activity: Arc<Activity>,
+    clock: Arc<HeaderClock>,
+    _tracked: TaskTrackerToken,
+}
+
+impl ActiveRequest {
+    fn start(requests: &Requests, version: http::Version) -> Self {
+        requests.activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        requests.clock.request_started(version);
+        ActiveRequest {
+            activity: requests.activity.clone(),
+            clock: requests.clock.clone(),
+            _tracked: requests.drain.requests.token(),
+        }
+    }
+}
 
 impl Drop for ActiveRequest {
     fn drop(&mut self) {
-        let nanos = u64::try_from(self.0.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.0.last_done.fetch_max(nanos, Ordering::AcqRel);
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let activity = &self.activity;
+        let nanos = u64::try_from(activity.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        activity.last_done.fetch_max(nanos, Ordering::AcqRel);
+        if activity.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.clock.requests_done();
+        }
     }
 }
 
@@ -159,29 +207,20 @@ impl Connection {
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let activity = Arc::new(Activity::new());
-        let live = self.live.clone();
-        let service_activity = activity.clone();
-        let service = service_fn(move |request: hyper::Request<Incoming>| {
-            // The request runs on the snapshot current now, to its end.
-            let snapshot = live.load_full();
-            let info = info.clone();
-            service_activity.in_flight.fetch_add(1, Ordering::AcqRel);
-            let active = ActiveRequest(service_activity.clone());
-            async move {
-                // hyper enforces the limit itself from its minimum buffer up;
-                // a smaller limit is counted here, for every protocol.
-                let limit = snapshot.config.limits.max_header_bytes;
-                if limit < HYPER_MIN_HEADER_BUFFER && header_bytes(&request) > limit {
-                    let response = headers_too_large(request.version());
-                    return Ok::<_, Infallible>(response.map(|body| body.with_guard(active)));
-                }
-                let mut request = request.map(Body::wrap);
-                request.extensions_mut().insert(info);
-                let response = snapshot.handler.call(request).await;
-                Ok::<_, Infallible>(response.map(|body| body.with_guard(active)))
-            }
+        let requests = Arc::new(Requests {
+            live: self.live.clone(),
+            info,
+            activity: Arc::new(Activity::new()),
+            clock: Arc::new(HeaderClock::new(self.read_header_timeout)),
+            cut: CancellationToken::new(),
+            retire: CancellationToken::new(),
+            drain: self.drain.clone(),
         });
+        let service = {
+            let requests = requests.clone();
+            service_fn(move |request| requests.serve(request))
+        };
+        let io = HeaderDeadlineIo::new(io, requests.clock.clone());
         let connection = self
             .builder
             .serve_connection_with_upgrades(TokioIo::new(io), service);
@@ -197,16 +236,99 @@ impl Connection {
                     }
                     return;
                 }
-                () = self.close.cancelled(), if !closing => {
+                // Dropping the connection closes it, and drops what its
+                // requests were doing.
+                () = requests.cut.cancelled() => return,
+                () = self.drain.cut_connections.cancelled() => return,
+                () = self.drain.close_connections.cancelled(), if !closing => {
                     closing = true;
                     connection.as_mut().graceful_shutdown();
                 }
-                () = idle(&activity, self.idle_timeout), if !closing => {
+                () = requests.retire.cancelled(), if !closing => {
+                    closing = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+                () = idle(&requests.activity, self.idle_timeout), if !closing => {
                     closing = true;
                     connection.as_mut().graceful_shutdown();
                 }
             }
         }
+    }
+}
+
+/// What a connection's requests share with it.
+struct Requests {
+    live: Live,
+    info: ConnectionInfo,
+    activity: Arc<Activity>,
+    clock: Arc<HeaderClock>,
+    /// Cancelled by a request to close the connection now (HTTP/1.x: the
+    /// connection is the request's stream).
+    cut: CancellationToken,
+    /// Cancelled by a request to retire the connection once the responses
+    /// under way are done (HTTP/2's GOAWAY during shutdown).
+    retire: CancellationToken,
+    drain: Drain,
+}
+
+impl Requests {
+    /// Serves one request on the snapshot current now, to its end. It
+    /// counts as in flight from this call.
+    fn serve(
+        self: &Arc<Self>,
+        request: hyper::Request<Incoming>,
+    ) -> impl Future<Output = Result<http::Response<Body>, Infallible>> + Send + use<> {
+        let active = ActiveRequest::start(self, request.version());
+        let requests = self.clone();
+        async move {
+            let response = requests.respond(request).await;
+            Ok(response.map(|body| body.with_guard(active)))
+        }
+    }
+
+    async fn respond(&self, request: hyper::Request<Incoming>) -> http::Response<Body> {
+        let snapshot = self.live.load_full();
+        let version = request.version();
+        let http1 = version < http::Version::HTTP_2;
+        // hyper enforces the limit itself from its minimum buffer up; a
+        // smaller limit is counted here, for every protocol.
+        let limit = snapshot.config.limits.max_header_bytes;
+        let mut response = if limit < HYPER_MIN_HEADER_BUFFER && header_bytes(&request) > limit {
+            headers_too_large(version)
+        } else {
+            let mut request = request.map(Body::wrap);
+            request.extensions_mut().insert(self.info.clone());
+            request.extensions_mut().insert(ConnectionControl {
+                cut: http1.then(|| self.cut.clone()),
+                shutdown_cut: self.drain.cut_connections.clone(),
+            });
+            snapshot.handler.call(request).await
+        };
+        if response.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+            // The connection is no longer HTTP: no more heads to time.
+            self.clock.stop();
+        }
+        if self.drain.shutting_down.is_set() {
+            send_clients_away(&mut response, http1, &self.retire);
+        }
+        response
+    }
+}
+
+/// Once shutdown began, a response tells its client to take its next
+/// requests elsewhere, so that clients and load balancers move off before
+/// the listener closes: `Connection: close` on HTTP/1.x (hyper then closes
+/// the connection after it), a GOAWAY on HTTP/2 once the streams under way
+/// are done (what Go's server does for a handler's `Connection: close`).
+fn send_clients_away(response: &mut http::Response<Body>, http1: bool, retire: &CancellationToken) {
+    if http1 {
+        response.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+    } else {
+        retire.cancel();
     }
 }
 

@@ -5,6 +5,7 @@
 //! readyz fails, pre-shutdown hooks run, after `shutdown_delay` the listener
 //! closes, in-flight requests drain for up to `shutdown_timeout`.
 
+mod header_deadline;
 mod lifecycle;
 mod listener;
 pub mod snapshot;
@@ -28,6 +29,10 @@ use snapshot::{Live, Purpose, Shared, Snapshot};
 
 /// How long shutdown waits for queued audit events to be written.
 const AUDIT_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long shutdown waits for requests to end once their connections were
+/// closed (HTTP/2 streams end in tasks of their own, moments later).
+const CUT_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Why the gateway could not be built or started.
 #[derive(Debug, thiserror::Error)]
@@ -171,9 +176,12 @@ impl Gateway {
         };
         let reloading = reloader.spawn(self.reload_requests);
         let drain = listener::Drain {
+            shutting_down: self.shutting_down.clone(),
             stop_accepting: CancellationToken::new(),
             close_connections: CancellationToken::new(),
+            cut_connections: CancellationToken::new(),
             connections: TaskTracker::new(),
+            requests: TaskTracker::new(),
         };
         let listener = listener::Listener {
             tcp,
@@ -253,14 +261,30 @@ impl RunningGateway {
         self.drain.stop_accepting.cancel();
         let _ = self.accepting.await;
         self.drain.connections.close();
+        self.drain.requests.close();
         self.drain.close_connections.cancel();
         tracing::info!(
             open = self.drain.connections.len(),
             "listener closed, draining connections"
         );
-        let drained =
-            tokio::time::timeout(limits.shutdown_timeout, self.drain.connections.wait()).await;
-        // Then the audit backend, so every event of every drained request is written.
+        let drained = tokio::time::timeout(limits.shutdown_timeout, self.drain.wait()).await;
+        let open_connections = self.drain.connections.len();
+        if drained.is_err() {
+            // What is left is closed now, and what its requests were doing
+            // is dropped: their audit events are complete before the flush.
+            tracing::warn!(
+                open_connections,
+                "shutdown timeout passed: closing the connections still open"
+            );
+            self.drain.cut_connections.cancel();
+            if tokio::time::timeout(CUT_LIMIT, self.drain.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!("requests still running after their connections were closed");
+            }
+        }
+        // Then the audit backend, so every event of every request is written.
         if let Some(audit) = &self.live.load().audit {
             audit.flush(AUDIT_FLUSH_LIMIT).await;
         }
@@ -271,14 +295,7 @@ impl RunningGateway {
                 tracing::info!("all connections drained");
                 Drained::Complete
             }
-            Err(_) => {
-                let open_connections = self.drain.connections.len();
-                tracing::warn!(
-                    open_connections,
-                    "shutdown timeout passed with connections still open"
-                );
-                Drained::TimedOut { open_connections }
-            }
+            Err(_) => Drained::TimedOut { open_connections },
         }
     }
 }

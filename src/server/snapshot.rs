@@ -104,8 +104,10 @@ fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.read_header_timeout)
+        // The listener keeps the header deadline (`header_deadline`):
+        // hyper's runs while an idle keep-alive connection waits, and would
+        // close it at the header timeout instead of the idle timeout.
+        .header_read_timeout(None)
         .max_buf_size(
             limits
                 .max_header_bytes

@@ -482,6 +482,8 @@ pub fn write_server_pki(dir: &Path) -> Ca {
 ///   `second\n` and `third\n`;
 /// - `slow-body:<ms>`: answers at once, then sends 16 chunks of 4 KiB of `x`
 ///   spread over `<ms>`;
+/// - `large:<MiB>`: answers at once, then sends `<MiB>` MiB of `x` as fast
+///   as it is read, and stops when the reader goes away;
 /// - `cache`: the echo with its own `Cache-Control: max-age=60`;
 /// - `hop`: the echo with hop-by-hop response headers;
 /// - `chunks`: reads the request body chunk by chunk, reporting each to
@@ -668,8 +670,8 @@ async fn upstream_answer(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("echo")
         .to_owned();
-    let (mode, millis) = match mode.split_once(':') {
-        Some((mode, millis)) => (mode.to_owned(), millis.parse::<u64>().unwrap_or(0)),
+    let (mode, amount) = match mode.split_once(':') {
+        Some((mode, amount)) => (mode.to_owned(), amount.parse::<u64>().unwrap_or(0)),
         None => (mode, 0),
     };
     let response = match mode.as_str() {
@@ -693,11 +695,23 @@ async fn upstream_answer(
                 .insert("content-type", http::HeaderValue::from_static("text/plain"));
             response
         }
+        "large" => {
+            let (sender, receiver) = mpsc::channel(1);
+            tokio::spawn(async move {
+                let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+                for _ in 0..amount * 16 {
+                    if sender.send(chunk.clone()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            http::Response::new(channel_body(receiver))
+        }
         "slow-body" => {
             let (sender, receiver) = mpsc::channel(4);
             tokio::spawn(async move {
                 for _ in 0..16 {
-                    tokio::time::sleep(Duration::from_millis(millis / 16)).await;
+                    tokio::time::sleep(Duration::from_millis(amount / 16)).await;
                     if sender.send(Bytes::from(vec![b'x'; 4096])).await.is_err() {
                         return;
                     }
@@ -707,7 +721,7 @@ async fn upstream_answer(
         }
         _ => {
             if mode == "slow" {
-                tokio::time::sleep(Duration::from_millis(millis)).await;
+                tokio::time::sleep(Duration::from_millis(amount)).await;
             }
             let (parts, mut body) = request.into_parts();
             let mut received = Vec::new();
