@@ -11,6 +11,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 fn manifests_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -24,14 +25,32 @@ struct Checked {
     stderr: String,
 }
 
+/// Runs `wasmgate check`, bounded: a check that hangs (on a FIFO, say) is
+/// killed and fails the test.
 fn check(manifest: &Path) -> Checked {
-    let output = Command::new(common::binary())
+    let mut child = Command::new(common::binary())
         .args(["check", "--config"])
         .arg(manifest)
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run wasmgate check");
+    let started = Instant::now();
+    while child.try_wait().expect("poll wasmgate check").is_none() {
+        if started.elapsed() > common::BOUND {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "wasmgate check --config {} did not finish within {:?}",
+                manifest.display(),
+                common::BOUND
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().expect("wasmgate check's output");
     let dir = manifests_dir().display().to_string();
     let placeholder = |text: &[u8]| String::from_utf8_lossy(text).replace(&dir, "<dir>");
     Checked {
@@ -140,4 +159,113 @@ fn the_quickstart_example_is_valid() {
     let checked = check(&example);
     assert!(checked.success, "{}", checked.stderr);
     assert!(checked.stdout.contains(": valid\n"), "{}", checked.stdout);
+}
+
+// ---------------------------------------------------------------------------
+// Files that are not what they should be. These cannot be committed (a
+// FIFO, a sparse file of hundreds of MiB): each test makes its own.
+// ---------------------------------------------------------------------------
+
+fn mkfifo(path: &Path) {
+    let made = Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
+/// A plaintext manifest with one authentication filter whose component is
+/// `component`.
+fn manifest_with_component(component: &Path) -> String {
+    format!(
+        "[listen]\naddress = \"127.0.0.1:8443\"\nplaintext = true\n\n[authentication]\nanonymous = true\n\n\
+         [[authentication.filters]]\nname = \"tokens\"\ncomponent = {:?}\n\n\
+         [authorization]\nalways_allow = true\n\n[[servers]]\nname = \"main\"\n",
+        component.display().to_string()
+    )
+}
+
+#[test]
+fn a_fifo_as_a_component_is_refused_without_hanging() {
+    let dir = common::new_dir();
+    let fifo = dir.path().join("filter.wasm");
+    mkfifo(&fifo);
+    let manifest = dir.path().join("gateway.toml");
+    std::fs::write(&manifest, manifest_with_component(&fifo)).expect("write the manifest");
+    let checked = check(&manifest);
+    assert!(!checked.success);
+    assert_eq!(
+        checked.stderr,
+        format!(
+            "{}:10:13: filter \"tokens\": cannot read {}: not a regular file (a FIFO)\n",
+            manifest.display(),
+            fifo.display()
+        )
+    );
+}
+
+#[test]
+fn a_component_larger_than_256mib_is_refused_unread() {
+    let dir = common::new_dir();
+    let component = dir.path().join("huge.wasm");
+    let file = std::fs::File::create(&component).expect("create the component");
+    // Sparse: no disk is used, and nothing reads it.
+    file.set_len(256 * 1024 * 1024 + 1).expect("grow the file");
+    let manifest = dir.path().join("gateway.toml");
+    std::fs::write(&manifest, manifest_with_component(&component)).expect("write the manifest");
+    let checked = check(&manifest);
+    assert!(!checked.success);
+    assert_eq!(
+        checked.stderr,
+        format!(
+            "{}:10:13: filter \"tokens\": cannot read {}: larger than 256MiB (268435457 bytes)\n",
+            manifest.display(),
+            component.display()
+        )
+    );
+}
+
+#[test]
+fn a_manifest_that_is_a_device_or_a_fifo_is_refused_without_hanging() {
+    let dir = common::new_dir();
+    let fifo = dir.path().join("gateway.toml");
+    mkfifo(&fifo);
+    for (manifest, kind) in [
+        (Path::new("/dev/zero"), "a character device"),
+        (&fifo, "a FIFO"),
+    ] {
+        let checked = check(manifest);
+        assert!(!checked.success);
+        assert_eq!(
+            checked.stderr,
+            format!(
+                "{}: cannot read the manifest: not a regular file ({kind})\n",
+                manifest.display()
+            )
+        );
+    }
+}
+
+#[test]
+fn a_cert_dir_whose_certificate_is_not_a_file_is_refused() {
+    let dir = common::new_dir();
+    let certs = dir.path().join("certs");
+    std::fs::create_dir_all(certs.join("wasmgate.crt"))
+        .expect("a folder in the certificate's place");
+    let manifest = dir.path().join("gateway.toml");
+    std::fs::write(
+        &manifest,
+        "[listen]\naddress = \"127.0.0.1:8443\"\ncert_dir = \"certs\"\n\n[[servers]]\nname = \"main\"\n",
+    )
+    .expect("write the manifest");
+    let checked = check(&manifest);
+    assert!(!checked.success);
+    assert_eq!(
+        checked.stderr,
+        format!(
+            "{}:3:12: listen.cert_dir: cannot use {}: not a regular file (a directory)\n",
+            manifest.display(),
+            certs.join("wasmgate.crt").display()
+        )
+    );
 }

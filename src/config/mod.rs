@@ -6,7 +6,9 @@
 //!
 //! `wasmgate check`, start-up and (later) a reload all go through [`load`].
 
+pub mod bounds;
 pub mod error;
+pub mod files;
 mod manifest;
 pub mod stages;
 mod validate;
@@ -80,6 +82,9 @@ pub enum Transport {
     /// at start when absent, as kube-apiserver does with `--cert-dir`.
     SelfSigned { cert_dir: PathBuf },
 }
+
+/// The generated certificate and its key, in `cert_dir`.
+pub const SELF_SIGNED_FILES: [&str; 2] = ["wasmgate.crt", "wasmgate.key"];
 
 /// Loaded serving certificate, key and optional client CA.
 #[derive(Debug)]
@@ -241,9 +246,17 @@ pub struct StaticResponse {
 
 /// Reads, completes and validates the manifest at `path`.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let source = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let read_error = |source| ConfigError::Read {
         path: path.to_owned(),
         source,
+    };
+    let bytes = files::read_limited(path, bounds::MANIFEST_FILE)
+        .map_err(|error| read_error(error.into()))?;
+    let source = String::from_utf8(bytes).map_err(|_| {
+        read_error(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        ))
     })?;
     parse(path, &source)
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::Name;
+use super::bounds;
 use super::error::Location;
 use super::manifest as m;
 use super::validate::Completer;
@@ -327,16 +328,12 @@ impl Completer<'_> {
                 AuditMode::Batch
             }
         };
-        let queue_size = match &audit.queue_size {
-            Some(size) if *size.get_ref() > 0 => {
-                usize::try_from(*size.get_ref()).unwrap_or(DEFAULT_AUDIT_QUEUE)
-            }
-            Some(size) => {
-                self.at(size, "audit.queue_size", "must be a positive number");
-                DEFAULT_AUDIT_QUEUE
-            }
-            None => DEFAULT_AUDIT_QUEUE,
-        };
+        let queue_size = self.count(
+            &audit.queue_size,
+            "audit.queue_size",
+            DEFAULT_AUDIT_QUEUE,
+            bounds::AUDIT_QUEUE_SIZE,
+        );
         let policy = audit
             .policy
             .iter()
@@ -491,23 +488,18 @@ impl Completer<'_> {
             }
             parsed
         });
-        let timeout = self.positive_duration(
+        let timeout = self.duration(
             &filter.timeout,
             &format!("{key}.timeout"),
             DEFAULT_FILTER_TIMEOUT,
+            bounds::FILTER_TIMEOUT,
         );
         let memory = self.size(
             &filter.memory,
             &format!("{key}.memory"),
             DEFAULT_FILTER_MEMORY,
+            bounds::FILTER_MEMORY,
         );
-        if let Some(given) = filter
-            .memory
-            .as_ref()
-            .filter(|_| memory > MAX_FILTER_MEMORY)
-        {
-            self.at(given, &format!("{key}.memory"), "must be at most 1GiB");
-        }
         if let (Some(_), StageKind::Audit) = (&filter.matcher, stage) {
             self.at(
                 &filter.name,

@@ -4,7 +4,7 @@
 //! run of `wasmgate check` lists them all.
 
 use std::collections::HashSet;
-use std::ops::Range;
+use std::ops::{Range, RangeInclusive};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +19,7 @@ use toml::Spanned;
 
 use super::manifest as m;
 use super::*;
+use super::{bounds, files};
 
 /// Collects problems while completing; every check adds to it and goes on.
 pub(super) struct Completer<'a> {
@@ -92,7 +93,7 @@ impl Completer<'_> {
 
     fn read_file(&mut self, file: &Spanned<String>, key: &str) -> Option<Vec<u8>> {
         let path = self.resolve(file.get_ref());
-        match std::fs::read(&path) {
+        match files::read_limited(&path, bounds::PEM_FILE) {
             Ok(bytes) => Some(bytes),
             Err(error) => {
                 self.at(
@@ -135,7 +136,8 @@ impl Completer<'_> {
                     Some(dir) => self.resolve(dir.get_ref()),
                     None => default_cert_dir(),
                 };
-                Some(Transport::SelfSigned { cert_dir })
+                self.cert_dir(&cert_dir, listen.cert_dir.as_ref())
+                    .map(|()| Transport::SelfSigned { cert_dir })
             }
         };
         if let Some(dir) = &listen.cert_dir {
@@ -182,6 +184,44 @@ impl Completer<'_> {
             }
         }
         TrustedProxies::new(networks)
+    }
+
+    /// `run` creates `cert_dir` when it is missing and keeps the generated
+    /// certificate and key there: it must be a folder, or be creatable
+    /// under one, and what it holds under those names must be regular files.
+    fn cert_dir(&mut self, dir: &Path, given: Option<&Spanned<String>>) -> Option<()> {
+        let span = given.map(Spanned::span);
+        let problem = match std::fs::metadata(dir) {
+            Ok(metadata) if metadata.is_dir() => SELF_SIGNED_FILES
+                .iter()
+                .map(|name| dir.join(name))
+                .filter(|file| file.exists())
+                .find_map(|file| {
+                    files::check_regular(&file, bounds::PEM_FILE)
+                        .err()
+                        .map(|error| format!("cannot use {}: {error}", file.display()))
+                }),
+            Ok(_) => Some(format!("{} is not a folder", dir.display())),
+            Err(_) => dir
+                .ancestors()
+                .skip(1)
+                .find(|ancestor| ancestor.exists())
+                .filter(|ancestor| !ancestor.is_dir())
+                .map(|ancestor| {
+                    format!(
+                        "{} cannot be created: {} is not a folder",
+                        dir.display(),
+                        ancestor.display()
+                    )
+                }),
+        };
+        match problem {
+            Some(message) => {
+                self.problem(span, "listen.cert_dir", message);
+                None
+            }
+            None => Some(()),
+        }
     }
 
     fn tls(&mut self, tls: &m::Tls) -> Option<TlsMaterial> {
@@ -246,114 +286,144 @@ impl Completer<'_> {
 
     fn limits(&mut self, limits: &m::Limits) -> Limits {
         let defaults = Limits::default();
-        let request_timeout = self.positive_duration(
+        let request_timeout = self.duration(
             &limits.request_timeout,
             "limits.request_timeout",
             defaults.request_timeout,
+            bounds::REQUEST_TIMEOUT,
         );
         Limits {
             max_requests_in_flight: self.count(
                 &limits.max_requests_in_flight,
                 "limits.max_requests_in_flight",
                 defaults.max_requests_in_flight,
+                bounds::REQUESTS_IN_FLIGHT,
             ),
             max_mutating_requests_in_flight: self.count(
                 &limits.max_mutating_requests_in_flight,
                 "limits.max_mutating_requests_in_flight",
                 defaults.max_mutating_requests_in_flight,
+                bounds::REQUESTS_IN_FLIGHT,
             ),
             request_timeout,
             max_request_body: self.size(
                 &limits.max_request_body,
                 "limits.max_request_body",
                 defaults.max_request_body,
+                bounds::MAX_REQUEST_BODY,
             ),
             max_header_bytes: self
                 .size(
                     &limits.max_header_bytes,
                     "limits.max_header_bytes",
                     defaults.max_header_bytes as u64,
+                    bounds::MAX_HEADER_BYTES,
                 )
                 .try_into()
-                .unwrap_or(usize::MAX),
-            read_header_timeout: self.positive_duration(
+                .unwrap_or(defaults.max_header_bytes),
+            read_header_timeout: self.duration(
                 &limits.read_header_timeout,
                 "limits.read_header_timeout",
                 defaults.read_header_timeout,
+                bounds::READ_HEADER_TIMEOUT,
             ),
-            idle_timeout: self.positive_duration(
+            idle_timeout: self.duration(
                 &limits.idle_timeout,
                 "limits.idle_timeout",
                 defaults.idle_timeout,
+                bounds::IDLE_TIMEOUT,
             ),
             shutdown_delay: self.duration(
                 &limits.shutdown_delay,
                 "limits.shutdown_delay",
                 defaults.shutdown_delay,
+                bounds::SHUTDOWN_DELAY,
             ),
             // kube drains for as long as a request may take.
             shutdown_timeout: self.duration(
                 &limits.shutdown_timeout,
                 "limits.shutdown_timeout",
                 request_timeout,
+                bounds::SHUTDOWN_TIMEOUT,
             ),
         }
     }
 
-    fn count(&mut self, value: &Option<Spanned<i64>>, key: &str, default: usize) -> usize {
-        let Some(value) = value else { return default };
-        match usize::try_from(*value.get_ref()) {
-            Ok(count) => count,
-            Err(_) => {
-                self.at(value, key, "must be 0 (unlimited) or a positive number");
-                default
-            }
-        }
-    }
-
-    fn duration(
+    /// A count within `range`; `default` when absent or out of range.
+    pub(super) fn count(
         &mut self,
-        value: &Option<Spanned<String>>,
+        value: &Option<Spanned<i64>>,
         key: &str,
-        default: Duration,
-    ) -> Duration {
+        default: usize,
+        range: RangeInclusive<i64>,
+    ) -> usize {
         let Some(value) = value else { return default };
-        match parse_duration(value.get_ref()) {
-            Ok(duration) => duration,
-            Err(message) => {
+        let count = *value.get_ref();
+        let problem = match *range.start() {
+            0 if count < 0 => Some("must be 0 (unlimited) or a positive number".to_owned()),
+            1 if count < 1 => Some("must be a positive number".to_owned()),
+            _ => bounds::outside(count, &range, |n| n.to_string()),
+        };
+        match (problem, usize::try_from(count)) {
+            (None, Ok(count)) => count,
+            (problem, _) => {
+                let message = problem.unwrap_or_else(|| "is out of range".to_owned());
                 self.at(value, key, message);
                 default
             }
         }
     }
 
-    pub(super) fn positive_duration(
+    /// A duration within `range`; `default` when absent or out of range.
+    pub(super) fn duration(
         &mut self,
         value: &Option<Spanned<String>>,
         key: &str,
         default: Duration,
+        range: RangeInclusive<Duration>,
     ) -> Duration {
-        let duration = self.duration(value, key, default);
-        if let Some(value) = value.as_ref().filter(|_| duration.is_zero()) {
-            self.at(value, key, "must be longer than 0s");
-            return default;
-        }
-        duration
+        let Some(value) = value else { return default };
+        let problem = match parse_duration(value.get_ref()) {
+            Ok(duration) if duration.is_zero() && !range.contains(&duration) => {
+                Err("must be longer than 0s".to_owned())
+            }
+            Ok(duration) => match bounds::outside(duration, &range, bounds::show_duration) {
+                None => Ok(duration),
+                Some(problem) => Err(problem),
+            },
+            Err(message) => Err(message),
+        };
+        problem.unwrap_or_else(|message| {
+            self.at(value, key, message);
+            default
+        })
     }
 
-    pub(super) fn size(&mut self, value: &Option<Spanned<String>>, key: &str, default: u64) -> u64 {
+    /// A size within `range`; `default` when absent or out of range.
+    pub(super) fn size(
+        &mut self,
+        value: &Option<Spanned<String>>,
+        key: &str,
+        default: u64,
+        range: RangeInclusive<u64>,
+    ) -> u64 {
         let Some(value) = value else { return default };
-        match value.get_ref().parse::<bytesize::ByteSize>() {
-            Ok(size) if size.as_u64() > 0 => size.as_u64(),
-            _ => {
-                let message = format!(
-                    "{:?} is not a size like \"3MiB\", \"512KiB\" or \"1024\"",
-                    value.get_ref()
-                );
-                self.at(value, key, message);
-                default
+        let problem = match value.get_ref().parse::<bytesize::ByteSize>() {
+            Ok(size) if size.as_u64() > 0 => {
+                match bounds::outside(size.as_u64(), &range, bounds::show_size) {
+                    None => Ok(size.as_u64()),
+                    Some(problem) => Err(problem),
+                }
             }
-        }
+            _ => Err(format!(
+                "{:?} is not a size like \"3MiB\", \"512KiB\" or \"1024\"",
+                value.get_ref()
+            )),
+        };
+        problem.unwrap_or_else(|message| {
+            self.at(value, key, message);
+            default
+        })
     }
 
     // ---- [hsts], [cors] ----
@@ -447,10 +517,11 @@ impl Completer<'_> {
                     "must name a program to run",
                 );
             }
-            let timeout = self.positive_duration(
+            let timeout = self.duration(
                 &hook.timeout,
                 &format!("{key}.timeout"),
                 Duration::from_secs(30),
+                bounds::HOOK_TIMEOUT,
             );
             let (Some(name), Some(phase)) = (name, phase) else {
                 continue;
@@ -694,10 +765,11 @@ impl Completer<'_> {
             );
         }
         let timeout = timeout.map(|text| {
-            self.positive_duration(
+            self.duration(
                 &Some(spanned(text)),
                 &format!("{key}.timeout"),
                 Duration::ZERO,
+                bounds::UPSTREAM_TIMEOUT,
             )
         });
         Some(Upstream {

@@ -15,6 +15,8 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::state::FilterState;
+use crate::config::bounds::COMPONENT_FILE;
+use crate::config::files::read_limited;
 
 /// How often the epoch advances: the resolution of filter timeouts, and how
 /// often a long-running filter yields to other requests.
@@ -117,9 +119,11 @@ impl WasmHost {
         path: &Path,
         pinned: Option<&[u8; 32]>,
     ) -> Result<Component, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+        // Only a regular file, and no larger than a component may be: a FIFO
+        // would hang the load, `/dev/zero` would fill the memory.
+        let bytes = read_limited(path, COMPONENT_FILE).map_err(|error| LoadError::Read {
             path: path.to_owned(),
-            source,
+            source: error.into(),
         })?;
         let digest: [u8; 32] = Sha256::digest(&bytes).into();
         if let Some(expected) = pinned.filter(|expected| **expected != digest) {

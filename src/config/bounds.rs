@@ -1,0 +1,138 @@
+//! The range every manifest value may take. A value outside its range is a
+//! problem at completion, so `wasmgate check` refuses what `run` could not
+//! live with: a timeout so long that adding it to the clock overflows, a
+//! count that no semaphore or queue can hold, a file that never ends. The
+//! ranges are generous: they bound the absurd, not the unusual. The table in
+//! docs/security.md ("Manifest values") lists them; keep the two in step.
+
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+const MILLISECOND: Duration = Duration::from_millis(1);
+const MINUTE: Duration = Duration::from_secs(60);
+const HOUR: Duration = Duration::from_secs(60 * 60);
+const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+
+pub const KIB: u64 = 1024;
+pub const MIB: u64 = 1024 * KIB;
+pub const GIB: u64 = 1024 * MIB;
+
+// ---- durations ----
+
+pub const REQUEST_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=DAY;
+pub const READ_HEADER_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=HOUR;
+pub const IDLE_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=DAY;
+pub const SHUTDOWN_DELAY: RangeInclusive<Duration> = Duration::ZERO..=HOUR;
+pub const SHUTDOWN_TIMEOUT: RangeInclusive<Duration> = Duration::ZERO..=DAY;
+pub const HOOK_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=HOUR;
+pub const UPSTREAM_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=DAY;
+/// A filter runs inside a request: minutes are already far more than any
+/// request should wait for one decision.
+pub const FILTER_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=Duration::from_secs(10 * 60);
+
+// ---- counts ----
+
+/// `0` means unlimited; beyond a million, a limit limits nothing.
+pub const REQUESTS_IN_FLIGHT: RangeInclusive<i64> = 0..=1_000_000;
+/// kube's default batch buffer is 10 000 events.
+pub const AUDIT_QUEUE_SIZE: RangeInclusive<i64> = 1..=1_000_000;
+
+// ---- sizes ----
+
+pub const MAX_REQUEST_BODY: RangeInclusive<u64> = 1..=16 * GIB;
+/// Every connection may buffer this much while it reads headers.
+pub const MAX_HEADER_BYTES: RangeInclusive<u64> = KIB..=16 * MIB;
+/// From one Wasm page to what the engine's instance pool holds.
+pub const FILTER_MEMORY: RangeInclusive<u64> = 64 * KIB..=super::stages::MAX_FILTER_MEMORY;
+
+// ---- files ----
+
+pub const MANIFEST_FILE: u64 = 16 * MIB;
+/// A certificate, key or CA bundle (a system CA bundle is a few hundred KiB).
+pub const PEM_FILE: u64 = 16 * MIB;
+/// A Wasm component (an interpreter built in, as the Python filters have,
+/// is tens of MiB).
+pub const COMPONENT_FILE: u64 = 256 * MIB;
+
+/// `16MiB`, `64KiB`, `1GiB`, or a number of bytes: a size as the manifest
+/// writes it.
+pub fn show_size(bytes: u64) -> String {
+    for (unit, size) in [("GiB", GIB), ("MiB", MIB), ("KiB", KIB)] {
+        if bytes >= size && bytes.is_multiple_of(size) {
+            return format!("{}{unit}", bytes / size);
+        }
+    }
+    bytes.to_string()
+}
+
+/// `24h`, `10m`, `1s`, `1ms`: a duration as the manifest writes it.
+pub fn show_duration(duration: Duration) -> String {
+    let (seconds, millis) = (duration.as_secs(), duration.subsec_millis());
+    if millis != 0 || seconds == 0 {
+        return format!("{}ms", duration.as_millis());
+    }
+    for (unit, size) in [("h", HOUR), ("m", MINUTE)] {
+        let size = size.as_secs();
+        if seconds.is_multiple_of(size) {
+            return format!("{}{unit}", seconds / size);
+        }
+    }
+    format!("{seconds}s")
+}
+
+/// Why `value` is outside `range`, in the manifest's words; `None` inside.
+pub fn outside<T: PartialOrd + Copy>(
+    value: T,
+    range: &RangeInclusive<T>,
+    show: impl Fn(T) -> String,
+) -> Option<String> {
+    if value < *range.start() {
+        Some(format!("must be at least {}", show(*range.start())))
+    } else if value > *range.end() {
+        Some(format!("must be at most {}", show(*range.end())))
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations_read_as_the_manifest_writes_them() {
+        assert_eq!(show_size(16 * MIB), "16MiB");
+        assert_eq!(show_size(64 * KIB), "64KiB");
+        assert_eq!(show_size(1536), "1536");
+        assert_eq!(show_size(0), "0");
+        assert_eq!(show_duration(DAY), "24h");
+        assert_eq!(show_duration(Duration::from_secs(600)), "10m");
+        assert_eq!(show_duration(Duration::from_secs(90)), "90s");
+        assert_eq!(show_duration(MILLISECOND), "1ms");
+        assert_eq!(show_duration(Duration::ZERO), "0ms");
+    }
+
+    #[test]
+    fn every_default_is_inside_its_range() {
+        let limits = super::super::Limits::default();
+        assert!(REQUEST_TIMEOUT.contains(&limits.request_timeout));
+        assert!(READ_HEADER_TIMEOUT.contains(&limits.read_header_timeout));
+        assert!(IDLE_TIMEOUT.contains(&limits.idle_timeout));
+        assert!(SHUTDOWN_DELAY.contains(&limits.shutdown_delay));
+        assert!(SHUTDOWN_TIMEOUT.contains(&limits.shutdown_timeout));
+        assert!(MAX_REQUEST_BODY.contains(&limits.max_request_body));
+        assert!(MAX_HEADER_BYTES.contains(&(limits.max_header_bytes as u64)));
+        for count in [
+            limits.max_requests_in_flight,
+            limits.max_mutating_requests_in_flight,
+        ] {
+            assert!(REQUESTS_IN_FLIGHT.contains(&(count as i64)));
+        }
+        use super::super::stages::{
+            DEFAULT_AUDIT_QUEUE, DEFAULT_FILTER_MEMORY, DEFAULT_FILTER_TIMEOUT,
+        };
+        assert!(AUDIT_QUEUE_SIZE.contains(&(DEFAULT_AUDIT_QUEUE as i64)));
+        assert!(FILTER_MEMORY.contains(&DEFAULT_FILTER_MEMORY));
+        assert!(FILTER_TIMEOUT.contains(&DEFAULT_FILTER_TIMEOUT));
+    }
+}
