@@ -40,8 +40,8 @@ pub enum TargetError {
     NotOriginForm,
     #[error("the request path contains an invalid percent-encoding")]
     InvalidEscape,
-    #[error("the request path contains an encoded NUL (%00)")]
-    EncodedNul,
+    #[error("the request path contains a NUL (%00)")]
+    Nul,
     #[error("the request path contains a backslash")]
     Backslash,
     #[error("the request path contains \";\": path parameters are not accepted")]
@@ -220,9 +220,10 @@ enum Piece<'a> {
     Escape { byte: u8, lower_case: bool },
 }
 
-/// Splits a segment into [`Piece`]s, refusing invalid and NUL escapes and
-/// the characters refused raw: `\` (a separator to some servers) and `;`
-/// (path parameters to others, which strip them: `/..;/` is `..` to Tomcat).
+/// Splits a segment into [`Piece`]s, refusing invalid escapes, NUL (raw or
+/// escaped) and the characters refused raw: `\` (a separator to some
+/// servers) and `;` (path parameters to others, which strip them: `/..;/` is
+/// `..` to Tomcat).
 struct Pieces<'a>(&'a str);
 
 impl<'a> Iterator for Pieces<'a> {
@@ -234,10 +235,11 @@ impl<'a> Iterator for Pieces<'a> {
             return None;
         }
         let Some(escape) = text.strip_prefix('%') else {
-            let end = text.find(['%', ';', '\\']).unwrap_or(text.len());
+            let end = text.find(['%', ';', '\\', '\0']).unwrap_or(text.len());
             let refused = match text.as_bytes().get(end) {
                 Some(b';') => Some(TargetError::PathParameter),
                 Some(b'\\') => Some(TargetError::Backslash),
+                Some(0) => Some(TargetError::Nul),
                 _ => None,
             };
             if let Some(error) = refused {
@@ -256,7 +258,7 @@ impl<'a> Iterator for Pieces<'a> {
         };
         self.0 = &escape[2..];
         Some(match u8::from_str_radix(hex, 16) {
-            Ok(0) => Err(TargetError::EncodedNul),
+            Ok(0) => Err(TargetError::Nul),
             Ok(byte) => Ok(Piece::Escape {
                 byte,
                 lower_case: hex.bytes().any(|b| b.is_ascii_lowercase()),
@@ -388,7 +390,8 @@ mod tests {
             ("/a%", TargetError::InvalidEscape),
             ("/a%4", TargetError::InvalidEscape),
             ("/a%+4", TargetError::InvalidEscape),
-            ("/a%00b", TargetError::EncodedNul),
+            ("/a%00b", TargetError::Nul),
+            ("/a\0b", TargetError::Nul),
             ("/a\\..\\b", TargetError::Backslash),
             ("/public/..;/apis", TargetError::PathParameter),
             ("/a;x=1/b", TargetError::PathParameter),
@@ -488,11 +491,14 @@ mod tests {
         "~",
     ];
 
+    /// Paths of [`PIECES`], and any printable text after a `/`.
     fn any_path() -> impl proptest::strategy::Strategy<Value = String> {
         use proptest::prelude::*;
         let segment = prop::collection::vec(prop::sample::select(PIECES), 0..3)
             .prop_map(|pieces| pieces.concat());
-        prop::collection::vec(segment, 0..7).prop_map(|segments| format!("/{}", segments.join("/")))
+        let pieces = prop::collection::vec(segment, 0..7)
+            .prop_map(|segments| format!("/{}", segments.join("/")));
+        prop_oneof![3 => pieces, 1 => "/[ -~é\u{0}]{0,40}"]
     }
 
     proptest::proptest! {

@@ -56,7 +56,12 @@ pub async fn run(chain: &SharedHandler, trial: Trial) -> Result<Report, TrialErr
         .path
         .parse()
         .map_err(|_| TrialError::Path(trial.path.clone()))?;
-    let request_info = RequestInfo::resolve(&trial.method, uri.path(), uri.query());
+    // Reported as the chain resolves it: from the canonical path.
+    let path = crate::request_target::canonicalize(uri.path()).map_or_else(
+        |_| uri.path().to_owned(),
+        |canonical| canonical.path.into_owned(),
+    );
+    let request_info = RequestInfo::resolve(&trial.method, &path, uri.query());
     let mut request = http::Request::new(Body::full(trial.body));
     *request.method_mut() = trial.method;
     *request.uri_mut() = uri;

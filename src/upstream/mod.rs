@@ -199,6 +199,9 @@ impl UpstreamProxy {
     }
 
     /// The upstream's base path joined with the request's path and query.
+    /// The path is the canonical target request info resolved and the stages
+    /// judged (`crate::request_target`) and the base path is canonical too
+    /// (a config check), so the two are joined as they are, byte for byte.
     fn target_path(&self, incoming: &Uri) -> Result<PathAndQuery, GatewayError> {
         let base_path = self.base.path().trim_end_matches('/');
         match incoming.path_and_query() {
