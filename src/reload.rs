@@ -6,6 +6,12 @@
 //! Kubernetes ConfigMap symlink swaps included), SIGHUP, and
 //! `POST /debug/reload` (behind authorization, as a non-resource URL).
 //!
+//! A file written in place is reloaded only once it has settled
+//! ([`SETTLE`]), so a manifest written in pieces is never loaded half-written;
+//! a file replaced whole (a rename) is reloaded at once. A gateway serving a
+//! generated self-signed certificate also reloads when that certificate is
+//! due for renewal, which the reload (as a start) does.
+//!
 //! Reloads run one at a time on one task; triggers that arrive during a
 //! reload are served by the next one.
 
@@ -25,12 +31,25 @@ use crate::config::{self, Config, Transport};
 use crate::delegation::Targets;
 use crate::handler::Handler;
 use crate::metrics::{ReloadResult, metrics};
-use crate::server::StartError;
 use crate::server::snapshot::{self, Live, Purpose, Shared};
+use crate::server::{StartError, tls};
 use crate::status::{GatewayError, Status};
 
 /// Bursts of file events (an editor's save is several) become one reload.
 const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// A file written in place (rather than replaced by a rename) is reloaded
+/// only once no file changed and the manifest's content stayed the same for
+/// this long: a manifest written in two pieces is never loaded half-written.
+/// A rename or a symlink swap puts a whole file in place at once, and
+/// reloads after [`DEBOUNCE`] only.
+pub const SETTLE: Duration = Duration::from_secs(1);
+
+/// How often, at most and at least, a gateway serving a self-signed
+/// certificate looks whether it is due for renewal; a renewal that failed
+/// (an invalid manifest at that moment) is tried again after the shorter.
+const RENEWAL_CHECK: std::ops::RangeInclusive<Duration> =
+    Duration::from_secs(60 * 60)..=Duration::from_secs(12 * 60 * 60);
 
 /// How a reload ended.
 #[derive(Debug, Clone)]
@@ -116,7 +135,17 @@ impl Reloader {
     /// Serves reload requests, watching the files of the configuration in
     /// force (when the manifest is a file).
     async fn run(self, mut watch: Option<FileWatch>, mut requests: ReloadRequests) {
-        while let Some(first) = requests.recv().await {
+        loop {
+            let first = tokio::select! {
+                request = requests.recv() => match request {
+                    Some(request) => request,
+                    None => break,
+                },
+                () = self.certificate_renewal_due() => {
+                    tracing::info!("the self-signed serving certificate expires soon: reloading to renew it");
+                    None
+                }
+            };
             let mut replies: Vec<_> = first.into_iter().collect();
             while let Ok(next) = requests.try_recv() {
                 replies.extend(next);
@@ -131,6 +160,30 @@ impl Reloader {
             }
             for reply in replies {
                 let _ = reply.send(outcome.clone());
+            }
+        }
+    }
+
+    /// Resolves once the self-signed certificate in force expires within
+    /// [`tls::RENEW_BEFORE`]: a reload then generates a new one (as a start
+    /// does). Never resolves for a gateway with given or no certificates.
+    async fn certificate_renewal_due(&self) {
+        let cert_dir = match &self.live.load().config.listen.transport {
+            Transport::SelfSigned { cert_dir } if !self.bound.plaintext => cert_dir.clone(),
+            _ => return std::future::pending().await,
+        };
+        loop {
+            let now = SystemTime::now();
+            let due = tls::kept_until(&cert_dir)
+                .and_then(|until| until.checked_sub(tls::RENEW_BEFORE))
+                .and_then(|due| due.duration_since(now).ok())
+                .unwrap_or(Duration::ZERO);
+            let wait = due.clamp(*RENEWAL_CHECK.start(), *RENEWAL_CHECK.end());
+            tokio::time::sleep(wait).await;
+            let still_good = tls::kept_until(&cert_dir)
+                .is_some_and(|until| until > SystemTime::now() + tls::RENEW_BEFORE);
+            if !still_good {
+                return;
             }
         }
     }
@@ -275,7 +328,7 @@ impl FileWatch {
         let manifest_dir = manifest.parent().map(Path::to_path_buf).unwrap_or_default();
         let files = Arc::new(Mutex::new(HashSet::new()));
         let watched = files.clone();
-        let (events, mut received) = mpsc::unbounded_channel::<()>();
+        let (events, mut received) = mpsc::unbounded_channel::<Change>();
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             let Ok(event) = event else { return };
             let Ok(files) = watched.lock() else { return };
@@ -285,14 +338,21 @@ impl FileWatch {
                     || (path.parent() == Some(manifest_dir.as_path())
                         && path.file_name().is_some_and(|name| name.to_string_lossy().starts_with("..data")))
             });
-            if relevant && !matches!(event.kind, notify::EventKind::Access(_)) {
-                let _ = events.send(());
+            if let (true, Some(change)) = (relevant, Change::of(&event.kind)) {
+                let _ = events.send(change);
             }
         })?;
+        let settled = manifest.clone();
         tokio::spawn(async move {
-            while received.recv().await.is_some() {
+            while let Some(first) = received.recv().await {
+                let mut change = first;
                 tokio::time::sleep(DEBOUNCE).await;
-                while received.try_recv().is_ok() {}
+                while let Ok(next) = received.try_recv() {
+                    change = change.max(next);
+                }
+                if change == Change::InPlace && !settle(&mut received, &settled).await {
+                    return;
+                }
                 tracing::info!("configuration files changed: reloading");
                 trigger.request();
             }
@@ -359,6 +419,61 @@ impl FileWatch {
         self.folders = watching;
         failed.map_or(Ok(()), Err)
     }
+}
+
+/// How a watched file changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Change {
+    /// Put in place whole: renamed over, created, removed, its metadata
+    /// changed.
+    Replaced,
+    /// Written in place: it may be half-written still.
+    InPlace,
+}
+
+impl Change {
+    /// `None` for events that change nothing (reads, closes).
+    fn of(kind: &notify::EventKind) -> Option<Change> {
+        use notify::EventKind;
+        use notify::event::ModifyKind;
+        match kind {
+            EventKind::Access(_) => None,
+            EventKind::Create(_)
+            | EventKind::Remove(_)
+            | EventKind::Modify(ModifyKind::Name(_) | ModifyKind::Metadata(_)) => {
+                Some(Change::Replaced)
+            }
+            EventKind::Modify(_) | EventKind::Any | EventKind::Other => Some(Change::InPlace),
+        }
+    }
+}
+
+/// Waits until, for [`SETTLE`], no watched file changed and the manifest's
+/// content stayed the same. False when the watcher is gone.
+async fn settle(changes: &mut mpsc::UnboundedReceiver<Change>, manifest: &Path) -> bool {
+    loop {
+        let before = content_digest(manifest);
+        tokio::time::sleep(SETTLE).await;
+        let mut changed = false;
+        loop {
+            match changes.try_recv() {
+                Ok(_) => changed = true,
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => return false,
+            }
+        }
+        if !changed && content_digest(manifest) == before {
+            return true;
+        }
+        tracing::debug!("configuration files still changing: waiting for them to settle");
+    }
+}
+
+/// The manifest's content hash; `None` when it cannot be read.
+fn content_digest(manifest: &Path) -> Option<[u8; 32]> {
+    use sha2::Digest;
+    let bytes = config::files::read_limited(manifest, config::bounds::MANIFEST_FILE).ok()?;
+    Some(sha2::Sha256::digest(&bytes).into())
 }
 
 /// `POST /debug/reload`: reload now and answer how it went.

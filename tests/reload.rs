@@ -584,6 +584,96 @@ async fn shutdown_stops_watching_the_manifest() {
 }
 
 // ---------------------------------------------------------------------------
+// A manifest written in pieces
+// ---------------------------------------------------------------------------
+
+/// Anonymous requests one hammering client sends at most.
+const MAX_ANONYMOUS_REQUESTS: usize = 20_000;
+
+/// Sends anonymous `GET url` until `stop` (or the bound), and returns every
+/// answer that was not a 401.
+async fn anonymous_hammer(url: String, stop: Arc<AtomicBool>) -> Vec<String> {
+    let client = http_client();
+    let mut let_through = Vec::new();
+    for _ in 0..MAX_ANONYMOUS_REQUESTS {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        match try_served(&client, &url).await {
+            Ok(served) if served.status == 401 => {}
+            Ok(served) => let_through.push(format!("{served:?}")),
+            // A refused connection lets nothing through; it is not the
+            // question here.
+            Err(_) => {}
+        }
+    }
+    let_through
+}
+
+/// The case: a manifest rewritten in place in two writes 200 ms
+/// apart, the first piece valid on its own (everything before
+/// `[authentication]`). It is loaded only once whole, and no anonymous
+/// request is ever let through, on the real binary.
+#[tokio::test]
+async fn a_manifest_written_in_two_pieces_is_never_loaded_half_written() {
+    let dir = common::new_dir();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, token_protected("A")).expect("write the manifest");
+    let gateway = GatewayProcess::spawn(&path);
+    let (url, base) = (gateway.url("/which"), gateway.url(""));
+    let client = http_client();
+    let with_token = |client: &reqwest::Client| client.get(&url).bearer_auth("t1");
+    assert_eq!(common::send(with_token(&client)).await.body, "A");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let hammers: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(anonymous_hammer(url.clone(), stop.clone())))
+        .collect();
+    let whole = token_protected("B");
+    let (first, rest) = whole.split_at(whole.find("[authentication]").expect("the split"));
+    assert!(
+        wasmgate::config::parse(&path, first).is_ok(),
+        "the first piece is a valid manifest on its own"
+    );
+    write_in_two_pieces(&path, first, rest, Duration::from_millis(200)).await;
+    eventually("chain B to be served to the token", || async {
+        let answer = common::send(with_token(&client)).await;
+        (answer.body == "B").then_some(())
+    })
+    .await;
+    // Past the settle interval, in case a late reload were still to come.
+    tokio::time::sleep(wasmgate::reload::SETTLE * 2).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut let_through = Vec::new();
+    for hammer in hammers {
+        let_through.extend(
+            bounded("a hammering client", hammer)
+                .await
+                .expect("the client task"),
+        );
+    }
+    assert!(
+        let_through.is_empty(),
+        "{} anonymous requests were let through: {:?}",
+        let_through.len(),
+        &let_through[..let_through.len().min(5)]
+    );
+    let text = common::send(client.get(format!("{base}/metrics")).bearer_auth("t1"))
+        .await
+        .body;
+    assert_eq!(
+        metric(&text, RELOAD_SUCCESSES),
+        Some(1.0),
+        "one reload, of the whole manifest:\n{text}"
+    );
+    assert!(
+        common::send(client.get(&url)).await.status == 401,
+        "anonymous requests are still refused"
+    );
+    drop(gateway);
+}
+
+// ---------------------------------------------------------------------------
 // SIGHUP and POST /debug/reload, on the binary
 // ---------------------------------------------------------------------------
 

@@ -99,6 +99,37 @@ pub fn write_atomically(path: &Path, text: &str) {
     std::fs::rename(&temp, path).expect("rename the temp file over the manifest");
 }
 
+/// Rewrites `path` in place in two writes `pause` apart, as a tool that
+/// writes in pieces does: truncated, `first` written (and flushed to the
+/// file, so a reader sees it), then `rest`.
+pub async fn write_in_two_pieces(path: &Path, first: &str, rest: &str, pause: Duration) {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)
+        .expect("open the manifest to write it in place");
+    file.write_all(first.as_bytes())
+        .expect("write the first piece");
+    file.sync_data().expect("flush the first piece");
+    tokio::time::sleep(pause).await;
+    file.write_all(rest.as_bytes()).expect("write the rest");
+}
+
+/// A chain answering `which` on `/which` only to a request with a token
+/// `token-authn` knows (`t1`, user alice): anonymous requests get 401. The
+/// route comes first, the authentication last, so that everything before
+/// `[authentication]` is a valid manifest on its own, one without
+/// authentication, that would answer anyone.
+pub fn token_protected(which: &str) -> String {
+    format!(
+        "{}[authentication]\nanonymous = false\n\n[[authentication.filters]]\nname = \"tokens\"\ncomponent = \"{}\"\n\
+         config = {{ tokens = [{{ token = \"t1\", user = \"alice\" }}] }}\n\n[authorization]\nalways_allow = true\n",
+        chain(which),
+        component("token-authn").display()
+    )
+}
+
 /// `ln -s target tmp && mv -T tmp link`: replaces `link` by a symlink to
 /// `target` in one rename.
 pub fn swap_symlink(link: &Path, target: &Path) {
