@@ -53,6 +53,9 @@ pub(super) fn complete(
         manifest.audit,
     );
     let servers = c.servers(manifest.servers);
+    if stages.all_filters().next().is_some() {
+        c.filter_instances_cover_in_flight(&manifest.limits, &limits);
+    }
     match (listen, c.problems.is_empty()) {
         (Some(listen), true) => Ok(Config {
             source: path.to_owned(),
@@ -272,7 +275,74 @@ impl Completer<'_> {
                 "limits.shutdown_timeout",
                 request_timeout,
             ),
+            filter_instances: self.filter_instances(&limits.filter_instances),
+            filter_memory: self.filter_memory(&limits.filter_memory),
         }
+    }
+
+    fn filter_instances(&mut self, value: &Option<Spanned<i64>>) -> usize {
+        const KEY: &str = "limits.filter_instances";
+        let default = Limits::default().filter_instances;
+        let Some(given) = value else { return default };
+        match usize::try_from(*given.get_ref()) {
+            Ok(count) if (1..=MAX_FILTER_INSTANCES).contains(&count) => count,
+            _ => {
+                let message = format!(
+                    "must be between 1 and {MAX_FILTER_INSTANCES} (the engine's instance pool)"
+                );
+                self.at(given, KEY, message);
+                default
+            }
+        }
+    }
+
+    fn filter_memory(&mut self, value: &Option<Spanned<String>>) -> u64 {
+        const KEY: &str = "limits.filter_memory";
+        let default = Limits::default().filter_memory;
+        let memory = self.size(value, KEY, default);
+        match value {
+            Some(given) if !(1 << 20..=MAX_FILTER_MEMORY_TOTAL).contains(&memory) => {
+                self.at(given, KEY, "must be between 1MiB and 1TiB");
+                default
+            }
+            _ => memory,
+        }
+    }
+
+    /// Every request max-in-flight admits holds at most one instance at a
+    /// time (a request calls its filters one after another), so the
+    /// instances must cover the two limits' sum. With either limit 0
+    /// (unlimited) nothing bounds the demand, and calls beyond
+    /// `filter_instances` wait, then get 429.
+    fn filter_instances_cover_in_flight(&mut self, written: &m::Limits, limits: &Limits) {
+        let in_flight = limits.max_requests_in_flight + limits.max_mutating_requests_in_flight;
+        if limits.max_requests_in_flight == 0
+            || limits.max_mutating_requests_in_flight == 0
+            || in_flight <= limits.filter_instances
+        {
+            return;
+        }
+        let (span, key) = match (&written.filter_instances, &written.max_requests_in_flight) {
+            (Some(given), _) => (Some(given.span()), "limits.filter_instances"),
+            (None, Some(given)) => (Some(given.span()), "limits.max_requests_in_flight"),
+            (None, None) => (
+                written
+                    .max_mutating_requests_in_flight
+                    .as_ref()
+                    .map(Spanned::span),
+                "limits.max_mutating_requests_in_flight",
+            ),
+        };
+        self.problem(
+            span,
+            key,
+            format!(
+                "max_requests_in_flight + max_mutating_requests_in_flight ({in_flight}) is more \
+                 than filter_instances ({}): every request max-in-flight admits must be able \
+                 to run the filter chain",
+                limits.filter_instances
+            ),
+        );
     }
 
     fn count(&mut self, value: &Option<Spanned<i64>>, key: &str, default: usize) -> usize {
