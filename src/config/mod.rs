@@ -98,8 +98,9 @@ pub const MAX_FILTER_INSTANCES: usize = 1000;
 
 /// The default `filter_memory`: on a machine of 24 GiB and 2 cores, room for
 /// the default 600 in-flight requests each running a filter of about 1 MiB
-/// (the shipped Rust filters) with room to spare, or a few dozen JavaScript
-/// or Python instances, and a bound on the memory filters keep after a burst.
+/// (the shipped Rust filters) three times over (filters with a larger
+/// runtime, JavaScript or Python, proportionally fewer at once), and a
+/// bound on the memory filters keep after a burst.
 pub const DEFAULT_FILTER_MEMORY: u64 = 2 << 30;
 
 /// The largest `filter_memory`.
