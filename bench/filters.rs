@@ -24,6 +24,7 @@ use wasmgate::context::UserInfo;
 use wasmgate::request_info::RequestInfo;
 use wasmgate::wasm::bindings::authenticator::{AuthenticatorFilter, AuthenticatorFilterPre};
 use wasmgate::wasm::bindings::types;
+use wasmgate::wasm::capacity::{Capacity, Slot, StoreData};
 use wasmgate::wasm::filter::{AdmissionRequest, Attributes, Event, Level, Operation, Stage};
 use wasmgate::wasm::state::{FilterIdentity, FilterState};
 use wasmgate::wasm::{LoadedFilter, WasmHost, convert};
@@ -170,7 +171,19 @@ fn spec(name: &str, isolation: Isolation, config_json: &str) -> FilterSpec {
 
 fn load<K: wasmgate::wasm::filter::Kind>(spec: FilterSpec) -> LoadedFilter<K> {
     let host = WasmHost::shared().expect("wasm host");
-    LoadedFilter::load(host, &spec).unwrap_or_else(|error| panic!("{}: {error}", spec.name))
+    LoadedFilter::load(host, &spec, capacity(host))
+        .unwrap_or_else(|error| panic!("{}: {error}", spec.name))
+}
+
+/// The default `[limits]` capacity, as a gateway's configuration has it.
+fn capacity(host: &WasmHost) -> Arc<Capacity> {
+    let limits = wasmgate::config::Limits::default();
+    Arc::new(Capacity::new(
+        limits.filter_instances,
+        limits.filter_memory,
+        host.slots.clone(),
+        limits.request_timeout / 4,
+    ))
 }
 
 /// What wasmtime itself needs to make `fault-authn`'s call, without the
@@ -180,11 +193,12 @@ fn load<K: wasmgate::wasm::filter::Kind>(spec: FilterSpec) -> LoadedFilter<K> {
 /// `LoadedFilter` can cost.
 struct WasmtimeFloor {
     engine: wasmtime::Engine,
-    pre: AuthenticatorFilterPre<FilterState>,
+    pre: AuthenticatorFilterPre<StoreData>,
     identity: Arc<FilterIdentity>,
+    capacity: Arc<Capacity>,
 }
 
-type WarmInstance = (wasmtime::Store<FilterState>, AuthenticatorFilter);
+type WarmInstance = (wasmtime::Store<StoreData>, AuthenticatorFilter, Slot);
 
 impl WasmtimeFloor {
     fn new(spec: &FilterSpec) -> Self {
@@ -200,13 +214,15 @@ impl WasmtimeFloor {
                 sink: None,
                 wasi: Default::default(),
             }),
+            capacity: capacity(host),
         }
     }
 
     async fn instance(&self) -> WarmInstance {
+        let (slot, memory) = self.capacity.reserve(0).await.expect("room");
         let state = FilterState::new(self.identity.clone(), 64 << 20).expect("state");
-        let mut store = wasmtime::Store::new(&self.engine, state);
-        store.limiter(|state| &mut state.memory);
+        let mut store = wasmtime::Store::new(&self.engine, StoreData::new(state, memory, 64 << 20));
+        store.limiter(|data| data);
         store.epoch_deadline_callback(|_| Ok(wasmtime::UpdateDeadline::Yield(1)));
         store.set_epoch_deadline(1);
         let exports = self
@@ -214,10 +230,10 @@ impl WasmtimeFloor {
             .instantiate_async(&mut store)
             .await
             .expect("instance");
-        (store, exports)
+        (store, exports, slot)
     }
 
-    async fn call((store, exports): &mut WarmInstance, view: &types::RequestView) {
+    async fn call((store, exports, _): &mut WarmInstance, view: &types::RequestView) {
         store.set_epoch_deadline(1);
         let answer = exports
             .wasmgate_filter_authenticator()

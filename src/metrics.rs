@@ -21,7 +21,7 @@ use crate::status::GatewayError;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FilterOutcome {
     pub filter: String,
-    /// `answer`, `error`, `trap` or `timeout`.
+    /// `answer`, `error`, `trap`, `timeout` or `exhausted`.
     pub outcome: String,
 }
 
@@ -65,7 +65,7 @@ pub fn metrics() -> &'static Metrics {
         let filter_calls = Family::<FilterOutcome, Counter>::default();
         registry.register(
             "filter_calls",
-            "Filter calls by outcome: answer, error, trap, timeout",
+            "Filter calls by outcome: answer, error, trap, timeout, exhausted (no instance or filter memory to run it)",
             filter_calls.clone(),
         );
         let filter_duration = Family::<FilterName, Histogram>::new_with_constructor(

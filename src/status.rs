@@ -125,6 +125,14 @@ pub enum GatewayError {
     Internal { message: String },
     #[error("an error on the server ({message}) has prevented the request from succeeding")]
     BadGateway { message: String },
+    /// The gateway had no room for the request (kube's
+    /// `NewTooManyRequests`): a Status with `details.retryAfterSeconds`,
+    /// and the same delay in a `Retry-After` header.
+    #[error("{message}")]
+    TooManyRequests {
+        message: String,
+        retry_after_seconds: u64,
+    },
     #[error("{message}")]
     ServiceUnavailable { message: String },
     #[error("{message}")]
@@ -156,6 +164,9 @@ impl GatewayError {
             GatewayError::NotImplemented { .. } => (StatusCode::NOT_IMPLEMENTED, ""),
             // kube has no reason for 502: it leaves the reason unknown (empty).
             GatewayError::BadGateway { .. } => (StatusCode::BAD_GATEWAY, ""),
+            GatewayError::TooManyRequests { .. } => {
+                (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests")
+            }
             GatewayError::ServiceUnavailable { .. } => {
                 (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable")
             }
@@ -174,6 +185,22 @@ impl GatewayError {
             } => status = status.with_details(details),
             // kube's not-found handler answers with empty details.
             GatewayError::NotFound => status = status.with_details(Details::default()),
+            GatewayError::TooManyRequests {
+                retry_after_seconds,
+                ..
+            } => {
+                status = status.with_details(Details {
+                    retry_after_seconds: Some(retry_after_seconds),
+                    ..Details::default()
+                });
+                // As kube's `ErrorNegotiated` does for a Status that asks
+                // for a delay.
+                let mut response = status.into_response();
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_seconds));
+                return response;
+            }
             _ => {}
         }
         status.into_response()

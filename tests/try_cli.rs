@@ -1,6 +1,6 @@
 //! `wasmgate try`: one request through a manifest's chain, in process with
 //! no network, reporting every filter's outcome (answer, error, trap,
-//! timeout, skipped), the user, and either the route the director chose or
+//! timeout, exhausted, skipped), the user, and either the route the director chose or
 //! the answer the chain gave itself. Run as the real binary, with the real
 //! components.
 
@@ -224,6 +224,40 @@ fn try_reports_each_filter_outcome_and_the_decision() {
         [triple("authentication", "tokens", "answer")]
     );
     assert_eq!(anonymous["status"], 401);
+}
+
+/// A call the gateway has no room for is `exhausted`, by name, and a 429.
+#[test]
+fn try_reports_a_call_refused_filter_memory_as_exhausted() {
+    let dir = new_dir();
+    // The filter may grow to 16 MiB, all filters together to 4 MiB.
+    let faults = filter(
+        "authorization.filters",
+        "faults",
+        "fault-authz",
+        None,
+        "memory = \"16MiB\"\nmatch = { path_prefixes = [\"/fault/\"] }\n",
+    );
+    let manifest = plaintext(
+        &[
+            "[limits]\nfilter_memory = \"4MiB\"\n".to_owned(),
+            faults,
+            routes("http://127.0.0.1:9"),
+        ]
+        .concat(),
+    );
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, manifest).expect("write the manifest");
+    let refused = report(&path, &["--path", "/fault/leak-4096"]);
+    assert_eq!(
+        outcomes(&refused),
+        [triple("authorization", "faults", "exhausted")]
+    );
+    let detail = refused["filters"][0]["detail"].as_str().expect("a detail");
+    assert!(detail.contains("limits.filter_memory"), "{detail}");
+    assert_eq!(refused["status"], 429);
+    assert_eq!(refused["body"]["reason"], "TooManyRequests");
+    assert_eq!(refused["body"]["details"]["retryAfterSeconds"], 1);
 }
 
 #[test]

@@ -191,6 +191,9 @@ async fn write(filters: &[LoadedFilter<Auditor>], event: &Event) {
                 tracing::error!(filter = filter.name(), trap = %message, "audit filter trapped")
             }
             Outcome::Timeout => tracing::error!(filter = filter.name(), "audit filter timed out"),
+            Outcome::Exhausted(what) => {
+                tracing::warn!(filter = filter.name(), %what, "no room to run the audit filter: event not written")
+            }
         }
     }
 }

@@ -90,7 +90,7 @@ impl Authentication {
                 }
                 Outcome::Answer(_) => {}
                 Outcome::FilterError(_) => rejected = true,
-                Outcome::Trap(_) | Outcome::Timeout => {
+                Outcome::Trap(_) | Outcome::Timeout | Outcome::Exhausted(_) => {
                     match stage::on_failure(STAGE, &filter.spec, &outcome) {
                         Failure::Skip => {}
                         Failure::Fail(error) => return Identified::Failed(error),

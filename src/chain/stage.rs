@@ -1,10 +1,13 @@
 //! What the four Wasm stages share: whether a filter's `match` selects a
-//! request, how an outcome is logged (four distinct lines for answer, error,
-//! trap and timeout) and traced for `wasmgate try`, and how a failure policy
-//! turns a failed filter into a skip or a Status.
+//! request, how an outcome is logged (distinct lines for answer, error,
+//! trap, timeout and exhaustion; the long ones, a trap's backtrace above
+//! all, at most once per filter per [`LOG_INTERVAL`]) and traced for
+//! `wasmgate try`, and how a failure policy turns a failed filter into a
+//! skip or a Status.
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -22,7 +25,8 @@ pub struct FilterTrace(pub Arc<Mutex<Vec<TraceEntry>>>);
 pub struct TraceEntry {
     pub stage: &'static str,
     pub filter: String,
-    /// `answer`, `error`, `trap`, `timeout`, or `skipped` (not matched).
+    /// `answer`, `error`, `trap`, `timeout`, `exhausted`, or `skipped`
+    /// (not matched).
     pub outcome: &'static str,
     /// The answer or the message, in a few words.
     pub detail: String,
@@ -82,15 +86,63 @@ pub fn observe<T>(
             message.clone()
         }
         Outcome::Trap(message) => {
-            tracing::error!(stage, filter, micros, trap = %message, "filter trapped");
+            if let Some(suppressed) = THROTTLE.admit(filter, "trap") {
+                tracing::error!(stage, filter, micros, suppressed, trap = %message, "filter trapped");
+            }
             message.clone()
         }
         Outcome::Timeout => {
             tracing::error!(stage, filter, timeout = ?spec.timeout, "filter timed out");
             format!("stopped after {:?}", spec.timeout)
         }
+        Outcome::Exhausted(what) => {
+            if let Some(suppressed) = THROTTLE.admit(filter, "exhausted") {
+                tracing::warn!(stage, filter, micros, suppressed, exhausted = %what, "no room to run the filter");
+            }
+            what.to_string()
+        }
     };
     record(trace, stage, spec, outcome.kind(), detail, micros);
+}
+
+/// How often each filter may log a trap (a multi-line backtrace) or its
+/// running out of room: the first of an interval is logged, with how many
+/// were left out since the last one logged; the rest are only counted, in
+/// `wasmgate_filter_calls_total`. A faulting filter under load thus writes
+/// a few lines a minute, not one per request.
+pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+static THROTTLE: LogThrottle = LogThrottle(OnceLock::new());
+
+/// When each filter last logged each kind of line, and what it left out since.
+struct LogThrottle(OnceLock<Mutex<HashMap<(String, &'static str), Window>>>);
+
+struct Window {
+    logged_at: Instant,
+    suppressed: u64,
+}
+
+impl LogThrottle {
+    /// Some(lines left out since the last one) when `filter` may log a
+    /// `kind` line now; None when this one is left out (and counted).
+    fn admit(&self, filter: &str, kind: &'static str) -> Option<u64> {
+        let now = Instant::now();
+        let mut windows = self.0.get_or_init(Mutex::default).lock().ok()?;
+        let Some(window) = windows.get_mut(&(filter.to_owned(), kind)) else {
+            let fresh = Window {
+                logged_at: now,
+                suppressed: 0,
+            };
+            windows.insert((filter.to_owned(), kind), fresh);
+            return Some(0);
+        };
+        if now.duration_since(window.logged_at) < LOG_INTERVAL {
+            window.suppressed += 1;
+            return None;
+        }
+        window.logged_at = now;
+        Some(std::mem::take(&mut window.suppressed))
+    }
 }
 
 /// Notes in the trace that a filter's `match` left it out.
@@ -125,7 +177,8 @@ fn record(
 }
 
 /// What a failed filter (its own error where the stage treats that as a
-/// failure, a trap, a timeout) does to the request.
+/// failure, a trap, a timeout) or one there was no room to run does to the
+/// request.
 pub enum Failure {
     /// fail-open: go on as if the filter were not there.
     Skip,
@@ -134,6 +187,11 @@ pub enum Failure {
 }
 
 pub fn on_failure<T>(stage: &'static str, spec: &FilterSpec, outcome: &Outcome<T>) -> Failure {
+    // The gateway's capacity, not the filter's failure: its failure policy
+    // does not apply. A monitor filter, never obeyed, is skipped below.
+    if let (Outcome::Exhausted(_), Mode::Enforce) = (outcome, spec.mode) {
+        return Failure::Fail(at_capacity(stage));
+    }
     if spec.mode == Mode::Monitor {
         tracing::warn!(
             stage,
@@ -160,5 +218,15 @@ pub fn on_failure<T>(stage: &'static str, spec: &FilterSpec, outcome: &Outcome<T
             },
             _ => GatewayError::internal(format!("the {stage} stage failed")),
         }),
+    }
+}
+
+/// The 429 of a stage that had no room to run a filter; kube's
+/// max-in-flight and priority and fairness ask for a retry after a second
+/// (`staging/src/k8s.io/apiserver/pkg/server/filters/maxinflight.go`).
+fn at_capacity(stage: &'static str) -> GatewayError {
+    GatewayError::TooManyRequests {
+        message: format!("the {stage} stage is at capacity, please try again later"),
+        retry_after_seconds: 1,
     }
 }

@@ -34,6 +34,8 @@ pub const FILTER_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=Duration::fro
 
 /// `0` means unlimited; beyond a million, a limit limits nothing.
 pub const REQUESTS_IN_FLIGHT: RangeInclusive<i64> = 0..=1_000_000;
+/// The engine's instance pool holds this many instances.
+pub const FILTER_INSTANCES: RangeInclusive<i64> = 1..=super::MAX_FILTER_INSTANCES as i64;
 /// kube's default batch buffer is 10 000 events.
 pub const AUDIT_QUEUE_SIZE: RangeInclusive<i64> = 1..=1_000_000;
 
@@ -44,6 +46,8 @@ pub const MAX_REQUEST_BODY: RangeInclusive<u64> = 1..=16 * GIB;
 pub const MAX_HEADER_BYTES: RangeInclusive<u64> = KIB..=16 * MIB;
 /// From one Wasm page to what the engine's instance pool holds.
 pub const FILTER_MEMORY: RangeInclusive<u64> = 64 * KIB..=super::stages::MAX_FILTER_MEMORY;
+/// All filters' instances together (`[limits] filter_memory`).
+pub const FILTER_MEMORY_TOTAL: RangeInclusive<u64> = MIB..=super::MAX_FILTER_MEMORY_TOTAL;
 
 // ---- files ----
 

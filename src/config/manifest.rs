@@ -184,6 +184,8 @@ pub struct Limits {
     pub idle_timeout: Option<Spanned<String>>,
     pub shutdown_delay: Option<Spanned<String>>,
     pub shutdown_timeout: Option<Spanned<String>>,
+    pub filter_instances: Option<Spanned<i64>>,
+    pub filter_memory: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -109,7 +109,27 @@ pub struct Limits {
     pub idle_timeout: Duration,
     pub shutdown_delay: Duration,
     pub shutdown_timeout: Duration,
+    /// Wasm instances alive at once (in calls and idle in pools), at most
+    /// [`MAX_FILTER_INSTANCES`]; at least the two in-flight limits' sum
+    /// when the manifest has filters, so every request max-in-flight admits
+    /// can run the chain.
+    pub filter_instances: usize,
+    /// Total linear memory of all live instances, in bytes.
+    pub filter_memory: u64,
 }
+
+/// The engine's instance pool holds this many component instances.
+pub const MAX_FILTER_INSTANCES: usize = 1000;
+
+/// The default `filter_memory`: on a machine of 24 GiB and 2 cores, room for
+/// the default 600 in-flight requests each running a filter of about 1 MiB
+/// (the shipped Rust filters) three times over (filters with a larger
+/// runtime, JavaScript or Python, proportionally fewer at once), and a
+/// bound on the memory filters keep after a burst.
+pub const DEFAULT_FILTER_MEMORY: u64 = 2 << 30;
+
+/// The largest `filter_memory`.
+pub const MAX_FILTER_MEMORY_TOTAL: u64 = 1 << 40;
 
 impl Default for Limits {
     /// kube-apiserver's defaults.
@@ -124,6 +144,8 @@ impl Default for Limits {
             idle_timeout: Duration::from_secs(90),
             shutdown_delay: Duration::ZERO,
             shutdown_timeout: Duration::from_secs(60),
+            filter_instances: MAX_FILTER_INSTANCES,
+            filter_memory: DEFAULT_FILTER_MEMORY,
         }
     }
 }

@@ -54,6 +54,9 @@ pub(super) fn complete(
         manifest.audit,
     );
     let servers = c.servers(manifest.servers);
+    if stages.all_filters().next().is_some() {
+        c.filter_instances_cover_in_flight(&manifest.limits, &limits);
+    }
     match (listen, c.problems.is_empty()) {
         (Some(listen), true) => Ok(Config {
             source: path.to_owned(),
@@ -346,7 +349,55 @@ impl Completer<'_> {
                 request_timeout,
                 bounds::SHUTDOWN_TIMEOUT,
             ),
+            filter_instances: self.count(
+                &limits.filter_instances,
+                "limits.filter_instances",
+                defaults.filter_instances,
+                bounds::FILTER_INSTANCES,
+            ),
+            filter_memory: self.size(
+                &limits.filter_memory,
+                "limits.filter_memory",
+                defaults.filter_memory,
+                bounds::FILTER_MEMORY_TOTAL,
+            ),
         }
+    }
+
+    /// Every request max-in-flight admits holds at most one instance at a
+    /// time (a request calls its filters one after another), so the
+    /// instances must cover the two limits' sum. With either limit 0
+    /// (unlimited) nothing bounds the demand, and calls beyond
+    /// `filter_instances` wait, then get 429.
+    fn filter_instances_cover_in_flight(&mut self, written: &m::Limits, limits: &Limits) {
+        let in_flight = limits.max_requests_in_flight + limits.max_mutating_requests_in_flight;
+        if limits.max_requests_in_flight == 0
+            || limits.max_mutating_requests_in_flight == 0
+            || in_flight <= limits.filter_instances
+        {
+            return;
+        }
+        let (span, key) = match (&written.filter_instances, &written.max_requests_in_flight) {
+            (Some(given), _) => (Some(given.span()), "limits.filter_instances"),
+            (None, Some(given)) => (Some(given.span()), "limits.max_requests_in_flight"),
+            (None, None) => (
+                written
+                    .max_mutating_requests_in_flight
+                    .as_ref()
+                    .map(Spanned::span),
+                "limits.max_mutating_requests_in_flight",
+            ),
+        };
+        self.problem(
+            span,
+            key,
+            format!(
+                "max_requests_in_flight + max_mutating_requests_in_flight ({in_flight}) is more \
+                 than filter_instances ({}): every request max-in-flight admits must be able \
+                 to run the filter chain",
+                limits.filter_instances
+            ),
+        );
     }
 
     /// A count within `range`; `default` when absent or out of range.

@@ -7,13 +7,15 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, Linker};
+use tokio::sync::Semaphore;
+use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
+use super::capacity::StoreData;
 use super::state::FilterState;
 use crate::config::bounds::COMPONENT_FILE;
 use crate::config::files::read_limited;
@@ -22,9 +24,13 @@ use crate::config::files::read_limited;
 /// often a long-running filter yields to other requests.
 pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 
-/// Pool sizing: enough slots for every filter's pooled instances plus the
-/// fresh ones of concurrent requests.
-const POOL_COMPONENT_INSTANCES: u32 = 1000;
+/// Pool sizing: the most component instances alive at once, in every
+/// configuration together; [`WasmHost::slots`] hands them out, so a call
+/// waits for one rather than fail at wasmtime's limit. `[limits]
+/// filter_instances` is at most this.
+const POOL_COMPONENT_INSTANCES: u32 = crate::config::MAX_FILTER_INSTANCES as u32;
+/// Freed pool slots kept warm for a module other than their last.
+const MAX_UNUSED_WARM_SLOTS: u32 = 16;
 const POOL_MAX_MEMORY: usize = crate::config::stages::MAX_FILTER_MEMORY as usize;
 
 /// Why a component could not be made ready.
@@ -54,11 +60,14 @@ pub enum LoadError {
     Engine(String),
 }
 
-/// The engine, the linker every filter is instantiated with, and the
-/// compiled-component cache.
+/// The engine, the linker every filter is instantiated with, the engine
+/// pool's instance slots, and the compiled-component cache.
 pub struct WasmHost {
     pub engine: Engine,
-    pub linker: Linker<FilterState>,
+    pub linker: Linker<StoreData>,
+    /// One permit per component instance the pool holds, taken before an
+    /// instance is made and given back after it is dropped.
+    pub slots: Arc<Semaphore>,
     compiled: Mutex<HashMap<[u8; 32], Component>>,
     disk_cache: Option<PathBuf>,
     stats: Mutex<CacheStats>,
@@ -95,13 +104,14 @@ impl WasmHost {
         start_epoch_ticker(&engine);
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        super::bindings::auditor::AuditorFilter::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+        super::bindings::auditor::AuditorFilter::add_to_linker::<_, HasSelf<FilterState>>(
             &mut linker,
-            |state| state,
+            |data: &mut StoreData| &mut data.state,
         )?;
         Ok(WasmHost {
             engine,
             linker,
+            slots: Arc::new(Semaphore::new(POOL_COMPONENT_INSTANCES as usize)),
             compiled: Mutex::default(),
             disk_cache,
             stats: Mutex::default(),
@@ -256,6 +266,14 @@ fn engine_config(pooling: bool) -> Config {
             // Resetting a slot by zeroing the pages a guest touched, not by
             // unmapping them, is what makes a fresh instance per request cheap.
             .linear_memory_keep_resident(4 << 20)
+            // A slot freed keeps up to that much resident; the pool uses a
+            // fresh slot rather than one another module used only while
+            // fewer than this many such slots sit unused. So what stays
+            // resident after a burst is bounded by the burst's concurrency
+            // (itself bounded by `[limits] filter_memory`) plus this many
+            // slots, not by every slot the pool ever handed out (the default
+            // allows 100 unused, 400 MiB).
+            .max_unused_warm_slots(MAX_UNUSED_WARM_SLOTS)
             .table_keep_resident(64 << 10)
             .pagemap_scan(Enabled::Auto);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));

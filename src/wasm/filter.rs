@@ -1,21 +1,24 @@
 //! One loaded filter: its pre-instantiated component, its budgets, and its
-//! instances. A call gives one of four [`Outcome`]s: the filter's answer,
-//! its own error, a trap, or a timeout, never confused with one another.
+//! instances. A call gives one of five [`Outcome`]s: the filter's answer,
+//! its own error, a trap, a timeout, or no room to run it (the gateway's
+//! capacity, never the filter's failure), never confused with one another.
 //!
 //! Isolation: `per-request` instantiates a fresh store for every call (the
 //! pooling allocator makes that cheap); `pooled` keeps idle instances and
 //! re-arms their budgets per call. An instance that trapped or timed out is
-//! never reused: a trap may leave it in any state.
+//! never reused: a trap may leave it in any state. Every instance holds a
+//! slot and a share of memory of the configuration's [`Capacity`].
 
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use wasmtime::component::InstancePre;
 use wasmtime::{Store, UpdateDeadline};
 
 use super::bindings::{admission, auditor, authenticator, authorizer, types};
+use super::capacity::{Capacity, Exhausted, IdleInstances, Slot, StoreData};
 use super::engine::{LoadError, WasmHost};
 use super::state::{FilterIdentity, FilterState, SinkWriter};
 pub use admission::exports::wasmgate::filter::admission::{
@@ -32,7 +35,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use crate::config::stages::{FilterSpec, Isolation};
 use crate::metrics::{FilterName, FilterOutcome};
 
-/// The four outcomes of calling a filter.
+/// The outcomes of calling a filter: the filter's four (answer, error,
+/// trap, timeout), and the gateway's running out of room to run it.
 #[derive(Debug)]
 pub enum Outcome<T> {
     /// The filter answered.
@@ -43,6 +47,9 @@ pub enum Outcome<T> {
     Trap(String),
     /// The filter ran past its deadline and was stopped.
     Timeout,
+    /// No instance slot or no filter memory freed up in time: the call did
+    /// not run, or was refused memory it needed. Not the filter's failure.
+    Exhausted(Exhausted),
 }
 
 impl<T> Outcome<T> {
@@ -52,16 +59,32 @@ impl<T> Outcome<T> {
             Outcome::FilterError(_) => 1,
             Outcome::Trap(_) => 2,
             Outcome::Timeout => 3,
+            Outcome::Exhausted(_) => 4,
         }
     }
 
     /// A short word for logs, metrics and `wasmgate try`.
     pub fn kind(&self) -> &'static str {
-        match self {
-            Outcome::Answer(_) => "answer",
-            Outcome::FilterError(_) => "error",
-            Outcome::Trap(_) => "trap",
-            Outcome::Timeout => "timeout",
+        OUTCOME_KINDS[self.index()]
+    }
+}
+
+/// [`Outcome::kind`]'s words, indexed like [`Outcome::index`].
+const OUTCOME_KINDS: [&str; 5] = ["answer", "error", "trap", "timeout", "exhausted"];
+
+/// A call that got no answer from the filter, whatever its answer's type.
+enum Unanswered {
+    Trap(String),
+    Timeout,
+    Exhausted(Exhausted),
+}
+
+impl<T> From<Unanswered> for Outcome<T> {
+    fn from(unanswered: Unanswered) -> Self {
+        match unanswered {
+            Unanswered::Trap(message) => Outcome::Trap(message),
+            Unanswered::Timeout => Outcome::Timeout,
+            Unanswered::Exhausted(what) => Outcome::Exhausted(what),
         }
     }
 }
@@ -79,10 +102,10 @@ pub trait Kind: Send + Sync + 'static {
     type Pre: Send + Sync;
     type Exports: Send;
     const WORLD: &'static str;
-    fn pre(pre: InstancePre<FilterState>) -> wasmtime::Result<Self::Pre>;
+    fn pre(pre: InstancePre<StoreData>) -> wasmtime::Result<Self::Pre>;
     fn instantiate(
         pre: &Self::Pre,
-        store: &mut Store<FilterState>,
+        store: &mut Store<StoreData>,
     ) -> impl Future<Output = wasmtime::Result<Self::Exports>> + Send;
 }
 
@@ -90,15 +113,15 @@ macro_rules! filter_kind {
     ($kind:ident, $module:ident, $world:ident, $pre:ident, $name:literal) => {
         pub struct $kind;
         impl Kind for $kind {
-            type Pre = $module::$pre<FilterState>;
+            type Pre = $module::$pre<StoreData>;
             type Exports = $module::$world;
             const WORLD: &'static str = $name;
-            fn pre(pre: InstancePre<FilterState>) -> wasmtime::Result<Self::Pre> {
+            fn pre(pre: InstancePre<StoreData>) -> wasmtime::Result<Self::Pre> {
                 $module::$pre::new(pre)
             }
             async fn instantiate(
                 pre: &Self::Pre,
-                store: &mut Store<FilterState>,
+                store: &mut Store<StoreData>,
             ) -> wasmtime::Result<Self::Exports> {
                 pre.instantiate_async(store).await
             }
@@ -136,16 +159,34 @@ filter_kind!(
 );
 
 struct Instance<K: Kind> {
-    store: Store<FilterState>,
+    store: Store<StoreData>,
     exports: K::Exports,
     /// Calls answered so far.
     calls: u64,
+    /// Declared after the store, so given back only once the store (and
+    /// with it wasmtime's pool slot) is gone.
+    _slot: Slot,
+}
+
+/// A pooled filter's idle instances, most recently used last.
+struct IdlePool<K: Kind>(Mutex<Vec<Instance<K>>>);
+
+impl<K: Kind> IdleInstances for IdlePool<K> {
+    fn release_one(&self) -> bool {
+        // The least recently used goes; it is dropped once the lock is let go.
+        let released = self
+            .0
+            .lock()
+            .ok()
+            .and_then(|mut idle| (!idle.is_empty()).then(|| idle.remove(0)));
+        released.is_some()
+    }
 }
 
 /// A filter's metric handles, fetched once so a call records without labels.
 struct FilterMetrics {
     /// Indexed like [`Outcome::index`].
-    outcomes: [Counter; 4],
+    outcomes: [Counter; 5],
     duration: Histogram,
 }
 
@@ -160,12 +201,7 @@ impl FilterMetrics {
             metrics.filter_calls.get_or_create(&labels).clone()
         };
         FilterMetrics {
-            outcomes: [
-                outcome("answer"),
-                outcome("error"),
-                outcome("trap"),
-                outcome("timeout"),
-            ],
+            outcomes: OUTCOME_KINDS.map(outcome),
             duration: metrics
                 .filter_duration
                 .get_or_create(&FilterName {
@@ -183,15 +219,24 @@ pub struct LoadedFilter<K: Kind> {
     metrics: FilterMetrics,
     engine: wasmtime::Engine,
     pre: K::Pre,
-    idle: Mutex<Vec<Instance<K>>>,
+    capacity: Arc<Capacity>,
+    idle: Arc<IdlePool<K>>,
+    /// The most linear memory an instance of this filter has had, in bytes:
+    /// what a new instance reserves of the filter memory up front.
+    footprint: AtomicUsize,
     /// Set once the cap was found too tight to pool this filter at all.
     warned_memory_tight: AtomicBool,
     kind: PhantomData<K>,
 }
 
 impl<K: Kind> LoadedFilter<K> {
-    /// Loads (or takes from the cache) the component and pre-instantiates it.
-    pub fn load(host: &WasmHost, spec: &FilterSpec) -> Result<Self, LoadError> {
+    /// Loads (or takes from the cache) the component and pre-instantiates
+    /// it; its instances count against `capacity`.
+    pub fn load(
+        host: &WasmHost,
+        spec: &FilterSpec,
+        capacity: Arc<Capacity>,
+    ) -> Result<Self, LoadError> {
         let path = spec.component.clone();
         let component = host.component(&path, spec.sha256.as_ref())?;
         let world_error = |error: wasmtime::Error| LoadError::World {
@@ -220,13 +265,20 @@ impl<K: Kind> LoadedFilter<K> {
             sink,
             wasi: spec.wasi.clone(),
         });
+        let idle = Arc::new(IdlePool(Mutex::new(Vec::new())));
+        if spec.isolation == Isolation::Pooled {
+            let weak: Weak<IdlePool<K>> = Arc::downgrade(&idle);
+            capacity.register_idle(weak);
+        }
         Ok(LoadedFilter {
             spec: spec.clone(),
             metrics: FilterMetrics::new(spec.name.as_str()),
             identity,
             engine: host.engine.clone(),
             pre,
-            idle: Mutex::new(Vec::new()),
+            capacity,
+            idle,
+            footprint: AtomicUsize::new(0),
             warned_memory_tight: AtomicBool::new(false),
             kind: PhantomData,
         })
@@ -247,10 +299,15 @@ impl<K: Kind> LoadedFilter<K> {
 
     /// An instance with the filter's budgets armed for one call that
     /// started at `started` (the time the call is measured from, read once).
-    async fn armed(&self, started: Instant) -> wasmtime::Result<Instance<K>> {
-        let deadline = started + self.spec.timeout;
-        let mut instance = self.checkout(deadline).await?;
-        instance.store.data_mut().deadline = deadline;
+    async fn armed(&self, started: Instant) -> Result<Instance<K>, Unanswered> {
+        let mut instance = match self.idle_instance() {
+            Some(mut instance) => {
+                instance.store.data_mut().state.deadline = started + self.spec.timeout;
+                instance
+            }
+            // Its deadline was set when there was room to make it.
+            None => self.instantiate().await?,
+        };
         instance.store.set_epoch_deadline(1);
         Ok(instance)
     }
@@ -259,9 +316,13 @@ impl<K: Kind> LoadedFilter<K> {
     /// one that trapped is dropped here (a trap may leave it in any state).
     fn finish<T>(
         &self,
-        instance: Instance<K>,
+        mut instance: Instance<K>,
         result: wasmtime::Result<Result<T, String>>,
     ) -> Outcome<T> {
+        let data = instance.store.data_mut();
+        let memory_refused = data.take_memory_refused();
+        self.footprint
+            .fetch_max(data.memory_size(), Ordering::Relaxed);
         match result {
             Ok(Ok(answer)) => {
                 self.checkin(instance);
@@ -271,39 +332,58 @@ impl<K: Kind> LoadedFilter<K> {
                 self.checkin(instance);
                 Outcome::FilterError(message)
             }
-            Err(error) => classify(error),
+            Err(error) => classify(error, memory_refused).into(),
         }
     }
 
-    /// An idle pooled instance, or a fresh one instantiated within `deadline`.
-    async fn checkout(&self, deadline: Instant) -> wasmtime::Result<Instance<K>> {
-        if self.spec.isolation == Isolation::Pooled
-            && let Some(instance) = self.idle.lock().ok().and_then(|mut idle| idle.pop())
-        {
-            return Ok(instance);
+    fn idle_instance(&self) -> Option<Instance<K>> {
+        if self.spec.isolation != Isolation::Pooled {
+            return None;
         }
+        self.idle.0.lock().ok().and_then(|mut idle| idle.pop())
+    }
+
+    /// A fresh instance, once the capacity has room for it. Instantiation
+    /// runs guest start-up code, so the filter's `timeout` counts from
+    /// when there is room, not from when the call began to wait.
+    async fn instantiate(&self) -> Result<Instance<K>, Unanswered> {
+        let expected = self.footprint.load(Ordering::Relaxed);
+        let (slot, memory) = self
+            .capacity
+            .reserve(expected)
+            .await
+            .map_err(Unanswered::Exhausted)?;
+        let state = FilterState::new(self.identity.clone(), self.spec.memory)
+            .map_err(|error| classify(error, false))?;
         let mut store = Store::new(
             &self.engine,
-            FilterState::new(self.identity.clone(), self.spec.memory)?,
+            StoreData::new(state, memory, self.spec.memory),
         );
-        store.limiter(|state| &mut state.memory);
+        store.limiter(|data| data);
         store.epoch_deadline_callback(|context| {
-            if Instant::now() >= context.data().deadline {
+            if Instant::now() >= context.data().state.deadline {
                 Err(wasmtime::Error::new(DeadlineExceeded))
             } else {
                 // Yield at every tick so a long call never holds a worker thread.
                 Ok(UpdateDeadline::Yield(1))
             }
         });
-        // Instantiation runs guest start-up code: it counts against the call's budget.
-        store.data_mut().deadline = deadline;
+        store.data_mut().state.deadline = Instant::now() + self.spec.timeout;
         store.set_epoch_deadline(1);
-        let exports = K::instantiate(&self.pre, &mut store).await?;
-        Ok(Instance {
-            store,
-            exports,
-            calls: 0,
-        })
+        match K::instantiate(&self.pre, &mut store).await {
+            Ok(exports) => Ok(Instance {
+                store,
+                exports,
+                calls: 0,
+                _slot: slot,
+            }),
+            Err(error) => {
+                let memory_refused = store.data_mut().take_memory_refused();
+                // The store goes before its slot.
+                drop(store);
+                Err(classify(error, memory_refused))
+            }
+        }
     }
 
     /// Says why a pooled instance is dropped rather than reused; see
@@ -331,12 +411,16 @@ impl<K: Kind> LoadedFilter<K> {
             return;
         }
         instance.calls += 1;
-        let memory = &instance.store.data().memory;
+        let memory = &instance.store.data().state.memory;
         if memory.nearly_spent() {
             self.retire(instance.calls, memory.largest());
             return;
         }
-        if let Ok(mut idle) = self.idle.lock()
+        // A call waiting for room gets this instance's slot and memory.
+        if self.capacity.under_pressure() {
+            return;
+        }
+        if let Ok(mut idle) = self.idle.0.lock()
             && idle.len() < MAX_IDLE_INSTANCES
         {
             idle.push(instance);
@@ -344,11 +428,22 @@ impl<K: Kind> LoadedFilter<K> {
     }
 }
 
-fn classify<T>(error: wasmtime::Error) -> Outcome<T> {
+/// Why a call failed: its deadline, the filter memory's cap (a growth was
+/// refused for it, so the guest's failure is the gateway's capacity), the
+/// engine pool's own limit (a component needing more of one kind of pool
+/// entry than its share), or else the filter itself, a trap.
+fn classify(error: wasmtime::Error, memory_refused: bool) -> Unanswered {
     if error.is::<DeadlineExceeded>() {
-        Outcome::Timeout
+        Unanswered::Timeout
+    } else if memory_refused {
+        Unanswered::Exhausted(Exhausted::Memory)
+    } else if error
+        .chain()
+        .any(|cause| cause.is::<wasmtime::PoolConcurrencyLimitError>())
+    {
+        Unanswered::Exhausted(Exhausted::Instances)
     } else {
-        Outcome::Trap(format!("{error:#}"))
+        Unanswered::Trap(format!("{error:#}"))
     }
 }
 
@@ -357,7 +452,7 @@ impl LoadedFilter<Authenticator> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
-            Err(error) => return self.record(started, classify(error)),
+            Err(unanswered) => return self.record(started, unanswered.into()),
         };
         let exports = instance.exports.wasmgate_filter_authenticator();
         let result = exports
@@ -378,7 +473,7 @@ impl LoadedFilter<Authorizer> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
-            Err(error) => return self.record(started, classify(error)),
+            Err(unanswered) => return self.record(started, unanswered.into()),
         };
         let exports = instance.exports.wasmgate_filter_authorizer();
         let result = exports
@@ -394,7 +489,7 @@ impl LoadedFilter<Admission> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
-            Err(error) => return self.record(started, classify(error)),
+            Err(unanswered) => return self.record(started, unanswered.into()),
         };
         let exports = instance.exports.wasmgate_filter_admission();
         let result = exports.call_admit(&mut instance.store, request).await;
@@ -417,7 +512,7 @@ impl LoadedFilter<Auditor> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
-            Err(error) => return self.record(started, classify(error)),
+            Err(unanswered) => return self.record(started, unanswered.into()),
         };
         let exports = instance.exports.wasmgate_filter_auditor();
         let result = exports.call_audit(&mut instance.store, event).await;

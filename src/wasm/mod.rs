@@ -1,12 +1,14 @@
 //! The WebAssembly side: filters are components of the worlds in `wit/`,
 //! run by wasmtime. [`engine`] is the process's engine and compiled-component
 //! cache, [`bindings`] the host side of the WIT, [`state`] what a store holds
-//! and the imports it grants, [`filter`] one loaded filter and its four
-//! outcomes, [`convert`] the records built from a request. The stages that
+//! and the imports it grants, [`capacity`] the instance slots and filter
+//! memory a configuration's filters share, [`filter`] one loaded filter and
+//! its outcomes, [`convert`] the records built from a request. The stages that
 //! call them sit in the chain: `chain::authentication`, `chain::audit`,
 //! `chain::authorization`, `chain::admission`.
 
 pub mod bindings;
+pub mod capacity;
 pub mod convert;
 pub mod engine;
 pub mod filter;
@@ -15,8 +17,11 @@ pub mod state;
 pub use engine::{CacheStats, LoadError, WasmHost};
 pub use filter::{LoadedFilter, Outcome};
 
+use std::sync::Arc;
+
 use crate::config::stages::{FilterSpec, Stages};
-use crate::config::{Config, ConfigError, Problem};
+use crate::config::{Config, ConfigError, Limits, Problem};
+use capacity::Capacity;
 use filter::{Admission, Auditor, Authenticator, Authorizer, Kind};
 
 /// Every filter of every stage, loaded and pre-instantiated.
@@ -40,13 +45,24 @@ pub fn load_stages(config: &Config) -> Result<LoadedStages, ConfigError> {
     }
     let host =
         WasmHost::shared().map_err(|error| invalid(config, vec![problem_at(None, error)]))?;
+    let capacity = Arc::new(capacity(host, &config.limits));
     let mut problems = Vec::new();
     let loaded = LoadedStages {
-        authenticators: load_all(host, &stages.authentication.filters, &mut problems),
-        authorizers: load_all(host, &stages.authorization.filters, &mut problems),
-        mutating: load_all(host, &stages.admission.mutating, &mut problems),
-        validating: load_all(host, &stages.admission.validating, &mut problems),
-        auditors: load_all(host, &stages.audit.filters, &mut problems),
+        authenticators: load_all(
+            host,
+            &stages.authentication.filters,
+            &capacity,
+            &mut problems,
+        ),
+        authorizers: load_all(
+            host,
+            &stages.authorization.filters,
+            &capacity,
+            &mut problems,
+        ),
+        mutating: load_all(host, &stages.admission.mutating, &capacity, &mut problems),
+        validating: load_all(host, &stages.admission.validating, &capacity, &mut problems),
+        auditors: load_all(host, &stages.audit.filters, &capacity, &mut problems),
     };
     if problems.is_empty() {
         Ok(loaded)
@@ -55,15 +71,29 @@ pub fn load_stages(config: &Config) -> Result<LoadedStages, ConfigError> {
     }
 }
 
+/// What this configuration's filters may hold at once. A call waits for
+/// room at most a quarter of the request timeout: the wait limit kube gives
+/// priority and fairness, whose total concurrency is the two in-flight
+/// limits' sum (`staging/src/k8s.io/apiserver/pkg/server/options/recommended.go`).
+fn capacity(host: &WasmHost, limits: &Limits) -> Capacity {
+    Capacity::new(
+        limits.filter_instances,
+        limits.filter_memory,
+        host.slots.clone(),
+        limits.request_timeout / 4,
+    )
+}
+
 fn load_all<K: Kind>(
     host: &WasmHost,
     specs: &[FilterSpec],
+    capacity: &Arc<Capacity>,
     problems: &mut Vec<Problem>,
 ) -> Vec<LoadedFilter<K>> {
     specs
         .iter()
         .filter_map(|spec| {
-            LoadedFilter::<K>::load(host, spec)
+            LoadedFilter::<K>::load(host, spec, capacity.clone())
                 .map_err(|error| problems.push(problem_at(Some(spec), error)))
                 .ok()
         })
