@@ -718,6 +718,14 @@ async fn judged_is_forwarded(target: &str) -> Result<(), proptest::test_runner::
     request
         .headers_mut()
         .insert("host", http::HeaderValue::from_static("gw"));
+    // What the listener gives every request: its connection.
+    request
+        .extensions_mut()
+        .insert(wasmgate::context::ConnectionInfo::new(
+            std::net::SocketAddr::from(([127, 0, 0, 1], 40000)),
+            false,
+            None,
+        ));
     let response = fixture.handler.call(request).await;
     let status = response.status().as_u16();
     let from_upstream = response.headers().contains_key("x-upstream");
