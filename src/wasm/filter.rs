@@ -251,6 +251,7 @@ impl<K: Kind> LoadedFilter<K> {
         let deadline = started + self.spec.timeout;
         let mut instance = self.checkout(deadline).await?;
         instance.store.data_mut().deadline = deadline;
+        instance.store.data().forget_stderr();
         instance.store.set_epoch_deadline(1);
         Ok(instance)
     }
@@ -271,7 +272,13 @@ impl<K: Kind> LoadedFilter<K> {
                 self.checkin(instance);
                 Outcome::FilterError(message)
             }
-            Err(error) => classify(error),
+            // A trap's report carries what the call wrote to stderr.
+            Err(error) => match classify(error) {
+                Outcome::Trap(message) => {
+                    Outcome::Trap(instance.store.data().explain_trap(message))
+                }
+                outcome => outcome,
+            },
         }
     }
 
