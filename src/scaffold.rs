@@ -415,6 +415,46 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// The README's section on how the filter fails and how its author sees why.
+fn failures(lang: Lang, kind: FilterKind) -> String {
+    let error = match kind {
+        FilterKind::Authenticator => {
+            "the `error` case: logged, never shown to the client, and the request goes on to the next authenticator (then 401)"
+        }
+        FilterKind::Auditor => "`err`: logged and counted; audit never fails a request",
+        FilterKind::Authorizer | FilterKind::Admission => {
+            "`err`: the filter's `failure_policy` decides (fail-closed: a 500 Status)"
+        }
+    };
+    let how = match lang {
+        Lang::Python => {
+            "Any exception `app.py` raises (or what it calls raises) is this filter's error outcome, with the
+exception's type, message and line: `ValueError: no rule (at app.py:31)`; `raise Err(message)`
+gives `message` as it is. `MemoryError` and `RecursionError` stay traps (the interpreter is out of
+memory or stack)."
+        }
+        Lang::Js => {
+            "Any value `filter.js` throws is this filter's error outcome: an `Error` as its name, message and
+place (`Error: no key (at filter.js:12:9)`), a string as it is. SpiderMonkey's `InternalError`
+(too much recursion) stays a trap."
+        }
+        Lang::Rust => {
+            "Return the error case to fail; a panic is a trap, and its message (on stderr) is in the trap's
+detail."
+        }
+        Lang::C => "Return the error case to fail; `abort()` or a bad memory access is a trap.",
+    };
+    let print = match lang {
+        Lang::Python => "`print(..., file=sys.stderr)`",
+        Lang::Js => "`console.error(...)`",
+        Lang::Rust => "`eprintln!`",
+        Lang::C => "`fprintf(stderr, ...)`",
+    };
+    format!(
+        "## Errors, traps and prints\n\n{how} The error outcome is {error}. A trap throws the instance\naway; the failure policy decides about the request.\n\nWhat the filter writes to stderr ({print}) during a call that traps is in the trap's detail in\n`wasmgate try` (its last 4 KiB) and in the gateway's trap log line. To see every line as it is\nwritten, grant the standard streams in `try.toml`: `wasi = {{ stdio = true }}` in the filter's\ntable. `host.log` lines go to the gateway's log (`RUST_LOG=wasmgate::filter=debug` for `debug`).\n"
+    )
+}
+
 fn readme(
     lang: Lang,
     kind: FilterKind,
@@ -483,11 +523,18 @@ fn readme(
             String::new()
         }
     );
+    if matches!(lang, Lang::Python | Lang::Js) {
+        let _ = writeln!(
+            out,
+            "A syntax error stops the build with `file:line:column: message`, the line and a caret.\n"
+        );
+    }
     let _ = writeln!(
         out,
         "## Try\n\n```sh\n{try_command}\n```\n\n{}\n",
         kind.expected()
     );
+    let _ = writeln!(out, "{}", failures(lang, kind));
     if matches!(lang, Lang::Python | Lang::Js) {
         let _ = writeln!(
             out,

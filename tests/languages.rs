@@ -5,7 +5,10 @@
 //!
 //! - `apikey-authn` (C): API keys in a header, by SHA-256;
 //! - `abac-authz` (Python): attribute rules with working-hours windows;
-//! - `schema-admission` (JavaScript): objects against JSON-schema rules.
+//! - `schema-admission` (JavaScript): objects against JSON-schema rules;
+//! - `raise-authz` (Python) and `throw-authn` (JavaScript), test fixtures
+//!   that raise, throw and recurse: exceptions are filter errors, engine
+//!   faults traps.
 //!
 //! One chain runs the three together with the Rust filters (token-authn,
 //! rbac-authz, label-defaults, jsonl-audit). The last test starts the
@@ -478,6 +481,112 @@ async fn c_python_javascript_and_rust_filters_run_in_one_chain() {
         "forbid"
     );
     assert_eq!(upstream.hits(), 2, "the read and the valid create");
+}
+
+// ---------------------------------------------------------------------------
+// Exceptions are filter errors, engine faults traps: raise-authz (Python) and
+// throw-authn (JavaScript), served
+// ---------------------------------------------------------------------------
+
+/// `wasmgate_filter_calls_total` of `filter` for `outcome`, from `/metrics`.
+async fn calls(
+    client: &reqwest::Client,
+    gateway: &TestGateway,
+    filter: &str,
+    outcome: &str,
+) -> u64 {
+    let metrics = get(client, &gateway.url("/metrics")).await;
+    assert_eq!(metrics.status, 200, "{}", metrics.body);
+    let prefix =
+        format!("wasmgate_filter_calls_total{{filter=\"{filter}\",outcome=\"{outcome}\"}} ");
+    metrics
+        .body
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |count| count.parse().expect("a count"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raised_or_thrown_exception_is_served_as_a_filter_error_and_an_engine_fault_as_a_trap() {
+    let upstream = Upstream::start().await;
+    let mut rbac_config = rbac_config();
+    rbac_config["roles"].as_array_mut().expect("roles").push(
+        json!({"name": "metrics", "rules": [{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}]}),
+    );
+    rbac_config["bindings"]
+        .as_array_mut()
+        .expect("bindings")
+        .push(json!({"role": "metrics", "groups": ["system:unauthenticated"]}));
+    // Names no other test uses: the metrics are process-wide.
+    let pooled = "isolation = \"pooled\"\ntimeout = \"5s\"\n";
+    let gateway = gateway(&[
+        "[authentication]\nanonymous = true\n",
+        &filter(
+            "authentication.filters",
+            "served-thrower",
+            "throw-authn",
+            None,
+            pooled,
+        ),
+        &filter(
+            "authorization.filters",
+            "served-raiser",
+            "raise-authz",
+            None,
+            &format!("{pooled}match = {{ path_prefixes = [\"/fault/\"] }}\n"),
+        ),
+        &filter(
+            "authorization.filters",
+            "rbac",
+            "rbac-authz",
+            Some(rbac_config),
+            "",
+        ),
+        &routes(&upstream.url()),
+    ])
+    .await;
+    let client = http_client();
+    let fault = |value: &str| with_header(client.get(gateway.url("/open/x")), "x-fault", value);
+
+    // JavaScript: a thrown Error is the authenticator's error: the request
+    // is not recognised, a 401; recursion without end traps: fail-closed, 500.
+    send(fault("throw"))
+        .await
+        .assert_status(401, "Unauthorized");
+    send(fault("string"))
+        .await
+        .assert_status(401, "Unauthorized");
+    let trapped = send(fault("recurse")).await;
+    let status = trapped.assert_status(500, "InternalError");
+    assert_no_internal_detail(&status);
+    // The pooled instance that answered with an error serves the next call.
+    echo(&send(fault("user")).await);
+    assert_eq!(calls(&client, &gateway, "served-thrower", "error").await, 2);
+    assert_eq!(calls(&client, &gateway, "served-thrower", "trap").await, 1);
+
+    // Python: a raised exception is the authorizer's err: fail-closed, the
+    // stage's error Status; the client sees no message of the filter's.
+    for path in ["/fault/raise", "/fault/keyerror", "/fault/err"] {
+        let status = send(client.get(gateway.url(path)))
+            .await
+            .assert_status(500, "InternalError");
+        assert_eq!(
+            status["message"], "Internal error occurred: the authorization stage failed",
+            "{path}"
+        );
+        assert_no_internal_detail(&status);
+    }
+    send(client.get(gateway.url("/fault/recurse")))
+        .await
+        .assert_status(500, "InternalError");
+    echo(&send(client.get(gateway.url("/fault/allow"))).await);
+    assert_eq!(calls(&client, &gateway, "served-raiser", "error").await, 3);
+    assert_eq!(calls(&client, &gateway, "served-raiser", "trap").await, 1);
+    assert_eq!(
+        upstream.hits(),
+        2,
+        "the authenticated call and /fault/allow"
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -258,3 +258,127 @@ fn in_a_checkout_the_printed_commands_build_and_try_the_new_filter() {
         "{stderr}"
     );
 }
+
+/// Runs `command` (a build) with bash in `cwd`, expecting it to fail;
+/// returns its standard error.
+fn run_failing(cwd: &Path, command: &str) -> String {
+    let output = Command::new("bash")
+        .args(["-c", command])
+        .current_dir(cwd)
+        .output()
+        .expect("run bash");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "`{command}` succeeded:\n{stderr}");
+    stderr
+}
+
+/// Replaces the one occurrence of `from` in `file` with `to`.
+fn edit(file: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(file).expect("read a scaffold source");
+    assert_eq!(
+        text.matches(from).count(),
+        1,
+        "{from:?} in {}",
+        file.display()
+    );
+    std::fs::write(file, text.replace(from, to)).expect("write a scaffold source");
+}
+
+/// The 1-based number of the line of `file` that contains `text`.
+fn line_of(file: &Path, text: &str) -> usize {
+    let source = std::fs::read_to_string(file).expect("read a scaffold source");
+    source
+        .lines()
+        .position(|line| line.contains(text))
+        .unwrap_or_else(|| panic!("no {text:?} in {}", file.display()))
+        + 1
+}
+
+/// A Python and a JavaScript authorizer scaffold, changed the way a new
+/// author would: the one raises an exception, the other throws an Error.
+/// `wasmgate try` reports the filter's error outcome with the message and
+/// line (not a trap), and a syntax error fails the build with
+/// file:line:column and no tool backtrace.
+#[test]
+fn a_scaffold_that_raises_or_throws_fails_as_a_filter_error_and_syntax_errors_name_their_line() {
+    let dir = new_dir();
+    let path = "/apis/example.com/v1/namespaces/default/things";
+    for (lang, source, allow, fail, raised, broken, message) in [
+        (
+            "python",
+            "app.py",
+            "return Decision_Allow()",
+            "raise LookupError(f\"no policy for {request.path}\")",
+            "LookupError",
+            "\ndef broken(:\n    pass\n",
+            "SyntaxError: ",
+        ),
+        (
+            "js",
+            "filter.js",
+            "return { tag: 'allow' };",
+            "throw new Error(`no policy for ${request.path}`);",
+            "Error",
+            "\nexport const broken = ;\n",
+            "SyntaxError: Unexpected token ';'",
+        ),
+    ] {
+        let name = format!("failing-{lang}");
+        let output = new_filter(
+            dir.path(),
+            &[
+                "--lang",
+                lang,
+                "--kind",
+                "authorizer",
+                &name,
+                "--dir",
+                &dir.path().display().to_string(),
+            ],
+        );
+        let folder = dir.path().join(&name);
+        let readme = std::fs::read_to_string(folder.join("README.md")).expect("read the README");
+        assert!(readme.contains("## Errors, traps and prints"), "{readme}");
+        let file = folder.join(source);
+        edit(&file, allow, fail);
+        let line = line_of(&file, fail);
+        let build = printed_command(&output, "build it");
+        run(checkout(), &build);
+        let (stdout, _) = run(checkout(), &printed_command(&output, "try it"));
+        let report: Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|error| panic!("no JSON report ({error}):\n{stdout}"));
+        let entry = &report["filters"][0];
+        assert_eq!(entry["outcome"], "error", "{lang}: {report:#}");
+        let detail = entry["detail"].as_str().expect("a detail");
+        assert!(
+            detail.starts_with(&format!(
+                "{raised}: no policy for {path} (at {source}:{line}"
+            )),
+            "{lang}: {detail}"
+        );
+        assert_eq!(report["status"], 500, "{lang}: fail-closed: {report:#}");
+
+        // A syntax error: the build names the file, line and column.
+        let text = std::fs::read_to_string(&file).expect("read");
+        std::fs::write(&file, format!("{text}{broken}")).expect("write");
+        let bad_line = text.lines().count() + 2;
+        let stderr = run_failing(checkout(), &build);
+        let located = format!("{}:{bad_line}:", file.display());
+        let report_line = stderr
+            .lines()
+            .find(|line| line.starts_with(&located))
+            .unwrap_or_else(|| panic!("{lang}: no {located:?} in:\n{stderr}"));
+        let rest = &report_line[located.len()..];
+        let (column, what) = rest.split_once(": ").expect("line:column: message");
+        assert!(column.parse::<u32>().is_ok_and(|c| c > 0), "{report_line}");
+        assert!(what.starts_with(message), "{report_line}");
+        assert!(
+            !stderr.contains("backtrace"),
+            "{lang}: a tool backtrace:\n{stderr}"
+        );
+        assert!(
+            stderr.lines().count() <= 8,
+            "{lang}: more than the error:\n{stderr}"
+        );
+    }
+}

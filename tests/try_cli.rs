@@ -164,6 +164,12 @@ fn try_reports_each_filter_outcome_and_the_decision() {
     assert_eq!(trapped["body"]["reason"], "InternalError");
     assert_eq!(trapped["user"]["name"], "alice");
     assert_eq!(trapped["requestInfo"]["path"], "/fault/trap");
+    // The trap's detail carries what the filter wrote to stderr: the panic.
+    let detail = trapped["filters"][1]["detail"].as_str().expect("a detail");
+    assert!(
+        detail.contains("the filter's stderr (last bytes):") && detail.contains("panicked at"),
+        "{detail}"
+    );
 
     // A filter error, a timeout, a deny: each its own outcome.
     let failed = report(
@@ -346,4 +352,183 @@ fn a_filter_formats_its_debug_lines_only_for_a_log_that_keeps_them() {
     let (status, _, stderr) = run_try_logging(&manifest, &request, None);
     assert!(status.success(), "{stderr}");
     assert!(!stderr.contains("RBAC: allowed"), "{stderr}");
+}
+
+/// A manifest with the fixtures that fail the ways Python and JavaScript
+/// code fails: `throw-authn` (JavaScript, as header `x-fault` says) and
+/// `raise-authz` (Python, as the last path segment says, on `/fault/`).
+fn write_language_faults_manifest(dir: &Path) -> std::path::PathBuf {
+    let pooled = "isolation = \"pooled\"\ntimeout = \"5s\"\n";
+    let thrower = filter(
+        "authentication.filters",
+        "thrower",
+        "throw-authn",
+        None,
+        pooled,
+    );
+    let raiser = filter(
+        "authorization.filters",
+        "raiser",
+        "raise-authz",
+        None,
+        &format!("{pooled}match = {{ path_prefixes = [\"/fault/\"] }}\n"),
+    );
+    let manifest = plaintext(
+        &[
+            "[authentication]\nanonymous = true\n".to_owned(),
+            thrower,
+            raiser,
+            rbac(),
+            routes("http://127.0.0.1:9"),
+        ]
+        .concat(),
+    );
+    let path = dir.join("languages.toml");
+    std::fs::write(&path, manifest).expect("write the manifest");
+    path
+}
+
+/// The 1-based number of the line of `filters/<file>` that contains `text`.
+fn line_of(file: &str, text: &str) -> usize {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("filters")
+        .join(file);
+    let source = std::fs::read_to_string(&path).expect("read the fixture's source");
+    source
+        .lines()
+        .position(|line| line.contains(text))
+        .unwrap_or_else(|| panic!("no {text:?} in {}", path.display()))
+        + 1
+}
+
+/// The outcome and detail `try` reports for the filter at `index`.
+fn outcome_of(report: &Value, index: usize) -> (String, String) {
+    let entry = &report["filters"][index];
+    let text = |key: &str| {
+        entry[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{key} in {report}"))
+            .to_owned()
+    };
+    (text("outcome"), text("detail"))
+}
+
+#[test]
+fn a_raised_exception_and_a_thrown_error_are_filter_errors_with_their_message() {
+    let dir = new_dir();
+    let manifest = write_language_faults_manifest(dir.path());
+
+    // JavaScript: `throw new Error(...)` is the authenticator's `error` case,
+    // with the message and the place; an error is a 401, not a trap's 500.
+    let thrown = report(&manifest, &["--path", "/fault/x", "-H", "x-fault: throw"]);
+    let (outcome, detail) = outcome_of(&thrown, 0);
+    assert_eq!(outcome, "error", "{thrown}");
+    let line = line_of("js/throw-authn/filter.js", "throw new Error(");
+    assert!(
+        detail.starts_with(&format!(
+            "Error: throw-authn: cannot read the credentials of /fault/x (at filter.js:{line}:"
+        )),
+        "{detail}"
+    );
+    assert_eq!(thrown["status"], 401, "{thrown}");
+    // An Error the engine throws, and a thrown string, alike.
+    let (outcome, detail) = outcome_of(
+        &report(
+            &manifest,
+            &["--path", "/fault/x", "-H", "x-fault: type-error"],
+        ),
+        0,
+    );
+    let line = line_of("js/throw-authn/filter.js", "request.missing.field");
+    assert_eq!(outcome, "error");
+    assert!(detail.starts_with("TypeError: "), "{detail}");
+    assert!(
+        detail.contains(&format!("(at filter.js:{line}:")),
+        "{detail}"
+    );
+    let (outcome, detail) = outcome_of(
+        &report(&manifest, &["--path", "/fault/x", "-H", "x-fault: string"]),
+        0,
+    );
+    assert_eq!(
+        (outcome.as_str(), detail.as_str()),
+        ("error", "throw-authn: a thrown string")
+    );
+
+    // Python: `raise ValueError(...)` is the authorizer's `err`, with the
+    // exception's type, message and line; fail-closed, the stage's 500.
+    let raised = report(&manifest, &["--path", "/fault/raise"]);
+    assert_eq!(
+        outcomes(&raised),
+        [
+            triple("authentication", "thrower", "answer"),
+            triple("authorization", "raiser", "error"),
+        ]
+    );
+    let line = line_of("python/raise-authz/app.py", "raise ValueError(");
+    assert_eq!(
+        outcome_of(&raised, 1).1,
+        format!("ValueError: raise-authz: no rule for system:anonymous (at app.py:{line})")
+    );
+    assert_eq!(raised["status"], 500);
+    assert_eq!(
+        raised["body"]["message"],
+        "Internal error occurred: the authorization stage failed"
+    );
+    // Raised in a helper: the helper's line. `Err(message)`: the message as it is.
+    let line = line_of("python/raise-authz/app.py", "return rules[key]");
+    assert_eq!(
+        outcome_of(&report(&manifest, &["--path", "/fault/keyerror"]), 1),
+        (
+            "error".to_owned(),
+            format!("KeyError: 'rules' (at app.py:{line})")
+        )
+    );
+    assert_eq!(
+        outcome_of(&report(&manifest, &["--path", "/fault/err"]), 1),
+        ("error".to_owned(), "raise-authz: Err requested".to_owned())
+    );
+    // Neither fixture in the way: RBAC decides.
+    let allowed = report(&manifest, &["--path", "/fault/allow"]);
+    assert_eq!(outcome_of(&allowed, 1).0, "answer");
+    assert_eq!(allowed["status"], 200, "{allowed}");
+}
+
+#[test]
+fn a_real_trap_stays_a_trap_and_shows_the_filters_stderr() {
+    let dir = new_dir();
+    let manifest = write_language_faults_manifest(dir.path());
+
+    // JavaScript: recursion without end is SpiderMonkey's InternalError, an
+    // engine fault; what the filter printed and the error are in the detail.
+    let trapped = report(&manifest, &["--path", "/fault/x", "-H", "x-fault: recurse"]);
+    let (outcome, detail) = outcome_of(&trapped, 0);
+    assert_eq!(outcome, "trap", "{trapped}");
+    assert!(
+        detail.contains("the filter's stderr (last bytes):"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("throw-authn: about to recurse without end"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("InternalError: too much recursion"),
+        "{detail}"
+    );
+    assert_eq!(trapped["status"], 500, "{trapped}");
+
+    // Python: a RecursionError, with the interpreter's traceback.
+    let trapped = report(&manifest, &["--path", "/fault/recurse"]);
+    let (outcome, detail) = outcome_of(&trapped, 1);
+    assert_eq!(outcome, "trap", "{trapped}");
+    assert!(
+        detail.contains("raise-authz: about to recurse without end"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("RecursionError: maximum recursion depth exceeded"),
+        "{detail}"
+    );
+    assert_eq!(trapped["status"], 500);
 }

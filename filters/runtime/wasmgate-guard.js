@@ -14,8 +14,11 @@
 //   would make a thrown Error a trap, and lose its message;
 // - SpiderMonkey's InternalError (too much recursion, and the like) is the
 //   engine out of stack or memory: it stays a trap (the instance is thrown
-//   away, never reused), printed to stderr first, which `wasmgate try` shows
-//   in the trap's detail.
+//   away, never reused), printed to stderr first (with the first frames of
+//   its stack), which `wasmgate try` shows in the trap's detail.
+
+// How much of an engine fault's stack is printed.
+const STACK_LINES = 8;
 
 const OWN_FILES = /(^|\/)wasmgate-(guard|entry)\.js:/;
 
@@ -70,8 +73,14 @@ export function guard(kind, implementation) {
         return implementation[name](...args);
       } catch (thrown) {
         if (isEngineFault(thrown)) {
-          console.error(`${thrown.name}: ${thrown.message}\n${thrown.stack ?? ''}`);
-          throw thrown;
+          // The error and where it started, not thousands of repeated frames.
+          const frames = String(thrown.stack ?? '').split('\n').slice(0, STACK_LINES);
+          console.error(`${thrown.name}: ${thrown.message}\n${frames.join('\n')}`);
+          // An Error is a trap to componentize-js. A new one, thrown from
+          // here: the engine reports it with a stack of a few frames, where
+          // the fault's own would push the lines above out of the tail of
+          // stderr the host keeps.
+          throw new Error(`${kind}.${name}: ${thrown.name}: ${thrown.message}`);
         }
         return failed(describe(thrown));
       }

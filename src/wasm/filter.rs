@@ -308,6 +308,7 @@ impl<K: Kind> LoadedFilter<K> {
             // Its deadline was set when there was room to make it.
             None => self.instantiate().await?,
         };
+        instance.store.data().state.forget_stderr();
         instance.store.set_epoch_deadline(1);
         Ok(instance)
     }
@@ -332,7 +333,13 @@ impl<K: Kind> LoadedFilter<K> {
                 self.checkin(instance);
                 Outcome::FilterError(message)
             }
-            Err(error) => classify(error, memory_refused).into(),
+            Err(error) => match classify(error, memory_refused) {
+                // A trap's report carries what the call wrote to stderr.
+                Unanswered::Trap(message) => {
+                    Outcome::Trap(instance.store.data().state.explain_trap(message))
+                }
+                unanswered => unanswered.into(),
+            },
         }
     }
 

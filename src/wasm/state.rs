@@ -3,14 +3,21 @@
 //! filter's name) and, for auditors, `sink.write`. WASI is linked because
 //! guest standard libraries import it, but its context grants only what the
 //! manifest's `wasi` table names (environment variables, folders, standard
-//! streams); by default nothing, and never the network.
+//! streams); by default nothing, and never the network. A filter not
+//! granted the standard streams still has a stderr: its last bytes are kept
+//! in memory for the report of a trap (see [`StderrTail`]).
 
 use std::io::{BufWriter, Write};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use wasmtime::StoreLimits;
 use wasmtime::component::ResourceTable;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::{host, sink, types};
@@ -164,6 +171,118 @@ impl wasmtime::ResourceLimiter for MemoryBudget {
     }
 }
 
+/// How much of a call's stderr a trap's report keeps: its last bytes, where
+/// an interpreter prints the exception that killed it.
+const STDERR_TAIL_BYTES: usize = 4096;
+
+/// The last [`STDERR_TAIL_BYTES`] a filter wrote to its stderr in the current
+/// call, for the report of a trap (`wasmgate try`'s detail, the gateway's
+/// trap log line). The guest's writes always succeed (older bytes are
+/// dropped), so a chatty filter never fails for it; a call that writes
+/// nothing costs one atomic load.
+#[derive(Clone, Default)]
+pub struct StderrTail(Arc<TailBuffer>);
+
+#[derive(Default)]
+struct TailBuffer {
+    /// Set by a write, so that forgetting an empty tail takes no lock.
+    written: AtomicBool,
+    bytes: Mutex<Vec<u8>>,
+}
+
+impl StderrTail {
+    fn append(&self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.0.written.store(true, Ordering::Relaxed);
+        let Ok(mut tail) = self.0.bytes.lock() else {
+            return;
+        };
+        let bytes = &bytes[bytes.len().saturating_sub(STDERR_TAIL_BYTES)..];
+        let excess = (tail.len() + bytes.len()).saturating_sub(STDERR_TAIL_BYTES);
+        tail.drain(..excess);
+        tail.extend_from_slice(bytes);
+    }
+
+    /// Empties the tail: a new call starts.
+    fn forget(&self) {
+        if self.0.written.swap(false, Ordering::Relaxed)
+            && let Ok(mut tail) = self.0.bytes.lock()
+        {
+            tail.clear();
+        }
+    }
+
+    /// What the tail holds, as text (lossy), without its trailing blank;
+    /// None when the filter wrote nothing.
+    fn text(&self) -> Option<String> {
+        if !self.0.written.load(Ordering::Relaxed) {
+            return None;
+        }
+        let tail = self.0.bytes.lock().ok()?;
+        let text = String::from_utf8_lossy(&tail);
+        let text = text.trim_end();
+        (!text.is_empty()).then(|| text.to_owned())
+    }
+}
+
+impl IsTerminal for StderrTail {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for StderrTail {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl OutputStream for StderrTail {
+    fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
+        self.append(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        // Any amount: what does not fit pushes older bytes out.
+        Ok(64 * 1024)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for StderrTail {
+    async fn ready(&mut self) {}
+}
+
+impl tokio::io::AsyncWrite for StderrTail {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.append(bytes);
+        Poll::Ready(Ok(bytes.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
 /// The data of one filter store.
 pub struct FilterState {
     /// Built on the first WASI call: a component that imports no WASI (the
@@ -171,6 +290,9 @@ pub struct FilterState {
     /// theirs at once, so a folder that cannot be opened fails the
     /// instantiation rather than a call.
     wasi: Option<WasiCtx>,
+    /// The stderr of a filter not granted the standard streams, made with
+    /// its WASI context.
+    stderr: Option<StderrTail>,
     table: ResourceTable,
     pub memory: MemoryBudget,
     pub identity: Arc<FilterIdentity>,
@@ -182,24 +304,42 @@ impl FilterState {
     /// A store's state; fails only when a granted folder cannot be opened.
     pub fn new(identity: Arc<FilterIdentity>, memory: u64) -> wasmtime::Result<Self> {
         let memory = MemoryBudget::new(usize::try_from(memory).unwrap_or(usize::MAX));
+        let mut stderr = None;
         let wasi = if identity.wasi.dirs.is_empty() {
             None
         } else {
-            Some(wasi_context(&identity.wasi)?)
+            Some(wasi_context(&identity.wasi, &mut stderr)?)
         };
         Ok(FilterState {
             wasi,
+            stderr,
             table: ResourceTable::new(),
             memory,
             identity,
             deadline: Instant::now(),
         })
     }
+
+    /// Forgets what the previous call wrote to stderr.
+    pub fn forget_stderr(&self) {
+        if let Some(stderr) = &self.stderr {
+            stderr.forget();
+        }
+    }
+
+    /// A trap's message with the last bytes the call wrote to stderr (an
+    /// interpreter's traceback, the filter's own prints), when it wrote any.
+    pub fn explain_trap(&self, message: String) -> String {
+        match self.stderr.as_ref().and_then(StderrTail::text) {
+            Some(stderr) => format!("{message}\n\nthe filter's stderr (last bytes):\n{stderr}"),
+            None => message,
+        }
+    }
 }
 
 /// The WASI context a filter gets: what the manifest granted, nothing else.
-fn wasi_context(grants: &WasiGrants) -> wasmtime::Result<WasiCtx> {
-    let mut builder = wasi_builder(grants);
+fn wasi_context(grants: &WasiGrants, stderr: &mut Option<StderrTail>) -> wasmtime::Result<WasiCtx> {
+    let mut builder = wasi_builder(grants, stderr);
     for dir in &grants.dirs {
         let perms = if dir.writable {
             FsPerms::ReadWrite
@@ -211,12 +351,15 @@ fn wasi_context(grants: &WasiGrants) -> wasmtime::Result<WasiCtx> {
     Ok(builder.build())
 }
 
-/// The grants that cannot fail: everything but the folders.
-fn wasi_builder(grants: &WasiGrants) -> WasiCtxBuilder {
+/// The grants that cannot fail: everything but the folders. Without the
+/// standard streams, stderr goes to a new tail, put in `stderr`.
+fn wasi_builder(grants: &WasiGrants, stderr: &mut Option<StderrTail>) -> WasiCtxBuilder {
     let mut builder = WasiCtx::builder();
     builder.envs(&grants.env);
     if grants.stdio {
         builder.inherit_stdout().inherit_stderr();
+    } else {
+        builder.stderr(stderr.get_or_insert_with(StderrTail::default).clone());
     }
     builder
 }
@@ -225,9 +368,10 @@ impl WasiView for FilterState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         // Only a filter granted no folder gets here without a context.
         let grants = &self.identity.wasi;
+        let stderr = &mut self.stderr;
         let ctx = self
             .wasi
-            .get_or_insert_with(|| wasi_builder(grants).build());
+            .get_or_insert_with(|| wasi_builder(grants, stderr).build());
         WasiCtxView {
             ctx,
             table: &mut self.table,

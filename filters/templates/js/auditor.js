@@ -1,12 +1,18 @@
-// {{name}}: an auditor (world auditor-filter), scaffolded by
-// `wasmgate new-filter`. As scaffolded it writes one JSON line per event to
-// its sink: choose what to record in `audit`.
+// {{name}}: an auditor (world auditor-filter), scaffolded by `wasmgate
+// new-filter`. As scaffolded it writes one JSON line per event to its sink:
+// choose what to record in `audit`.
 //
 // componentize-js maps the imports below to the host and the `auditor`
 // export to the WIT interface; records arrive as objects with camelCase
 // fields, enums as strings ('request-received'), options as a value or
-// undefined, and for a result<_, string> returning is `ok` while throwing a
-// string is `err`.
+// undefined.
+//
+// A thrown value (an Error, a string, anything) is this filter's error
+// outcome, `err('Error: ... (at filter.js:LINE:COL)')` (a thrown string is
+// `err` as it is): logged and counted, audit never fails a request. An
+// engine fault (InternalError: too much recursion) stays a trap.
+// `console.error` lines show in a trap's detail in `wasmgate try`; `wasi = {
+// stdio = true }` in try.toml shows every line as it happens.
 import { config, log, logEnabled } from 'wasmgate:filter/host@0.1.0';
 import { write } from 'wasmgate:filter/sink@0.1.0';
 

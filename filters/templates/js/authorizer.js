@@ -1,12 +1,18 @@
-// {{name}}: an authorizer (world authorizer-filter), scaffolded by
-// `wasmgate new-filter`. As scaffolded it allows every request: put your
-// policy in `authorize` and answer { tag: 'deny', val: reason } or
-// { tag: 'no-opinion', val: reason } where it applies.
+// {{name}}: an authorizer (world authorizer-filter), scaffolded by `wasmgate
+// new-filter`. As scaffolded it allows every request: put your policy in
+// `authorize` and answer { tag: 'deny', val: reason } or { tag:
+// 'no-opinion', val: reason } where it applies.
 //
 // componentize-js maps the import below to the host and the `authorizer`
 // export to the WIT interface; records arrive as objects with camelCase
-// fields, variants are { tag, val }, and for a result<T, string> returning is
-// `ok` while throwing a string is `err`.
+// fields, variants are { tag, val }.
+//
+// A thrown value (an Error, a string, anything) is this filter's error
+// outcome, `err('Error: ... (at filter.js:LINE:COL)')` (a thrown string is
+// `err` as it is): the manifest's failure_policy decides. An engine fault
+// (InternalError: too much recursion) stays a trap. `console.error` lines
+// show in a trap's detail in `wasmgate try`; `wasi = { stdio = true }` in
+// try.toml shows every line as it happens.
 import { config, log, logEnabled } from 'wasmgate:filter/host@0.1.0';
 
 // The manifest's `config` table, as an object. Throwing is this filter's own

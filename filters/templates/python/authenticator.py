@@ -4,7 +4,14 @@ recognise your credentials in `authenticate` and answer
 AuthnResult_Authenticated(UserInfo(...)).
 
 componentize-py generates the `wit_world` bindings when filters/build.sh
-builds this module (app.py) into a component."""
+builds this module (app.py) into a component.
+
+A raised exception is this filter's error outcome, AuthnResult_Error(
+"ValueError: ... (at app.py:LINE)"): logged, never shown to the client,
+and the request goes on to the next authenticator. MemoryError and
+RecursionError stay traps. print(..., file=sys.stderr) lines show in a
+trap's detail in `wasmgate try`; `wasi = { stdio = true }` in try.toml
+shows every print as it happens."""
 
 import json
 

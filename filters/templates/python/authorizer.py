@@ -4,7 +4,13 @@ policy in `authorize` and answer Decision_Deny(reason) or
 Decision_NoOpinion(reason) where it applies.
 
 componentize-py generates the `wit_world` bindings when filters/build.sh
-builds this module (app.py) into a component."""
+builds this module (app.py) into a component.
+
+A raised exception is this filter's error outcome, err("ValueError: ...
+(at app.py:LINE)"), as Err(message) is err(message): the manifest's
+failure_policy decides. MemoryError and RecursionError stay traps.
+print(..., file=sys.stderr) lines show in a trap's detail in `wasmgate
+try`; `wasi = { stdio = true }` in try.toml shows every print as it happens."""
 
 import json
 
