@@ -323,10 +323,22 @@ fn filter_instances_must_cover_the_in_flight_limits() {
     .unwrap_or_else(|error| panic!("{error}"));
     // Bounds.
     for (bad, problem) in [
-        ("filter_instances = 0", "limits.filter_instances: must be a positive number"),
-        ("filter_instances = 1001", "limits.filter_instances: must be at most 1000"),
-        ("filter_memory = \"512KiB\"", "limits.filter_memory: must be at least 1MiB"),
-        ("filter_memory = \"2TiB\"", "limits.filter_memory: must be at most 1TiB"),
+        (
+            "filter_instances = 0",
+            "limits.filter_instances: must be a positive number",
+        ),
+        (
+            "filter_instances = 1001",
+            "limits.filter_instances: must be at most 1000",
+        ),
+        (
+            "filter_memory = \"512KiB\"",
+            "limits.filter_memory: must be at least 1MiB",
+        ),
+        (
+            "filter_memory = \"2TiB\"",
+            "limits.filter_memory: must be at most 1TiB",
+        ),
     ] {
         let error = check(bad, false).expect_err(bad);
         assert!(error.contains(problem), "{error}");

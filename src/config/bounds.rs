@@ -16,6 +16,7 @@ const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 pub const KIB: u64 = 1024;
 pub const MIB: u64 = 1024 * KIB;
 pub const GIB: u64 = 1024 * MIB;
+pub const TIB: u64 = 1024 * GIB;
 
 // ---- durations ----
 
@@ -58,10 +59,10 @@ pub const PEM_FILE: u64 = 16 * MIB;
 /// is tens of MiB).
 pub const COMPONENT_FILE: u64 = 256 * MIB;
 
-/// `16MiB`, `64KiB`, `1GiB`, or a number of bytes: a size as the manifest
+/// `16MiB`, `64KiB`, `1GiB`, `1TiB`, or a number of bytes: a size as the manifest
 /// writes it.
 pub fn show_size(bytes: u64) -> String {
-    for (unit, size) in [("GiB", GIB), ("MiB", MIB), ("KiB", KIB)] {
+    for (unit, size) in [("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)] {
         if bytes >= size && bytes.is_multiple_of(size) {
             return format!("{}{unit}", bytes / size);
         }
