@@ -1,4 +1,5 @@
-//! Health probes, in kube's formats (kube-reference §8): `/healthz`,
+//! Health probes, in kube's formats
+//! (`staging/src/k8s.io/apiserver/pkg/server/healthz/healthz.go`): `/healthz`,
 //! `/livez`, `/readyz`, one check at `/<endpoint>/<check>`, `?verbose` and
 //! `?exclude=<check>`. A failing check's reason goes to the log; the client
 //! reads `reason withheld`.

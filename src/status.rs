@@ -1,5 +1,8 @@
 //! The Kubernetes `Status` body: every error response the gateway writes
-//! itself is one of these (kube-reference §7), built here and nowhere else.
+//! itself is one of these (`metav1.Status`, kube's
+//! `staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/types.go`, written as
+//! `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/status.go`
+//! writes it), built here and nowhere else.
 //!
 //! Stages and handlers return a [`GatewayError`]; [`GatewayError::into_response`]
 //! is the one place that turns an error into a response. The plain-text 429 of

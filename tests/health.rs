@@ -1,4 +1,5 @@
-//! Health probes exactly as kube writes them (kube-reference §8): `ok`,
+//! Health probes exactly as kube writes them
+//! (`staging/src/k8s.io/apiserver/pkg/server/healthz/healthz.go`): `ok`,
 //! `?verbose`, `?exclude=`, the warning for unknown excludes, single checks,
 //! post-start hooks holding readyz back, and readyz failing once shutdown
 //! began.

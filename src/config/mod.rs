@@ -95,7 +95,8 @@ pub struct TlsMaterial {
     pub client_ca: Option<Arc<RootCertStore>>,
 }
 
-/// Server-wide limits and timeouts (kube-reference §6, §9).
+/// Server-wide limits and timeouts (kube's flags of the same names:
+/// `staging/src/k8s.io/apiserver/pkg/server/options/server_run_options.go`).
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// Read-only requests in flight at once; 0 means unlimited.
