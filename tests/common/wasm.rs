@@ -279,11 +279,14 @@ pub fn assert_no_internal_detail(status: &Value) {
 // ---------------------------------------------------------------------------
 
 /// Every event in a JSON-lines audit file (none if it does not exist yet).
+/// Only whole lines count: a last line without its newline is an event the
+/// auditor is still writing, read in the middle of its write.
 pub fn audit_events(path: &Path) -> Vec<Value> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Vec::new();
     };
-    text.lines()
+    text.split_inclusive('\n')
+        .filter_map(|line| line.strip_suffix('\n'))
         .filter(|line| !line.trim().is_empty())
         .map(|line| {
             serde_json::from_str(line)
