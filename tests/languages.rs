@@ -488,24 +488,6 @@ async fn c_python_javascript_and_rust_filters_run_in_one_chain() {
 // throw-authn (JavaScript), served
 // ---------------------------------------------------------------------------
 
-/// `wasmgate_filter_calls_total` of `filter` for `outcome`, from `/metrics`.
-async fn calls(
-    client: &reqwest::Client,
-    gateway: &TestGateway,
-    filter: &str,
-    outcome: &str,
-) -> u64 {
-    let metrics = get(client, &gateway.url("/metrics")).await;
-    assert_eq!(metrics.status, 200, "{}", metrics.body);
-    let prefix =
-        format!("wasmgate_filter_calls_total{{filter=\"{filter}\",outcome=\"{outcome}\"}} ");
-    metrics
-        .body
-        .lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .map_or(0, |count| count.parse().expect("a count"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_raised_or_thrown_exception_is_served_as_a_filter_error_and_an_engine_fault_as_a_trap() {
     let upstream = Upstream::start().await;
@@ -561,8 +543,14 @@ async fn a_raised_or_thrown_exception_is_served_as_a_filter_error_and_an_engine_
     assert_no_internal_detail(&status);
     // The pooled instance that answered with an error serves the next call.
     echo(&send(fault("user")).await);
-    assert_eq!(calls(&client, &gateway, "served-thrower", "error").await, 2);
-    assert_eq!(calls(&client, &gateway, "served-thrower", "trap").await, 1);
+    assert_eq!(
+        filter_calls(&gateway.url("/metrics"), "served-thrower", "error").await,
+        2
+    );
+    assert_eq!(
+        filter_calls(&gateway.url("/metrics"), "served-thrower", "trap").await,
+        1
+    );
 
     // Python: a raised exception is the authorizer's err: fail-closed, the
     // stage's error Status; the client sees no message of the filter's.
@@ -580,8 +568,14 @@ async fn a_raised_or_thrown_exception_is_served_as_a_filter_error_and_an_engine_
         .await
         .assert_status(500, "InternalError");
     echo(&send(client.get(gateway.url("/fault/allow"))).await);
-    assert_eq!(calls(&client, &gateway, "served-raiser", "error").await, 3);
-    assert_eq!(calls(&client, &gateway, "served-raiser", "trap").await, 1);
+    assert_eq!(
+        filter_calls(&gateway.url("/metrics"), "served-raiser", "error").await,
+        3
+    );
+    assert_eq!(
+        filter_calls(&gateway.url("/metrics"), "served-raiser", "trap").await,
+        1
+    );
     assert_eq!(
         upstream.hits(),
         2,

@@ -90,19 +90,6 @@ fn served_and_refused(answers: &[Answer], stage: &str) -> (usize, usize) {
     (served, refused)
 }
 
-/// The value of `wasmgate_filter_calls_total` for one filter and outcome.
-async fn calls(gateway_url: &str, filter: &str, outcome: &str) -> u64 {
-    let metrics = get(&http_client(), gateway_url).await;
-    assert_eq!(metrics.status, 200, "{}", metrics.body);
-    let prefix =
-        format!("wasmgate_filter_calls_total{{filter=\"{filter}\",outcome=\"{outcome}\"}} ");
-    metrics
-        .body
-        .lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .map_or(0, |count| count.parse().expect("a count"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_calls_than_instance_slots_wait_then_get_429_never_500() {
     let upstream = Upstream::start().await;
@@ -142,8 +129,11 @@ async fn more_calls_than_instance_slots_wait_then_get_429_never_500() {
 
         // Every refusal is counted as its own outcome, none as a trap.
         let metrics = gateway.url("/metrics");
-        assert_eq!(calls(&metrics, &name, "exhausted").await, refused as u64);
-        assert_eq!(calls(&metrics, &name, "trap").await, 0);
+        assert_eq!(
+            filter_calls(&metrics, &name, "exhausted").await,
+            refused as u64
+        );
+        assert_eq!(filter_calls(&metrics, &name, "trap").await, 0);
         // And the filter serves normally afterwards.
         echo(&send(http_client().get(&url).header("x-fault", "allow")).await);
     }
@@ -171,10 +161,10 @@ async fn the_filter_memory_cap_makes_calls_wait_then_refuses() {
     assert!(refused >= 1, "{served} served, {refused} refused");
     let metrics = gateway.url("/metrics");
     assert_eq!(
-        calls(&metrics, "memory-cap", "exhausted").await,
+        filter_calls(&metrics, "memory-cap", "exhausted").await,
         refused as u64
     );
-    assert_eq!(calls(&metrics, "memory-cap", "trap").await, 0);
+    assert_eq!(filter_calls(&metrics, "memory-cap", "trap").await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -195,8 +185,8 @@ async fn a_growth_past_the_filter_memory_cap_is_refused_with_429_not_a_trap() {
     // Below the cap the same filter is served.
     echo(&send(client.get(&url).header("x-fault", "leak-1024")).await);
     let metrics = gateway.url("/metrics");
-    assert_eq!(calls(&metrics, "over-cap", "exhausted").await, 3);
-    assert_eq!(calls(&metrics, "over-cap", "trap").await, 0);
+    assert_eq!(filter_calls(&metrics, "over-cap", "exhausted").await, 3);
+    assert_eq!(filter_calls(&metrics, "over-cap", "trap").await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,7 +245,7 @@ fn four_thousand_traps_log_a_few_lines_and_are_all_counted() {
             done.expect("a trap task");
         }
         assert_eq!(
-            calls(&gateway.url("/metrics"), "trap-log", "trap").await,
+            filter_calls(&gateway.url("/metrics"), "trap-log", "trap").await,
             TRAPS as u64
         );
     });

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use base64ct::{Base64UrlUnpadded, Encoding};
 use serde_json::{Value, json};
 
-use crate::common::{Answer, BOUND, send};
+use crate::common::{Answer, BOUND, get, http_client, send};
 
 /// The namespaced collection most tests ask for.
 pub const WIDGETS: &str = "/apis/demo.example.io/v1/namespaces/default/widgets";
@@ -272,6 +272,20 @@ pub fn assert_no_internal_detail(status: &Value) {
             "internal detail {word:?} in the client's message: {message}"
         );
     }
+}
+
+/// The value of `wasmgate_filter_calls_total` for one filter and outcome,
+/// read from a plaintext gateway's `/metrics` URL (0 before the first call).
+pub async fn filter_calls(metrics_url: &str, filter: &str, outcome: &str) -> u64 {
+    let metrics = get(&http_client(), metrics_url).await;
+    assert_eq!(metrics.status, 200, "{}", metrics.body);
+    let prefix =
+        format!("wasmgate_filter_calls_total{{filter=\"{filter}\",outcome=\"{outcome}\"}} ");
+    metrics
+        .body
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |count| count.parse().expect("a count"))
 }
 
 // ---------------------------------------------------------------------------
