@@ -64,15 +64,16 @@ impl CanonicalTarget {
             Some(query) => format!("{path}?{query}"),
             None => path,
         };
-        // A canonical path is ASCII `pchar`s and escapes, which a URI always
-        // holds: an error here would be a bug, answered rather than forwarded.
-        let unexpected = |_| GatewayError::internal("the canonical request target is not a URI");
         let mut parts = uri.clone().into_parts();
-        parts.path_and_query = Some(PathAndQuery::try_from(path_and_query).map_err(unexpected)?);
-        Uri::from_parts(parts)
-            .map(Some)
-            .map_err(|_| GatewayError::internal("the canonical request target is not a URI"))
+        parts.path_and_query = Some(PathAndQuery::try_from(path_and_query).map_err(not_a_uri)?);
+        Uri::from_parts(parts).map(Some).map_err(not_a_uri)
     }
+}
+
+/// A canonical path is ASCII `pchar`s and escapes, which a URI always holds:
+/// failing to build one would be a bug, answered rather than forwarded.
+fn not_a_uri<E>(_: E) -> GatewayError {
+    GatewayError::internal("the canonical request target is not a URI")
 }
 
 /// A server's routes, each leading to whether it keeps escaped slashes.
