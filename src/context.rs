@@ -64,10 +64,10 @@ pub struct ClientOrigin {
     /// The `X-Forwarded-For` the upstream receives: a trusted peer's own
     /// `X-Forwarded-For` lines, then the peer; otherwise the peer alone.
     pub forwarded_for: HeaderValue,
-    /// kube's `utilnet.SourceIPs`: the believed `X-Forwarded-For` addresses,
-    /// then a believed `X-Real-IP` not already among them, then the peer
-    /// unless it is already the last.
-    pub source_ips: Vec<String>,
+    /// A trusted peer's `sourceIPs` ([`ClientOrigin::source_ips`]); `None`
+    /// for any other peer, whose only source is itself, rendered when asked
+    /// (only audit asks).
+    believed_source_ips: Option<Vec<String>>,
 }
 
 impl ClientOrigin {
@@ -85,7 +85,7 @@ impl ClientOrigin {
                 host,
                 peer_trusted,
                 forwarded_for: connection.client_ip.clone(),
-                source_ips: vec![peer.to_string()],
+                believed_source_ips: None,
             };
         }
         let hops: Vec<&[u8]> = headers
@@ -100,7 +100,18 @@ impl ClientOrigin {
             host,
             peer_trusted,
             forwarded_for,
-            source_ips: source_ips(headers, peer),
+            believed_source_ips: Some(source_ips(headers, peer)),
+        }
+    }
+
+    /// kube's `utilnet.SourceIPs`: the believed `X-Forwarded-For` addresses,
+    /// then a believed `X-Real-IP` not already among them, then the peer
+    /// unless it is already the last; the peer alone when it is not trusted.
+    pub fn source_ips(&self) -> Vec<String> {
+        match &self.believed_source_ips {
+            Some(ips) => ips.clone(),
+            // Untrusted, `forwarded_for` is the peer's address alone.
+            None => vec![String::from_utf8_lossy(self.forwarded_for.as_bytes()).into_owned()],
         }
     }
 }
@@ -206,7 +217,7 @@ mod tests {
     fn an_untrusted_peer_is_the_only_source() {
         let origin = origin_of("10.0.0.1:5000", false, &SENT);
         assert_eq!(origin.forwarded_for, "10.0.0.1");
-        assert_eq!(origin.source_ips, ["10.0.0.1"]);
+        assert_eq!(origin.source_ips(), ["10.0.0.1"]);
     }
 
     #[test]
@@ -217,7 +228,7 @@ mod tests {
             "1.1.1.1, not-an-ip, 2.2.2.2, 10.0.0.1"
         );
         assert_eq!(
-            origin.source_ips,
+            origin.source_ips(),
             ["1.1.1.1", "2.2.2.2", "3.3.3.3", "10.0.0.1"]
         );
         // X-Real-IP already in the chain, and the peer already last, are
@@ -230,13 +241,13 @@ mod tests {
                 ("x-real-ip", "1.1.1.1"),
             ],
         );
-        assert_eq!(origin.source_ips, ["1.1.1.1", "10.0.0.1"]);
+        assert_eq!(origin.source_ips(), ["1.1.1.1", "10.0.0.1"]);
     }
 
     #[test]
     fn an_ipv4_peer_on_an_ipv6_socket_is_named_by_its_ipv4_address() {
         let origin = origin_of("[::ffff:10.0.0.1]:5000", false, &[]);
         assert_eq!(origin.forwarded_for, "10.0.0.1");
-        assert_eq!(origin.source_ips, ["10.0.0.1"]);
+        assert_eq!(origin.source_ips(), ["10.0.0.1"]);
     }
 }

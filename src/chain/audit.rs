@@ -425,7 +425,7 @@ fn source_ips(request: &Request) -> Vec<String> {
     request
         .extensions()
         .get::<ClientOrigin>()
-        .map(|origin| origin.source_ips.clone())
+        .map(ClientOrigin::source_ips)
         .unwrap_or_default()
 }
 
