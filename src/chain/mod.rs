@@ -20,10 +20,10 @@ pub mod authentication;
 pub mod authorization;
 pub mod body_limit;
 mod cors;
-mod flow_control;
 mod headers;
 mod http_log;
 mod impersonation;
+mod max_in_flight;
 mod panic_recovery;
 mod request_headers;
 mod request_info;
@@ -70,7 +70,7 @@ pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> C
             next: handler,
         });
     }
-    handler = Arc::new(flow_control::MaxInFlight::new(
+    handler = Arc::new(max_in_flight::MaxInFlight::new(
         limits.max_requests_in_flight,
         limits.max_mutating_requests_in_flight,
         handler,

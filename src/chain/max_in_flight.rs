@@ -1,4 +1,5 @@
-//! Max-in-flight flow control (kube's `WithMaxInFlightLimit`): separate
+//! Max-in-flight (kube's `WithMaxInFlightLimit`, in
+//! `staging/src/k8s.io/apiserver/pkg/server/filters/maxinflight.go`): separate
 //! limits for read-only (get, list, watch) and mutating requests; long-running
 //! requests are not counted. Over the limit the client gets kube's plain-text
 //! 429 with `Retry-After: 1`. A slot is held until the response body has been
