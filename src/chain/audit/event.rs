@@ -1,0 +1,191 @@
+//! The audit event made from a request (kube's `NewEventFromRequest`,
+//! `LogRequestObject` and `LogResponseObject`, in
+//! `staging/src/k8s.io/apiserver/pkg/audit/request.go`), and the notes the
+//! stages inside audit add to it (kube's audit context,
+//! `staging/src/k8s.io/apiserver/pkg/audit/context.go`).
+
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use http_body_util::BodyExt;
+
+use crate::body::{Body, Request, Response};
+use crate::config::stages::AuditLevel;
+use crate::context::{AuditId, ClientOrigin, ReceivedAt, UserInfo};
+use crate::request_info::RequestInfo;
+use crate::wasm::bindings::types::Status;
+use crate::wasm::convert;
+use crate::wasm::filter::{Annotation, Event, Level, ObjectReference, Stage};
+
+/// Filled in by the stages inside audit (authorization's decision, the
+/// impersonated user) and read when the later events are made.
+#[derive(Clone, Default)]
+pub struct AuditContext(Arc<Mutex<AuditNotes>>);
+
+#[derive(Default)]
+struct AuditNotes {
+    annotations: Vec<(String, String)>,
+    impersonated: Option<UserInfo>,
+}
+
+impl AuditContext {
+    pub fn annotate(&self, key: &str, value: &str) {
+        if let Ok(mut notes) = self.0.lock() {
+            notes.annotations.push((key.to_owned(), value.to_owned()));
+        }
+    }
+
+    pub fn impersonating(&self, user: &UserInfo) {
+        if let Ok(mut notes) = self.0.lock() {
+            notes.impersonated = Some(user.clone());
+        }
+    }
+
+    fn apply(&self, event: &mut Event) {
+        if let Ok(notes) = self.0.lock() {
+            event.annotations = notes
+                .annotations
+                .iter()
+                .map(|(key, value)| Annotation {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect();
+            event.impersonated_user = notes.impersonated.as_ref().map(convert::user_to_wit);
+        }
+    }
+}
+
+pub(super) fn base_event(request: &Request, level: AuditLevel) -> Event {
+    let extensions = request.extensions();
+    let info = extensions.get::<RequestInfo>();
+    let received = extensions
+        .get::<ReceivedAt>()
+        .map_or_else(SystemTime::now, |r| r.wall);
+    Event {
+        audit_id: extensions
+            .get::<AuditId>()
+            .map(|id| id.0.clone())
+            .unwrap_or_default(),
+        stage: Stage::RequestReceived,
+        level: match level {
+            AuditLevel::None | AuditLevel::Metadata => Level::Metadata,
+            AuditLevel::Request => Level::Request,
+            AuditLevel::RequestResponse => Level::RequestResponse,
+        },
+        verb: info.map(|i| i.verb.clone()).unwrap_or_default(),
+        request_uri: request
+            .uri()
+            .path_and_query()
+            .map(|pq| pq.as_str().to_owned())
+            .unwrap_or_default(),
+        user: extensions.get::<UserInfo>().map_or_else(
+            || convert::user_to_wit(&UserInfo::default()),
+            convert::user_to_wit,
+        ),
+        impersonated_user: None,
+        source_ips: source_ips(request),
+        user_agent: request
+            .headers()
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned(),
+        object_ref: info
+            .filter(|i| i.is_resource_request)
+            .map(|i| ObjectReference {
+                resource: i.resource.clone(),
+                namespace: i.namespace.clone(),
+                name: i.name.clone(),
+                api_group: i.api_group.clone(),
+                api_version: i.api_version.clone(),
+                subresource: i.subresource.clone(),
+            }),
+        response_status: None,
+        request_received_timestamp: humantime::format_rfc3339_micros(received).to_string(),
+        stage_timestamp: String::new(),
+        annotations: Vec::new(),
+        request_object: None,
+        response_object: None,
+    }
+}
+
+/// kube's source IPs, as the request's origin believes them (only a trusted
+/// proxy's `X-Forwarded-For` and `X-Real-IP` count): the same belief the
+/// upstream's `X-Forwarded-For` is made from.
+fn source_ips(request: &Request) -> Vec<String> {
+    request
+        .extensions()
+        .get::<ClientOrigin>()
+        .map(ClientOrigin::source_ips)
+        .unwrap_or_default()
+}
+
+pub(super) fn stamped(mut event: Event, stage: Stage, context: &AuditContext) -> Event {
+    event.stage = stage;
+    event.stage_timestamp = humantime::format_rfc3339_micros(SystemTime::now()).to_string();
+    context.apply(&mut event);
+    event
+}
+
+pub(super) fn status_record(code: u16, reason: &str, message: &str) -> Status {
+    Status {
+        code,
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+    }
+}
+
+/// Reads the request body to record it (levels Request and above), and puts
+/// it back. A body that is not JSON is forwarded but not recorded.
+pub(super) async fn buffer_request_object(request: Request) -> (Request, Option<String>) {
+    let (parts, body) = request.into_parts();
+    match body.collect().await {
+        Ok(collected) => {
+            let bytes = collected.to_bytes();
+            let object = json_text(&bytes);
+            (http::Request::from_parts(parts, Body::full(bytes)), object)
+        }
+        // The body failed (too large, client gone): the handler will meet
+        // the same error and answer it; audit records no object.
+        Err(error) => (
+            http::Request::from_parts(parts, Body::wrap(FailedBody(Some(error)))),
+            None,
+        ),
+    }
+}
+
+pub(super) async fn buffer_response_object(response: Response) -> (Response, Option<String>) {
+    let (parts, body) = response.into_parts();
+    match body.collect().await {
+        Ok(collected) => {
+            let bytes = collected.to_bytes();
+            let object = json_text(&bytes);
+            (http::Response::from_parts(parts, Body::full(bytes)), object)
+        }
+        Err(error) => (
+            http::Response::from_parts(parts, Body::wrap(FailedBody(Some(error)))),
+            None,
+        ),
+    }
+}
+
+fn json_text(bytes: &[u8]) -> Option<String> {
+    serde_json::from_slice::<serde_json::Value>(bytes).ok()?;
+    String::from_utf8(bytes.to_vec()).ok()
+}
+
+/// A body that ends with the error its original ended with.
+struct FailedBody(Option<crate::body::BodyError>);
+
+impl http_body::Body for FailedBody {
+    type Data = bytes::Bytes;
+    type Error = crate::body::BodyError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.0.take().map(Err))
+    }
+}

@@ -1,0 +1,241 @@
+//! The audit stage (kube's `WithAudit`): the manifest's policy picks a level
+//! for each request (first matching rule; none means not audited), and
+//! events at RequestReceived, ResponseStarted (long-running requests only),
+//! ResponseComplete and Panic go to every audit filter. In `blocking` mode
+//! the request waits for its events to be written; in `batch` mode they go
+//! through a bounded queue, and what does not fit is dropped, counted and
+//! logged, never silently. Audit never fails a request.
+//!
+//! Its parts, each beside the kube source it follows:
+//!
+//! * this module: the chain filter (`WithAudit`, in
+//!   `staging/src/k8s.io/apiserver/pkg/endpoints/filters/audit.go`), and the
+//!   ResponseComplete a request owes however it ends;
+//! * `policy`: which rule, hence which level, a request gets (kube's
+//!   `policyRuleEvaluator`, `staging/src/k8s.io/apiserver/pkg/audit/policy/checker.go`);
+//! * `event`: the event made from a request and the notes later stages add
+//!   to it (`staging/src/k8s.io/apiserver/pkg/audit/request.go` and `context.go`);
+//! * `backend`: where events go, blocking or through the batch queue (kube's
+//!   `staging/src/k8s.io/apiserver/plugin/pkg/audit/buffered/buffered.go`);
+//! * `failed_authentication`: the event for a request authentication refused
+//!   (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/authn_audit.go`).
+
+mod backend;
+mod event;
+mod failed_authentication;
+mod policy;
+
+pub use backend::AuditBackend;
+pub use event::AuditContext;
+pub use failed_authentication::FailedAuthenticationAudit;
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use crate::body::{Request, Response};
+use crate::config::stages::{AuditLevel, AuditRule, AuditStage};
+use crate::context::{ConnectionControl, Deadline, UserInfo};
+use crate::handler::{Handler, SharedHandler};
+use crate::request_info::RequestInfo;
+use crate::wasm::bindings::types::Status;
+use crate::wasm::filter::{Event, Stage};
+
+use event::{base_event, buffer_request_object, buffer_response_object, stamped, status_record};
+use policy::policy_level;
+
+pub struct Audit {
+    pub policy: Vec<AuditRule>,
+    pub backend: Arc<AuditBackend>,
+    pub next: SharedHandler,
+}
+
+impl Handler for Audit {
+    fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+        Box::pin(async move {
+            let level = {
+                let extensions = request.extensions();
+                extensions
+                    .get::<RequestInfo>()
+                    .and_then(|info| policy_level(&self.policy, extensions.get::<UserInfo>(), info))
+            };
+            let Some((level, omitted)) = level else {
+                return self.next.call(request).await;
+            };
+            let (mut request, request_object) = if level >= AuditLevel::Request {
+                buffer_request_object(request).await
+            } else {
+                (request, None)
+            };
+            let context = AuditContext::default();
+            request.extensions_mut().insert(context.clone());
+            let mut event = base_event(&request, level);
+            event.request_object = request_object;
+            let long_running = request
+                .extensions()
+                .get::<RequestInfo>()
+                .is_some_and(RequestInfo::is_long_running);
+            let emits = |stage: AuditStage| !omitted.contains(&stage);
+
+            // From here on the request is completed in the log whatever
+            // happens to it: answered, cut at its deadline, abandoned by its
+            // client, closed by the shutdown (kube writes ResponseComplete
+            // when its handler returns, however it returns).
+            let mut completion = Completion {
+                event: Some(event),
+                omitted: !emits(AuditStage::ResponseComplete),
+                interruption: Interruption::of(&request),
+                context: context.clone(),
+                backend: self.backend.clone(),
+            };
+            if emits(AuditStage::RequestReceived)
+                && let Some(event) = &completion.event
+            {
+                self.backend
+                    .emit(stamped(event.clone(), Stage::RequestReceived, &context))
+                    .await;
+            }
+            let response = match AssertUnwindSafe(self.next.call(request))
+                .catch_unwind()
+                .await
+            {
+                Ok(response) => response,
+                Err(panic) => {
+                    // kube writes Panic instead of ResponseComplete.
+                    if let Some(event) = completion.event.take()
+                        && emits(AuditStage::Panic)
+                    {
+                        let mut panicked = stamped(event, Stage::Panic, &context);
+                        panicked.response_status =
+                            Some(status_record(500, "InternalError", "APIServer panic'd"));
+                        self.backend.emit(panicked).await;
+                    }
+                    // Panic recovery, outside, turns it into a 500.
+                    std::panic::resume_unwind(panic);
+                }
+            };
+            let status = status_record(response.status().as_u16(), "", "");
+            if long_running {
+                completion.answered(status, None);
+                if emits(AuditStage::ResponseStarted)
+                    && let Some(event) = &completion.event
+                {
+                    self.backend
+                        .emit(stamped(event.clone(), Stage::ResponseStarted, &context))
+                        .await;
+                }
+                // The response completes when its body ends, after this returns.
+                return response.map(|body| body.with_guard(completion));
+            }
+            let (response, response_object) = if level == AuditLevel::RequestResponse {
+                buffer_response_object(response).await
+            } else {
+                (response, None)
+            };
+            completion.answered(status, response_object);
+            completion.write().await;
+            response
+        })
+    }
+}
+
+/// A request's ResponseComplete, written once: by [`Completion::write`] when
+/// the response is ready (a long-running one's when its body is done), or
+/// when the request is dropped before that, recording why.
+struct Completion {
+    /// None once written (or replaced by a Panic event).
+    event: Option<Event>,
+    /// True when the policy omits the stage.
+    omitted: bool,
+    interruption: Interruption,
+    context: AuditContext,
+    backend: Arc<AuditBackend>,
+}
+
+impl Completion {
+    /// The response is ready: its status (and object) go in the event.
+    fn answered(&mut self, status: Status, object: Option<String>) {
+        if let Some(event) = &mut self.event {
+            event.response_status = Some(status);
+            event.response_object = object;
+        }
+    }
+
+    /// Writes the event now (blocking mode: before the response is sent).
+    async fn write(mut self) {
+        if let Some(event) = self.event.take()
+            && !self.omitted
+        {
+            self.backend
+                .emit(stamped(event, Stage::ResponseComplete, &self.context))
+                .await;
+        }
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        if let Some(mut event) = self.event.take()
+            && !self.omitted
+        {
+            if event.response_status.is_none() {
+                event.response_status = Some(self.interruption.status());
+            }
+            self.backend
+                .emit_detached(stamped(event, Stage::ResponseComplete, &self.context));
+        }
+    }
+}
+
+/// What tells why a request was dropped before its response: its deadline
+/// passed (the timeout filter answered 504), the shutdown closed its
+/// connection, or else its client went away.
+struct Interruption {
+    deadline: Option<Instant>,
+    shutdown_cut: Option<CancellationToken>,
+}
+
+impl Interruption {
+    fn of(request: &Request) -> Self {
+        let extensions = request.extensions();
+        Interruption {
+            deadline: extensions.get::<Deadline>().map(|deadline| deadline.0),
+            shutdown_cut: extensions
+                .get::<ConnectionControl>()
+                .map(|control| control.shutdown_cut.clone()),
+        }
+    }
+
+    /// The status the event records. Of the three, only the 504 reached the
+    /// client; the others have no HTTP status of their own and take the
+    /// nearest: 503 (the server went away) and nginx's 499 (Client Closed
+    /// Request).
+    fn status(&self) -> Status {
+        if self
+            .deadline
+            .is_some_and(|deadline| Instant::now() >= deadline)
+        {
+            status_record(504, "Timeout", super::timeout::TIMEOUT_MESSAGE)
+        } else if self
+            .shutdown_cut
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
+        {
+            status_record(
+                503,
+                "ServiceUnavailable",
+                "the gateway shut down before the response was complete",
+            )
+        } else {
+            status_record(
+                499,
+                "",
+                "the client closed the connection before the response was complete",
+            )
+        }
+    }
+}
