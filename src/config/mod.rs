@@ -5,26 +5,51 @@
 //! ([`error`]); a half-valid manifest never reaches the server.
 //!
 //! `wasmgate check`, start-up and (later) a reload all go through [`load`].
+//!
+//! # Layout
+//!
+//! One file per table of the manifest, in docs/manifest.md's order:
+//! `listen` (`[listen]`, `[listen.tls]`), `limits`, `hsts`, `cors`, `hooks`,
+//! `servers` (`[[servers]]`, `[[servers.routes]]`) and [`stages`] (the four
+//! stages' tables). Each holds the completed types of its table and how they
+//! are completed from what was written, as kube keeps an option group's
+//! struct, `Validate` and `ApplyTo` together in one file of
+//! `staging/src/k8s.io/apiserver/pkg/server/options/`. [`complete`]
+//! drives the sections, checks what spans them, and holds the `Completer`
+//! every section reads values with; [`bounds`] holds every value's limits.
+//!
+//! The manifest as written (serde's types) stays whole in [`manifest`],
+//! unlike kube's flags: it is one TOML document, read in one piece, and
+//! reading it in one file of 250 lines shows a newcomer every key the
+//! gateway accepts beside docs/manifest.md; a section's file names its
+//! input as `m::Listen`, one step away.
 
 pub mod bounds;
+mod complete;
+mod cors;
 pub mod error;
 pub mod files;
+mod hooks;
+mod hsts;
+mod limits;
+mod listen;
 mod manifest;
+mod servers;
 pub mod stages;
-mod validate;
 
+pub use complete::parse_duration;
 pub use error::{ConfigError, Location, Problem};
-pub use validate::parse_duration;
+pub use hooks::{Hook, HookPhase};
+pub use limits::{DEFAULT_FILTER_MEMORY, Limits, MAX_FILTER_INSTANCES, MAX_FILTER_MEMORY_TOTAL};
+pub use listen::{Listen, SELF_SIGNED_FILES, TlsMaterial, Transport, TrustedProxies};
+pub use servers::{
+    EscapedSlashes, Route, RouteHandler, RouteMatch, Server, StaticResponse, Upstream,
+};
 
-use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::HeaderValue;
 use regex::Regex;
-use rustls::RootCertStore;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 /// A manifest, completed and validated.
 #[derive(Debug)]
@@ -43,131 +68,6 @@ pub struct Config {
     pub stages: stages::Stages,
     /// The delegation chain, in order: never empty.
     pub servers: Vec<Server>,
-}
-
-#[derive(Debug)]
-pub struct Listen {
-    pub address: SocketAddr,
-    pub transport: Transport,
-    pub trusted_proxies: TrustedProxies,
-}
-
-/// The peers whose forwarding headers (`X-Forwarded-For`, `Forwarded`,
-/// `X-Real-IP`) are believed: `listen.trusted_proxies`. Empty by default:
-/// no peer is trusted.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TrustedProxies(Vec<ipnet::IpNet>);
-
-impl TrustedProxies {
-    pub fn new(networks: Vec<ipnet::IpNet>) -> Self {
-        TrustedProxies(networks)
-    }
-
-    /// True when `peer` is in one of the networks. An IPv4 peer that reached
-    /// an IPv6 socket (`::ffff:a.b.c.d`) is matched as the IPv4 address it is.
-    pub fn contains(&self, peer: IpAddr) -> bool {
-        let peer = peer.to_canonical();
-        self.0.iter().any(|network| network.contains(&peer))
-    }
-}
-
-/// How the listener speaks.
-#[derive(Debug)]
-pub enum Transport {
-    /// Plain HTTP/1.1 and h2c (explicit opt-out of TLS).
-    Plaintext,
-    /// TLS with certificates from the manifest.
-    Tls(Arc<TlsMaterial>),
-    /// TLS with a self-signed certificate kept in this directory, generated
-    /// at start when absent, as kube-apiserver does with `--cert-dir`.
-    SelfSigned { cert_dir: PathBuf },
-}
-
-/// The generated certificate and its key, in `cert_dir`.
-pub const SELF_SIGNED_FILES: [&str; 2] = ["wasmgate.crt", "wasmgate.key"];
-
-/// Loaded serving certificate, key and optional client CA.
-#[derive(Debug)]
-pub struct TlsMaterial {
-    pub cert_chain: Vec<CertificateDer<'static>>,
-    pub key: PrivateKeyDer<'static>,
-    /// When set, client certificates are verified against these roots.
-    pub client_ca: Option<Arc<RootCertStore>>,
-}
-
-/// Server-wide limits and timeouts (kube's flags of the same names:
-/// `staging/src/k8s.io/apiserver/pkg/server/options/server_run_options.go`).
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Read-only requests in flight at once; 0 means unlimited.
-    pub max_requests_in_flight: usize,
-    /// Mutating requests in flight at once; 0 means unlimited.
-    pub max_mutating_requests_in_flight: usize,
-    pub request_timeout: Duration,
-    pub max_request_body: u64,
-    pub max_header_bytes: usize,
-    pub read_header_timeout: Duration,
-    pub idle_timeout: Duration,
-    pub shutdown_delay: Duration,
-    pub shutdown_timeout: Duration,
-    /// Wasm instances alive at once (in calls and idle in pools), at most
-    /// [`MAX_FILTER_INSTANCES`]; at least the two in-flight limits' sum
-    /// when the manifest has filters, so every request max-in-flight admits
-    /// can run the chain.
-    pub filter_instances: usize,
-    /// Total linear memory of all live instances, in bytes.
-    pub filter_memory: u64,
-}
-
-/// The engine's instance pool holds this many component instances.
-pub const MAX_FILTER_INSTANCES: usize = 1000;
-
-/// The default `filter_memory`: on a machine of 24 GiB and 2 cores, room for
-/// the default 600 in-flight requests each running a filter of about 1 MiB
-/// (the shipped Rust filters) three times over (filters with a larger
-/// runtime, JavaScript or Python, proportionally fewer at once), and a
-/// bound on the memory filters keep after a burst.
-pub const DEFAULT_FILTER_MEMORY: u64 = 2 << 30;
-
-/// The largest `filter_memory`.
-pub const MAX_FILTER_MEMORY_TOTAL: u64 = 1 << 40;
-
-impl Default for Limits {
-    /// kube-apiserver's defaults.
-    fn default() -> Self {
-        Limits {
-            max_requests_in_flight: 400,
-            max_mutating_requests_in_flight: 200,
-            request_timeout: Duration::from_secs(60),
-            max_request_body: 3 * 1024 * 1024,
-            max_header_bytes: 1024 * 1024,
-            read_header_timeout: Duration::from_secs(32),
-            idle_timeout: Duration::from_secs(90),
-            shutdown_delay: Duration::ZERO,
-            shutdown_timeout: Duration::from_secs(60),
-            filter_instances: MAX_FILTER_INSTANCES,
-            filter_memory: DEFAULT_FILTER_MEMORY,
-        }
-    }
-}
-
-/// A lifecycle hook: a command run after the listener is up or when
-/// shutdown begins.
-#[derive(Debug, Clone)]
-pub struct Hook {
-    pub name: Name,
-    pub phase: HookPhase,
-    /// The program and its arguments; run without a shell.
-    pub command: Vec<String>,
-    /// The manifest's folder: hooks run there, as every path resolves there.
-    pub working_dir: PathBuf,
-    pub timeout: Duration,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HookPhase {
-    PostStart,
-    PreShutdown,
 }
 
 /// A name that is a DNS-1123 label: lower-case letters, digits and `-`,
@@ -199,72 +99,6 @@ impl std::fmt::Display for Name {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
-}
-
-/// One server of the delegation chain.
-#[derive(Debug)]
-pub struct Server {
-    pub name: Name,
-    pub routes: Vec<Route>,
-}
-
-#[derive(Debug)]
-pub struct Route {
-    pub matcher: RouteMatch,
-    pub handler: RouteHandler,
-    pub escaped_slashes: EscapedSlashes,
-}
-
-/// What a route does with a path holding an escaped `/` or `\` (`%2F`,
-/// `%5C`): Envoy's `path_with_escaped_slashes_action`, per route.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum EscapedSlashes {
-    /// 400: the path has no single reading (kube decodes `%2F` into a
-    /// separator, other servers keep it as data).
-    #[default]
-    Reject,
-    /// Kept as data inside its segment, judged and forwarded as `%2F`
-    /// (Envoy's `KEEP_UNCHANGED`), for upstreams that never decode it into
-    /// a separator.
-    Keep,
-}
-
-/// Where a route applies (kube's director: API roots, exact paths, prefixes).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum RouteMatch {
-    /// An API root (`/api`, `/apis`, `/apis/<group>`, `/apis/<group>/<version>`):
-    /// the root itself and everything below `<root>/`.
-    Api(String),
-    /// Exactly this path.
-    Exact(String),
-    /// Every path that starts with this.
-    Prefix(String),
-}
-
-#[derive(Debug)]
-pub enum RouteHandler {
-    Upstream(Upstream),
-    Static(StaticResponse),
-}
-
-/// A reverse-proxy target.
-#[derive(Debug)]
-pub struct Upstream {
-    /// `http://` or `https://`, authority and optional base path.
-    pub url: http::Uri,
-    /// Roots to verify an `https://` upstream with; the system's web PKI
-    /// roots are not used, so an https upstream needs a CA.
-    pub ca: Option<Arc<RootCertStore>>,
-    /// How long to wait for the upstream's response headers.
-    pub timeout: Option<Duration>,
-}
-
-/// A fixed response.
-#[derive(Debug, Clone)]
-pub struct StaticResponse {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: bytes::Bytes,
 }
 
 /// Reads, completes and validates the manifest at `path`.
@@ -301,5 +135,5 @@ pub fn parse(path: &Path, source: &str) -> Result<Config, ConfigError> {
             message: error.message().trim().to_owned(),
         }])
     })?;
-    validate::complete(path, source, manifest).map_err(invalid)
+    complete::complete(path, source, manifest).map_err(invalid)
 }

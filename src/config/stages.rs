@@ -10,9 +10,9 @@ use toml::Spanned;
 
 use super::Name;
 use super::bounds;
+use super::complete::Completer;
 use super::error::Location;
 use super::manifest as m;
-use super::validate::Completer;
 
 /// Every stage's filters, in manifest order.
 #[derive(Debug, Default)]
