@@ -115,7 +115,7 @@ impl FilterKind {
                 "The report's `filters` show the filter's `answer` with detail `no opinion`, the user is `system:anonymous` and the status 200."
             }
             FilterKind::Authorizer => {
-                "The report's `filters` show the filter's `answer` with detail `allow`, and the status is 200."
+                "The report's `filters` show the filter's `answer` with detail `allow`, and the status is 200. The `fallback` authorizer listed after it (the shipped rbac-authz, built with it) is asked only about what the filter has no opinion on, and allows it: see `try.toml`."
             }
             FilterKind::Admission => {
                 "The report's `filters` show the filter's `answer` with detail `allowed`, and the status is 200."
@@ -195,6 +195,11 @@ fn sources(lang: Lang, kind: FilterKind, in_tree: bool) -> Vec<(&'static str, &'
         )],
     }
 }
+
+/// The shipped authorizer an authorizer's `try.toml` lists after the new
+/// one, so that its no-opinion is allowed rather than the union's 403 (see
+/// `filters/templates/try-authorizer.toml`); its build command builds it too.
+const FALLBACK_AUTHORIZER: &str = "filters/rust/rbac-authz";
 
 /// What to scaffold.
 #[derive(Clone, Debug)]
@@ -320,23 +325,32 @@ pub fn scaffold(request: &NewFilter) -> Result<Scaffolded, ScaffoldError> {
             None => path.display().to_string(),
         }
     };
-    let (component, component_in_manifest, build) = if in_tree {
+    // A checkout's file as the build command names it: relative when the
+    // command runs from the checkout, else from the checkout found.
+    let in_checkout = |relative: &str| -> String {
+        match (&checkout, in_tree) {
+            (Some(checkout), false) => checkout.join(relative).display().to_string(),
+            _ => relative.to_owned(),
+        }
+    };
+    let also_built = match kind {
+        FilterKind::Authorizer => format!("{} ", in_checkout(FALLBACK_AUTHORIZER)),
+        _ => String::new(),
+    };
+    let (component, dist_in_manifest, build) = if in_tree {
         let checkout = checkout.as_ref().expect("in-tree implies a checkout");
         (
             checkout.join("filters/dist").join(format!("{name}.wasm")),
-            format!("../../dist/{name}.wasm"),
-            format!("filters/build.sh {}", shown(&dir)),
+            "../../dist",
+            format!("filters/build.sh {also_built}{}", shown(&dir)),
         )
     } else {
-        let script = checkout.as_ref().map_or_else(
-            || "filters/build.sh".to_owned(),
-            |c| c.join("filters/build.sh").display().to_string(),
-        );
         (
             dir.join("dist").join(format!("{name}.wasm")),
-            format!("dist/{name}.wasm"),
+            "dist",
             format!(
-                "{script} --dist {} {}",
+                "{} --dist {} {also_built}{}",
+                in_checkout("filters/build.sh"),
                 dir.join("dist").display(),
                 dir.display()
             ),
@@ -360,7 +374,8 @@ pub fn scaffold(request: &NewFilter) -> Result<Scaffolded, ScaffoldError> {
             .replace("{{crate}}", &name.replace('-', "_"))
             .replace("{{kind}}", kind.name())
             .replace("{{wit}}", if in_tree { "../../../wit" } else { "wit" })
-            .replace("{{component}}", &component_in_manifest)
+            .replace("{{component}}", &format!("{dist_in_manifest}/{name}.wasm"))
+            .replace("{{dist}}", dist_in_manifest)
             .replace("{{isolation_line}}", lang.isolation_line())
             .replace("{{try}}", &try_command)
     };

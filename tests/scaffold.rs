@@ -71,6 +71,19 @@ fn run(cwd: &Path, command: &str) -> (String, String) {
     (stdout, stderr)
 }
 
+/// What the build of a `kind` scaffold named `name` prints: the components
+/// it put in `dist`, an authorizer's fallback (rbac-authz, which its
+/// `try.toml` lists after it) first.
+fn built(kind: &str, dist: &Path, name: &str) -> String {
+    let mut components = Vec::new();
+    if kind == "authorizer" {
+        components.push(dist.join("rbac-authz.wasm"));
+    }
+    components.push(dist.join(format!("{name}.wasm")));
+    let lines: Vec<String> = components.iter().map(|c| c.display().to_string()).collect();
+    lines.join("\n")
+}
+
 /// Checks a `wasmgate try` run of a `kind` scaffold named `name`.
 fn assert_tried(kind: &str, name: &str, stdout: &str, stderr: &str) {
     // Records an auditor writes to stdout come before the pretty report.
@@ -153,8 +166,11 @@ fn every_kind_builds_and_tries(lang: &str) {
         );
         let build = printed_command(&output, "build it");
         let (stdout, stderr) = run(checkout(), &build);
-        let component = folder.join("dist").join(format!("{name}.wasm"));
-        assert_eq!(stdout.trim(), component.display().to_string(), "{stderr}");
+        assert_eq!(
+            stdout.trim(),
+            built(kind, &folder.join("dist"), &name),
+            "{stderr}"
+        );
         let try_command = printed_command(&output, "try it");
         let (stdout, stderr) = run(checkout(), &try_command);
         assert_tried(kind, &name, &stdout, &stderr);
@@ -220,15 +236,17 @@ fn in_a_checkout_the_printed_commands_build_and_try_the_new_filter() {
             "{output}"
         );
         let build = printed_command(&output, "build it");
-        assert_eq!(build, format!("filters/build.sh filters/{lang}/{name}"));
-        let (stdout, _) = run(&copy, &build);
+        let fallback = if kind == "authorizer" {
+            "filters/rust/rbac-authz "
+        } else {
+            ""
+        };
         assert_eq!(
-            stdout.trim(),
-            copy.join("filters/dist")
-                .join(format!("{name}.wasm"))
-                .display()
-                .to_string()
+            build,
+            format!("filters/build.sh {fallback}filters/{lang}/{name}")
         );
+        let (stdout, _) = run(&copy, &build);
+        assert_eq!(stdout.trim(), built(kind, &copy.join("filters/dist"), name));
         let (stdout, stderr) = run(&copy, &printed_command(&output, "try it"));
         assert_tried(kind, name, &stdout, &stderr);
     }
