@@ -400,3 +400,52 @@ fn a_scaffold_that_raises_or_throws_fails_as_a_filter_error_and_syntax_errors_na
         );
     }
 }
+
+/// An authorizer scaffold changed to have no opinion, as most authorizers
+/// have on what they do not judge: its `try.toml`'s fallback (rbac-authz)
+/// allows the request, where a lone authorizer's no-opinion would be the
+/// union's 403.
+#[test]
+fn an_authorizer_scaffold_with_no_opinion_is_allowed_by_its_fallback() {
+    let dir = new_dir();
+    let name = "undecided";
+    let output = new_filter(
+        dir.path(),
+        &[
+            "--lang",
+            "python",
+            "--kind",
+            "authorizer",
+            name,
+            "--dir",
+            &dir.path().display().to_string(),
+        ],
+    );
+    let folder = dir.path().join(name);
+    edit(
+        &folder.join("app.py"),
+        "return Decision_Allow()",
+        "return Decision_NoOpinion(\"not mine\")",
+    );
+    run(checkout(), &printed_command(&output, "build it"));
+    let (stdout, _) = run(checkout(), &printed_command(&output, "try it"));
+    let report: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|error| panic!("no JSON report ({error}):\n{stdout}"));
+    let answers: Vec<(&str, &str)> = report["filters"]
+        .as_array()
+        .expect("filters")
+        .iter()
+        .map(|entry| {
+            (
+                entry["filter"].as_str().expect("a filter"),
+                entry["detail"].as_str().expect("a detail"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        [(name, "no opinion: not mine"), ("fallback", "allow")],
+        "{report:#}"
+    );
+    assert_eq!(report["status"], 200, "{report:#}");
+}
