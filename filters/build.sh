@@ -288,7 +288,7 @@ build_cached() {
         work="$(mktemp -d "$TARGET_DIR/$lang/.work.XXXXXX")"
         if ! (cd "$work" && "$@" >&2) || [[ ! -s "$work/out.wasm" ]]; then
             rm -rf "$work"
-            die "building $dir failed (see above)"
+            die "building $(shown_path "$dir") failed (see above)"
         fi
         rm -f "$TARGET_DIR/$lang/$name"-*.wasm
         mv "$work/out.wasm" "$out"

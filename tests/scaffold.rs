@@ -71,6 +71,19 @@ fn run(cwd: &Path, command: &str) -> (String, String) {
     (stdout, stderr)
 }
 
+/// What the build of a `kind` scaffold named `name` prints: the components
+/// it put in `dist`, an authorizer's fallback (rbac-authz, which its
+/// `try.toml` lists after it) first.
+fn built(kind: &str, dist: &Path, name: &str) -> String {
+    let mut components = Vec::new();
+    if kind == "authorizer" {
+        components.push(dist.join("rbac-authz.wasm"));
+    }
+    components.push(dist.join(format!("{name}.wasm")));
+    let lines: Vec<String> = components.iter().map(|c| c.display().to_string()).collect();
+    lines.join("\n")
+}
+
 /// Checks a `wasmgate try` run of a `kind` scaffold named `name`.
 fn assert_tried(kind: &str, name: &str, stdout: &str, stderr: &str) {
     // Records an auditor writes to stdout come before the pretty report.
@@ -153,8 +166,11 @@ fn every_kind_builds_and_tries(lang: &str) {
         );
         let build = printed_command(&output, "build it");
         let (stdout, stderr) = run(checkout(), &build);
-        let component = folder.join("dist").join(format!("{name}.wasm"));
-        assert_eq!(stdout.trim(), component.display().to_string(), "{stderr}");
+        assert_eq!(
+            stdout.trim(),
+            built(kind, &folder.join("dist"), &name),
+            "{stderr}"
+        );
         let try_command = printed_command(&output, "try it");
         let (stdout, stderr) = run(checkout(), &try_command);
         assert_tried(kind, &name, &stdout, &stderr);
@@ -220,15 +236,17 @@ fn in_a_checkout_the_printed_commands_build_and_try_the_new_filter() {
             "{output}"
         );
         let build = printed_command(&output, "build it");
-        assert_eq!(build, format!("filters/build.sh filters/{lang}/{name}"));
-        let (stdout, _) = run(&copy, &build);
+        let fallback = if kind == "authorizer" {
+            "filters/rust/rbac-authz "
+        } else {
+            ""
+        };
         assert_eq!(
-            stdout.trim(),
-            copy.join("filters/dist")
-                .join(format!("{name}.wasm"))
-                .display()
-                .to_string()
+            build,
+            format!("filters/build.sh {fallback}filters/{lang}/{name}")
         );
+        let (stdout, _) = run(&copy, &build);
+        assert_eq!(stdout.trim(), built(kind, &copy.join("filters/dist"), name));
         let (stdout, stderr) = run(&copy, &printed_command(&output, "try it"));
         assert_tried(kind, name, &stdout, &stderr);
     }
@@ -381,4 +399,53 @@ fn a_scaffold_that_raises_or_throws_fails_as_a_filter_error_and_syntax_errors_na
             "{lang}: more than the error:\n{stderr}"
         );
     }
+}
+
+/// An authorizer scaffold changed to have no opinion, as most authorizers
+/// have on what they do not judge: its `try.toml`'s fallback (rbac-authz)
+/// allows the request, where a lone authorizer's no-opinion would be the
+/// union's 403.
+#[test]
+fn an_authorizer_scaffold_with_no_opinion_is_allowed_by_its_fallback() {
+    let dir = new_dir();
+    let name = "undecided";
+    let output = new_filter(
+        dir.path(),
+        &[
+            "--lang",
+            "python",
+            "--kind",
+            "authorizer",
+            name,
+            "--dir",
+            &dir.path().display().to_string(),
+        ],
+    );
+    let folder = dir.path().join(name);
+    edit(
+        &folder.join("app.py"),
+        "return Decision_Allow()",
+        "return Decision_NoOpinion(\"not mine\")",
+    );
+    run(checkout(), &printed_command(&output, "build it"));
+    let (stdout, _) = run(checkout(), &printed_command(&output, "try it"));
+    let report: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|error| panic!("no JSON report ({error}):\n{stdout}"));
+    let answers: Vec<(&str, &str)> = report["filters"]
+        .as_array()
+        .expect("filters")
+        .iter()
+        .map(|entry| {
+            (
+                entry["filter"].as_str().expect("a filter"),
+                entry["detail"].as_str().expect("a detail"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        [(name, "no opinion: not mine"), ("fallback", "allow")],
+        "{report:#}"
+    );
+    assert_eq!(report["status"], 200, "{report:#}");
 }
