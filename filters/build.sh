@@ -108,7 +108,7 @@ rust_crates() {
 }
 
 # Whether the crate of manifest $1 is a component: a cdylib. A library (the
-# SDK in rust/sdk) is built only as the filters' dependency.
+# SDK in rust/sdk, rust/faults) is built only as the filters' dependency.
 is_cdylib() {
     grep -Eq '^[[:space:]]*crate-type[[:space:]]*=[[:space:]]*\[[^]]*"cdylib"' "$1"
 }
