@@ -29,6 +29,11 @@
 //! authorizer::export!(Filter);
 //! ```
 //!
+//! The bindings are generated from `wit/` here, a link to the checkout's
+//! `wit/` (the contract); `wasmgate new-filter --dir` writes this crate, with
+//! a copy of the contract there, beside a filter that lives outside the
+//! checkout.
+//!
 //! Each world's bindings are generated with `pub_export_macro`, so its
 //! `export!` works from the filter's crate, and so only the world a filter
 //! exports ends up in its component: a world's own custom section carries
@@ -53,7 +58,7 @@ mod imports {
                 import wasmgate:filter/host@0.1.0;
             }
         ",
-        path: "../../../wit",
+        path: "wit",
         world: "wasmgate:filter-sdk/imports",
         generate_all,
     });
@@ -68,7 +73,7 @@ macro_rules! world_bindings {
         #[doc(hidden)]
         pub mod bindings {
             wit_bindgen::generate!({
-                path: "../../../wit",
+                path: "wit",
                 world: $world,
                 with: {
                     "wasmgate:filter/types@0.1.0": crate::types,
