@@ -15,7 +15,7 @@
 //!
 //! An authorizer that allows everything is:
 //!
-//! ```ignore
+//! ```
 //! use wasmgate_filter::authorizer::{self, Attributes, Decision, Guest};
 //!
 //! struct Filter;
