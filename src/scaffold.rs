@@ -11,11 +11,13 @@
 //! event to its sink. Beside the sources it writes a README and a `try.toml`
 //! manifest that runs it.
 //!
-//! In a checkout the folder is `filters/<lang>/<name>/`, which
-//! `filters/build.sh` picks up by itself (Rust crates there are workspace
-//! members by a glob). Elsewhere (`--dir`), a Rust crate is a workspace of
-//! its own with a copy of the WIT, and the build command names the folder and
-//! a `dist/` beside the sources.
+//! A Rust filter is written with the checkout's filter SDK
+//! (`filters/rust/sdk`, crate `wasmgate-filter`). In a checkout the folder
+//! is `filters/<lang>/<name>/`, which `filters/build.sh` picks up by itself
+//! (Rust crates there are workspace members by a glob, and depend on the SDK
+//! through the workspace). Elsewhere (`--dir`), a Rust crate is a workspace
+//! of its own with a copy of the SDK (and of the WIT, in the SDK's `wit/`),
+//! and the build command names the folder and a `dist/` beside the sources.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -154,11 +156,7 @@ fn sources(lang: Lang, kind: FilterKind, in_tree: bool) -> Vec<(&'static str, &'
             } else {
                 include_str!("../filters/templates/rust/Cargo.standalone.toml")
             };
-            let mut files = vec![("Cargo.toml", manifest), ("src/lib.rs", lib)];
-            if !in_tree {
-                files.push(("wit/filter.wit", include_str!("../wit/filter.wit")));
-            }
-            files
+            vec![("Cargo.toml", manifest), ("src/lib.rs", lib)]
         }
         Lang::Python => vec![(
             "app.py",
@@ -200,6 +198,28 @@ fn sources(lang: Lang, kind: FilterKind, in_tree: bool) -> Vec<(&'static str, &'
 /// one, so that its no-opinion is allowed rather than the union's 403 (see
 /// `filters/templates/try-authorizer.toml`); its build command builds it too.
 const FALLBACK_AUTHORIZER: &str = "filters/rust/rbac-authz";
+
+/// The folder a Rust crate outside the checkout gets the filter SDK in (its
+/// `Cargo.toml` depends on it by this path).
+const SDK_COPY: &str = "wasmgate-filter/";
+
+/// The filter SDK's files, copied as they are beside a Rust crate outside the
+/// checkout: the crate `filters/rust/sdk`, with the WIT in its `wit/` (a
+/// link to the checkout's `wit/` there).
+const SDK_FILES: [(&str, &str); 6] = [
+    ("Cargo.toml", include_str!("../filters/rust/sdk/Cargo.toml")),
+    ("src/lib.rs", include_str!("../filters/rust/sdk/src/lib.rs")),
+    (
+        "src/config.rs",
+        include_str!("../filters/rust/sdk/src/config.rs"),
+    ),
+    (
+        "src/headers.rs",
+        include_str!("../filters/rust/sdk/src/headers.rs"),
+    ),
+    ("src/log.rs", include_str!("../filters/rust/sdk/src/log.rs")),
+    ("wit/filter.wit", include_str!("../wit/filter.wit")),
+];
 
 /// What to scaffold.
 #[derive(Clone, Debug)]
@@ -373,7 +393,6 @@ pub fn scaffold(request: &NewFilter) -> Result<Scaffolded, ScaffoldError> {
             .replace("{{name}}", name)
             .replace("{{crate}}", &name.replace('-', "_"))
             .replace("{{kind}}", kind.name())
-            .replace("{{wit}}", if in_tree { "../../../wit" } else { "wit" })
             .replace("{{component}}", &format!("{dist_in_manifest}/{name}.wasm"))
             .replace("{{dist}}", dist_in_manifest)
             .replace("{{isolation_line}}", lang.isolation_line())
@@ -390,7 +409,15 @@ pub fn scaffold(request: &NewFilter) -> Result<Scaffolded, ScaffoldError> {
             include_str!("../filters/templates/object.json").to_owned(),
         ));
     }
-    let listed: Vec<String> = files.iter().map(|(path, _)| path.clone()).collect();
+    let mut listed: Vec<String> = files.iter().map(|(path, _)| path.clone()).collect();
+    if lang == Lang::Rust && !in_tree {
+        listed.push(SDK_COPY.to_owned());
+        files.extend(
+            SDK_FILES
+                .iter()
+                .map(|(path, text)| (format!("{SDK_COPY}{path}"), (*text).to_owned())),
+        );
+    }
     files.push((
         "README.md".to_owned(),
         readme(lang, kind, name, &listed, &build, &try_command, in_tree),
@@ -494,9 +521,11 @@ fn readme(
     for file in files {
         let what = match file.as_str() {
             "Cargo.toml" => "the crate (a `cdylib`, built for `wasm32-wasip2`)",
-            "src/lib.rs" => "the filter: `wit_bindgen::generate!` and the exported function",
-            "wit/filter.wit" => {
-                "a copy of the filter contract (this crate lives outside the checkout)"
+            "src/lib.rs" => {
+                "the filter: its config type and its `Guest` implementation, exported with the SDK's `export!`"
+            }
+            SDK_COPY => {
+                "a copy of the checkout's filter SDK (`filters/rust/sdk`), with the filter contract in its `wit/` (this crate lives outside the checkout)"
             }
             "app.py" => {
                 "the filter: componentize-py generates the `wit_world` bindings at build time"
@@ -578,6 +607,28 @@ mod tests {
         for bad in ["", "1a", "-a", "a-", "My", "a_b", "a.b", &"a".repeat(64)] {
             assert!(!valid_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_sdk_copy_has_every_source_of_the_sdk() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("filters/rust/sdk/src");
+        let mut sources: Vec<String> = std::fs::read_dir(&src)
+            .expect("read the SDK's src/")
+            .map(|entry| {
+                format!(
+                    "src/{}",
+                    entry.expect("an entry").file_name().to_string_lossy()
+                )
+            })
+            .collect();
+        sources.sort();
+        let mut copied: Vec<String> = SDK_FILES
+            .iter()
+            .map(|(path, _)| (*path).to_owned())
+            .filter(|path| path.starts_with("src/"))
+            .collect();
+        copied.sort();
+        assert_eq!(copied, sources);
     }
 
     #[test]

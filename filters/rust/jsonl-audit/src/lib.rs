@@ -4,50 +4,27 @@
 
 mod logic;
 
-wit_bindgen::generate!({
-    path: "../../../wit",
-    world: "auditor-filter",
-});
-
-use exports::wasmgate::filter::auditor::{Event, Guest};
-use wasmgate::filter::types::LogLevel;
-use wasmgate::filter::{host, sink};
+use wasmgate_filter::auditor::{self, Event, Guest, sink};
+use wasmgate_filter::{error, warn};
 
 struct Filter;
 
 impl Guest for Filter {
     fn audit(event: Event) -> Result<(), String> {
-        let config = match config() {
-            Ok(config) => config,
-            Err(message) => {
-                host::log(LogLevel::Error, &message);
-                return Err(message);
-            }
-        };
+        let config = wasmgate_filter::config::<logic::Config>()?;
         let rendered = logic::render(config, &event)?;
         for warning in &rendered.warnings {
-            host::log(LogLevel::Warn, warning);
+            warn!("{warning}");
         }
         let Some(line) = rendered.line else {
             return Ok(());
         };
         sink::write(&line).map_err(|e| {
             let message = format!("jsonl-audit: cannot write event {}: {e}", event.audit_id);
-            host::log(LogLevel::Error, &message);
+            error!("{message}");
             message
         })
     }
 }
 
-/// The filter's config, parsed on the instance's first call: a pooled
-/// instance serves many calls, all with the same config (a reload makes
-/// new instances).
-fn config() -> Result<&'static logic::Config, String> {
-    static CONFIG: std::sync::OnceLock<Result<logic::Config, String>> = std::sync::OnceLock::new();
-    CONFIG
-        .get_or_init(|| logic::Config::parse(&host::config()))
-        .as_ref()
-        .map_err(Clone::clone)
-}
-
-export!(Filter);
+auditor::export!(Filter);

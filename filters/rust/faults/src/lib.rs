@@ -1,5 +1,5 @@
-//! The misbehaviours the three fault filters share (`fault-authz`,
-//! `fault-authn` and `fault-admission` include this file): each filter reads
+//! `faults`: the misbehaviours the three fault filters share (`fault-authz`,
+//! `fault-authn` and `fault-admission` depend on this crate): each filter reads
 //! a word from the request and either answers with it or misbehaves as the
 //! word says. Everything here runs inside the component, so a trap, an
 //! endless loop or memory exhaustion is the guest's own doing, exactly what
@@ -37,6 +37,7 @@ pub enum Burden {
     Leak(usize),
 }
 
+/// What `word` asks for.
 pub fn parse(word: &str) -> Fault<'_> {
     match word {
         "error" => Fault::Error,
