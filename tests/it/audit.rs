@@ -11,15 +11,10 @@
 //! authentications are audited as kube's `WithFailedAuthenticationAudit`
 //! audits them.
 
-mod common;
-#[path = "common/wasm.rs"]
-mod wasm_common;
-
 use std::path::PathBuf;
 
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
-use wasm_common::*;
 
 /// The policy of these tests, first match wins.
 const POLICY: &str = r#"

@@ -1,11 +1,9 @@
 //! The native handler chain seen from a client: panic recovery, the audit ID,
 //! cache-control, HSTS and CORS.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use crate::support::*;
 use futures_util::future::BoxFuture;
 use wasmgate::body::{Body, Request, Response};
 use wasmgate::handler::{Handler, SharedHandler};

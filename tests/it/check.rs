@@ -7,11 +7,10 @@
 //! `WASMGATE_BLESS=1 cargo test --test check` rewrites the `.expected` files
 //! from the current output (review the diff before committing).
 
-mod common;
-
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+
+use crate::support::Checked;
 
 fn manifests_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -19,44 +18,15 @@ fn manifests_dir() -> PathBuf {
         .join("manifests")
 }
 
-struct Checked {
-    success: bool,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `wasmgate check`, bounded: a check that hangs (on a FIFO, say) is
-/// killed and fails the test.
+/// `wasmgate check`'s output, with the golden folder's absolute path written
+/// as `<dir>`.
 fn check(manifest: &Path) -> Checked {
-    let mut child = Command::new(common::binary())
-        .args(["check", "--config"])
-        .arg(manifest)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run wasmgate check");
-    let started = Instant::now();
-    while child.try_wait().expect("poll wasmgate check").is_none() {
-        if started.elapsed() > common::BOUND {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "wasmgate check --config {} did not finish within {:?}",
-                manifest.display(),
-                common::BOUND
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let output = child.wait_with_output().expect("wasmgate check's output");
+    let checked = crate::support::check(manifest);
     let dir = manifests_dir().display().to_string();
-    let placeholder = |text: &[u8]| String::from_utf8_lossy(text).replace(&dir, "<dir>");
     Checked {
-        success: output.status.success(),
-        stdout: placeholder(&output.stdout),
-        stderr: placeholder(&output.stderr),
+        stdout: checked.stdout.replace(&dir, "<dir>"),
+        stderr: checked.stderr.replace(&dir, "<dir>"),
+        ..checked
     }
 }
 
@@ -187,7 +157,7 @@ fn manifest_with_component(component: &Path) -> String {
 
 #[test]
 fn a_fifo_as_a_component_is_refused_without_hanging() {
-    let dir = common::new_dir();
+    let dir = crate::support::new_dir();
     let fifo = dir.path().join("filter.wasm");
     mkfifo(&fifo);
     let manifest = dir.path().join("gateway.toml");
@@ -206,7 +176,7 @@ fn a_fifo_as_a_component_is_refused_without_hanging() {
 
 #[test]
 fn a_component_larger_than_256mib_is_refused_unread() {
-    let dir = common::new_dir();
+    let dir = crate::support::new_dir();
     let component = dir.path().join("huge.wasm");
     let file = std::fs::File::create(&component).expect("create the component");
     // Sparse: no disk is used, and nothing reads it.
@@ -227,7 +197,7 @@ fn a_component_larger_than_256mib_is_refused_unread() {
 
 #[test]
 fn a_manifest_that_is_a_device_or_a_fifo_is_refused_without_hanging() {
-    let dir = common::new_dir();
+    let dir = crate::support::new_dir();
     let fifo = dir.path().join("gateway.toml");
     mkfifo(&fifo);
     for (manifest, kind) in [
@@ -248,7 +218,7 @@ fn a_manifest_that_is_a_device_or_a_fifo_is_refused_without_hanging() {
 
 #[test]
 fn a_cert_dir_whose_certificate_is_not_a_file_is_refused() {
-    let dir = common::new_dir();
+    let dir = crate::support::new_dir();
     let certs = dir.path().join("certs");
     std::fs::create_dir_all(certs.join("wasmgate.crt"))
         .expect("a folder in the certificate's place");

@@ -4,12 +4,10 @@
 //! and `api-resources`). Nothing is skipped: a missing program fails the test
 //! with a message saying what to install.
 
-mod common;
-
 use std::path::Path;
 use std::process::Stdio;
 
-use common::*;
+use crate::support::*;
 
 const CURL: &str = "/usr/bin/curl";
 const KUBECTL: &str = "/usr/bin/kubectl";

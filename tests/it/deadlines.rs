@@ -7,37 +7,13 @@
 //! until `idle_timeout` (not `read_header_timeout`) and then closes, over
 //! HTTP/1.1 and HTTP/2.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use bytes::Bytes;
-use common::*;
 use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-fn manifest(upstream: &Upstream, limits: &str) -> String {
-    let up = upstream.url();
-    plaintext(&format!(
-        r#"
-[limits]
-{limits}
-
-[[servers]]
-name = "deadlines"
-
-[[servers.routes]]
-prefix = "/up/"
-upstream = "{up}"
-
-[[servers.routes]]
-path = "/static"
-static = {{ body = "static" }}
-"#
-    ))
-}
 
 /// What the upstream's `large` answer sends: far more than the socket
 /// buffers on both sides hold.
@@ -61,7 +37,7 @@ async fn assert_slot_is_free(gateway: &TestGateway) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_http1_reader_loses_the_stream_at_the_deadline_and_its_slot() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(&upstream, ONE_SLOT)).await;
+    let gateway = TestGateway::start(&limits_manifest(&upstream, ONE_SLOT)).await;
     // A client with a small receive buffer reading 16 KiB every 250 ms
     // (64 KiB/s), for longer than the request timeout.
     let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
@@ -109,7 +85,7 @@ async fn a_slow_http1_reader_loses_the_stream_at_the_deadline_and_its_slot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_http2_reader_loses_the_stream_at_the_deadline_and_its_slot() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(&upstream, ONE_SLOT)).await;
+    let gateway = TestGateway::start(&limits_manifest(&upstream, ONE_SLOT)).await;
     let response = bounded(
         "the response head",
         h2c_client()
@@ -147,7 +123,7 @@ async fn a_slow_http2_reader_loses_the_stream_at_the_deadline_and_its_slot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quick_reader_gets_the_whole_response_within_the_deadline() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(
+    let gateway = TestGateway::start(&limits_manifest(
         &upstream,
         "max_requests_in_flight = 1\nrequest_timeout = \"10s\"",
     ))
@@ -210,7 +186,7 @@ fn assert_cut_at_the_header_deadline(cut: Option<Duration>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slowloris_client_is_cut_at_the_read_header_timeout() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(
+    let gateway = TestGateway::start(&limits_manifest(
         &upstream,
         "read_header_timeout = \"500ms\"\nidle_timeout = \"30s\"",
     ))
@@ -229,7 +205,7 @@ async fn a_slowloris_client_is_cut_at_the_read_header_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slowloris_head_after_a_keep_alive_pause_is_cut_at_the_read_header_timeout() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(
+    let gateway = TestGateway::start(&limits_manifest(
         &upstream,
         "read_header_timeout = \"500ms\"\nidle_timeout = \"30s\"",
     ))
@@ -253,7 +229,7 @@ async fn a_slowloris_head_after_a_keep_alive_pause_is_cut_at_the_read_header_tim
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_http1_keep_alive_connection_lives_until_the_idle_timeout() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(
+    let gateway = TestGateway::start(&limits_manifest(
         &upstream,
         "read_header_timeout = \"300ms\"\nidle_timeout = \"1500ms\"",
     ))
@@ -287,18 +263,12 @@ async fn an_idle_http1_keep_alive_connection_lives_until_the_idle_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_http2_connection_lives_until_the_idle_timeout() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(
+    let gateway = TestGateway::start(&limits_manifest(
         &upstream,
         "read_header_timeout = \"300ms\"\nidle_timeout = \"1500ms\"",
     ))
     .await;
-    let stream = bounded("a connection", TcpStream::connect(gateway.addr))
-        .await
-        .expect("connect");
-    let (mut sender, connection) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-            .await
-            .expect("an HTTP/2 handshake");
+    let (mut sender, connection) = h2c_handshake(gateway.addr).await;
     let (closed_tx, closed_rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
         let result = connection.await;

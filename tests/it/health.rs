@@ -4,9 +4,7 @@
 //! post-start hooks holding readyz back, and readyz failing once shutdown
 //! began.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 
 const SERVERS: &str = "[[servers]]\nname = \"health\"\n";
 

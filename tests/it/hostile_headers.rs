@@ -11,17 +11,12 @@
 //! `Transfer-Encoding`, duplicated `Content-Length`); obs-fold; bare LF;
 //! oversized headers; `nosniff` on every answer.
 
-mod common;
-#[path = "common/wasm.rs"]
-mod wasm_common;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use crate::support::*;
 use bytes::Bytes;
-use common::*;
 use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
 
 /// A plaintext gateway sending everything to `upstream`, with `listen`
@@ -155,13 +150,7 @@ async fn h2(
     addr: SocketAddr,
     request: http::Request<Empty<Bytes>>,
 ) -> (u16, http::HeaderMap, String) {
-    let stream = bounded("a connection", tokio::net::TcpStream::connect(addr))
-        .await
-        .expect("connect");
-    let (mut sender, connection) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-            .await
-            .expect("an h2c handshake");
+    let (mut sender, connection) = h2c_handshake(addr).await;
     tokio::spawn(connection);
     let response = bounded("an h2 response", sender.send_request(request))
         .await
@@ -417,11 +406,11 @@ async fn a_trusted_proxy_list_is_checked() {
 /// X-Forwarded-For believes, and its auditID is the Audit-ID the upstream got.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_source_ips_follow_the_same_trust() {
-    wasm_common::build_filters();
+    crate::support::build_filters();
     let upstream = Upstream::start().await;
     let audit = format!(
         "\n[audit]\nmode = \"blocking\"\n\n[[audit.policy]]\nlevel = \"Metadata\"\n{}",
-        wasm_common::filter(
+        crate::support::filter(
             "audit.filters",
             "audit-log",
             "jsonl-audit",
@@ -444,7 +433,7 @@ async fn audit_source_ips_follow_the_same_trust() {
         assert_eq!(echoed(&echo, "x-forwarded-for"), [forwarded_for]);
         let audit_id = answer.header("audit-id").expect("an Audit-ID").to_owned();
         assert_eq!(echoed(&echo, "audit-id"), [audit_id.as_str()]);
-        let events = wasm_common::events_of(&gateway.dir.path().join("audit.jsonl"), &audit_id);
+        let events = crate::support::events_of(&gateway.dir.path().join("audit.jsonl"), &audit_id);
         assert_eq!(events.len(), 2, "{events:#?}");
         for event in events {
             assert_eq!(event["sourceIPs"], source_ips, "{event}");
@@ -516,13 +505,13 @@ async fn identity_headers_never_reach_the_upstream_without_authenticators() {
 /// headers nor made-up X-Remote-* ones reach the upstream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_headers_never_reach_the_upstream_after_impersonation() {
-    wasm_common::build_filters();
+    crate::support::build_filters();
     let upstream = Upstream::start().await;
     let manifest = plaintext(
         &[
-            wasm_common::tokens(),
-            wasm_common::rbac(),
-            wasm_common::routes(&upstream.url()),
+            crate::support::tokens(),
+            crate::support::rbac(),
+            crate::support::routes(&upstream.url()),
         ]
         .concat(),
     );
@@ -831,13 +820,7 @@ async fn oversized_headers_are_a_431_over_both_protocols() {
             .header("x-big", "b".repeat(size))
             .body(Empty::<Bytes>::new())
             .expect("a request");
-        let stream = bounded("a connection", tokio::net::TcpStream::connect(gateway.addr))
-            .await
-            .expect("connect");
-        let (mut sender, connection) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-                .await
-                .expect("an h2c handshake");
+        let (mut sender, connection) = h2c_handshake(gateway.addr).await;
         tokio::spawn(connection);
         // HTTP/2 answers 431, or resets the stream: either way nothing is served.
         if let Ok(response) = bounded("an h2 answer", sender.send_request(request)).await {

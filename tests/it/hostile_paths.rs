@@ -9,20 +9,14 @@
 //! through the built chain to the real upstream: whatever is forwarded is
 //! the path request info resolved.
 
-mod common;
-#[path = "common/wasm.rs"]
-mod wasm_common;
-
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::support::*;
 use bytes::Bytes;
-use common::*;
 use futures_util::future::BoxFuture;
 use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
-use wasm_common::*;
 use wasmgate::body::{Request, Response};
 use wasmgate::handler::{Handler, SharedHandler};
 use wasmgate::request_info::RequestInfo;
@@ -192,13 +186,7 @@ async fn get_http1(gateway: &TestGateway, target: &str, token: Option<&str>) -> 
 }
 
 async fn get_http2(gateway: &TestGateway, target: &str, token: Option<&str>) -> Reply {
-    let stream = bounded("a connection", tokio::net::TcpStream::connect(gateway.addr))
-        .await
-        .expect("connect");
-    let (mut sender, connection) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-            .await
-            .expect("an HTTP/2 handshake");
+    let (mut sender, connection) = h2c_handshake(gateway.addr).await;
     tokio::spawn(connection);
     let uri: http::Uri = format!("http://{}{target}", gateway.addr)
         .parse()

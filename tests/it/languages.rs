@@ -16,17 +16,12 @@
 //! second start compiled nothing (the disk cache served them); the times are
 //! printed, not asserted.
 
-mod common;
-#[path = "common/wasm.rs"]
-mod wasm_common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use wasm_common::*;
 
 const ISOLATIONS: [&str; 2] = ["per-request", "pooled"];
 

@@ -6,14 +6,11 @@
 //! the shutdown delay sending their clients away (`Connection: close`,
 //! GOAWAY).
 
-mod common;
-
 use std::time::Duration;
 
+use crate::support::*;
 use bytes::Bytes;
-use common::*;
 use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::AsyncWriteExt;
 
 const EXIT_BOUND: Duration = Duration::from_secs(20);
@@ -29,7 +26,7 @@ fn write_manifest(dir: &tempfile::TempDir, manifest: &str) -> std::path::PathBuf
 async fn wait_until_serving(gateway: &GatewayProcess) {
     let answer = get(&http_client(), &gateway.url("/healthz")).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
-    gateway.wait_for_signal_handlers();
+    gateway.wait_for_signal_handlers(&[libc::SIGTERM, libc::SIGINT]);
 }
 
 async fn wait_until_refused(gateway: &GatewayProcess) {
@@ -396,13 +393,7 @@ async fn responses_during_the_shutdown_delay_send_their_clients_away() {
         .await
         .expect("connect");
     assert!(!static_on(&mut h1).await.contains("connection: close"));
-    let stream = bounded("a connection", tokio::net::TcpStream::connect(addr))
-        .await
-        .expect("connect");
-    let (mut h2, connection) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-            .await
-            .expect("an HTTP/2 handshake");
+    let (mut h2, connection) = h2c_handshake(addr).await;
     let h2_connection = tokio::spawn(connection);
     static_over_h2(&mut h2, addr).await;
 

@@ -3,37 +3,10 @@
 //! `?timeout=`, watches exempt), header size (431), malformed HTTP (400) and
 //! the idle timeout of keep-alive connections.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
-
-fn manifest(upstream: &Upstream, limits: &str) -> String {
-    let up = upstream.url();
-    plaintext(&format!(
-        r#"
-[limits]
-{limits}
-
-[[servers]]
-name = "limits"
-
-[[servers.routes]]
-prefix = "/up/"
-upstream = "{up}"
-
-[[servers.routes]]
-api = "/apis/g.example.io/v1"
-upstream = "{up}"
-
-[[servers.routes]]
-path = "/static"
-static = {{ body = "static" }}
-"#
-    ))
-}
 
 const TOO_MANY: &str = "Too many requests, please try again later.\n";
 
@@ -69,8 +42,11 @@ async fn finish(response: reqwest::Response) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutating_requests_over_the_limit_get_429() {
     let upstream = Upstream::start().await;
-    let gateway =
-        TestGateway::start(&manifest(&upstream, "max_mutating_requests_in_flight = 1")).await;
+    let gateway = TestGateway::start(&limits_manifest(
+        &upstream,
+        "max_mutating_requests_in_flight = 1",
+    ))
+    .await;
     let client = http_client();
     let held = hold(client.post(gateway.url("/up/first")).body("x")).await;
 
@@ -96,7 +72,8 @@ async fn mutating_requests_over_the_limit_get_429() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_requests_over_the_limit_get_429_but_watches_are_not_counted() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(&upstream, "max_requests_in_flight = 1")).await;
+    let gateway =
+        TestGateway::start(&limits_manifest(&upstream, "max_requests_in_flight = 1")).await;
     let client = http_client();
 
     // A long-running watch does not take the one slot.
@@ -134,7 +111,8 @@ async fn read_only_requests_over_the_limit_get_429_but_watches_are_not_counted()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_past_the_request_timeout_is_a_504() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(&upstream, "request_timeout = \"300ms\"")).await;
+    let gateway =
+        TestGateway::start(&limits_manifest(&upstream, "request_timeout = \"300ms\"")).await;
     let client = http_client();
     let answer = send(client.get(gateway.url("/up/slow")).header(MODE, "hang")).await;
     answer.assert_status(504, "Timeout");
@@ -152,7 +130,8 @@ async fn a_request_past_the_request_timeout_is_a_504() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_clients_shorter_timeout_wins() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(&upstream, "request_timeout = \"60s\"")).await;
+    let gateway =
+        TestGateway::start(&limits_manifest(&upstream, "request_timeout = \"60s\"")).await;
     let client = http_client();
     let answer = send(
         client
@@ -192,7 +171,8 @@ async fn the_clients_shorter_timeout_wins() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_are_not_timed_out() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(&upstream, "request_timeout = \"300ms\"")).await;
+    let gateway =
+        TestGateway::start(&limits_manifest(&upstream, "request_timeout = \"300ms\"")).await;
     let client = http_client();
     let watch = send(
         client
@@ -229,7 +209,8 @@ async fn watches_are_not_timed_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headers_over_max_header_bytes_get_431() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(&upstream, "max_header_bytes = \"16KiB\"")).await;
+    let gateway =
+        TestGateway::start(&limits_manifest(&upstream, "max_header_bytes = \"16KiB\"")).await;
     let big = "x".repeat(20 * 1024);
     let request = format!(
         "GET /static HTTP/1.1\r\nHost: gateway\r\nX-Big: {big}\r\nConnection: close\r\n\r\n"
@@ -266,7 +247,8 @@ async fn headers_over_max_header_bytes_get_431() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_max_header_bytes_is_enforced_exactly() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(&upstream, "max_header_bytes = \"4KiB\"")).await;
+    let gateway =
+        TestGateway::start(&limits_manifest(&upstream, "max_header_bytes = \"4KiB\"")).await;
     for (size, expected) in [(6 * 1024, "HTTP/1.1 431 "), (3 * 1024, "HTTP/1.1 200 ")] {
         let value = "x".repeat(size);
         let request = format!(
@@ -294,7 +276,7 @@ async fn a_small_max_header_bytes_is_enforced_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_http_gets_400_and_the_server_goes_on() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(&upstream, "")).await;
+    let gateway = TestGateway::start(&limits_manifest(&upstream, "")).await;
     for garbage in [
         &b"GARBAGE\r\n\r\n"[..],
         b"GET /static HTTP/1.1\r\nHost: a\r\nBad Header Line\r\n\r\n",
@@ -319,7 +301,7 @@ async fn malformed_http_gets_400_and_the_server_goes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_keep_alive_connection_is_closed() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(&upstream, "idle_timeout = \"300ms\"")).await;
+    let gateway = TestGateway::start(&limits_manifest(&upstream, "idle_timeout = \"300ms\"")).await;
     let mut stream = tokio::net::TcpStream::connect(gateway.addr)
         .await
         .expect("connect");
@@ -340,7 +322,7 @@ async fn an_idle_keep_alive_connection_is_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_idle_timeout_counts_from_the_last_request() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(&upstream, "idle_timeout = \"300ms\"")).await;
+    let gateway = TestGateway::start(&limits_manifest(&upstream, "idle_timeout = \"300ms\"")).await;
     let mut stream = tokio::net::TcpStream::connect(gateway.addr)
         .await
         .expect("connect");
@@ -363,7 +345,7 @@ async fn the_idle_timeout_counts_from_the_last_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_connection_is_not_idle() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(&upstream, "idle_timeout = \"300ms\"")).await;
+    let gateway = TestGateway::start(&limits_manifest(&upstream, "idle_timeout = \"300ms\"")).await;
     // A response that takes longer than the idle timeout is not cut off.
     let answer = send(
         http_client()
@@ -378,7 +360,11 @@ async fn a_busy_connection_is_not_idle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_head_that_never_ends_is_cut_off() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(&upstream, "read_header_timeout = \"300ms\"")).await;
+    let gateway = TestGateway::start(&limits_manifest(
+        &upstream,
+        "read_header_timeout = \"300ms\"",
+    ))
+    .await;
     let mut stream = tokio::net::TcpStream::connect(gateway.addr)
         .await
         .expect("connect");

@@ -3,9 +3,7 @@
 //! connection, each answered with a well-formed HTTP response that is not a
 //! server error, and the gateway still serving after every one.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 
 fn manifest(upstream: &Upstream) -> String {
     let up = upstream.url();
@@ -171,7 +169,7 @@ async fn odd_requests_get_well_formed_answers_and_the_gateway_goes_on() {
         for extra in ["", extra_headers[index % extra_headers.len()]] {
             let request =
                 format!("{request_line}\r\nHost: gateway\r\n{extra}Connection: close\r\n\r\n");
-            let raw = raw_exchange_bytes(gateway.addr, request.as_bytes()).await;
+            let raw = answer_of(gateway.addr, request.as_bytes()).await;
             let wire = parse_response(&raw, &request);
             assert!(
                 wire.status < 500,
@@ -204,7 +202,7 @@ async fn odd_requests_get_well_formed_answers_and_the_gateway_goes_on() {
     ];
     for request in &odd {
         let shown = String::from_utf8_lossy(request).into_owned();
-        let raw = raw_exchange_bytes(gateway.addr, request).await;
+        let raw = answer_of(gateway.addr, request).await;
         let wire = parse_response(&raw, &shown);
         assert!(
             wire.status < 500,
@@ -221,21 +219,10 @@ async fn odd_requests_get_well_formed_answers_and_the_gateway_goes_on() {
     );
 }
 
-/// Like [`raw_exchange`], keeping the bytes.
-async fn raw_exchange_bytes(addr: std::net::SocketAddr, request: &[u8]) -> Vec<u8> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = bounded("a connection", tokio::net::TcpStream::connect(addr))
-        .await
-        .expect("connect");
-    stream.write_all(request).await.expect("write the request");
-    let mut received = Vec::new();
-    let mut buffer = [0u8; 16 * 1024];
-    loop {
-        match bounded("the server to answer and close", stream.read(&mut buffer)).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => received.extend_from_slice(&buffer[..n]),
-        }
-    }
+/// The bytes the gateway answered `request` with, of which there must be
+/// some.
+async fn answer_of(addr: std::net::SocketAddr, request: &[u8]) -> Vec<u8> {
+    let received = raw_exchange_bytes(addr, request).await;
     assert!(
         !received.is_empty(),
         "{:?}: no answer at all",

@@ -2,7 +2,7 @@
 //! and the Status encoder take any input without panicking, and what they
 //! produce keeps its invariants. Case counts are fixed and bounded, so a run
 //! takes seconds; `PROPTEST_CASES=N` runs more. A failing case proptest
-//! finds is written to `tests/properties.proptest-regressions` (committed)
+//! finds is written to `tests/proptest-regressions/properties.txt` (committed)
 //! and replayed first on every run; a crash found is also kept below as a
 //! named regression test.
 
@@ -12,7 +12,6 @@ use futures_util::FutureExt;
 use http::{Method, StatusCode};
 use http_body_util::BodyExt;
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use wasmgate::config::{self, ConfigError, Location};
 use wasmgate::request_info::{RequestInfo, RequestInfoFactory};
 use wasmgate::status::{GatewayError, Status};
@@ -25,9 +24,6 @@ fn config(cases: u32) -> ProptestConfig {
         .unwrap_or(cases);
     ProptestConfig {
         cases,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
-            "proptest-regressions",
-        ))),
         ..ProptestConfig::default()
     }
 }

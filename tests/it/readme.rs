@@ -5,14 +5,10 @@
 //! must get that code, so the README cannot drift from what the gateway
 //! answers.
 
-mod common;
-#[path = "common/wasm.rs"]
-mod wasm_common;
-
 use std::path::Path;
 use std::process::Stdio;
 
-use common::*;
+use crate::support::*;
 
 const CURL: &str = "/usr/bin/curl";
 
@@ -108,7 +104,7 @@ fn quickstart_in(dir: &Path) -> String {
 
 #[tokio::test]
 async fn the_readme_walkthrough_answers_as_it_says() {
-    wasm_common::build_filters();
+    crate::support::build_filters();
     let curl = require_program(CURL);
     let readme = std::fs::read_to_string(repo().join("README.md")).expect("read README.md");
     let (assignments, steps) = steps(&walkthrough(&readme));

@@ -8,17 +8,17 @@
 //! from the static headers table) or "B". The invalid versions would answer
 //! "C" if they were ever taken.
 
-mod common;
-#[path = "common/reload.rs"]
-mod reload_common;
+mod manifests;
+mod served;
 
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{BOUND, GatewayProcess, MODE, Upstream, bounded, eventually, h2c_client, http_client};
-use reload_common::*;
+use crate::support::*;
+use manifests::*;
+use served::*;
 use wasmgate::reload::ReloadOutcome;
 use wasmgate::wasm::WasmHost;
 
@@ -284,7 +284,7 @@ async fn back_to_back_edits_are_all_seen_by_the_watcher() {
 // ---------------------------------------------------------------------------
 
 fn slow_chain(upstream: &Upstream) -> String {
-    common::plaintext(&format!(
+    crate::support::plaintext(&format!(
         "[[servers]]\nname = \"main\"\n\n{}\n[[servers.routes]]\nprefix = \"/slow/\"\nupstream = \"{}\"\n",
         which_route("A"),
         upstream.url()
@@ -292,7 +292,7 @@ fn slow_chain(upstream: &Upstream) -> String {
 }
 
 fn slow_gone_chain() -> String {
-    common::plaintext(&format!(
+    crate::support::plaintext(&format!(
         "[[servers]]\nname = \"main\"\n\n{}\n[[servers.routes]]\nprefix = \"/slow/\"\nstatic = {{ body = \"B\", headers = {{ x-chain = \"B\" }} }}\n",
         which_route("B")
     ))
@@ -385,7 +385,7 @@ async fn a_slow_body_started_before_a_swap_arrives_whole() {
 
 /// An authenticator `component` with `config`, every request allowed.
 fn authn_chain(component: &std::path::Path, config: &str) -> String {
-    common::plaintext(&format!(
+    crate::support::plaintext(&format!(
         "[authentication]\nanonymous = true\n\n[[authentication.filters]]\nname = \"authn\"\ncomponent = \"{}\"\nconfig = {config}\n\n[authorization]\nalways_allow = true\n\n[[servers]]\nname = \"main\"\n\n{}",
         component.display(),
         which_route("A")
@@ -417,8 +417,8 @@ async fn status_with_token(gateway: &ReloadGateway, token: &str) -> u16 {
 /// the cache statistics move only because of it.
 #[tokio::test]
 async fn a_reload_compiles_only_a_changed_component() {
-    let token_authn = component("token-authn");
-    let x509_authn = component("x509-authn");
+    let token_authn = component_path("token-authn");
+    let x509_authn = component_path("x509-authn");
     let gateway = ReloadGateway::start(&token_chain(&token_authn, "t1", "alice")).await;
     let client = http_client();
     let base = gateway.url("");
@@ -514,7 +514,7 @@ async fn an_editor_style_atomic_rename_triggers_a_reload() {
 
 #[tokio::test]
 async fn a_symlink_swap_triggers_a_reload_and_so_does_editing_its_target() {
-    let dir = common::new_dir();
+    let dir = crate::support::new_dir();
     let (v1, v2) = (dir.path().join("v1.toml"), dir.path().join("v2.toml"));
     std::fs::write(&v1, chain("A")).expect("write v1");
     std::fs::write(&v2, chain("B")).expect("write v2");
@@ -540,7 +540,7 @@ async fn a_symlink_swap_triggers_a_reload_and_so_does_editing_its_target() {
 async fn a_configmap_style_data_swap_triggers_a_reload() {
     // The layout kubelet gives a ConfigMap volume:
     //   gw.toml -> ..data/gw.toml, ..data -> ..v1, ..v1/gw.toml
-    let dir = common::new_dir();
+    let dir = crate::support::new_dir();
     let root = dir.path().to_path_buf();
     std::fs::create_dir(root.join("..v1")).expect("create ..v1");
     std::fs::write(root.join("..v1/gw.toml"), chain("A")).expect("write ..v1/gw.toml");
@@ -616,14 +616,14 @@ async fn anonymous_hammer(url: String, stop: Arc<AtomicBool>) -> Vec<String> {
 /// request is ever let through, on the real binary.
 #[tokio::test]
 async fn a_manifest_written_in_two_pieces_is_never_loaded_half_written() {
-    let dir = common::new_dir();
+    let dir = crate::support::new_dir();
     let path = dir.path().join("gateway.toml");
     std::fs::write(&path, token_protected("A")).expect("write the manifest");
     let gateway = GatewayProcess::spawn(&path);
     let (url, base) = (gateway.url("/which"), gateway.url(""));
     let client = http_client();
     let with_token = |client: &reqwest::Client| client.get(&url).bearer_auth("t1");
-    assert_eq!(common::send(with_token(&client)).await.body, "A");
+    assert_eq!(crate::support::send(with_token(&client)).await.body, "A");
 
     let stop = Arc::new(AtomicBool::new(false));
     let hammers: Vec<_> = (0..2)
@@ -637,7 +637,7 @@ async fn a_manifest_written_in_two_pieces_is_never_loaded_half_written() {
     );
     write_in_two_pieces(&path, first, rest, Duration::from_millis(200)).await;
     eventually("chain B to be served to the token", || async {
-        let answer = common::send(with_token(&client)).await;
+        let answer = crate::support::send(with_token(&client)).await;
         (answer.body == "B").then_some(())
     })
     .await;
@@ -658,7 +658,7 @@ async fn a_manifest_written_in_two_pieces_is_never_loaded_half_written() {
         let_through.len(),
         &let_through[..let_through.len().min(5)]
     );
-    let text = common::send(client.get(format!("{base}/metrics")).bearer_auth("t1"))
+    let text = crate::support::send(client.get(format!("{base}/metrics")).bearer_auth("t1"))
         .await
         .body;
     assert_eq!(
@@ -667,7 +667,7 @@ async fn a_manifest_written_in_two_pieces_is_never_loaded_half_written() {
         "one reload, of the whole manifest:\n{text}"
     );
     assert!(
-        common::send(client.get(&url)).await.status == 401,
+        crate::support::send(client.get(&url)).await.status == 401,
         "anonymous requests are still refused"
     );
     drop(gateway);
@@ -679,11 +679,11 @@ async fn a_manifest_written_in_two_pieces_is_never_loaded_half_written() {
 
 #[tokio::test]
 async fn sighup_and_debug_reload_reload_the_running_binary() {
-    let dir = common::new_dir();
+    let dir = crate::support::new_dir();
     let path = dir.path().join("gateway.toml");
     std::fs::write(&path, chain("A")).expect("write the manifest");
     let gateway = GatewayProcess::spawn(&path);
-    wait_for_sighup_handler(&gateway);
+    gateway.wait_for_signal_handlers(&[libc::SIGHUP]);
     let client = http_client();
     let url = gateway.url("/which");
     let base = gateway.url("");
@@ -715,7 +715,7 @@ async fn sighup_and_debug_reload_reload_the_running_binary() {
 
     // POST /debug/reload after a good edit: a Success Status, chain A at once.
     write_atomically(&path, &chain("A"));
-    let answer = common::send(client.post(gateway.url("/debug/reload"))).await;
+    let answer = crate::support::send(client.post(gateway.url("/debug/reload"))).await;
     assert_eq!(answer.status, 200, "body: {}", answer.body);
     let status = answer.json();
     assert_eq!(status["kind"], "Status", "body: {}", answer.body);
@@ -731,7 +731,7 @@ async fn sighup_and_debug_reload_reload_the_running_binary() {
 
     // After a bad edit: 422 Invalid listing the problem; chain A stays.
     write_atomically(&path, &bad_upstream());
-    let answer = common::send(client.post(gateway.url("/debug/reload"))).await;
+    let answer = crate::support::send(client.post(gateway.url("/debug/reload"))).await;
     let status = answer.assert_status(422, "Invalid");
     let message = status["message"].as_str().unwrap_or_default();
     assert!(
@@ -747,7 +747,7 @@ async fn sighup_and_debug_reload_reload_the_running_binary() {
     );
 
     // GET is not a reload.
-    let answer = common::get(&client, &gateway.url("/debug/reload")).await;
+    let answer = crate::support::get(&client, &gateway.url("/debug/reload")).await;
     answer.assert_status(405, "MethodNotAllowed");
     drop(gateway);
 }
@@ -817,7 +817,7 @@ fn tls_chain(which: &str) -> String {
 async fn a_changed_transport_needs_a_restart_and_is_not_applied() {
     // Plaintext at start, TLS in the new manifest.
     let gateway = ReloadGateway::start(&chain("A")).await;
-    common::write_server_pki(gateway.dir.path());
+    crate::support::write_server_pki(gateway.dir.path());
     write_atomically(&gateway.path, &tls_chain("B"));
     let (_, restart_required) = gateway.swapped().await;
     assert!(
@@ -834,13 +834,13 @@ async fn a_changed_transport_needs_a_restart_and_is_not_applied() {
     gateway.shutdown().await;
 
     // TLS at start, plaintext in the new manifest.
-    let dir = common::new_dir();
-    let ca = common::write_server_pki(dir.path());
+    let dir = crate::support::new_dir();
+    let ca = crate::support::write_server_pki(dir.path());
     let path = dir.path().join("gateway.toml");
     std::fs::write(&path, tls_chain("A")).expect("write the manifest");
     let gateway = ReloadGateway::start_from(dir, path).await;
     let https = format!("https://localhost:{}/which", gateway.addr.port());
-    let client = common::tls_client(&ca.cert_pem);
+    let client = crate::support::tls_client(&ca.cert_pem);
     assert!(served(&client, &https).await.is("A"));
     write_atomically(&gateway.path, &chain("B"));
     let (_, restart_required) = gateway.swapped().await;
@@ -917,7 +917,7 @@ async fn check_gives_the_verdict_a_reload_gives() {
 async fn debug_reload_on_an_in_process_gateway_reports_a_refusal_as_invalid() {
     let gateway = ReloadGateway::start(&chain("A")).await;
     write_atomically(&gateway.path, &broken_toml());
-    let answer = common::send(http_client().post(gateway.url("/debug/reload"))).await;
+    let answer = crate::support::send(http_client().post(gateway.url("/debug/reload"))).await;
     let status = answer.assert_status(422, "Invalid");
     assert!(
         status["message"]

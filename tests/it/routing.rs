@@ -2,9 +2,7 @@
 //! not-found end, kube's API-root rule, exact before prefix, longest prefix
 //! first, and the discovery documents built from every server's API roots.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use serde_json::json;
 
 /// Two delegating servers; the first fronts an upstream for one API root.

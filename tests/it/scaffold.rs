@@ -13,12 +13,10 @@
 //! crate (which `filters/build.sh` records in the copy's `Cargo.lock`) and a
 //! C filter.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{binary, new_dir};
+use crate::support::{binary, new_dir};
 use serde_json::Value;
 
 const KINDS: [&str; 4] = ["authenticator", "authorizer", "admission", "auditor"];

@@ -2,50 +2,9 @@
 //! real binary: an expired certificate kept in `cert_dir` is replaced at
 //! start by one valid a year, and the new one is what the listener serves.
 
-mod common;
-
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use common::{GatewayProcess, get, new_dir, tls_client};
-
-const DAY: i64 = 86_400;
-
-fn unix_now() -> i64 {
-    let seconds = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("after 1970")
-        .as_secs();
-    i64::try_from(seconds).expect("seconds fit an i64")
-}
-
-/// A certificate for 127.0.0.1 that expired yesterday, and its key.
-fn expired_certificate() -> (String, String) {
-    let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).expect("params");
-    params.not_before =
-        time::OffsetDateTime::from_unix_timestamp(unix_now() - 366 * DAY).expect("a date");
-    params.not_after = time::OffsetDateTime::from_unix_timestamp(unix_now() - DAY).expect("a date");
-    let key = rcgen::KeyPair::generate().expect("a key");
-    let cert = params.self_signed(&key).expect("a certificate");
-    (cert.pem(), key.serialize_pem())
-}
-
-/// Validity (not before, not after) and subject CN of a PEM certificate.
-fn validity_and_name(pem: &str) -> (i64, i64, String) {
-    let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).expect("PEM");
-    let cert = pem.parse_x509().expect("an X.509 certificate");
-    let name = cert
-        .subject()
-        .iter_common_name()
-        .next()
-        .and_then(|cn| cn.as_str().ok())
-        .expect("a CN")
-        .to_owned();
-    (
-        cert.validity().not_before.timestamp(),
-        cert.validity().not_after.timestamp(),
-        name,
-    )
-}
+use crate::support::{
+    DAY, GatewayProcess, expired_certificate, get, new_dir, tls_client, unix_now, validity_and_name,
+};
 
 #[tokio::test]
 async fn an_expired_certificate_in_cert_dir_is_replaced_at_start_and_served() {

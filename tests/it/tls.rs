@@ -2,11 +2,9 @@
 //! certificates from a test CA, optional client certificates (mTLS),
 //! HTTP/2 by ALPN, HTTP/1.1, and h2c with prior knowledge on plaintext.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use crate::support::*;
 use futures_util::future::BoxFuture;
 use wasmgate::body::{Body, Request, Response};
 use wasmgate::context::ConnectionInfo;

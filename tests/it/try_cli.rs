@@ -4,17 +4,12 @@
 //! the answer the chain gave itself. Run as the real binary, with the real
 //! components.
 
-mod common;
-#[path = "common/wasm.rs"]
-mod wasm_common;
-
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 
-use common::*;
+use crate::support::*;
 use serde_json::{Value, json};
-use wasm_common::*;
 
 /// `wasmgate try --config <manifest> <args>`, bounded; its exit status,
 /// standard output and standard error.

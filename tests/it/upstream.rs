@@ -3,10 +3,8 @@
 //! both ways; an upstream that is down (503), too slow (504), or https
 //! (verified with the route's `ca`); request bodies over the limit (413).
 
-mod common;
-
+use crate::support::*;
 use bytes::Bytes;
-use common::*;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -87,7 +85,7 @@ async fn request_headers_are_forwarded_without_hop_by_hop_ones() {
         headers["x-forwarded-for"],
         serde_json::json!(["127.0.0.1"]),
         "the peer is no trusted proxy: its X-Forwarded-For is not believed \
-         (tests/hostile_headers.rs covers a trusted one's, appended to)"
+         (tests/it/hostile_headers.rs covers a trusted one's, appended to)"
     );
     assert_eq!(headers["x-forwarded-proto"], serde_json::json!(["http"]));
     assert_eq!(

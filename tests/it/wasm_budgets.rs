@@ -6,18 +6,13 @@
 //!
 //! No timing assertions beyond generous upper bounds for "did not hang".
 
-mod common;
-#[path = "common/wasm.rs"]
-mod wasm_common;
-
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 use sha2::{Digest, Sha256};
-use wasm_common::*;
 
 /// Tokens, then fault-authz with `settings` for paths under `/fault/` only,
 /// then RBAC (which allows `/open/*` and `/fault/*` to everyone).

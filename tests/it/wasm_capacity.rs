@@ -8,14 +8,9 @@
 //!
 //! No timing assertions beyond generous upper bounds for "did not hang".
 
-mod common;
-#[path = "common/wasm.rs"]
-mod wasm_common;
-
 use std::path::Path;
 
-use common::*;
-use wasm_common::*;
+use crate::support::*;
 
 /// A fail-closed `fault-authn` authenticator named `name` (it does what
 /// the request's `x-fault` header says; with none it has no opinion, and
