@@ -13,8 +13,9 @@
 
 use std::path::PathBuf;
 
-use crate::support::*;
 use serde_json::{Value, json};
+
+use crate::support::*;
 
 /// The policy of these tests, first match wins.
 const POLICY: &str = r#"

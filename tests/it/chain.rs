@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
-use crate::support::*;
 use futures_util::future::BoxFuture;
 use wasmgate::body::{Body, Request, Response};
 use wasmgate::handler::{Handler, SharedHandler};
+
+use crate::support::*;
 
 /// A centre that panics on `/panic` (inside its future) and `/panic-now`
 /// (in `call` itself), and otherwise hands over to the servers.

@@ -4,7 +4,7 @@
 //! manifests must exit non-zero with every problem on stderr; manifests
 //! named `valid*` must exit 0 with the summary on stdout.
 //!
-//! `WASMGATE_BLESS=1 cargo test --test check` rewrites the `.expected` files
+//! `WASMGATE_BLESS=1 cargo test --test it check::` rewrites the `.expected` files
 //! from the current output (review the diff before committing).
 
 use std::path::{Path, PathBuf};

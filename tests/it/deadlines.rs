@@ -9,11 +9,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::*;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use crate::support::*;
 
 /// What the upstream's `large` answer sends: far more than the socket
 /// buffers on both sides hold.
@@ -191,9 +190,7 @@ async fn a_slowloris_client_is_cut_at_the_read_header_timeout() {
         "read_header_timeout = \"500ms\"\nidle_timeout = \"30s\"",
     ))
     .await;
-    let mut stream = bounded("a connection", TcpStream::connect(gateway.addr))
-        .await
-        .expect("connect");
+    let mut stream = connect(gateway.addr).await;
     assert_cut_at_the_header_deadline(dribble(&mut stream, &endless_head(), PAUSE).await);
     assert_eq!(
         get(&http_client(), &gateway.url("/static")).await.body,
@@ -210,16 +207,8 @@ async fn a_slowloris_head_after_a_keep_alive_pause_is_cut_at_the_read_header_tim
         "read_header_timeout = \"500ms\"\nidle_timeout = \"30s\"",
     ))
     .await;
-    let mut stream = bounded("a connection", TcpStream::connect(gateway.addr))
-        .await
-        .expect("connect");
-    stream
-        .write_all(b"GET /static HTTP/1.1\r\nHost: gateway\r\n\r\n")
-        .await
-        .expect("write");
-    let (head, body) = read_one_response(&mut stream).await;
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert_eq!(body, "static");
+    let mut stream = connect(gateway.addr).await;
+    get_static_on(&mut stream).await;
     // Idle for twice the header timeout: the idle timeout governs that.
     tokio::time::sleep(Duration::from_millis(1000)).await;
     // The next head's deadline runs from its first byte.
@@ -234,22 +223,11 @@ async fn an_idle_http1_keep_alive_connection_lives_until_the_idle_timeout() {
         "read_header_timeout = \"300ms\"\nidle_timeout = \"1500ms\"",
     ))
     .await;
-    let mut stream = bounded("a connection", TcpStream::connect(gateway.addr))
-        .await
-        .expect("connect");
-    let get_static = async |stream: &mut TcpStream| {
-        stream
-            .write_all(b"GET /static HTTP/1.1\r\nHost: gateway\r\n\r\n")
-            .await
-            .expect("the connection is open");
-        let (head, body) = read_one_response(stream).await;
-        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-        assert_eq!(body, "static");
-    };
-    get_static(&mut stream).await;
+    let mut stream = connect(gateway.addr).await;
+    get_static_on(&mut stream).await;
     // Three header timeouts of silence: the connection is still there.
     tokio::time::sleep(Duration::from_millis(900)).await;
-    get_static(&mut stream).await;
+    get_static_on(&mut stream).await;
     let last_response = Instant::now();
     let rest = read_to_close(&mut stream).await;
     let idle = last_response.elapsed();
@@ -274,24 +252,9 @@ async fn an_idle_http2_connection_lives_until_the_idle_timeout() {
         let result = connection.await;
         let _ = closed_tx.send((Instant::now(), result.is_ok()));
     });
-    let url = format!("http://{}/static", gateway.addr);
-    let mut get_static = async || {
-        let request = http::Request::get(&url)
-            .body(Empty::<Bytes>::new())
-            .expect("a request");
-        let response = bounded("a response", sender.send_request(request))
-            .await
-            .expect("the connection is open");
-        assert_eq!(response.status(), 200);
-        let body = bounded("a body", response.into_body().collect())
-            .await
-            .expect("a body")
-            .to_bytes();
-        assert_eq!(&body[..], b"static");
-    };
-    get_static().await;
+    get_static_over_h2(&mut sender, gateway.addr).await;
     tokio::time::sleep(Duration::from_millis(900)).await;
-    get_static().await;
+    get_static_over_h2(&mut sender, gateway.addr).await;
     let last_response = Instant::now();
     let (closed_at, clean) = bounded("the server to close the connection", closed_rx)
         .await

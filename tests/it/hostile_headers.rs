@@ -14,10 +14,11 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use crate::support::*;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use serde_json::{Value, json};
+
+use crate::support::*;
 
 /// A plaintext gateway sending everything to `upstream`, with `listen`
 /// lines added to `[listen]` and `rest` after it.

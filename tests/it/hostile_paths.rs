@@ -12,7 +12,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::support::*;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http_body_util::{BodyExt, Empty};
@@ -20,6 +19,8 @@ use serde_json::{Value, json};
 use wasmgate::body::{Request, Response};
 use wasmgate::handler::{Handler, SharedHandler};
 use wasmgate::request_info::RequestInfo;
+
+use crate::support::*;
 
 const WIDGETS_DEFAULT: &str = "/apis/demo.example.io/v1/namespaces/default/widgets";
 const WIDGETS_KUBE_SYSTEM: &str = "/apis/demo.example.io/v1/namespaces/kube-system/widgets";

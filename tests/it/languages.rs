@@ -19,9 +19,10 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::*;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+
+use crate::support::*;
 
 const ISOLATIONS: [&str; 2] = ["per-request", "pooled"];
 

@@ -9,9 +9,6 @@
 use std::time::Duration;
 
 use crate::support::*;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use tokio::io::AsyncWriteExt;
 
 const EXIT_BOUND: Duration = Duration::from_secs(20);
 
@@ -348,38 +345,6 @@ async fn a_failed_post_start_hook_keeps_readyz_failing() {
     );
 }
 
-/// One `GET /static` on a kept-alive HTTP/1.1 connection; returns the
-/// response's head.
-async fn static_on(stream: &mut tokio::net::TcpStream) -> String {
-    stream
-        .write_all(b"GET /static HTTP/1.1\r\nHost: gateway\r\n\r\n")
-        .await
-        .expect("the connection is open");
-    let (head, body) = read_one_response(stream).await;
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert_eq!(body, "static");
-    head.to_ascii_lowercase()
-}
-
-/// One `GET /static` on an HTTP/2 connection.
-async fn static_over_h2(
-    sender: &mut hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
-    addr: std::net::SocketAddr,
-) {
-    let request = http::Request::get(format!("http://{addr}/static"))
-        .body(Empty::new())
-        .expect("a request");
-    let response = bounded("a response", sender.send_request(request))
-        .await
-        .expect("the connection is open");
-    assert_eq!(response.status(), 200);
-    let body = bounded("a body", response.into_body().collect())
-        .await
-        .expect("a body")
-        .to_bytes();
-    assert_eq!(&body[..], b"static");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn responses_during_the_shutdown_delay_send_their_clients_away() {
     let manifest = plaintext(
@@ -389,13 +354,11 @@ async fn responses_during_the_shutdown_delay_send_their_clients_away() {
     let mut gateway = TestGateway::start(&manifest).await;
     let addr = gateway.addr;
     // Connections opened while serving normally: kept alive.
-    let mut h1 = bounded("a connection", tokio::net::TcpStream::connect(addr))
-        .await
-        .expect("connect");
-    assert!(!static_on(&mut h1).await.contains("connection: close"));
+    let mut h1 = connect(addr).await;
+    assert!(!get_static_on(&mut h1).await.contains("connection: close"));
     let (mut h2, connection) = h2c_handshake(addr).await;
     let h2_connection = tokio::spawn(connection);
-    static_over_h2(&mut h2, addr).await;
+    get_static_over_h2(&mut h2, addr).await;
 
     let shutdown = gateway.begin_shutdown();
     let readyz = gateway.url("/readyz");
@@ -410,11 +373,11 @@ async fn responses_during_the_shutdown_delay_send_their_clients_away() {
         .await
         .expect("the listener is open during the delay");
     for stream in [&mut h1, &mut fresh] {
-        let head = static_on(stream).await;
+        let head = get_static_on(stream).await;
         assert!(head.contains("connection: close"), "{head}");
         assert_eq!(read_to_close(stream).await, "", "then the server closes it");
     }
-    static_over_h2(&mut h2, addr).await;
+    get_static_over_h2(&mut h2, addr).await;
     let ended = bounded("the GOAWAY to end the HTTP/2 connection", h2_connection)
         .await
         .expect("the connection task");

@@ -3,10 +3,11 @@
 //! `?timeout=`, watches exempt), header size (431), malformed HTTP (400) and
 //! the idle timeout of keep-alive connections.
 
-use crate::support::*;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
+
+use crate::support::*;
 
 const TOO_MANY: &str = "Too many requests, please try again later.\n";
 
@@ -302,17 +303,9 @@ async fn malformed_http_gets_400_and_the_server_goes_on() {
 async fn an_idle_keep_alive_connection_is_closed() {
     let upstream = Upstream::start().await;
     let gateway = TestGateway::start(&limits_manifest(&upstream, "idle_timeout = \"300ms\"")).await;
-    let mut stream = tokio::net::TcpStream::connect(gateway.addr)
-        .await
-        .expect("connect");
+    let mut stream = connect(gateway.addr).await;
     for _ in 0..2 {
-        stream
-            .write_all(b"GET /static HTTP/1.1\r\nHost: gateway\r\n\r\n")
-            .await
-            .expect("write");
-        let (head, body) = read_one_response(&mut stream).await;
-        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-        assert_eq!(body, "static");
+        get_static_on(&mut stream).await;
     }
     // Then nothing: the server closes the connection (EOF, within the bound).
     let rest = read_to_close(&mut stream).await;
@@ -323,19 +316,11 @@ async fn an_idle_keep_alive_connection_is_closed() {
 async fn the_idle_timeout_counts_from_the_last_request() {
     let upstream = Upstream::start().await;
     let gateway = TestGateway::start(&limits_manifest(&upstream, "idle_timeout = \"300ms\"")).await;
-    let mut stream = tokio::net::TcpStream::connect(gateway.addr)
-        .await
-        .expect("connect");
+    let mut stream = connect(gateway.addr).await;
     // Six requests 150 ms apart: 900 ms on one connection, three idle
     // timeouts long, but never idle for one.
     for _ in 0..6 {
-        stream
-            .write_all(b"GET /static HTTP/1.1\r\nHost: gateway\r\n\r\n")
-            .await
-            .expect("the connection is still open");
-        let (head, body) = read_one_response(&mut stream).await;
-        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-        assert_eq!(body, "static");
+        get_static_on(&mut stream).await;
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     let rest = read_to_close(&mut stream).await;
@@ -365,9 +350,7 @@ async fn a_request_head_that_never_ends_is_cut_off() {
         "read_header_timeout = \"300ms\"",
     ))
     .await;
-    let mut stream = tokio::net::TcpStream::connect(gateway.addr)
-        .await
-        .expect("connect");
+    let mut stream = connect(gateway.addr).await;
     // Half a request head, then silence (a slowloris client).
     stream
         .write_all(b"GET /static HTTP/1.1\r\nHost: gate")

@@ -16,11 +16,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use wasmgate::reload::ReloadOutcome;
+use wasmgate::wasm::WasmHost;
+
 use crate::support::*;
 use manifests::*;
 use served::*;
-use wasmgate::reload::ReloadOutcome;
-use wasmgate::wasm::WasmHost;
 
 fn other(which: &str) -> &'static str {
     if which == "A" { "B" } else { "A" }

@@ -2,8 +2,9 @@
 //! not-found end, kube's API-root rule, exact before prefix, longest prefix
 //! first, and the discovery documents built from every server's API roots.
 
-use crate::support::*;
 use serde_json::json;
+
+use crate::support::*;
 
 /// Two delegating servers; the first fronts an upstream for one API root.
 fn manifest(upstream: &Upstream) -> String {

@@ -16,8 +16,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::support::{binary, new_dir};
 use serde_json::Value;
+
+use crate::support::{binary, new_dir};
 
 const KINDS: [&str; 4] = ["authenticator", "authorizer", "admission", "auditor"];
 

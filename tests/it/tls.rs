@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
-use crate::support::*;
 use futures_util::future::BoxFuture;
 use wasmgate::body::{Body, Request, Response};
 use wasmgate::context::ConnectionInfo;
 use wasmgate::handler::{Handler, SharedHandler};
+
+use crate::support::*;
 
 const SERVERS: &str = r#"
 [[servers]]

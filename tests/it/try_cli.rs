@@ -8,8 +8,9 @@ use std::io::Read;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 
-use crate::support::*;
 use serde_json::{Value, json};
+
+use crate::support::*;
 
 /// `wasmgate try --config <manifest> <args>`, bounded; its exit status,
 /// standard output and standard error.

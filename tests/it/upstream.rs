@@ -3,12 +3,13 @@
 //! both ways; an upstream that is down (503), too slow (504), or https
 //! (verified with the route's `ca`); request bodies over the limit (413).
 
-use crate::support::*;
 use bytes::Bytes;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+
+use crate::support::*;
 
 fn manifest(upstream: &Upstream, extra_routes: &str) -> String {
     let up = upstream.url();

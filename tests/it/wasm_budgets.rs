@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::support::*;
 use sha2::{Digest, Sha256};
+
+use crate::support::*;
 
 /// Tokens, then fault-authz with `settings` for paths under `/fault/` only,
 /// then RBAC (which allows `/open/*` and `/fault/*` to everyone).

@@ -19,9 +19,10 @@ mod impersonation;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::support::*;
 use base64ct::Encoding as _;
 use serde_json::{Value, json};
+
+use crate::support::*;
 
 /// A plaintext gateway made of these manifest pieces.
 async fn gateway(pieces: &[&str]) -> TestGateway {

@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{bounded, error_chain};
-
 use super::manifests::WATCH_BOUND;
+
+use crate::support::{bounded, error_chain};
 
 /// What `GET /which` answered: status, body, `x-chain` header.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use http_body_util::Empty;
+use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,12 +24,17 @@ pub async fn raw_exchange_bytes(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
     read_bytes_to_close(&mut stream).await
 }
 
+/// A new TCP connection to `addr`.
+pub async fn connect(addr: SocketAddr) -> TcpStream {
+    bounded("a connection", TcpStream::connect(addr))
+        .await
+        .expect("connect")
+}
+
 /// Writes `request` (whole, or the start of one) on a new connection and
 /// hands the connection back.
 pub async fn raw_request(addr: SocketAddr, request: &[u8]) -> TcpStream {
-    let mut stream = bounded("a connection", TcpStream::connect(addr))
-        .await
-        .expect("connect");
+    let mut stream = connect(addr).await;
     stream.write_all(request).await.expect("write the request");
     stream
 }
@@ -110,10 +115,37 @@ pub async fn h2c_handshake(
     http2::SendRequest<Empty<Bytes>>,
     http2::Connection<TokioIo<TcpStream>, Empty<Bytes>, TokioExecutor>,
 ) {
-    let stream = bounded("a connection", TcpStream::connect(addr))
-        .await
-        .expect("connect");
-    http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+    http2::handshake(TokioExecutor::new(), TokioIo::new(connect(addr).await))
         .await
         .expect("an h2c handshake")
+}
+
+/// One `GET /static` on a kept-alive HTTP/1.1 connection, answered `static`
+/// (the static route the tests' manifests have); returns the response's
+/// head, lowercased.
+pub async fn get_static_on(stream: &mut TcpStream) -> String {
+    stream
+        .write_all(b"GET /static HTTP/1.1\r\nHost: gateway\r\n\r\n")
+        .await
+        .expect("the connection is open");
+    let (head, body) = read_one_response(stream).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, "static");
+    head.to_ascii_lowercase()
+}
+
+/// One `GET /static` on an HTTP/2 connection to `addr`, answered `static`.
+pub async fn get_static_over_h2(sender: &mut http2::SendRequest<Empty<Bytes>>, addr: SocketAddr) {
+    let request = http::Request::get(format!("http://{addr}/static"))
+        .body(Empty::new())
+        .expect("a request");
+    let response = bounded("a response", sender.send_request(request))
+        .await
+        .expect("the connection is open");
+    assert_eq!(response.status(), 200);
+    let body = bounded("a body", response.into_body().collect())
+        .await
+        .expect("a body")
+        .to_bytes();
+    assert_eq!(&body[..], b"static");
 }
