@@ -90,20 +90,8 @@ escaped_slashes = "keep"
     let manifest = plaintext(
         &[
             "[authentication]\nanonymous = true\n".to_owned(),
-            filter(
-                "authentication.filters",
-                "tokens",
-                "token-authn",
-                Some(tokens_config()),
-                "",
-            ),
-            filter(
-                "authorization.filters",
-                "rbac",
-                "rbac-authz",
-                Some(rbac_config()),
-                "",
-            ),
+            tokens_with(tokens_config()),
+            rbac_with(rbac_config()),
             "\n[audit]\nmode = \"blocking\"\n\n[[audit.policy]]\nlevel = \"Metadata\"\n".to_owned(),
             filter(
                 "audit.filters",

@@ -513,13 +513,7 @@ async fn a_raised_or_thrown_exception_is_served_as_a_filter_error_and_an_engine_
             None,
             &format!("{pooled}match = {{ path_prefixes = [\"/fault/\"] }}\n"),
         ),
-        &filter(
-            "authorization.filters",
-            "rbac",
-            "rbac-authz",
-            Some(rbac_config),
-            "",
-        ),
+        &rbac_with(rbac_config),
         &routes(&upstream.url()),
     ])
     .await;

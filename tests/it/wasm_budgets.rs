@@ -353,13 +353,7 @@ async fn each_outcome_is_counted_in_the_metrics() {
         None,
         "timeout = \"100ms\"\nmemory = \"8MiB\"\nmatch = { path_prefixes = [\"/fault/\"] }\n",
     );
-    let rbac = filter(
-        "authorization.filters",
-        "rbac",
-        "rbac-authz",
-        Some(rbac_config),
-        "",
-    );
+    let rbac = rbac_with(rbac_config);
     let gateway =
         TestGateway::start(&plaintext(&[probe, rbac, routes(&upstream.url())].concat())).await;
     let client = http_client();

@@ -121,13 +121,18 @@ pub fn tokens_config() -> Value {
     ]})
 }
 
-/// A token-authn authenticator named `tokens`.
+/// A token-authn authenticator named `tokens`, with [`tokens_config`].
 pub fn tokens() -> String {
+    tokens_with(tokens_config())
+}
+
+/// A token-authn authenticator named `tokens`, with these users.
+pub fn tokens_with(config: Value) -> String {
     filter(
         "authentication.filters",
         "tokens",
         "token-authn",
-        Some(tokens_config()),
+        Some(config),
         "",
     )
 }
@@ -157,11 +162,16 @@ pub fn rbac_config() -> Value {
 
 /// An rbac-authz authorizer named `rbac`, with [`rbac_config`].
 pub fn rbac() -> String {
+    rbac_with(rbac_config())
+}
+
+/// An rbac-authz authorizer named `rbac`, with these roles and bindings.
+pub fn rbac_with(config: Value) -> String {
     filter(
         "authorization.filters",
         "rbac",
         "rbac-authz",
-        Some(rbac_config()),
+        Some(config),
         "",
     )
 }

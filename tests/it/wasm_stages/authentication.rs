@@ -267,7 +267,7 @@ async fn x509_client_certificates_name_the_user_over_mtls() {
     let manifest = [
         "[listen]\naddress = \"127.0.0.1:0\"\n[listen.tls]\ncert = \"server.crt\"\nkey = \"server.key\"\nclient_ca = \"client-ca.crt\"\n",
         &filter("authentication.filters", "x509", "x509-authn", Some(json!({})), ""),
-        &filter("authorization.filters", "rbac", "rbac-authz", Some(rbac_config), ""),
+        &rbac_with(rbac_config),
         &routes(&upstream.url()),
     ]
     .concat();

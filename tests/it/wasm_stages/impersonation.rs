@@ -83,18 +83,7 @@ async fn impersonating_extras_and_service_accounts_is_authorized_per_attribute()
     );
     let bindings = config["bindings"].as_array_mut().expect("bindings");
     bindings.push(json!({"role": "impersonate-extras", "users": ["alice"]}));
-    let gateway = gateway(&[
-        &tokens(),
-        &filter(
-            "authorization.filters",
-            "rbac",
-            "rbac-authz",
-            Some(config),
-            "",
-        ),
-        &routes(&upstream.url()),
-    ])
-    .await;
+    let gateway = gateway(&[&tokens(), &rbac_with(config), &routes(&upstream.url())]).await;
     let client = http_client();
     let as_alice = |extra: &[(&str, &str)]| {
         with_headers(
