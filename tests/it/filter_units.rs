@@ -4,8 +4,14 @@
 
 use std::process::Command;
 
+use crate::support::build_filters;
+
 #[test]
 fn every_filter_passes_its_unit_tests() {
+    // After the components are built, so that two runs of the script never
+    // work on this checkout at once (the other tests of this binary run
+    // beside this one).
+    build_filters();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/filters/build.sh");
     let output = Command::new("bash")
         .arg(script)
