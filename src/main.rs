@@ -176,7 +176,6 @@ fn check(path: &std::path::Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let text = summary(&config);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -188,8 +187,8 @@ fn check(path: &std::path::Path) -> ExitCode {
         }
     };
     match runtime.block_on(async { Gateway::check(config) }) {
-        Ok(()) => {
-            print!("{text}");
+        Ok(checked) => {
+            print!("{}", summary(&checked.config, &checked.steps));
             ExitCode::SUCCESS
         }
         Err(error) => {
@@ -200,7 +199,7 @@ fn check(path: &std::path::Path) -> ExitCode {
 }
 
 /// A one-screen picture of what the manifest builds.
-fn summary(config: &Config) -> String {
+fn summary(config: &Config, steps: &[&str]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let transport = match &config.listen.transport {
@@ -216,7 +215,7 @@ fn summary(config: &Config) -> String {
     let _ = writeln!(out, "{}: valid", config.source.display());
     let _ = writeln!(out, "listen: {} ({transport})", config.listen.address);
     let stages = &config.stages;
-    let _ = writeln!(out, "chain: {}", installed_filters(config).join(", "));
+    let _ = writeln!(out, "chain: {}", steps.join(", "));
     let anonymous = if stages.authentication.anonymous {
         "unrecognised -> system:anonymous"
     } else {
@@ -348,7 +347,7 @@ fn try_request(
                 return ExitCode::FAILURE;
             }
         };
-        let report = wasmgate::try_request::run(&gateway.handler(), trial).await;
+        let report = wasmgate::try_request::run(&gateway, trial).await;
         gateway.flush_audit().await;
         match report {
             Ok(report) => {
@@ -398,38 +397,6 @@ fn trial(
         headers,
         body,
     })
-}
-
-/// The filters `chain::build` installs for this configuration, in request order.
-fn installed_filters(config: &Config) -> Vec<&'static str> {
-    let stages = &config.stages;
-    let mut chain = vec![
-        "nosniff",
-        "audit-id",
-        "panic-recovery",
-        "request-headers",
-        "request-info",
-        "http-log",
-    ];
-    if config.hsts.is_some() {
-        chain.push("hsts");
-    }
-    chain.extend(["cache-control", "body-limit", "timeout"]);
-    if !config.cors_allowed_origins.is_empty() {
-        chain.push("cors");
-    }
-    chain.push("authentication");
-    if !stages.audit.filters.is_empty() {
-        chain.push("audit");
-    }
-    chain.extend(["impersonation", "max-in-flight"]);
-    if !stages.authorization.filters.is_empty() {
-        chain.push("authorization");
-    }
-    if !stages.admission.mutating.is_empty() || !stages.admission.validating.is_empty() {
-        chain.push("admission");
-    }
-    chain
 }
 
 fn stage_summary(out: &mut String, stage: &str, filters: &[FilterSpec], note: &str) {

@@ -51,6 +51,13 @@ pub enum StartError {
     },
 }
 
+/// What [`Gateway::check`] built: the configuration, and the steps of its
+/// chain, outermost first.
+pub struct Checked {
+    pub config: Config,
+    pub steps: Vec<&'static str>,
+}
+
 /// A gateway built from a configuration, not yet listening.
 pub struct Gateway {
     snapshot: Snapshot,
@@ -83,13 +90,22 @@ impl Gateway {
 
     /// Everything a start would build, without starting or writing anything:
     /// the verdict `wasmgate check` gives, the same a reload gives.
-    pub fn check(config: Config) -> Result<(), StartError> {
-        Self::build(config, Targets::Live, Purpose::Check, |servers| servers).map(|_| ())
+    pub fn check(config: Config) -> Result<Checked, StartError> {
+        let built = Self::build(config, Targets::Live, Purpose::Check, |servers| servers)?;
+        Ok(Checked {
+            config: built.snapshot.config,
+            steps: built.snapshot.steps,
+        })
     }
 
     /// The whole chain, to call without a listener.
     pub fn handler(&self) -> SharedHandler {
         self.snapshot.handler.clone()
+    }
+
+    /// The steps of the chain, outermost first, as `chain::build` installed them.
+    pub fn steps(&self) -> &[&'static str] {
+        &self.snapshot.steps
     }
 
     /// Waits until queued audit events are written (for callers that use

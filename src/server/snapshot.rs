@@ -28,6 +28,8 @@ pub struct Snapshot {
     pub generation: u64,
     pub config: Config,
     pub handler: SharedHandler,
+    /// The steps of the chain, outermost first ([`crate::chain::Chain::steps`]).
+    pub steps: Vec<&'static str>,
     pub tls: Option<TlsAcceptor>,
     pub http: Arc<auto::Builder<TokioExecutor>>,
     pub audit: Option<Arc<AuditBackend>>,
@@ -82,6 +84,7 @@ pub fn build(
         http: Arc::new(http_builder(&config.limits)),
         config,
         handler: chain.handler,
+        steps: chain.steps,
         tls,
         audit: chain.audit,
     })
