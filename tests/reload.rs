@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use common::{BOUND, GatewayProcess, MODE, Upstream, bounded, eventually, h2c_client, http_client};
 use reload_common::*;
-use wasmgate::reload::ReloadOutcome;
+use wasmgate::reload_trigger::ReloadOutcome;
 use wasmgate::wasm::WasmHost;
 
 fn other(which: &str) -> &'static str {
@@ -642,7 +642,7 @@ async fn a_manifest_written_in_two_pieces_is_never_loaded_half_written() {
     })
     .await;
     // Past the settle interval, in case a late reload were still to come.
-    tokio::time::sleep(wasmgate::reload::SETTLE * 2).await;
+    tokio::time::sleep(wasmgate::server::reload::SETTLE * 2).await;
     stop.store(true, Ordering::Relaxed);
     let mut let_through = Vec::new();
     for hammer in hammers {

@@ -5,9 +5,11 @@
 //! readyz fails, pre-shutdown hooks run, after `shutdown_delay` the listener
 //! closes, in-flight requests drain for up to `shutdown_timeout`.
 
+mod error;
 mod header_deadline;
 mod lifecycle;
 mod listener;
+pub mod reload;
 pub mod snapshot;
 pub mod tls;
 
@@ -24,7 +26,9 @@ use crate::config::{Config, Hook, HookPhase, Transport};
 use crate::delegation::Targets;
 use crate::handler::SharedHandler;
 use crate::health::{Check, Flag, Health};
-use crate::reload::{Bound, ReloadOutcome, ReloadRequests, ReloadTrigger, Reloader};
+use crate::reload_trigger::{ReloadOutcome, ReloadRequests, ReloadTrigger};
+pub use error::StartError;
+use reload::{Bound, Reloader};
 use snapshot::{Live, Purpose, Shared, Snapshot};
 
 /// How long shutdown waits for queued audit events to be written.
@@ -33,23 +37,6 @@ const AUDIT_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(10
 /// How long shutdown waits for requests to end once their connections were
 /// closed (HTTP/2 streams end in tasks of their own, moments later).
 const CUT_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Why the gateway could not be built or started.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error("{0}")]
-    Filters(#[from] crate::config::ConfigError),
-    #[error(transparent)]
-    Upstream(#[from] crate::upstream::UpstreamError),
-    #[error(transparent)]
-    Tls(#[from] tls::TlsError),
-    #[error("cannot listen on {address}: {source}")]
-    Bind {
-        address: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// What [`Gateway::check`] built: the configuration, and the steps of its
 /// chain, outermost first.

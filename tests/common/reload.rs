@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use wasmgate::reload::ReloadOutcome;
+use wasmgate::reload_trigger::ReloadOutcome;
 use wasmgate::server::{Drained, Gateway, RunningGateway};
 
 use crate::common::{BOUND, GatewayProcess, bounded, new_dir, plaintext};
