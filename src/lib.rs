@@ -10,6 +10,7 @@
 
 pub mod body;
 pub mod chain;
+pub mod cli;
 pub mod config;
 pub mod context;
 pub mod crypto;
