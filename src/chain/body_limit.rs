@@ -2,20 +2,16 @@
 //! a declared `Content-Length` over the limit is refused at once with a 413
 //! Status; a body without one is counted as it streams, and the stream ends
 //! with an error at the limit, which the handler reading it (the upstream
-//! proxy, admission) turns into the same 413.
+//! proxy, admission) turns into the same 413: they know the limit and its
+//! error from `crate::body`, which is below both them and the chain.
 
 use futures_util::future::BoxFuture;
 use http::header::CONTENT_LENGTH;
 use http_body_util::Limited;
 
-use crate::body::{Body, Request, Response};
+use crate::body::{Body, MaxRequestBody, Request, Response};
 use crate::handler::{Handler, SharedHandler};
 use crate::status::GatewayError;
-
-/// The limit in force, left on the request for the handler that reads the
-/// body, so its 413 names it.
-#[derive(Debug, Clone, Copy)]
-pub struct MaxRequestBody(pub u64);
 
 pub struct BodyLimit {
     pub max_request_body: u64,
@@ -45,12 +41,6 @@ impl Handler for BodyLimit {
     }
 }
 
-/// True when a body error came from the limit above, so the handler that hit
-/// it answers 413 rather than a generic failure.
-pub fn is_body_limit_error(error: &(dyn std::error::Error + 'static)) -> bool {
-    crate::body::caused_by::<http_body_util::LengthLimitError>(error)
-}
-
 #[cfg(test)]
 mod tests {
     //! kube's request body limit (`MaxRequestBodyBytes`, 3 MiB by default,
@@ -70,6 +60,7 @@ mod tests {
     use http_body_util::{BodyExt, StreamBody};
 
     use super::*;
+    use crate::body::is_body_limit_error;
 
     /// The next step: reads the body to its end and answers 200 with its
     /// length, or 413 when the limit ended it (500 for any other error); it

@@ -11,6 +11,7 @@ mod support;
 
 mod audit;
 mod chain;
+mod chain_order;
 mod check;
 mod clients;
 mod deadlines;
@@ -22,6 +23,7 @@ mod languages;
 mod lifecycle;
 mod limits;
 mod malformed;
+mod module_graph;
 mod properties;
 mod readme;
 mod reload;

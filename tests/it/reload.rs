@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use wasmgate::reload::ReloadOutcome;
+use wasmgate::reload_trigger::ReloadOutcome;
 use wasmgate::wasm::WasmHost;
 
 use crate::support::*;
@@ -643,7 +643,7 @@ async fn a_manifest_written_in_two_pieces_is_never_loaded_half_written() {
     })
     .await;
     // Past the settle interval, in case a late reload were still to come.
-    tokio::time::sleep(wasmgate::reload::SETTLE * 2).await;
+    tokio::time::sleep(wasmgate::server::reload::SETTLE * 2).await;
     stop.store(true, Ordering::Relaxed);
     let mut let_through = Vec::new();
     for hammer in hammers {

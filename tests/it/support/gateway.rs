@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use tokio::task::JoinHandle;
 use wasmgate::config::Transport;
-use wasmgate::reload::ReloadOutcome;
+use wasmgate::reload_trigger::ReloadOutcome;
 use wasmgate::server::{Drained, Gateway, RunningGateway};
 
 use super::upstream::Upstream;

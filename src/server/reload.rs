@@ -1,6 +1,6 @@
 //! Hot reload: the manifest (or a component it names) changes, and the
 //! chain is rebuilt beside the running one, validated, and swapped in with
-//! one pointer swap (`server::snapshot`). A bad edit changes nothing: the
+//! one pointer swap ([`super::snapshot`]). A bad edit changes nothing: the
 //! running chain keeps serving and the problems are logged with their
 //! file:line:column. Triggers: the file watcher (editors' atomic renames and
 //! Kubernetes ConfigMap symlink swaps included), SIGHUP, and
@@ -13,7 +13,8 @@
 //! due for renewal, which the reload (as a start) does.
 //!
 //! Reloads run one at a time on one task; triggers that arrive during a
-//! reload are served by the next one.
+//! reload are served by the next one. How a reload is asked for, and what
+//! it answers, is `crate::reload_trigger`.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -21,19 +22,17 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use futures_util::future::BoxFuture;
 use notify::{RecursiveMode, Watcher};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::body::{Request, Response};
+use super::error::StartError;
+use super::snapshot::{self, Live, Purpose, Shared};
+use super::tls;
 use crate::config::{self, Config, Transport};
 use crate::delegation::Targets;
-use crate::handler::Handler;
 use crate::metrics::{ReloadResult, metrics};
-use crate::server::snapshot::{self, Live, Purpose, Shared};
-use crate::server::{StartError, tls};
-use crate::status::{GatewayError, Status};
+use crate::reload_trigger::{ReloadOutcome, ReloadRequests, ReloadTrigger};
 
 /// Bursts of file events (an editor's save is several) become one reload.
 const DEBOUNCE: Duration = Duration::from_millis(200);
@@ -50,44 +49,6 @@ pub const SETTLE: Duration = Duration::from_secs(1);
 /// (an invalid manifest at that moment) is tried again after the shorter.
 const RENEWAL_CHECK: std::ops::RangeInclusive<Duration> =
     Duration::from_secs(60 * 60)..=Duration::from_secs(12 * 60 * 60);
-
-/// How a reload ended.
-#[derive(Debug, Clone)]
-pub enum ReloadOutcome {
-    /// The new chain is in force.
-    Swapped {
-        generation: u64,
-        /// Settings that changed but take effect only after a restart.
-        restart_required: Vec<String>,
-    },
-    /// The new configuration was refused; the running chain is unchanged.
-    Rejected(String),
-}
-
-/// Asks the reloader for a reload; with a reply channel, to hear how it went.
-#[derive(Clone)]
-pub struct ReloadTrigger(mpsc::UnboundedSender<Option<oneshot::Sender<ReloadOutcome>>>);
-
-pub type ReloadRequests = mpsc::UnboundedReceiver<Option<oneshot::Sender<ReloadOutcome>>>;
-
-impl ReloadTrigger {
-    pub fn new() -> (ReloadTrigger, ReloadRequests) {
-        let (sender, receiver) = mpsc::unbounded_channel();
-        (ReloadTrigger(sender), receiver)
-    }
-
-    /// Requests a reload without waiting for it.
-    pub fn request(&self) {
-        let _ = self.0.send(None);
-    }
-
-    /// Requests a reload and waits for its outcome.
-    pub async fn reload(&self) -> Option<ReloadOutcome> {
-        let (reply, outcome) = oneshot::channel();
-        self.0.send(Some(reply)).ok()?;
-        outcome.await.ok()
-    }
-}
 
 /// Rebuilds and swaps the snapshot of one gateway.
 pub struct Reloader {
@@ -474,39 +435,4 @@ fn content_digest(manifest: &Path) -> Option<[u8; 32]> {
     use sha2::Digest;
     let bytes = config::files::read_limited(manifest, config::bounds::MANIFEST_FILE).ok()?;
     Some(sha2::Sha256::digest(&bytes).into())
-}
-
-/// `POST /debug/reload`: reload now and answer how it went.
-pub struct ReloadEndpoint(pub ReloadTrigger);
-
-impl Handler for ReloadEndpoint {
-    fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-        Box::pin(async move {
-            if request.method() != http::Method::POST {
-                return GatewayError::MethodNotAllowed.into_response();
-            }
-            match self.0.reload().await {
-                Some(ReloadOutcome::Swapped {
-                    generation,
-                    restart_required,
-                }) => {
-                    let mut message = format!("configuration reloaded: generation {generation}");
-                    if !restart_required.is_empty() {
-                        message.push_str(&format!(
-                            "; restart required for: {}",
-                            restart_required.join(", ")
-                        ));
-                    }
-                    Status::success(message).into_response()
-                }
-                Some(ReloadOutcome::Rejected(problems)) => {
-                    GatewayError::Invalid { message: problems }.into_response()
-                }
-                None => GatewayError::ServiceUnavailable {
-                    message: "the reloader is not running".to_owned(),
-                }
-                .into_response(),
-            }
-        })
-    }
 }
