@@ -9,7 +9,8 @@
 //!         nosniff ─ audit ID ─ panic recovery ─ request headers ─ canonical target ─
 //!         request info ─ HTTP log ─ HSTS ─
 //!         cache-control ─ body limit ─ deadline/timeout ─ CORS ─
-//!         [authentication] ─ [audit] ─ max-in-flight ─ [authorization] ─ [admission]
+//!         [authentication] ─ [audit] ─ impersonation ─
+//!         priority and fairness (or max-in-flight) ─ [authorization] ─ [admission]
 //!   └─> server 1's director ──match──> handler (upstream | static | health | discovery)
 //!         │ no match
 //!         └─> server 2's director ─ ... ─> not-found (404 Status)
@@ -20,6 +21,7 @@
 //! - [`server`]: listener, TLS, the swappable snapshot, lifecycle hooks, graceful shutdown.
 //! - [`reload`]: watch, rebuild, validate, swap.
 //! - [`chain`]: the native handler chain, built in one function.
+//! - [`flow_control`]: API Priority and Fairness, the chain's fair queuing.
 //! - [`request_target`]: the canonical request target, judged and served.
 //! - [`request_info`]: kube's RequestInfo resolver.
 //! - [`delegation`] and [`director`]: the server chain and each server's routing.
@@ -37,6 +39,7 @@ pub mod context;
 pub mod delegation;
 pub mod director;
 pub mod discovery;
+pub mod flow_control;
 pub mod handler;
 pub mod health;
 pub mod metrics;

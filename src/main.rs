@@ -422,7 +422,12 @@ fn installed_filters(config: &Config) -> Vec<&'static str> {
     if !stages.audit.filters.is_empty() {
         chain.push("audit");
     }
-    chain.extend(["impersonation", "max-in-flight"]);
+    chain.push("impersonation");
+    chain.push(if config.flow_control.is_some() {
+        "priority-and-fairness"
+    } else {
+        "max-in-flight"
+    });
     if !stages.authorization.filters.is_empty() {
         chain.push("authorization");
     }

@@ -5,8 +5,8 @@
 //! request ─> nosniff ─> audit ID ─> panic recovery ─> request headers
 //!   ─> canonical target ─> request info ─> HTTP log ─> HSTS ─> cache-control
 //!   ─> body limit ─> deadline/timeout ─> CORS
-//!   ─> [authentication] ─> [audit] ─> impersonation ─> max-in-flight
-//!   ─> [authorization] ─> [admission] ─> the first server's director
+//!   ─> [authentication] ─> [audit] ─> impersonation
+//!   ─> priority and fairness, or max-in-flight ─> [authorization] ─> [admission] ─> the first server's director
 //!   ─> ... ─> 404 Status
 //! ```
 //! `[x]` marks the stages run by Wasm filters (`crate::wasm`). A stage with
@@ -25,6 +25,7 @@ mod headers;
 mod http_log;
 mod impersonation;
 mod panic_recovery;
+pub mod priority_and_fairness;
 mod request_headers;
 mod request_info;
 mod request_target;
@@ -36,6 +37,7 @@ use std::sync::Arc;
 pub use audit_id::AUDIT_ID_HEADER;
 
 use crate::config::Config;
+use crate::flow_control::Controller;
 use crate::handler::SharedHandler;
 use crate::wasm::LoadedStages;
 
@@ -48,7 +50,13 @@ pub struct Chain {
 /// Wraps `servers` (the delegation chain) in the native filters and the Wasm
 /// stages, innermost first: each step below puts one filter *outside*
 /// everything above it, so the request meets them bottom to top.
-pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> Chain {
+/// `flow_control` is the configuration's API Priority and Fairness, when on.
+pub fn build(
+    config: &Config,
+    stages: LoadedStages,
+    flow_control: Option<Arc<Controller>>,
+    servers: SharedHandler,
+) -> Chain {
     let limits = &config.limits;
     let mut handler = servers;
 
@@ -70,11 +78,20 @@ pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> C
             next: handler,
         });
     }
-    handler = Arc::new(flow_control::MaxInFlight::new(
-        limits.max_requests_in_flight,
-        limits.max_mutating_requests_in_flight,
-        handler,
-    ));
+    // kube's either/or: priority and fairness when configured, else the
+    // two in-flight limits.
+    handler = if let Some(controller) = flow_control {
+        Arc::new(priority_and_fairness::PriorityAndFairness {
+            controller,
+            next: handler,
+        })
+    } else {
+        Arc::new(flow_control::MaxInFlight::new(
+            limits.max_requests_in_flight,
+            limits.max_mutating_requests_in_flight,
+            handler,
+        ))
+    };
     // Impersonation asks the authorization union, so it needs authentication
     // (the requester) outside it and runs before max-in-flight counts it.
     handler = Arc::new(impersonation::Impersonation {

@@ -53,6 +53,9 @@ pub(super) fn complete(
         manifest.admission,
         manifest.audit,
     );
+    let flow_control = manifest
+        .flow_control
+        .and_then(|section| c.flow_control(&section, &limits));
     let servers = c.servers(manifest.servers);
     if stages.all_filters().next().is_some() {
         c.filter_instances_cover_in_flight(&manifest.limits, &limits);
@@ -66,6 +69,7 @@ pub(super) fn complete(
             cors_allowed_origins,
             hooks,
             stages,
+            flow_control,
             servers,
         }),
         _ => Err(c.problems),
@@ -946,6 +950,7 @@ fn non_canonical(path: &str) -> Option<String> {
 fn reserved_path(path: &str) -> bool {
     path == "/metrics"
         || path == "/debug/reload"
+        || path.starts_with(crate::flow_control::DEBUG_PREFIX)
         || ["/healthz", "/livez", "/readyz"]
             .iter()
             .any(|endpoint| path == *endpoint || path.starts_with(&format!("{endpoint}/")))
