@@ -108,6 +108,38 @@ async fn hold(client: &reqwest::Client, url: &str, user: &str) -> reqwest::Respo
     response
 }
 
+/// Takes all 8 seats of `tenants` with held requests of `user`.
+async fn take_every_seat(
+    client: &reqwest::Client,
+    url: &str,
+    user: &str,
+) -> Vec<reqwest::Response> {
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(hold(client, url, user).await);
+    }
+    held
+}
+
+/// Lets the held responses end, then answers what waited.
+async fn drain(
+    upstream: &Upstream,
+    held: Vec<reqwest::Response>,
+    waiting: Vec<tokio::task::JoinHandle<Answer>>,
+) -> Vec<Answer> {
+    upstream.release(held.len());
+    for response in held {
+        bounded("a held body", response.text())
+            .await
+            .expect("a body");
+    }
+    let mut answers = Vec::new();
+    for task in waiting {
+        answers.push(bounded("a queued request", task).await.expect("its answer"));
+    }
+    answers
+}
+
 /// Requests that wait in their queue: sent, not answered yet.
 fn queue_up(
     client: &reqwest::Client,
@@ -184,7 +216,7 @@ async fn quiet_latencies(
     let mut refused = 0;
     for _ in 0..count {
         let start = Instant::now();
-        let answer = send(as_user(client.get(url), "quiet").header(MODE, "slow:50")).await;
+        let answer = send(as_user(client.get(url), "quiet").header(MODE, "slow:100")).await;
         latencies.push(start.elapsed());
         if answer.status != 200 {
             refused += 1;
@@ -221,7 +253,7 @@ fn flood(url: &str, bound: Duration) -> Flood {
                 let (mut served, mut rejected) = (0, 0);
                 let start = Instant::now();
                 while !stop.load(Ordering::Relaxed) && start.elapsed() < bound {
-                    let request = as_user(client.get(&url), "noisy").header(MODE, "slow:50");
+                    let request = as_user(client.get(&url), "noisy").header(MODE, "slow:100");
                     let Ok(response) = request.send().await else {
                         continue;
                     };
@@ -270,7 +302,7 @@ async fn a_flood_from_one_user_does_not_starve_another_but_max_in_flight_does() 
     let url = url_of(&gateway);
     let (alone, refused) = quiet_latencies(&client, &url, 20).await;
     assert_eq!(refused, 0);
-    let flooding = flood(&url, Duration::from_secs(8));
+    let flooding = flood(&url, Duration::from_secs(15));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (under_flood, refused) = quiet_latencies(&client, &url, 30).await;
     let (noisy_served, noisy_rejected) = flooding.end().await;
@@ -296,7 +328,7 @@ async fn a_flood_from_one_user_does_not_starve_another_but_max_in_flight_does() 
     // The same flood under max-in-flight (4 read-only requests at once).
     let gateway = TestGateway::start(&manifest(&upstream, "")).await;
     let url = url_of(&gateway);
-    let flooding = flood(&url, Duration::from_secs(8));
+    let flooding = flood(&url, Duration::from_secs(15));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (_, refused) = quiet_latencies(&client, &url, 30).await;
     flooding.end().await;
@@ -315,10 +347,7 @@ async fn exempt_requests_are_never_queued_and_full_queues_answer_kubes_429() {
     let client = http_client();
     let url = gateway.url(WIDGETS);
     // Every seat taken: 8 held requests of noisy.
-    let mut held = Vec::new();
-    for _ in 0..8 {
-        held.push(hold(&client, &url, "noisy").await);
-    }
+    let held = take_every_seat(&client, &url, "noisy").await;
     // Its queue fills (hand of 6, 2 per queue: the shortest is chosen).
     let waiting = queue_up(&client, &url, "noisy", 12);
     settled(&client, &gateway, "tenants", 12, 8).await;
@@ -343,9 +372,7 @@ async fn exempt_requests_are_never_queued_and_full_queues_answer_kubes_429() {
     let levels = dump(&client, &gateway, "dump_priority_levels").await;
     let row = level_row(&levels, "tenants");
     assert_eq!(row[8], "12", "timed out: {row:?}");
-    for response in held {
-        drop(response);
-    }
+    drop(held);
     gateway.shutdown().await;
 }
 
@@ -384,10 +411,7 @@ async fn the_dumps_have_kubes_columns_and_show_the_queues() {
     let gateway = TestGateway::start(&manifest(&upstream, &tenants(4))).await;
     let client = http_client();
     let url = gateway.url(WIDGETS);
-    let mut held = Vec::new();
-    for _ in 0..8 {
-        held.push(hold(&client, &url, "noisy").await);
-    }
+    let held = take_every_seat(&client, &url, "noisy").await;
     let waiting = queue_up(&client, &url, "quiet", 2);
     settled(&client, &gateway, "tenants", 2, 8).await;
 
@@ -481,14 +505,8 @@ async fn the_dumps_have_kubes_columns_and_show_the_queues() {
     let brief = dump(&client, &gateway, "dump_requests").await;
     assert_eq!(brief.lines().next().unwrap().split(',').count(), 9);
 
-    upstream.release(8);
-    for response in held {
-        bounded("a held body", response.text())
-            .await
-            .expect("a body");
-    }
-    for task in waiting {
-        assert_eq!(bounded("a queued request", task).await.unwrap().status, 200);
+    for answer in drain(&upstream, held, waiting).await {
+        assert_eq!(answer.status, 200, "{}", answer.body);
     }
     gateway.shutdown().await;
 }
@@ -499,10 +517,7 @@ async fn kubes_metrics_are_on_the_metrics_endpoint() {
     let gateway = TestGateway::start(&manifest(&upstream, &tenants(1))).await;
     let client = http_client();
     let url = gateway.url(WIDGETS);
-    let mut held = Vec::new();
-    for _ in 0..8 {
-        held.push(hold(&client, &url, "noisy").await);
-    }
+    let held = take_every_seat(&client, &url, "noisy").await;
     let waiting = queue_up(&client, &url, "noisy", 1);
     settled(&client, &gateway, "tenants", 1, 8).await;
     let text = send(as_user(client.get(gateway.url("/metrics")), "root"))
@@ -538,13 +553,7 @@ async fn kubes_metrics_are_on_the_metrics_endpoint() {
         "{text}"
     );
     assert!(text.ends_with("# EOF\n"));
-    upstream.release(8);
-    drop(held);
-    for task in waiting {
-        bounded("the queued request", task)
-            .await
-            .expect("its answer");
-    }
+    drain(&upstream, held, waiting).await;
     gateway.shutdown().await;
 }
 
@@ -669,10 +678,7 @@ async fn a_reload_under_load_lets_queued_requests_finish_on_their_configuration(
     let client = http_client();
     let url = gateway.url(WIDGETS);
     let before = send(as_user(client.get(&url), "quiet")).await;
-    let mut held = Vec::new();
-    for _ in 0..8 {
-        held.push(hold(&client, &url, "noisy").await);
-    }
+    let held = take_every_seat(&client, &url, "noisy").await;
     let waiting = queue_up(&client, &url, "quiet", 3);
     // Wait until they are queued (the old configuration's dump).
     eventually("three queued requests", || async {
@@ -706,14 +712,7 @@ async fn a_reload_under_load_lets_queued_requests_finish_on_their_configuration(
     assert_eq!(after.status, 200, "{}", after.body);
     assert_ne!(after.header(LEVEL_UID), before.header(LEVEL_UID));
     // The old queues drain on the old configuration.
-    upstream.release(8);
-    for response in held {
-        bounded("a held body", response.text())
-            .await
-            .expect("a body");
-    }
-    for task in waiting {
-        let answer = bounded("a queued request", task).await.expect("its answer");
+    for answer in drain(&upstream, held, waiting).await {
         assert_eq!(answer.status, 200, "{}", answer.body);
         assert_eq!(answer.header(LEVEL_UID), before.header(LEVEL_UID));
     }
