@@ -3,8 +3,9 @@
 //! what it does not serve to the next, and a 404 Status at the end.
 //!
 //! The first server also carries the gateway's own endpoints: health
-//! (`/healthz`, `/livez`, `/readyz`), `/metrics`, `/debug/reload` and discovery (`/api`, `/apis`,
-//! `/apis/<group>`), which describe every server behind it. Only the first
+//! (`/healthz`, `/livez`, `/readyz`), `/metrics`, `/debug/reload`, the
+//! flow-control dumps (`/debug/api_priority_and_fairness/`) and discovery
+//! (`/api`, `/apis`, `/apis/<group>`), which describe every server behind it. Only the first
 //! server is wrapped by the handler chain, so no filter runs twice.
 
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use crate::body::{Request, Response};
 use crate::config::{Config, RouteHandler, RouteMatch, Server};
 use crate::director::{Director, Routes};
 use crate::discovery::Discovery;
+use crate::flow_control::Controller;
 use crate::handler::{Handler, SharedHandler};
 use crate::health::Health;
 use crate::metrics::MetricsEndpoint;
@@ -47,6 +49,7 @@ pub fn build(
     config: &Config,
     health: &Arc<Health>,
     reload: Option<&ReloadTrigger>,
+    flow_control: Option<&Arc<Controller>>,
     targets: Targets,
 ) -> Result<SharedHandler, UpstreamError> {
     let mut next: SharedHandler = Arc::new(NotFound);
@@ -54,6 +57,11 @@ pub fn build(
         let mut routes = server_routes(server, targets)?;
         if index == 0 {
             add_builtin_routes(&mut routes, config, health, reload);
+            if let Some(controller) = flow_control {
+                routes
+                    .exact
+                    .extend(crate::flow_control::debug::endpoints(controller));
+            }
         }
         next = Arc::new(Director::new(routes, next));
     }

@@ -113,10 +113,15 @@ pub fn metrics() -> &'static Metrics {
 }
 
 impl Metrics {
-    /// The text exposition of every metric.
+    /// The text exposition of every metric: the gateway's, then kube's
+    /// flow-control series (`crate::flow_control::metrics`).
     pub fn encode(&self) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut text = String::new();
-        if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
+        let encoded = encode_registry(&mut text, &self.registry)
+            .and_then(|()| crate::flow_control::metrics::encode(&mut text))
+            .and_then(|()| encode_eof(&mut text));
+        if encoded.is_err() {
             tracing::error!("cannot encode the metrics");
         }
         text

@@ -21,6 +21,7 @@ mod http_log;
 mod impersonation;
 mod max_in_flight;
 mod panic_recovery;
+pub mod priority_and_fairness;
 mod request_headers;
 mod request_info;
 mod request_target;
@@ -32,6 +33,7 @@ use std::sync::Arc;
 pub use audit_id::AUDIT_ID_HEADER;
 
 use crate::config::Config;
+use crate::flow_control::Controller;
 use crate::handler::SharedHandler;
 use crate::wasm::LoadedStages;
 
@@ -65,7 +67,13 @@ impl Layers {
 /// stages, innermost first: each step below puts one filter *outside*
 /// everything above it, so the request meets them bottom to top. The name
 /// given with each step is the one [`Chain::steps`] records.
-pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> Chain {
+/// `flow_control` is the configuration's API Priority and Fairness, when on.
+pub fn build(
+    config: &Config,
+    stages: LoadedStages,
+    flow_control: Option<Arc<Controller>>,
+    servers: SharedHandler,
+) -> Chain {
     let limits = &config.limits;
     let mut chain = Layers {
         handler: servers,
@@ -94,13 +102,21 @@ pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> C
             })
         });
     }
-    chain.wrap("max-in-flight", |next| {
-        Arc::new(max_in_flight::MaxInFlight::new(
-            limits.max_requests_in_flight,
-            limits.max_mutating_requests_in_flight,
-            next,
-        ))
-    });
+    // kube's either/or: priority and fairness when configured, else the
+    // two in-flight limits.
+    if let Some(controller) = flow_control {
+        chain.wrap("priority-and-fairness", |next| {
+            Arc::new(priority_and_fairness::PriorityAndFairness { controller, next })
+        });
+    } else {
+        chain.wrap("max-in-flight", |next| {
+            Arc::new(max_in_flight::MaxInFlight::new(
+                limits.max_requests_in_flight,
+                limits.max_mutating_requests_in_flight,
+                next,
+            ))
+        });
+    }
     // Impersonation asks the authorization union, so it needs authentication
     // (the requester) outside it and runs before max-in-flight counts it.
     chain.wrap("impersonation", |next| {

@@ -40,6 +40,22 @@ pub const FILTER_INSTANCES: RangeInclusive<i64> = 1..=super::MAX_FILTER_INSTANCE
 /// kube's default batch buffer is 10 000 events.
 pub const AUDIT_QUEUE_SIZE: RangeInclusive<i64> = 1..=1_000_000;
 
+// ---- [flow_control] (kube's ranges, `pkg/apis/flowcontrol/validation`) ----
+
+pub const CONCURRENCY_SHARES: RangeInclusive<i64> = 0..=1_000_000;
+pub const PERCENT: RangeInclusive<i64> = 0..=100;
+/// Borrowing may multiply a level's nominal seats 10 000 times at most.
+pub const BORROWING_PERCENT: RangeInclusive<i64> = 0..=1_000_000;
+/// Queues cost memory whether they are used or not.
+pub const QUEUES: RangeInclusive<i64> = 1..=65_536;
+/// The largest hand: more cards than this need more than the 60 bits of
+/// entropy kube allows a deal (`util/shufflesharding/shufflesharding.go`).
+pub const MAX_HAND: usize = 15;
+/// A larger hand needs more than the 60 bits of hash a deal may use.
+pub const HAND_SIZE: RangeInclusive<i64> = 1..=MAX_HAND as i64;
+pub const QUEUE_LENGTH_LIMIT: RangeInclusive<i64> = 1..=100_000;
+pub const MATCHING_PRECEDENCE: RangeInclusive<i64> = 1..=10_000;
+
 // ---- sizes ----
 
 pub const MAX_REQUEST_BODY: RangeInclusive<u64> = 1..=16 * GIB;

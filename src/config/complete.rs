@@ -50,6 +50,9 @@ pub(super) fn complete(
         manifest.admission,
         manifest.audit,
     );
+    let flow_control = manifest
+        .flow_control
+        .and_then(|section| c.flow_control(&section, &limits));
     let servers = c.servers(manifest.servers);
     if stages.all_filters().next().is_some() {
         c.filter_instances_cover_in_flight(&manifest.limits, &limits);
@@ -63,6 +66,7 @@ pub(super) fn complete(
             cors_allowed_origins,
             hooks,
             stages,
+            flow_control,
             servers,
         }),
         _ => Err(c.problems),

@@ -22,6 +22,7 @@ pub struct Manifest {
     pub authorization: Option<Authorization>,
     pub admission: Option<Admission>,
     pub audit: Option<Audit>,
+    pub flow_control: Option<Spanned<super::flow_control::written::FlowControl>>,
     #[serde(default)]
     pub servers: Vec<Spanned<Server>>,
 }

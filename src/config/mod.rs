@@ -29,6 +29,7 @@ mod complete;
 mod cors;
 pub mod error;
 pub mod files;
+pub mod flow_control;
 mod hooks;
 mod hsts;
 mod limits;
@@ -66,6 +67,8 @@ pub struct Config {
     pub hooks: Vec<Hook>,
     /// The Wasm filters of the four stages.
     pub stages: stages::Stages,
+    /// API Priority and Fairness; `None` means max-in-flight limits instead.
+    pub flow_control: Option<flow_control::FlowControl>,
     /// The delegation chain, in order: never empty.
     pub servers: Vec<Server>,
 }

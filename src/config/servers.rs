@@ -409,6 +409,7 @@ fn non_canonical(path: &str) -> Option<String> {
 fn reserved_path(path: &str) -> bool {
     path == "/metrics"
         || path == "/debug/reload"
+        || path.starts_with(super::flow_control::DEBUG_PREFIX)
         || ["/healthz", "/livez", "/readyz"]
             .iter()
             .any(|endpoint| path == *endpoint || path.starts_with(&format!("{endpoint}/")))

@@ -76,9 +76,20 @@ pub fn build(
 ) -> Result<Snapshot, StartError> {
     let stages = crate::wasm::load_stages(&config)?;
     let tls = tls_acceptor(&config, purpose)?;
-    let servers =
-        crate::delegation::build(&config, &shared.health, shared.reload.as_ref(), targets)?;
-    let chain = crate::chain::build(&config, stages, center(servers));
+    // Each snapshot has its own flow control: requests queued under one
+    // configuration finish under it.
+    let flow_control = config
+        .flow_control
+        .as_ref()
+        .map(crate::flow_control::Controller::new);
+    let servers = crate::delegation::build(
+        &config,
+        &shared.health,
+        shared.reload.as_ref(),
+        flow_control.as_ref(),
+        targets,
+    )?;
+    let chain = crate::chain::build(&config, stages, flow_control, center(servers));
     let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
     Ok(Snapshot {
         generation,
