@@ -19,6 +19,7 @@
 //! - [`config`]: the manifest, completed and validated before anything starts.
 //! - [`server`]: listener, TLS, the swappable snapshot, lifecycle hooks, graceful shutdown.
 //! - [`reload`]: watch, rebuild, validate, swap.
+//! - [`fleet`]: many gateways on one chain, the manifest and components in etcd.
 //! - [`chain`]: the native handler chain, built in one function.
 //! - [`request_target`]: the canonical request target, judged and served.
 //! - [`request_info`]: kube's RequestInfo resolver.
@@ -37,6 +38,7 @@ pub mod context;
 pub mod delegation;
 pub mod director;
 pub mod discovery;
+pub mod fleet;
 pub mod handler;
 pub mod health;
 pub mod metrics;

@@ -4,12 +4,15 @@
 //! starts. Every problem is collected and reported with its place
 //! ([`error`]); a half-valid manifest never reaches the server.
 //!
-//! `wasmgate check`, start-up and (later) a reload all go through [`load`].
+//! `wasmgate check`, start-up and a reload all go through [`load`] (a file)
+//! or [`parse`] (text fetched from the fleet's etcd), by way of a
+//! [`source::ManifestSource`].
 
 pub mod bounds;
 pub mod error;
 pub mod files;
 mod manifest;
+pub mod source;
 pub mod stages;
 mod validate;
 
