@@ -138,12 +138,32 @@ fn three(url: &str, dir: &Path) -> Vec<Member> {
         .collect()
 }
 
-/// The revision a gateway serves, from `wasmgate_config_revision`.
-async fn revision_of(client: &reqwest::Client, member: &Member) -> Option<i64> {
-    let text = try_served(client, &member.process.url("/metrics"))
+/// `GET path` as user t1 (the chains let no anonymous request in, not to
+/// `/metrics` or `/readyz` either): status and body.
+async fn get_as_t1(client: &reqwest::Client, member: &Member, path: &str) -> Option<(u16, String)> {
+    let response = client
+        .get(member.process.url(path))
+        .bearer_auth("t1")
+        .send()
         .await
         .ok()?;
-    metric(&text.body, "wasmgate_config_revision").map(|value| value as i64)
+    let status = response.status().as_u16();
+    Some((status, response.text().await.ok()?))
+}
+
+/// The revision a gateway serves, from `wasmgate_config_revision`.
+async fn revision_of(client: &reqwest::Client, member: &Member) -> Option<i64> {
+    let (_, text) = get_as_t1(client, member, "/metrics").await?;
+    metric(&text, "wasmgate_config_revision").map(|value| value as i64)
+}
+
+/// `/readyz?verbose` of a gateway.
+async fn readyz(client: &reqwest::Client, member: &Member) -> String {
+    let (status, text) = get_as_t1(client, member, "/readyz?verbose")
+        .await
+        .expect("readyz answers");
+    assert_eq!(status, 200, "{text}");
+    text
 }
 
 /// Waits until every gateway serves `revision`; how long the last took.
@@ -351,7 +371,7 @@ async fn an_invalid_manifest_is_refused_by_push_as_check_does_and_by_every_gatew
     assert!(!pushed.status.success() && !checked.status.success());
     let problems = String::from_utf8_lossy(&checked.stderr);
     assert!(
-        problems.contains("bad.toml:6:1"),
+        problems.contains("bad.toml:7:1: authentication.anonymus"),
         "check names the place: {problems}"
     );
     assert_eq!(
@@ -402,15 +422,12 @@ async fn an_invalid_manifest_is_refused_by_push_as_check_does_and_by_every_gatew
                 .as_deref(),
             Ok("A")
         );
-        let readyz = try_served(&client, &member.process.url("/readyz?verbose"))
-            .await
-            .expect("readyz");
+        let readyz = readyz(&client, member).await;
         assert!(
-            readyz.body.contains(&format!(
+            readyz.contains(&format!(
                 "[+]config-revision ok (revision {good} from {url}; revision {refused} refused)"
             )),
-            "{}",
-            readyz.body
+            "{readyz}"
         );
     }
     let table = String::from_utf8_lossy(&wasmgate(&["status", "--to", &url]).stdout).into_owned();
@@ -443,15 +460,10 @@ async fn etcd_away_for_ten_seconds_fails_no_request_and_a_restart_starts_from_di
         "{}",
         restarted.process.log_text()
     );
-    let readyz = try_served(&client, &restarted.process.url("/readyz?verbose"))
-        .await
-        .expect("readyz");
+    let readyz = readyz(&client, &restarted).await;
     assert!(
-        readyz
-            .body
-            .contains(&format!("revision {first} from the disk copy")),
-        "{}",
-        readyz.body
+        readyz.contains(&format!("revision {first} from the disk copy")),
+        "{readyz}"
     );
     assert_eq!(
         ask(&client, &restarted.process.url(""), "from-disk")
