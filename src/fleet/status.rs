@@ -117,9 +117,7 @@ impl std::fmt::Display for Fleet {
         for member in &self.gateways {
             let status = &member.status;
             let mut note = Vec::new();
-            if !member.up {
-                note.push("gone".to_owned());
-            } else if status.applied != self.revision {
+            if member.up && status.applied != self.revision {
                 note.push(format!("behind revision {}", self.revision));
             }
             if status.applied_from == AppliedFrom::Disk {
