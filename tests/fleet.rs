@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::{BOUND, GatewayProcess, bounded, eventually, http_client, new_dir, plaintext};
 use etcd::{Etcd, free_port};
-use reload_common::{component, metric, try_served, which_route};
+use reload_common::{component, metric, which_route};
 
 /// How soon every gateway must serve a pushed revision.
 const APPLY_BOUND: Duration = Duration::from_secs(1);
