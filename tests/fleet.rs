@@ -290,12 +290,19 @@ fn audited_users(state: &Path) -> HashMap<String, String> {
         .collect()
 }
 
-// ---------------------------------------------------------------------------
-// The tests
-// ---------------------------------------------------------------------------
+/// etcd, chains A and B written, A pushed, three gateways serving it.
+struct Fleet {
+    etcd: Etcd,
+    url: String,
+    dir: tempfile::TempDir,
+    a: PathBuf,
+    b: PathBuf,
+    first: i64,
+    members: Vec<Member>,
+    client: reqwest::Client,
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_gateways_follow_twenty_pushes_under_load_each_request_on_one_chain() {
+async fn three_on_chain_a() -> Fleet {
     let etcd = Etcd::start();
     let url = etcd.url("fleet");
     let dir = new_dir();
@@ -304,6 +311,34 @@ async fn three_gateways_follow_twenty_pushes_under_load_each_request_on_one_chai
     let members = three(&url, dir.path());
     let client = http_client();
     all_apply(&client, &members, first, BOUND).await;
+    Fleet {
+        etcd,
+        url,
+        dir,
+        a,
+        b,
+        first,
+        members,
+        client,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The tests
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_gateways_follow_twenty_pushes_under_load_each_request_on_one_chain() {
+    let Fleet {
+        etcd: _etcd,
+        url,
+        dir: _dir,
+        a,
+        b,
+        first: _,
+        members,
+        client,
+    } = three_on_chain_a().await;
     let load = Load::start(members.iter().map(|m| m.process.url("")).collect());
     let mut slowest = Duration::ZERO;
     for round in 0..20 {
@@ -436,14 +471,16 @@ async fn an_invalid_manifest_is_refused_by_push_as_check_does_and_by_every_gatew
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_away_for_ten_seconds_fails_no_request_and_a_restart_starts_from_disk() {
-    let mut etcd = Etcd::start();
-    let url = etcd.url("fleet");
-    let dir = new_dir();
-    let (a, b) = write_chains(dir.path());
-    let first = push(&a, &url);
-    let mut members = three(&url, dir.path());
-    let client = http_client();
-    all_apply(&client, &members, first, BOUND).await;
+    let Fleet {
+        mut etcd,
+        url,
+        dir,
+        a: _,
+        b,
+        first,
+        mut members,
+        client,
+    } = three_on_chain_a().await;
     // The load goes through the two gateways that keep running.
     let load = Load::start(members[..2].iter().map(|m| m.process.url("")).collect());
     etcd.stop();
@@ -493,14 +530,16 @@ async fn etcd_away_for_ten_seconds_fails_no_request_and_a_restart_starts_from_di
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollback_to_an_earlier_revision_reaches_all_three() {
-    let etcd = Etcd::start();
-    let url = etcd.url("fleet");
-    let dir = new_dir();
-    let (a, b) = write_chains(dir.path());
-    let first = push(&a, &url);
-    let members = three(&url, dir.path());
-    let client = http_client();
-    all_apply(&client, &members, first, BOUND).await;
+    let Fleet {
+        etcd: _etcd,
+        url,
+        dir: _dir,
+        a: _,
+        b,
+        first,
+        members,
+        client,
+    } = three_on_chain_a().await;
     let second = push(&b, &url);
     all_apply(&client, &members, second, BOUND).await;
     let output = wasmgate(&["rollback", "--to", &first.to_string(), "--etcd", &url]);

@@ -62,7 +62,7 @@ pub enum FleetError {
         #[source]
         source: std::io::Error,
     },
-    #[error("--etcd-certfile and --etcd-keyfile go together")]
+    #[error("--etcd-certfile and --etcd-keyfile go together, and with --etcd-cafile")]
     HalfIdentity,
     #[error("etcd: {0}")]
     Etcd(#[from] etcd_client::Error),
@@ -156,7 +156,10 @@ impl Target {
             _ => return Err(FleetError::HalfIdentity),
         };
         let Some(ca) = &self.tls.ca_file else {
-            return Ok(None);
+            return match identity {
+                Some(_) => Err(FleetError::HalfIdentity),
+                None => Ok(None),
+            };
         };
         let mut tls = etcd_client::TlsOptions::new()
             .ca_certificate(etcd_client::Certificate::from_pem(read(ca)?));

@@ -180,28 +180,20 @@ impl Store {
 
     /// Every kept pushed manifest, oldest first.
     pub async fn history(&self) -> Result<Vec<HistoryEntry>, FleetError> {
-        let prefix = format!("{}/history/", self.prefix);
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Key, SortOrder::Ascend);
-        let response = self
-            .client
-            .clone()
-            .get(prefix.as_str(), Some(options))
-            .await?;
-        response
-            .kvs()
-            .iter()
-            .map(|kv| {
-                let key = String::from_utf8_lossy(kv.key()).into_owned();
-                let push = key
-                    .strip_prefix(&prefix)
-                    .and_then(|number| number.parse().ok())
-                    .ok_or_else(|| damaged(&key, "not a push number"))?;
+        self.listed("history")
+            .await?
+            .into_iter()
+            .map(|(name, revision, text)| {
+                let push = name.parse().map_err(|_| {
+                    damaged(
+                        &format!("{}/history/{name}", self.prefix),
+                        "not a push number",
+                    )
+                })?;
                 Ok(HistoryEntry {
                     push,
-                    revision: kv.mod_revision(),
-                    text: utf8(&key, kv.value())?,
+                    revision,
+                    text,
                 })
             })
             .collect()
@@ -262,6 +254,16 @@ impl Store {
 
     /// The values under `P/<folder>/`, by the key's last part.
     pub async fn folder(&self, folder: &str) -> Result<Vec<(String, String)>, FleetError> {
+        let listed = self.listed(folder).await?;
+        Ok(listed
+            .into_iter()
+            .map(|(name, _, text)| (name, text))
+            .collect())
+    }
+
+    /// The keys under `P/<folder>/` in key order: the last part, the
+    /// revision that wrote it, the text.
+    async fn listed(&self, folder: &str) -> Result<Vec<(String, Revision, String)>, FleetError> {
         let prefix = format!("{}/{folder}/", self.prefix);
         let options = GetOptions::new()
             .with_prefix()
@@ -277,7 +279,7 @@ impl Store {
             .map(|kv| {
                 let key = String::from_utf8_lossy(kv.key()).into_owned();
                 let name = key.strip_prefix(&prefix).unwrap_or(&key).to_owned();
-                Ok((name, utf8(&key, kv.value())?))
+                Ok((name, kv.mod_revision(), utf8(&key, kv.value())?))
             })
             .collect()
     }
