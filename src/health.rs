@@ -7,6 +7,9 @@
 //! Checks: `ping` (always ok), `log` (the log is being flushed), and for
 //! readyz only `shutdown` (fails once shutdown began) and one
 //! `poststarthook/<name>` per post-start hook, failing until it finished.
+//! A gateway run from the fleet's etcd adds `config-revision`, which passes
+//! and, under `?verbose`, names the revision it serves and where from
+//! ([`Check::reporting`]): `[+]config-revision ok (revision 42 from etcd)`.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -22,17 +25,26 @@ use crate::body::{Body, Request, Response};
 use crate::handler::Handler;
 use crate::status::GatewayError;
 
-/// One named check.
+/// One named check: passing with a detail to show under `?verbose` (empty
+/// for most), or failing with a reason for the log.
 #[derive(Clone)]
 pub struct Check {
     name: String,
-    probe: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
+    probe: Arc<dyn Fn() -> Result<String, String> + Send + Sync>,
 }
 
 impl Check {
     pub fn new(
         name: impl Into<String>,
         probe: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        Self::reporting(name, move || probe().map(|()| String::new()))
+    }
+
+    /// A check whose pass carries a detail that `?verbose` shows.
+    pub fn reporting(
+        name: impl Into<String>,
+        probe: impl Fn() -> Result<String, String> + Send + Sync + 'static,
     ) -> Self {
         Check {
             name: name.into(),
@@ -44,7 +56,7 @@ impl Check {
         &self.name
     }
 
-    fn run(&self) -> Result<(), String> {
+    fn run(&self) -> Result<String, String> {
         (self.probe)()
     }
 }
@@ -216,8 +228,11 @@ fn all_checks(endpoint: &str, checks: &[Check], query: &Query) -> Response {
             continue;
         }
         match check.run() {
-            Ok(()) => {
+            Ok(detail) if detail.is_empty() => {
                 let _ = writeln!(report, "[+]{} ok", check.name());
+            }
+            Ok(detail) => {
+                let _ = writeln!(report, "[+]{} ok ({detail})", check.name());
             }
             Err(reason) => {
                 failed = true;
@@ -248,7 +263,7 @@ fn all_checks(endpoint: &str, checks: &[Check], query: &Query) -> Response {
 /// kube's `adaptCheckToHandler`: one check, its error shown.
 fn one_check(check: &Check) -> Response {
     match check.run() {
-        Ok(()) => text(StatusCode::OK, "ok".to_owned()),
+        Ok(_) => text(StatusCode::OK, "ok".to_owned()),
         Err(reason) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("internal server error: {reason}\n"),

@@ -17,6 +17,7 @@ pub mod crypto;
 pub mod delegation;
 pub mod director;
 pub mod discovery;
+pub mod fleet;
 pub mod flow_control;
 pub mod handler;
 pub mod health;

@@ -50,6 +50,8 @@ pub struct Metrics {
     pub audit_events_dropped: Counter,
     pub config_reloads: Family<ReloadResult, Counter>,
     pub config_last_reload_success: Gauge,
+    /// The etcd revision of the manifest in force (0 for a manifest file).
+    pub config_revision: Gauge,
 }
 
 fn filter_duration_histogram() -> Histogram {
@@ -100,6 +102,12 @@ pub fn metrics() -> &'static Metrics {
             "When the configuration was last loaded successfully (Unix time)",
             config_last_reload_success.clone(),
         );
+        let config_revision = Gauge::default();
+        registry.register(
+            "config_revision",
+            "The etcd revision of the manifest in force, for a gateway run from the fleet's etcd (0 for a manifest file)",
+            config_revision.clone(),
+        );
         Metrics {
             registry,
             filter_calls,
@@ -108,6 +116,7 @@ pub fn metrics() -> &'static Metrics {
             audit_events_dropped,
             config_reloads,
             config_last_reload_success,
+            config_revision,
         }
     })
 }

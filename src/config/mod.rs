@@ -4,7 +4,9 @@
 //! starts. Every problem is collected and reported with its place
 //! ([`error`]); a half-valid manifest never reaches the server.
 //!
-//! `wasmgate check`, start-up and (later) a reload all go through [`load`].
+//! `wasmgate check`, start-up and a reload all go through [`load`] (a file)
+//! or [`parse`] (text fetched from the fleet's etcd), by way of a
+//! [`source::ManifestSource`].
 //!
 //! # Layout
 //!
@@ -36,6 +38,7 @@ mod limits;
 mod listen;
 mod manifest;
 mod servers;
+pub mod source;
 pub mod stages;
 
 pub use complete::parse_duration;

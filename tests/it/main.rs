@@ -16,6 +16,7 @@ mod check;
 mod clients;
 mod deadlines;
 mod filter_units;
+mod fleet;
 mod flow_control;
 mod health;
 mod hostile_headers;
