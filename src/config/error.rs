@@ -24,7 +24,7 @@ pub struct Location {
 
 impl Location {
     /// The line and column of a byte offset into `source`.
-    pub fn of_offset(source: &str, offset: usize) -> Location {
+    pub(crate) fn of_offset(source: &str, offset: usize) -> Location {
         let before = source.get(..offset.min(source.len())).unwrap_or(source);
         let line = before.matches('\n').count() + 1;
         let line_start = before.rfind('\n').map_or(0, |i| i + 1);
@@ -32,7 +32,7 @@ impl Location {
         Location { line, column }
     }
 
-    pub fn of_span(source: &str, span: &Range<usize>) -> Location {
+    pub(crate) fn of_span(source: &str, span: &Range<usize>) -> Location {
         Location::of_offset(source, span.start)
     }
 }
@@ -51,16 +51,6 @@ pub enum ConfigError {
         path: PathBuf,
         problems: Vec<Problem>,
     },
-}
-
-impl ConfigError {
-    /// The problems found, empty when the file could not be read at all.
-    pub fn problems(&self) -> &[Problem] {
-        match self {
-            ConfigError::Read { .. } => &[],
-            ConfigError::Invalid { problems, .. } => problems,
-        }
-    }
 }
 
 /// The dotted key (`limits.max_requests_in_flight`, `servers[1].routes[0].path`)

@@ -24,11 +24,11 @@
 //! gateway accepts beside docs/manifest.md; a section's file names its
 //! input as `m::Listen`, one step away.
 
-pub mod bounds;
+pub(crate) mod bounds;
 mod complete;
 mod cors;
-pub mod error;
-pub mod files;
+pub(crate) mod error;
+pub(crate) mod files;
 mod hooks;
 mod hsts;
 mod limits;
@@ -37,12 +37,14 @@ mod manifest;
 mod servers;
 pub mod stages;
 
-pub use complete::parse_duration;
+pub(crate) use complete::parse_duration;
 pub use error::{ConfigError, Location, Problem};
-pub use hooks::{Hook, HookPhase};
-pub use limits::{DEFAULT_FILTER_MEMORY, Limits, MAX_FILTER_INSTANCES, MAX_FILTER_MEMORY_TOTAL};
-pub use listen::{Listen, SELF_SIGNED_FILES, TlsMaterial, Transport, TrustedProxies};
-pub use servers::{
+pub(crate) use hooks::{Hook, HookPhase};
+pub use limits::Limits;
+pub(crate) use limits::{MAX_FILTER_INSTANCES, MAX_FILTER_MEMORY_TOTAL};
+pub use listen::Transport;
+pub(crate) use listen::{Listen, SELF_SIGNED_FILES, TlsMaterial, TrustedProxies};
+pub(crate) use servers::{
     EscapedSlashes, Route, RouteHandler, RouteMatch, Server, StaticResponse, Upstream,
 };
 
@@ -57,17 +59,17 @@ pub struct Config {
     /// The manifest file this came from.
     pub source: PathBuf,
     pub listen: Listen,
-    pub limits: Limits,
+    pub(crate) limits: Limits,
     /// HSTS directives (`max-age=31536000`, `includeSubDomains`); none means
     /// no `Strict-Transport-Security` header.
     pub hsts: Option<HeaderValue>,
     /// Allowed CORS origins; empty means CORS is off.
     pub cors_allowed_origins: Vec<Regex>,
-    pub hooks: Vec<Hook>,
+    pub(crate) hooks: Vec<Hook>,
     /// The Wasm filters of the four stages.
     pub stages: stages::Stages,
     /// The delegation chain, in order: never empty.
-    pub servers: Vec<Server>,
+    pub(crate) servers: Vec<Server>,
 }
 
 /// A name that is a DNS-1123 label: lower-case letters, digits and `-`,
@@ -90,7 +92,7 @@ impl Name {
         Ok(Name(text.to_owned()))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
