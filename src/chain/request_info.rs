@@ -2,7 +2,7 @@
 //! `WithRequestReceivedTimestamp`): resolves the Kubernetes view of the
 //! request once, natively, before any filter runs, and stamps its arrival.
 
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
 use futures_util::future::BoxFuture;
 
@@ -11,14 +11,13 @@ use crate::context::ReceivedAt;
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 
-pub struct RequestInfoFilter {
+pub(super) struct RequestInfoFilter {
     pub next: SharedHandler,
 }
 
 impl Handler for RequestInfoFilter {
     fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
         let received = ReceivedAt {
-            instant: Instant::now(),
             wall: SystemTime::now(),
         };
         let info = RequestInfo::resolve(
