@@ -10,8 +10,8 @@ mod header_deadline;
 mod lifecycle;
 mod listener;
 pub mod reload;
-pub mod snapshot;
-pub mod tls;
+pub(crate) mod snapshot;
+pub(crate) mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,7 +27,7 @@ use crate::delegation::Targets;
 use crate::handler::SharedHandler;
 use crate::health::{Check, Flag, Health};
 use crate::reload_trigger::{ReloadOutcome, ReloadRequests, ReloadTrigger};
-pub use error::StartError;
+pub(crate) use error::StartError;
 use reload::{Bound, Reloader};
 use snapshot::{Live, Purpose, Shared, Snapshot};
 
@@ -91,7 +91,7 @@ impl Gateway {
     }
 
     /// The steps of the chain, outermost first, as `chain::build` installed them.
-    pub fn steps(&self) -> &[&'static str] {
+    pub(crate) fn steps(&self) -> &[&'static str] {
         &self.snapshot.steps
     }
 
