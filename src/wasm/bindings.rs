@@ -2,7 +2,7 @@
 //! module. The auditor world imports everything (types, host, sink), so its
 //! bindings define the shared interfaces and the other worlds reuse them.
 
-pub mod auditor {
+pub(crate) mod auditor {
     wasmtime::component::bindgen!({
         path: "wit",
         world: "auditor-filter",
@@ -22,7 +22,7 @@ pub mod authenticator {
     });
 }
 
-pub mod authorizer {
+pub(crate) mod authorizer {
     wasmtime::component::bindgen!({
         path: "wit",
         world: "authorizer-filter",
@@ -34,7 +34,7 @@ pub mod authorizer {
     });
 }
 
-pub mod admission {
+pub(crate) mod admission {
     wasmtime::component::bindgen!({
         path: "wit",
         world: "admission-filter",

@@ -80,7 +80,7 @@ pub fn user_to_wit(user: &UserInfo) -> types::UserInfo {
     }
 }
 
-pub fn user_from_wit(user: types::UserInfo) -> UserInfo {
+pub(crate) fn user_from_wit(user: types::UserInfo) -> UserInfo {
     UserInfo {
         name: user.name,
         uid: user.uid,

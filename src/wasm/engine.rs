@@ -22,7 +22,7 @@ use crate::config::files::read_limited;
 
 /// How often the epoch advances: the resolution of filter timeouts, and how
 /// often a long-running filter yields to other requests.
-pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(1);
 
 /// Pool sizing: the most component instances alive at once, in every
 /// configuration together; [`WasmHost::slots`] hands them out, so a call

@@ -64,7 +64,7 @@ impl<T> Outcome<T> {
     }
 
     /// A short word for logs, metrics and `wasmgate try`.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         OUTCOME_KINDS[self.index()]
     }
 }
@@ -214,7 +214,7 @@ impl FilterMetrics {
 
 /// A filter ready to be called.
 pub struct LoadedFilter<K: Kind> {
-    pub spec: FilterSpec,
+    pub(crate) spec: FilterSpec,
     identity: Arc<FilterIdentity>,
     metrics: FilterMetrics,
     engine: wasmtime::Engine,
@@ -284,7 +284,7 @@ impl<K: Kind> LoadedFilter<K> {
         })
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         self.spec.name.as_str()
     }
 
@@ -507,7 +507,7 @@ impl LoadedFilter<Admission> {
 
 impl LoadedFilter<Auditor> {
     /// Writes out what the filter's sink has buffered.
-    pub fn flush_sink(&self) {
+    pub(crate) fn flush_sink(&self) {
         if let Some(sink) = &self.identity.sink
             && let Err(error) = sink.flush()
         {
