@@ -24,13 +24,13 @@ use crate::status::GatewayError;
 
 /// One named check.
 #[derive(Clone)]
-pub struct Check {
+pub(crate) struct Check {
     name: String,
     probe: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
 }
 
 impl Check {
-    pub fn new(
+    pub(crate) fn new(
         name: impl Into<String>,
         probe: impl Fn() -> Result<(), String> + Send + Sync + 'static,
     ) -> Self {
@@ -40,7 +40,7 @@ impl Check {
         }
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
@@ -52,21 +52,21 @@ impl Check {
 /// A flag a check reads: set when something has happened (shutdown began, a
 /// hook finished).
 #[derive(Debug, Default, Clone)]
-pub struct Flag(Arc<AtomicBool>);
+pub(crate) struct Flag(Arc<AtomicBool>);
 
 impl Flag {
-    pub fn set(&self) {
+    pub(crate) fn set(&self) {
         self.0.store(true, Ordering::Release);
     }
 
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
 }
 
 /// The log check's evidence: when stderr was last flushed successfully.
 #[derive(Debug, Clone)]
-pub struct LogFlushes(Arc<AtomicU64>);
+pub(crate) struct LogFlushes(Arc<AtomicU64>);
 
 /// How stale the last flush may be before the `log` check fails.
 const LOG_FLUSH_MAX_AGE: Duration = Duration::from_secs(60);
@@ -79,7 +79,7 @@ impl LogFlushes {
 
     /// Flushes stderr every few seconds on a blocking thread, recording each
     /// success; a log that blocks (a full pipe nobody reads) stops them.
-    pub fn spawn_flusher(&self) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn spawn_flusher(&self) -> tokio::task::JoinHandle<()> {
         let last = self.0.clone();
         tokio::spawn(async move {
             loop {
@@ -110,7 +110,7 @@ fn unix_seconds() -> u64 {
 }
 
 /// The three endpoints and their checks.
-pub struct Health {
+pub(crate) struct Health {
     healthz: Vec<Check>,
     livez: Vec<Check>,
     readyz: Vec<Check>,
@@ -119,7 +119,7 @@ pub struct Health {
 
 impl Health {
     /// The default checks; `shutdown` fails once `shutting_down` is set.
-    pub fn new(shutting_down: Flag) -> Self {
+    pub(crate) fn new(shutting_down: Flag) -> Self {
         let log_flushes = LogFlushes::new();
         let log = {
             let flushes = log_flushes.clone();
@@ -142,7 +142,7 @@ impl Health {
     }
 
     /// Adds a readiness check (post-start hooks, later the config reloader).
-    pub fn add_readyz_check(&mut self, check: Check) {
+    pub(crate) fn add_readyz_check(&mut self, check: Check) {
         self.readyz.push(check);
     }
 

@@ -271,7 +271,7 @@ impl<'a> Iterator for Pieces<'a> {
 /// The query parameters request info reads (kube's `RequestInfoFactory`
 /// and the `ListOptions` it decodes), those admission and audit depend on,
 /// and `timeout`, read by the timeout filter.
-pub const SINGLE_VALUED_PARAMETERS: [&str; 10] = [
+pub(crate) const SINGLE_VALUED_PARAMETERS: [&str; 10] = [
     "watch",
     "labelSelector",
     "fieldSelector",

@@ -41,10 +41,10 @@ pub enum FilterKind {
 }
 
 impl Lang {
-    pub const ALL: [Lang; 4] = [Lang::Rust, Lang::Python, Lang::Js, Lang::C];
+    pub(crate) const ALL: [Lang; 4] = [Lang::Rust, Lang::Python, Lang::Js, Lang::C];
 
     /// The folder under `filters/` (and the `--lang` value).
-    pub fn folder(self) -> &'static str {
+    pub(crate) fn folder(self) -> &'static str {
         match self {
             Lang::Rust => "rust",
             Lang::Python => "python",
@@ -76,15 +76,8 @@ impl Lang {
 }
 
 impl FilterKind {
-    pub const ALL: [FilterKind; 4] = [
-        FilterKind::Authenticator,
-        FilterKind::Authorizer,
-        FilterKind::Admission,
-        FilterKind::Auditor,
-    ];
-
     /// The kind's name, as `--kind` spells it.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             FilterKind::Authenticator => "authenticator",
             FilterKind::Authorizer => "authorizer",
@@ -94,7 +87,7 @@ impl FilterKind {
     }
 
     /// The WIT world.
-    pub fn world(self) -> String {
+    pub(crate) fn world(self) -> String {
         format!("{}-filter", self.name())
     }
 
@@ -277,7 +270,7 @@ pub enum ScaffoldError {
 }
 
 /// Whether `name` can name a filter (a folder, a crate, a component file).
-pub fn valid_name(name: &str) -> bool {
+pub(crate) fn valid_name(name: &str) -> bool {
     name.len() <= 63
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && !name.ends_with('-')
@@ -288,7 +281,7 @@ pub fn valid_name(name: &str) -> bool {
 
 /// The wasmgate checkout at or above `start`: the first folder with
 /// `filters/build.sh` and `wit/filter.wit`.
-pub fn find_checkout(start: &Path) -> Option<PathBuf> {
+pub(crate) fn find_checkout(start: &Path) -> Option<PathBuf> {
     start
         .ancestors()
         .find(|dir| dir.join("filters/build.sh").is_file() && dir.join("wit/filter.wit").is_file())
@@ -636,7 +629,7 @@ mod tests {
         let dir =
             std::env::temp_dir().join(format!("wasmgate-scaffold-unit-{}", std::process::id()));
         for lang in Lang::ALL {
-            for kind in FilterKind::ALL {
+            for &kind in <FilterKind as clap::ValueEnum>::value_variants() {
                 let name = format!("{}-{}", lang.folder(), kind.name());
                 let made = scaffold(&NewFilter {
                     lang,

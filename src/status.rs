@@ -16,22 +16,22 @@ use crate::body::{Body, Response};
 /// `metav1.Status` as kube serialises it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Status {
-    pub kind: &'static str,
+    pub(crate) kind: &'static str,
     #[serde(rename = "apiVersion")]
     pub api_version: &'static str,
-    pub metadata: Metadata,
-    pub status: &'static str,
+    pub(crate) metadata: Metadata,
+    pub(crate) status: &'static str,
     pub message: String,
     #[serde(skip_serializing_if = "str::is_empty")]
-    pub reason: String,
+    pub(crate) reason: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub details: Option<Details>,
-    pub code: u16,
+    pub(crate) details: Option<Details>,
+    pub(crate) code: u16,
 }
 
 /// Always empty; kept so the body has kube's exact shape.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-pub struct Metadata {}
+pub(crate) struct Metadata {}
 
 /// `metav1.StatusDetails`.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
@@ -39,11 +39,11 @@ pub struct Details {
     #[serde(skip_serializing_if = "str::is_empty")]
     pub name: String,
     #[serde(skip_serializing_if = "str::is_empty")]
-    pub group: String,
+    pub(crate) group: String,
     #[serde(skip_serializing_if = "str::is_empty")]
-    pub kind: String,
+    pub(crate) kind: String,
     #[serde(rename = "retryAfterSeconds", skip_serializing_if = "Option::is_none")]
-    pub retry_after_seconds: Option<u64>,
+    pub(crate) retry_after_seconds: Option<u64>,
 }
 
 impl Status {
@@ -69,7 +69,7 @@ impl Status {
         }
     }
 
-    pub fn with_details(mut self, details: Details) -> Self {
+    pub(crate) fn with_details(mut self, details: Details) -> Self {
         self.details = Some(details);
         self
     }
@@ -143,14 +143,14 @@ pub enum GatewayError {
 }
 
 impl GatewayError {
-    pub fn internal(message: impl Into<String>) -> Self {
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
         GatewayError::Internal {
             message: message.into(),
         }
     }
 
     /// The code and kube reason of this error.
-    pub fn code_and_reason(&self) -> (StatusCode, &str) {
+    pub(crate) fn code_and_reason(&self) -> (StatusCode, &str) {
         match self {
             GatewayError::BadRequest { .. } => (StatusCode::BAD_REQUEST, "BadRequest"),
             GatewayError::Unauthorized => (StatusCode::UNAUTHORIZED, "Unauthorized"),
