@@ -14,14 +14,18 @@ pub(crate) type BodyError = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Debug)]
 pub struct Body(UnsyncBoxBody<Bytes, BodyError>);
 
+/// A request whose body is the gateway's [`Body`].
 pub type Request = http::Request<Body>;
+/// A response whose body is the gateway's [`Body`].
 pub type Response = http::Response<Body>;
 
 impl Body {
+    /// A body with no bytes.
     pub fn empty() -> Self {
         Body(Empty::new().map_err(|never| match never {}).boxed_unsync())
     }
 
+    /// A body of these bytes, whole.
     pub fn full(bytes: impl Into<Bytes>) -> Self {
         Body(
             Full::new(bytes.into())

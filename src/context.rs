@@ -30,6 +30,7 @@ pub struct ConnectionInfo {
 }
 
 impl ConnectionInfo {
+    /// The connection's peer, the listener's address and whether it is TLS.
     pub fn new(
         remote_addr: SocketAddr,
         tls: bool,
@@ -160,9 +161,13 @@ pub(crate) struct Deadline(pub Instant);
 /// Who is making the request (kube's user.Info).
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
 pub struct UserInfo {
+    /// The user's name (kube's `user.Info.GetName`).
     pub name: String,
+    /// A unique ID for the user, empty when the authenticator gives none.
     pub uid: String,
+    /// The groups the user belongs to.
     pub groups: Vec<String>,
+    /// Further attributes, as key and values, in the authenticator's order.
     pub extra: Vec<(String, Vec<String>)>,
 }
 

@@ -17,6 +17,7 @@ use crate::status::{GatewayError, Status};
 pub enum ReloadOutcome {
     /// The new chain is in force.
     Swapped {
+        /// The generation of the configuration now served.
         generation: u64,
         /// Settings that changed but take effect only after a restart.
         restart_required: Vec<String>,

@@ -25,18 +25,26 @@ use std::path::{Path, PathBuf};
 /// The languages a filter can be scaffolded in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Lang {
+    /// Rust, on the filter SDK.
     Rust,
+    /// Python, through componentize-py.
     Python,
+    /// JavaScript, through ComponentizeJS.
     Js,
+    /// C, through wit-bindgen and wasi-sdk.
     C,
 }
 
 /// The four filter worlds of `wit/filter.wit`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum FilterKind {
+    /// Says who sent the request.
     Authenticator,
+    /// Says whether the user may make the request.
     Authorizer,
+    /// Admits, denies or patches a write.
     Admission,
+    /// Records audit events.
     Auditor,
 }
 
@@ -217,7 +225,9 @@ const SDK_FILES: [(&str, &str); 6] = [
 /// What to scaffold.
 #[derive(Clone, Debug)]
 pub struct NewFilter {
+    /// The filter's language.
     pub lang: Lang,
+    /// The filter's world.
     pub kind: FilterKind,
     /// The filter's name: its folder, its crate or package, its component
     /// (`<name>.wasm`) and its name in `try.toml`.
@@ -233,7 +243,9 @@ pub struct NewFilter {
 /// What was written, and how to build and try it.
 #[derive(Clone, Debug)]
 pub struct Scaffolded {
+    /// The filter's folder.
     pub dir: PathBuf,
+    /// The files written, inside it.
     pub files: Vec<PathBuf>,
     /// Whether the folder is `<checkout>/filters/<lang>/<name>`.
     pub in_tree: bool,
@@ -247,23 +259,36 @@ pub struct Scaffolded {
     pub try_command: String,
 }
 
+/// Why a filter could not be scaffolded.
 #[derive(Debug, thiserror::Error)]
 pub enum ScaffoldError {
     #[error(
         "{0:?} is not a filter name: use lower-case letters, digits and '-', starting with a letter, at most 63 characters"
     )]
+    /// The name is not a valid filter name.
     Name(String),
     #[error(
         "no wasmgate checkout (a folder with filters/build.sh and wit/filter.wit) here or above: give --dir"
     )]
+    /// No checkout was given or found.
     NoCheckout,
+    /// The filter's folder exists and holds files.
     #[error("{} exists already and is not empty", .0.display())]
     Exists(PathBuf),
     #[error("a filter named {name:?} exists already in {}: components are named after their folders", .other.display())]
-    Taken { name: String, other: PathBuf },
+    /// Another filter of the same name exists in the tree.
+    Taken {
+        /// The name.
+        name: String,
+        /// The other filter's folder.
+        other: PathBuf,
+    },
+    /// A file could not be written.
     #[error("cannot write {}: {source}", path.display())]
     Write {
+        /// The file.
         path: PathBuf,
+        /// Why it could not be written.
         #[source]
         source: std::io::Error,
     },

@@ -27,6 +27,7 @@ pub struct Trial {
     pub(crate) body: Vec<u8>,
 }
 
+/// What one request did in the chain: the request info, each filter's call, the user, the route and the response.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
@@ -44,10 +45,13 @@ pub struct Report {
     pub chain: Vec<&'static str>,
 }
 
+/// Why a trial could not be run.
 #[derive(Debug, thiserror::Error)]
 pub enum TrialError {
+    /// The path is not a request target.
     #[error("{0:?} is not a valid request path")]
     Path(String),
+    /// The response's body could not be read whole.
     #[error("the response body could not be read: {0}")]
     Body(String),
 }

@@ -9,16 +9,20 @@ use std::path::PathBuf;
 /// One problem found in a manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
+    /// Where in the manifest, when the problem has a place.
     pub location: Option<Location>,
     /// The dotted key the problem is about (`servers[0].routes[1].upstream`).
     pub key: String,
+    /// What is wrong, in the words the user reads.
     pub message: String,
 }
 
 /// A 1-based line and column in the manifest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Location {
+    /// The line, from 1.
     pub line: usize,
+    /// The column, from 1.
     pub column: usize,
 }
 
@@ -40,15 +44,21 @@ impl Location {
 /// Why a manifest could not be turned into a configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The manifest could not be read.
     #[error("{}: cannot read the manifest: {source}", path.display())]
     Read {
+        /// The manifest's path.
         path: PathBuf,
+        /// Why it could not be read.
         #[source]
         source: std::io::Error,
     },
+    /// The manifest was read but is not a valid configuration.
     #[error("{}", render(path, problems))]
     Invalid {
+        /// The manifest's path.
         path: PathBuf,
+        /// Every problem found, in the order of the manifest.
         problems: Vec<Problem>,
     },
 }

@@ -15,6 +15,7 @@ pub struct Limits {
     pub max_requests_in_flight: usize,
     /// Mutating requests in flight at once; 0 means unlimited.
     pub max_mutating_requests_in_flight: usize,
+    /// How long a request may take before the gateway answers it with a 504.
     pub request_timeout: Duration,
     pub(crate) max_request_body: u64,
     pub(crate) max_header_bytes: usize,

@@ -50,7 +50,10 @@ pub enum Transport {
     Tls(Arc<TlsMaterial>),
     /// TLS with a self-signed certificate kept in this directory, generated
     /// at start when absent, as kube-apiserver does with `--cert-dir`.
-    SelfSigned { cert_dir: PathBuf },
+    SelfSigned {
+        /// The folder the generated certificate and key are kept in.
+        cert_dir: PathBuf,
+    },
 }
 
 /// The generated certificate and its key, in `cert_dir`.

@@ -58,6 +58,7 @@ use regex::Regex;
 pub struct Config {
     /// The manifest file this came from.
     pub source: PathBuf,
+    /// The listener: address, transport and the proxies trusted for client addresses.
     pub listen: Listen,
     pub(crate) limits: Limits,
     /// HSTS directives (`max-age=31536000`, `includeSubDomains`); none means
@@ -78,6 +79,7 @@ pub struct Config {
 pub struct Name(String);
 
 impl Name {
+    /// Checks `text` as a name (a DNS label), or says why it is not one.
     pub fn parse(text: &str) -> Result<Name, String> {
         let valid_chars = text
             .chars()

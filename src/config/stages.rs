@@ -18,6 +18,7 @@ use super::manifest as m;
 #[derive(Debug, Default)]
 pub struct Stages {
     pub(crate) authentication: Authentication,
+    /// The authorization stage.
     pub authorization: Authorization,
     pub(crate) admission: Admission,
     pub(crate) audit: Audit,
@@ -44,6 +45,7 @@ pub(crate) struct Authentication {
     pub filters: Vec<FilterSpec>,
 }
 
+/// The authorization stage: its authorizers, asked in order, and kube's `AlwaysAllow` fallback.
 #[derive(Debug, Default)]
 pub struct Authorization {
     /// Explicitly allow everything when no authorizer is configured.
@@ -113,18 +115,25 @@ pub(crate) struct AuditRule {
 /// One Wasm filter, as configured.
 #[derive(Debug, Clone)]
 pub struct FilterSpec {
+    /// The filter's name, unique in the manifest.
     pub name: Name,
+    /// The component's path, resolved against the manifest's folder.
     pub component: PathBuf,
     /// Where `component` is written in the manifest, for load errors.
     pub location: Option<Location>,
     /// A pinned digest: the component must hash to it.
     pub sha256: Option<[u8; 32]>,
+    /// Whether an instance serves one request or is pooled.
     pub isolation: Isolation,
+    /// How long one call may take.
     pub timeout: Duration,
     /// Linear memory cap in bytes.
     pub memory: u64,
+    /// What a failed call (an error, a trap, a timeout) means for the request.
     pub failure_policy: FailurePolicy,
+    /// Whether the filter's decision is enforced or only logged.
     pub mode: Mode,
+    /// Which requests the filter sees.
     pub matcher: FilterMatch,
     /// The `config` table, as JSON, handed to the filter.
     pub config_json: String,
@@ -196,6 +205,7 @@ pub enum FailurePolicy {
 /// Whether an authorization or admission filter's decision is enforced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// The decision is enforced.
     Enforce,
     /// The decision is logged, never enforced; the filter's failures are
     /// skipped whatever its failure policy.
@@ -215,7 +225,9 @@ pub struct FilterMatch {
 /// Where an audit filter's records go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sink {
+    /// The gateway's standard output.
     Stdout,
+    /// A file, appended to.
     File(PathBuf),
 }
 

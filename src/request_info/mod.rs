@@ -87,9 +87,12 @@ pub struct RequestInfo {
     /// The kube verb (`get`, `list`, `watch`, `create`, ...) for resource requests;
     /// the lower-cased HTTP method for non-resource requests.
     pub verb: String,
+    /// The API prefix (`api`, `apis`), empty for a non-resource request.
     pub api_prefix: String,
     pub(crate) api_group: String,
+    /// The API version (`v1`).
     pub api_version: String,
+    /// The namespace, empty for a cluster-scoped request.
     pub namespace: String,
     /// The resource (`pods`), not the kind.
     pub resource: String,
@@ -201,6 +204,7 @@ impl RequestInfoFactory {
 /// resource after it. Carries what was known before the failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnresolvableRequest {
+    /// What kube had resolved before it gave up.
     pub partial: Box<RequestInfo>,
 }
 

@@ -41,7 +41,9 @@ const CUT_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// What [`Gateway::check`] built: the configuration, and the steps of its
 /// chain, outermost first.
 pub struct Checked {
+    /// The configuration, completed.
     pub config: Config,
+    /// The steps of the chain `chain::build` installed, outermost first.
     pub steps: Vec<&'static str>,
 }
 
@@ -210,6 +212,7 @@ impl Gateway {
 
 /// A listening gateway.
 pub struct RunningGateway {
+    /// The address the listener is bound to (the port chosen, for port 0).
     pub local_addr: SocketAddr,
     live: Live,
     shared: Arc<Shared>,
@@ -228,7 +231,10 @@ pub enum Drained {
     /// Every connection finished its requests.
     Complete,
     /// `shutdown_timeout` passed with this many connections still open.
-    TimedOut { open_connections: usize },
+    TimedOut {
+        /// The connections still open when the grace period ended.
+        open_connections: usize,
+    },
 }
 
 impl RunningGateway {

@@ -25,8 +25,10 @@ use super::state::FilterState;
 /// What a call found exhausted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Exhausted {
+    /// Every instance slot is taken.
     #[error("every filter instance slot was in use (limits.filter_instances)")]
     Instances,
+    /// The memory budget has no room for another instance.
     #[error("the filters' linear memory was at its cap (limits.filter_memory)")]
     Memory,
 }
@@ -277,6 +279,7 @@ pub struct StoreData {
 }
 
 impl StoreData {
+    /// A store's data: the filter's state, its share of the memory budget and the filter's own memory cap in bytes.
     pub fn new(state: FilterState, memory: MemoryShare, filter_cap: u64) -> Self {
         StoreData {
             state,

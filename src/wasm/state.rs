@@ -26,9 +26,13 @@ use crate::config::stages::{Sink, WasiGrants};
 /// Who a filter is, shared by all its instances.
 #[derive(Debug)]
 pub struct FilterIdentity {
+    /// The filter's name in the manifest.
     pub name: String,
+    /// The filter's `config` table, as JSON.
     pub config_json: String,
+    /// Where an auditor's `sink` writes, for an audit filter.
     pub sink: Option<SinkWriter>,
+    /// The directories and environment the filter is granted.
     pub wasi: WasiGrants,
 }
 
@@ -39,7 +43,9 @@ pub struct FilterIdentity {
 /// `write(2)` per batch of events rather than one per event.
 #[derive(Debug)]
 pub enum SinkWriter {
+    /// The gateway's standard output.
     Stdout,
+    /// A file, buffered.
     File(Mutex<BufWriter<std::fs::File>>),
 }
 
