@@ -375,25 +375,25 @@ pub fn scaffold(request: &NewFilter) -> Result<Scaffolded, ScaffoldError> {
         FilterKind::Authorizer => format!("{} ", in_checkout(FALLBACK_AUTHORIZER)),
         _ => String::new(),
     };
-    let (component, dist_in_manifest, build) = if in_tree {
-        let checkout = checkout.as_ref().expect("in-tree implies a checkout");
-        (
-            checkout.join("filters/dist").join(format!("{name}.wasm")),
-            "../../dist",
-            format!("filters/build.sh {also_built}{}", shown(&dir)),
-        )
-    } else {
-        (
-            dir.join("dist").join(format!("{name}.wasm")),
-            "dist",
-            format!(
-                "{} --dist {} {also_built}{}",
-                in_checkout("filters/build.sh"),
-                dir.join("dist").display(),
-                dir.display()
-            ),
-        )
-    };
+    let (component, dist_in_manifest, build) =
+        if let Some(checkout) = checkout.as_ref().filter(|_| in_tree) {
+            (
+                checkout.join("filters/dist").join(format!("{name}.wasm")),
+                "../../dist",
+                format!("filters/build.sh {also_built}{}", shown(&dir)),
+            )
+        } else {
+            (
+                dir.join("dist").join(format!("{name}.wasm")),
+                "dist",
+                format!(
+                    "{} --dist {} {also_built}{}",
+                    in_checkout("filters/build.sh"),
+                    dir.join("dist").display(),
+                    dir.display()
+                ),
+            )
+        };
     let manifest = dir.join("try.toml");
     let mut try_command = format!("wasmgate try --config {}", shown(&manifest));
     if kind == FilterKind::Admission {
