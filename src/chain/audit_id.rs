@@ -22,7 +22,7 @@ pub(crate) const AUDIT_ID_HEADER: &str = "audit-id";
 /// kube's `maxAuditIDLength`.
 const MAX_AUDIT_ID_LENGTH: usize = 256;
 
-pub(super) struct AuditIdFilter {
+pub(crate) struct AuditIdFilter {
     pub next: SharedHandler,
 }
 

@@ -10,7 +10,7 @@ use toml::Spanned;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Manifest {
+pub(crate) struct Manifest {
     pub listen: Spanned<Listen>,
     #[serde(default)]
     pub limits: Limits,
@@ -28,7 +28,7 @@ pub(super) struct Manifest {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Authentication {
+pub(crate) struct Authentication {
     #[serde(default)]
     pub anonymous: bool,
     #[serde(default)]
@@ -37,7 +37,7 @@ pub(super) struct Authentication {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Authorization {
+pub(crate) struct Authorization {
     pub always_allow: Option<Spanned<bool>>,
     #[serde(default)]
     pub filters: Vec<Spanned<Filter>>,
@@ -45,7 +45,7 @@ pub(super) struct Authorization {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Admission {
+pub(crate) struct Admission {
     #[serde(default)]
     pub mutating: Vec<Spanned<Filter>>,
     #[serde(default)]
@@ -54,7 +54,7 @@ pub(super) struct Admission {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Audit {
+pub(crate) struct Audit {
     pub mode: Option<Spanned<String>>,
     pub queue_size: Option<Spanned<i64>>,
     #[serde(default)]
@@ -66,7 +66,7 @@ pub(super) struct Audit {
 /// One kube audit policy rule.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct AuditRule {
+pub(crate) struct AuditRule {
     pub level: Spanned<String>,
     #[serde(default)]
     pub users: Vec<String>,
@@ -86,7 +86,7 @@ pub(super) struct AuditRule {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct AuditResources {
+pub(crate) struct AuditResources {
     #[serde(default)]
     pub group: String,
     #[serde(default)]
@@ -96,7 +96,7 @@ pub(super) struct AuditResources {
 /// One Wasm filter of any stage.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Filter {
+pub(crate) struct Filter {
     pub name: Spanned<String>,
     pub component: Spanned<String>,
     pub sha256: Option<Spanned<String>>,
@@ -118,7 +118,7 @@ pub(super) struct Filter {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct WasiGrant {
+pub(crate) struct WasiGrant {
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     #[serde(default)]
@@ -129,7 +129,7 @@ pub(super) struct WasiGrant {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct WasiDir {
+pub(crate) struct WasiDir {
     pub host: String,
     pub guest: String,
     #[serde(default)]
@@ -138,7 +138,7 @@ pub(super) struct WasiDir {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct FilterMatch {
+pub(crate) struct FilterMatch {
     #[serde(default)]
     pub path_prefixes: Vec<String>,
     #[serde(default)]
@@ -153,7 +153,7 @@ pub(super) struct FilterMatch {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Listen {
+pub(crate) struct Listen {
     pub address: Spanned<String>,
     pub tls: Option<Spanned<Tls>>,
     pub plaintext: Option<Spanned<bool>>,
@@ -166,7 +166,7 @@ pub(super) struct Listen {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Tls {
+pub(crate) struct Tls {
     pub cert: Spanned<String>,
     pub key: Spanned<String>,
     pub client_ca: Option<Spanned<String>>,
@@ -174,7 +174,7 @@ pub(super) struct Tls {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Limits {
+pub(crate) struct Limits {
     pub max_requests_in_flight: Option<Spanned<i64>>,
     pub max_mutating_requests_in_flight: Option<Spanned<i64>>,
     pub request_timeout: Option<Spanned<String>>,
@@ -190,19 +190,19 @@ pub(super) struct Limits {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Hsts {
+pub(crate) struct Hsts {
     pub directives: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Cors {
+pub(crate) struct Cors {
     pub allowed_origins: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Hook {
+pub(crate) struct Hook {
     pub name: Spanned<String>,
     pub phase: Spanned<String>,
     pub command: Spanned<Vec<String>>,
@@ -211,7 +211,7 @@ pub(super) struct Hook {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Server {
+pub(crate) struct Server {
     pub name: Spanned<String>,
     #[serde(default)]
     pub routes: Vec<Spanned<Route>>,
@@ -219,7 +219,7 @@ pub(super) struct Server {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Route {
+pub(crate) struct Route {
     pub api: Option<Spanned<String>>,
     pub path: Option<Spanned<String>>,
     pub prefix: Option<Spanned<String>>,
@@ -234,7 +234,7 @@ pub(super) struct Route {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct UpstreamTable {
+pub(crate) struct UpstreamTable {
     pub url: String,
     pub ca: Option<String>,
     pub timeout: Option<String>,
@@ -242,7 +242,7 @@ pub(super) struct UpstreamTable {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Static {
+pub(crate) struct Static {
     pub status: Option<u16>,
     pub content_type: Option<String>,
     pub body: Option<String>,
