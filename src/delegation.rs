@@ -26,7 +26,7 @@ use crate::status::GatewayError;
 use crate::upstream::{UpstreamError, UpstreamProxy};
 
 /// The end of the chain: kube's not-found handler.
-pub struct NotFound;
+pub(crate) struct NotFound;
 
 impl Handler for NotFound {
     fn call(&self, _request: Request) -> BoxFuture<'_, Response> {
@@ -36,7 +36,7 @@ impl Handler for NotFound {
 
 /// What the routes lead to.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Targets {
+pub(crate) enum Targets {
     /// The real handlers: upstreams are proxied, static routes answered.
     Live,
     /// Every route answers with a description of itself instead (`wasmgate
@@ -45,7 +45,7 @@ pub enum Targets {
 }
 
 /// Builds the servers back to front, so each director knows its delegate.
-pub fn build(
+pub(crate) fn build(
     config: &Config,
     health: &Arc<Health>,
     reload: Option<&ReloadTrigger>,
@@ -123,7 +123,7 @@ impl Handler for RouteReport {
 /// Marks a response as a [`RouteReport`]'s, so `wasmgate try` can tell the
 /// director's choice from an answer the chain wrote itself.
 #[derive(Debug, Clone, Copy)]
-pub struct RoutedTo;
+pub(crate) struct RoutedTo;
 
 /// Health, metrics and discovery, on the non-API side of the first server. A user's
 /// API route for `/api` or `/apis` is checked first and so takes precedence

@@ -34,7 +34,7 @@ pub struct Check {
 }
 
 impl Check {
-    pub fn new(
+    pub(crate) fn new(
         name: impl Into<String>,
         probe: impl Fn() -> Result<(), String> + Send + Sync + 'static,
     ) -> Self {
@@ -42,7 +42,7 @@ impl Check {
     }
 
     /// A check whose pass carries a detail that `?verbose` shows.
-    pub fn reporting(
+    pub(crate) fn reporting(
         name: impl Into<String>,
         probe: impl Fn() -> Result<String, String> + Send + Sync + 'static,
     ) -> Self {
@@ -52,7 +52,7 @@ impl Check {
         }
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
@@ -64,21 +64,21 @@ impl Check {
 /// A flag a check reads: set when something has happened (shutdown began, a
 /// hook finished).
 #[derive(Debug, Default, Clone)]
-pub struct Flag(Arc<AtomicBool>);
+pub(crate) struct Flag(Arc<AtomicBool>);
 
 impl Flag {
-    pub fn set(&self) {
+    pub(crate) fn set(&self) {
         self.0.store(true, Ordering::Release);
     }
 
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
 }
 
 /// The log check's evidence: when stderr was last flushed successfully.
 #[derive(Debug, Clone)]
-pub struct LogFlushes(Arc<AtomicU64>);
+pub(crate) struct LogFlushes(Arc<AtomicU64>);
 
 /// How stale the last flush may be before the `log` check fails.
 const LOG_FLUSH_MAX_AGE: Duration = Duration::from_secs(60);
@@ -91,7 +91,7 @@ impl LogFlushes {
 
     /// Flushes stderr every few seconds on a blocking thread, recording each
     /// success; a log that blocks (a full pipe nobody reads) stops them.
-    pub fn spawn_flusher(&self) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn spawn_flusher(&self) -> tokio::task::JoinHandle<()> {
         let last = self.0.clone();
         tokio::spawn(async move {
             loop {
@@ -122,7 +122,7 @@ fn unix_seconds() -> u64 {
 }
 
 /// The three endpoints and their checks.
-pub struct Health {
+pub(crate) struct Health {
     healthz: Vec<Check>,
     livez: Vec<Check>,
     readyz: Vec<Check>,
@@ -131,7 +131,7 @@ pub struct Health {
 
 impl Health {
     /// The default checks; `shutdown` fails once `shutting_down` is set.
-    pub fn new(shutting_down: Flag) -> Self {
+    pub(crate) fn new(shutting_down: Flag) -> Self {
         let log_flushes = LogFlushes::new();
         let log = {
             let flushes = log_flushes.clone();
@@ -154,7 +154,7 @@ impl Health {
     }
 
     /// Adds a readiness check (post-start hooks, later the config reloader).
-    pub fn add_readyz_check(&mut self, check: Check) {
+    pub(crate) fn add_readyz_check(&mut self, check: Check) {
         self.readyz.push(check);
     }
 

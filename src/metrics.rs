@@ -19,30 +19,30 @@ use crate::handler::Handler;
 use crate::status::GatewayError;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FilterOutcome {
+pub(crate) struct FilterOutcome {
     pub filter: String,
     /// `answer`, `error`, `trap`, `timeout` or `exhausted`.
     pub outcome: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FilterName {
+pub(crate) struct FilterName {
     pub filter: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct Source {
+pub(crate) struct Source {
     /// `compiled`, `memory` or `disk`.
     pub source: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReloadResult {
+pub(crate) struct ReloadResult {
     /// `success` or `failure`.
     pub result: String,
 }
 
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     pub filter_calls: Family<FilterOutcome, Counter>,
     pub filter_duration: Family<FilterName, Histogram>,
@@ -60,7 +60,7 @@ fn filter_duration_histogram() -> Histogram {
 }
 
 /// The process's metrics.
-pub fn metrics() -> &'static Metrics {
+pub(crate) fn metrics() -> &'static Metrics {
     static METRICS: OnceLock<Metrics> = OnceLock::new();
     METRICS.get_or_init(|| {
         let mut registry = Registry::with_prefix("wasmgate");
@@ -124,7 +124,7 @@ pub fn metrics() -> &'static Metrics {
 impl Metrics {
     /// The text exposition of every metric: the gateway's, then kube's
     /// flow-control series (`crate::flow_control::metrics`).
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut text = String::new();
         let encoded = encode_registry(&mut text, &self.registry)
@@ -138,7 +138,7 @@ impl Metrics {
 }
 
 /// The `/metrics` endpoint.
-pub struct MetricsEndpoint;
+pub(crate) struct MetricsEndpoint;
 
 impl Handler for MetricsEndpoint {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {

@@ -30,7 +30,7 @@ use crate::wasm::{LoadedFilter, Outcome, convert};
 
 const STAGE: &str = "authentication";
 
-pub struct Authentication {
+pub(crate) struct Authentication {
     pub filters: Vec<LoadedFilter<Authenticator>>,
     /// Unrecognised requests go on as `system:anonymous` rather than 401.
     pub anonymous: bool,

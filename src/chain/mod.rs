@@ -9,28 +9,26 @@
 //! installed, except authentication, which then makes every request
 //! `system:anonymous`.
 
-pub mod admission;
-pub mod audit;
+pub(crate) mod admission;
+pub(crate) mod audit;
 mod audit_id;
-pub mod authentication;
-pub mod authorization;
-pub mod body_limit;
+pub(crate) mod authentication;
+pub(crate) mod authorization;
+pub(crate) mod body_limit;
 mod cors;
 mod headers;
 mod http_log;
 mod impersonation;
 mod max_in_flight;
 mod panic_recovery;
-pub mod priority_and_fairness;
+pub(crate) mod priority_and_fairness;
 mod request_headers;
 mod request_info;
 mod request_target;
-pub mod stage;
+pub(crate) mod stage;
 mod timeout;
 
 use std::sync::Arc;
-
-pub use audit_id::AUDIT_ID_HEADER;
 
 use crate::config::Config;
 use crate::flow_control::Controller;
@@ -39,7 +37,7 @@ use crate::wasm::LoadedStages;
 
 /// The built chain, what it is made of, and the audit backend to flush at
 /// shutdown.
-pub struct Chain {
+pub(crate) struct Chain {
     pub handler: SharedHandler,
     /// The names of the steps installed, outermost first: the order a request
     /// meets them, as `wasmgate check` and `wasmgate try` show it.
@@ -68,7 +66,7 @@ impl Layers {
 /// everything above it, so the request meets them bottom to top. The name
 /// given with each step is the one [`Chain::steps`] records.
 /// `flow_control` is the configuration's API Priority and Fairness, when on.
-pub fn build(
+pub(crate) fn build(
     config: &Config,
     stages: LoadedStages,
     flow_control: Option<Arc<Controller>>,

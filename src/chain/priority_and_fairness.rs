@@ -21,11 +21,12 @@ use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
 
-pub const FLOW_SCHEMA_UID: HeaderName = HeaderName::from_static("x-kubernetes-pf-flowschema-uid");
-pub const PRIORITY_LEVEL_UID: HeaderName =
+pub(crate) const FLOW_SCHEMA_UID: HeaderName =
+    HeaderName::from_static("x-kubernetes-pf-flowschema-uid");
+pub(crate) const PRIORITY_LEVEL_UID: HeaderName =
     HeaderName::from_static("x-kubernetes-pf-prioritylevel-uid");
 
-pub struct PriorityAndFairness {
+pub(crate) struct PriorityAndFairness {
     pub controller: Arc<Controller>,
     pub next: SharedHandler,
 }

@@ -252,7 +252,7 @@ impl Completer<'_> {
 }
 
 /// `60s`, `1m30s`, `500ms`, `1h`: Go-style durations, as kube's flags take.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text)
         .map_err(|_| format!("{text:?} is not a duration like \"60s\", \"1m30s\" or \"500ms\""))
 }

@@ -10,7 +10,7 @@
 use std::collections::{HashMap, HashSet};
 
 /// Where the debug dumps are served; routes may not take these paths.
-pub const DEBUG_PREFIX: &str = "/debug/api_priority_and_fairness/";
+pub(crate) const DEBUG_PREFIX: &str = "/debug/api_priority_and_fairness/";
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -136,8 +136,8 @@ const DEFAULT_QUEUING: Queuing = Queuing {
 };
 const DEFAULT_PRECEDENCE: usize = 1000;
 
-pub const EXEMPT: &str = "exempt";
-pub const CATCH_ALL: &str = "catch-all";
+pub(crate) const EXEMPT: &str = "exempt";
+pub(crate) const CATCH_ALL: &str = "catch-all";
 
 /// The manifest as written.
 pub(super) mod written {
@@ -145,7 +145,7 @@ pub(super) mod written {
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
-    pub struct FlowControl {
+    pub(crate) struct FlowControl {
         pub enabled: Option<Spanned<bool>>,
         #[serde(default)]
         pub priority_levels: Vec<Spanned<PriorityLevel>>,
@@ -155,7 +155,7 @@ pub(super) mod written {
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
-    pub struct PriorityLevel {
+    pub(crate) struct PriorityLevel {
         pub name: Spanned<String>,
         #[serde(rename = "type")]
         pub kind: Option<Spanned<String>>,
@@ -168,7 +168,7 @@ pub(super) mod written {
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
-    pub struct Queuing {
+    pub(crate) struct Queuing {
         pub queues: Option<Spanned<i64>>,
         pub hand_size: Option<Spanned<i64>>,
         pub queue_length_limit: Option<Spanned<i64>>,
@@ -176,7 +176,7 @@ pub(super) mod written {
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
-    pub struct FlowSchema {
+    pub(crate) struct FlowSchema {
         pub name: Spanned<String>,
         pub priority_level: Spanned<String>,
         pub matching_precedence: Option<Spanned<i64>>,
@@ -187,7 +187,7 @@ pub(super) mod written {
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
-    pub struct Rule {
+    pub(crate) struct Rule {
         #[serde(default)]
         pub users: Vec<String>,
         #[serde(default)]
@@ -202,7 +202,7 @@ pub(super) mod written {
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
-    pub struct ResourceRule {
+    pub(crate) struct ResourceRule {
         pub verbs: Vec<String>,
         pub api_groups: Vec<String>,
         pub resources: Vec<String>,
@@ -214,7 +214,7 @@ pub(super) mod written {
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
-    pub struct NonResourceRule {
+    pub(crate) struct NonResourceRule {
         pub verbs: Vec<String>,
         pub non_resource_urls: Vec<Spanned<String>>,
     }

@@ -19,13 +19,13 @@ use super::manifest as m;
 
 /// One server of the delegation chain.
 #[derive(Debug)]
-pub struct Server {
+pub(crate) struct Server {
     pub name: Name,
     pub routes: Vec<Route>,
 }
 
 #[derive(Debug)]
-pub struct Route {
+pub(crate) struct Route {
     pub matcher: RouteMatch,
     pub handler: RouteHandler,
     pub escaped_slashes: EscapedSlashes,
@@ -34,7 +34,7 @@ pub struct Route {
 /// What a route does with a path holding an escaped `/` or `\` (`%2F`,
 /// `%5C`): Envoy's `path_with_escaped_slashes_action`, per route.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum EscapedSlashes {
+pub(crate) enum EscapedSlashes {
     /// 400: the path has no single reading (kube decodes `%2F` into a
     /// separator, other servers keep it as data).
     #[default]
@@ -47,7 +47,7 @@ pub enum EscapedSlashes {
 
 /// Where a route applies (kube's director: API roots, exact paths, prefixes).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum RouteMatch {
+pub(crate) enum RouteMatch {
     /// An API root (`/api`, `/apis`, `/apis/<group>`, `/apis/<group>/<version>`):
     /// the root itself and everything below `<root>/`.
     Api(String),
@@ -58,14 +58,14 @@ pub enum RouteMatch {
 }
 
 #[derive(Debug)]
-pub enum RouteHandler {
+pub(crate) enum RouteHandler {
     Upstream(Upstream),
     Static(StaticResponse),
 }
 
 /// A reverse-proxy target.
 #[derive(Debug)]
-pub struct Upstream {
+pub(crate) struct Upstream {
     /// `http://` or `https://`, authority and optional base path.
     pub url: http::Uri,
     /// Roots to verify an `https://` upstream with; the system's web PKI
@@ -77,7 +77,7 @@ pub struct Upstream {
 
 /// A fixed response.
 #[derive(Debug, Clone)]
-pub struct StaticResponse {
+pub(crate) struct StaticResponse {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: bytes::Bytes,

@@ -22,7 +22,9 @@ pub trait ManifestSource: Send + Sync {
 
 /// A manifest file, with `run --listen`'s override of its address.
 pub struct FileSource {
+    /// The manifest file, read anew at every load.
     pub path: PathBuf,
+    /// `run --listen`: the address that replaces `[listen] address`.
     pub listen: Option<SocketAddr>,
 }
 

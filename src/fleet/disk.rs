@@ -27,7 +27,9 @@ pub struct StateDir {
 /// The last good revision on disk.
 #[derive(Debug, Clone)]
 pub struct LastGood {
+    /// The revision the copy is of.
     pub revision: Revision,
+    /// The manifest file kept for it, its components beside it.
     pub manifest: PathBuf,
 }
 

@@ -39,6 +39,7 @@ pub struct Target {
     pub endpoint: String,
     /// The key prefix, `/PREFIX` (no trailing `/`).
     pub prefix: String,
+    /// How to reach etcd: plain, or TLS with these files.
     pub tls: EtcdTls,
 }
 
@@ -46,13 +47,20 @@ pub struct Target {
 /// `--key`): with a CA the connection is `https`.
 #[derive(Debug, Clone, Default)]
 pub struct EtcdTls {
+    /// `--etcd-cafile`: the CA that signed etcd's certificate.
     pub ca_file: Option<PathBuf>,
+    /// `--etcd-certfile`: this client's certificate.
     pub cert_file: Option<PathBuf>,
+    /// `--etcd-keyfile`: the key of `cert_file`.
     pub key_file: Option<PathBuf>,
 }
 
 /// What went wrong talking to the fleet.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is what it means"
+)]
 pub enum FleetError {
     #[error("{0:?} is not an etcd URL: expected etcd://HOST:PORT/PREFIX")]
     Url(String),

@@ -25,6 +25,10 @@ use crate::server::{Gateway, StartError};
 
 /// Why a push or a rollback wrote nothing.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is what it means"
+)]
 pub enum PushError {
     /// The manifest is invalid: the problems `check` reports.
     #[error("{0}")]
@@ -51,9 +55,11 @@ pub enum PushError {
 /// What a push wrote.
 #[derive(Debug, Clone)]
 pub struct Pushed {
+    /// The manifest's new revision in etcd.
     pub revision: Revision,
     /// Components uploaded now, and those etcd already held.
     pub uploaded: usize,
+    /// Components already stored under their digest, not sent again.
     pub reused: usize,
 }
 

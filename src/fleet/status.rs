@@ -24,10 +24,13 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// What one gateway reports.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct GatewayStatus {
+    /// The gateway's name in the fleet (`--gateway-id`).
     pub gateway: String,
+    /// The wasmgate version it runs.
     pub version: String,
     /// Unix seconds.
     pub started_at: u64,
+    /// The address it serves on.
     pub listen: String,
     /// The revision whose chain serves.
     pub applied: Revision,
@@ -39,15 +42,20 @@ pub struct GatewayStatus {
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
+/// Where a gateway's serving chain was loaded from.
 pub enum AppliedFrom {
+    /// The fleet's etcd.
     Etcd,
     /// The disk copy: etcd was away when the gateway started.
     Disk,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// A revision a gateway would not apply.
 pub struct Refusal {
+    /// The revision refused.
     pub revision: Revision,
+    /// Why, as `wasmgate check` would say it.
     pub error: String,
 }
 
@@ -56,6 +64,7 @@ pub struct Refusal {
 pub struct Member {
     /// False once its lease expired: the gateway stopped or lost etcd.
     pub up: bool,
+    /// What the gateway last wrote of itself.
     #[serde(flatten)]
     pub status: GatewayStatus,
 }
@@ -63,12 +72,15 @@ pub struct Member {
 /// The fleet, as `wasmgate status` prints it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Fleet {
+    /// The fleet, as `etcd://HOST:PORT/PREFIX`.
     pub url: String,
     /// The manifest's revision, 0 before the first push.
     pub revision: Revision,
+    /// Every gateway that has reported, up or gone.
     pub gateways: Vec<Member>,
 }
 
+/// Now in Unix seconds (0 should the clock be before 1970).
 pub fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -38,15 +38,21 @@ pub const MANIFEST_LIMIT: usize = 512 * 1024;
 /// A manifest as etcd holds it.
 #[derive(Debug, Clone)]
 pub struct StoredManifest {
+    /// Its etcd revision.
     pub revision: Revision,
+    /// The manifest's text, component paths rewritten to digests.
+    /// The manifest as pushed.
     pub text: String,
 }
 
 /// One pushed manifest in `history/`.
 #[derive(Debug, Clone)]
 pub struct HistoryEntry {
+    /// The push's sequence number under `history/`.
     pub push: u64,
+    /// The etcd revision the push made.
     pub revision: Revision,
+    /// The manifest as pushed.
     pub text: String,
 }
 
@@ -65,6 +71,7 @@ pub struct Store {
 }
 
 impl Store {
+    /// Connects to the fleet's etcd.
     pub async fn open(target: &Target) -> Result<Store, FleetError> {
         Ok(Store {
             client: target.connect().await?,
@@ -72,6 +79,7 @@ impl Store {
         })
     }
 
+    /// `PREFIX/manifest`: the fleet's manifest.
     pub fn manifest_key(&self) -> String {
         format!("{}/manifest", self.prefix)
     }
@@ -84,10 +92,12 @@ impl Store {
         format!("{}/history/{push:010}", self.prefix)
     }
 
+    /// `PREFIX/status/<gateway>`: a gateway's status, under its lease.
     pub fn status_key(&self, gateway: &str) -> String {
         format!("{}/status/{gateway}", self.prefix)
     }
 
+    /// `PREFIX/seen/<gateway>`: its last status, kept after the lease ends.
     pub fn seen_key(&self, gateway: &str) -> String {
         format!("{}/seen/{gateway}", self.prefix)
     }

@@ -36,8 +36,11 @@ const BACKOFF: std::ops::RangeInclusive<Duration> =
 /// How `run --config etcd://...` was asked to run.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// The fleet's etcd.
     pub target: Target,
+    /// `--state-dir`: where the last good manifest and components are kept.
     pub state_dir: PathBuf,
+    /// `run --listen`: the address that replaces `[listen] address`.
     pub listen: Option<SocketAddr>,
 }
 

@@ -16,7 +16,7 @@ const EVERY: &str = "*";
 
 /// The flow a request belongs to.
 #[derive(Debug, Clone, Copy)]
-pub struct Flow<'a> {
+pub(crate) struct Flow<'a> {
     /// Index of the matching schema.
     pub schema: usize,
     /// The user's name or the namespace, as the schema distinguishes flows;
@@ -29,7 +29,7 @@ pub struct Flow<'a> {
 /// The flow of a request: the first schema that matches, else `fallback`
 /// (the `catch-all` schema, which matches every authenticated and
 /// unauthenticated request unless a manifest narrowed it).
-pub fn classify<'a>(
+pub(crate) fn classify<'a>(
     schemas: &[FlowSchema],
     fallback: usize,
     info: &'a RequestInfo,

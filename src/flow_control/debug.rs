@@ -28,13 +28,13 @@ enum Dump {
 }
 
 /// One dump endpoint of one configuration.
-pub struct DumpEndpoint {
+pub(crate) struct DumpEndpoint {
     controller: Arc<Controller>,
     dump: Dump,
 }
 
 /// The three endpoints and their paths.
-pub fn endpoints(controller: &Arc<Controller>) -> Vec<(String, SharedHandler)> {
+pub(crate) fn endpoints(controller: &Arc<Controller>) -> Vec<(String, SharedHandler)> {
     [
         ("dump_priority_levels", Dump::PriorityLevels),
         ("dump_queues", Dump::Queues),
@@ -83,7 +83,7 @@ fn include_request_details(query: Option<&str>) -> bool {
 }
 
 impl Controller {
-    pub fn dump_priority_levels(&self) -> String {
+    pub(crate) fn dump_priority_levels(&self) -> String {
         let mut rows = vec![strings(&[
             "PriorityLevelName",
             "ActiveQueues",
@@ -123,7 +123,7 @@ impl Controller {
         tabulate(&rows)
     }
 
-    pub fn dump_queues(&self) -> String {
+    pub(crate) fn dump_queues(&self) -> String {
         let mut rows = vec![strings(&[
             "PriorityLevelName",
             "Index",
@@ -160,7 +160,7 @@ impl Controller {
         tabulate(&rows)
     }
 
-    pub fn dump_requests(&self, include_details: bool) -> String {
+    pub(crate) fn dump_requests(&self, include_details: bool) -> String {
         let mut header = strings(&[
             "PriorityLevelName",
             "FlowSchemaName",

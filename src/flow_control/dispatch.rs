@@ -23,7 +23,7 @@ use crate::request_info::RequestInfo;
 
 /// How often borrowing moves seats between levels (kube's
 /// `borrowingAdjustmentPeriod`).
-pub const BORROWING_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const BORROWING_PERIOD: Duration = Duration::from_secs(10);
 /// kube's `seatDemandSmoothingCoefficient`.
 const SMOOTHING: f64 = 0.977;
 /// A request without a deadline waits at most this long (kube's default
@@ -54,7 +54,7 @@ pub(super) struct Limited {
 }
 
 impl Limited {
-    pub fn lock(&self) -> MutexGuard<'_, LevelState> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, LevelState> {
         // The state is consistent between calls: nothing in it panics.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -73,7 +73,7 @@ pub(super) struct Ticket {
 }
 
 /// What `dump_requests` shows of a waiting request.
-pub struct RequestDetail {
+pub(crate) struct RequestDetail {
     pub schema: usize,
     pub distinguisher: String,
     pub arrived: SystemTime,
@@ -89,7 +89,7 @@ pub struct RequestDetail {
 }
 
 impl RequestDetail {
-    pub fn new(flow: &Flow<'_>, info: &RequestInfo, user: &UserInfo) -> Self {
+    pub(crate) fn new(flow: &Flow<'_>, info: &RequestInfo, user: &UserInfo) -> Self {
         let api_version = if info.api_group.is_empty() {
             info.api_version.clone()
         } else {
@@ -113,7 +113,7 @@ impl RequestDetail {
 
 /// Why a request gets a 429, and when to come back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rejection {
+pub(crate) struct Rejection {
     pub reason: RejectReason,
     pub retry_after_seconds: u64,
 }
@@ -177,7 +177,7 @@ pub(super) fn levels(config: &FlowControl) -> Vec<Level> {
 /// When a request arriving at `received` with `deadline` stops waiting in
 /// its queue: a quarter of its time, at most a minute (kube's
 /// `getRequestWaitContext`).
-pub fn queue_deadline(received: Instant, deadline: Option<Instant>) -> Instant {
+pub(crate) fn queue_deadline(received: Instant, deadline: Option<Instant>) -> Instant {
     let wait = deadline.map_or(DEFAULT_QUEUE_WAIT, |deadline| {
         deadline.saturating_duration_since(received) / 4
     });
@@ -185,7 +185,7 @@ pub fn queue_deadline(received: Instant, deadline: Option<Instant>) -> Instant {
 }
 
 /// What a request holds while it executes; dropping it frees its seats.
-pub struct Seat {
+pub(crate) struct Seat {
     controller: Arc<Controller>,
     schema: usize,
     /// `None` on an exempt level.
@@ -237,7 +237,7 @@ fn settle(state: &mut LevelState, now: Instant, mut unclaimed: Vec<Executing>) {
 impl Controller {
     /// Waits for a seat on the flow's level for a request of `seats`, until
     /// `queue_deadline` at the latest.
-    pub async fn admit(
+    pub(crate) async fn admit(
         self: &Arc<Self>,
         flow: &Flow<'_>,
         seats: usize,

@@ -122,12 +122,12 @@ fn families() -> &'static Families {
 
 /// Appends the flow-control metrics to a text exposition (before its
 /// `# EOF`).
-pub fn encode(text: &mut String) -> std::fmt::Result {
+pub(crate) fn encode(text: &mut String) -> std::fmt::Result {
     prometheus_client::encoding::text::encode_registry(text, &families().registry)
 }
 
 /// One schema's series (its level is fixed by the schema).
-pub struct SchemaMetrics {
+pub(crate) struct SchemaMetrics {
     pub executing: Gauge,
     pub in_queue: Gauge,
     pub dispatched: Counter,
@@ -137,7 +137,7 @@ pub struct SchemaMetrics {
 }
 
 impl SchemaMetrics {
-    pub fn new(level: &str, schema: &str) -> Self {
+    pub(crate) fn new(level: &str, schema: &str) -> Self {
         let families = families();
         let labels = LevelSchema {
             priority_level: level.to_owned(),
@@ -178,7 +178,7 @@ impl SchemaMetrics {
         }
     }
 
-    pub fn rejected(&self, reason: RejectReason) -> &Counter {
+    pub(crate) fn rejected(&self, reason: RejectReason) -> &Counter {
         let index = match reason {
             RejectReason::QueueFull => 0,
             RejectReason::ConcurrencyLimit => 1,
@@ -190,12 +190,12 @@ impl SchemaMetrics {
 }
 
 /// A level's seat gauges.
-pub struct LevelMetrics {
+pub(crate) struct LevelMetrics {
     pub current_limit: Gauge,
 }
 
 impl LevelMetrics {
-    pub fn new(level: &str, nominal: usize) -> Self {
+    pub(crate) fn new(level: &str, nominal: usize) -> Self {
         let families = families();
         let labels = Level {
             priority_level: level.to_owned(),

@@ -23,12 +23,12 @@
 //!
 //! The chain's step is `chain/priority_and_fairness.rs`.
 
-pub mod classify;
-pub mod debug;
-pub mod dispatch;
-pub mod metrics;
-pub mod queueset;
-pub mod width;
+pub(crate) mod classify;
+pub(crate) mod debug;
+pub(crate) mod dispatch;
+pub(crate) mod metrics;
+pub(crate) mod queueset;
+pub(crate) mod width;
 
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -43,12 +43,12 @@ use classify::Flow;
 use dispatch::Level;
 use metrics::SchemaMetrics;
 
-pub use dispatch::{Rejection, RequestDetail, Seat, queue_deadline};
+pub(crate) use dispatch::{RequestDetail, queue_deadline};
 
-pub use crate::config::flow_control::DEBUG_PREFIX;
+pub(crate) use crate::config::flow_control::DEBUG_PREFIX;
 
 /// One configuration's flow control.
-pub struct Controller {
+pub(crate) struct Controller {
     /// In matching order.
     flow_schemas: Vec<FlowSchema>,
     schemas: Vec<Schema>,
@@ -69,7 +69,7 @@ impl Controller {
     /// Builds the levels and their queues, and starts borrowing between
     /// them (for as long as the controller lives) when a runtime is there
     /// to run it.
-    pub fn new(config: &FlowControl) -> Arc<Controller> {
+    pub(crate) fn new(config: &FlowControl) -> Arc<Controller> {
         let levels = dispatch::levels(config);
         let schemas = config
             .schemas
@@ -102,13 +102,13 @@ impl Controller {
     }
 
     /// The flow of a request.
-    pub fn classify<'a>(&self, info: &'a RequestInfo, user: &'a UserInfo) -> Flow<'a> {
+    pub(crate) fn classify<'a>(&self, info: &'a RequestInfo, user: &'a UserInfo) -> Flow<'a> {
         classify::classify(&self.flow_schemas, self.catch_all, info, user)
     }
 
     /// `X-Kubernetes-PF-FlowSchema-UID` and `X-Kubernetes-PF-PriorityLevel-UID`
     /// of a flow.
-    pub fn uids(&self, flow: &Flow<'_>) -> (HeaderValue, HeaderValue) {
+    pub(crate) fn uids(&self, flow: &Flow<'_>) -> (HeaderValue, HeaderValue) {
         let schema = &self.schemas[flow.schema];
         (schema.uid.clone(), self.levels[schema.level].uid.clone())
     }

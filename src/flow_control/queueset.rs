@@ -29,7 +29,7 @@ const ESTIMATED_SERVICE: Duration = Duration::from_millis(3);
 /// Why a request was not admitted (kube's reject reasons, as the metrics
 /// name them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RejectReason {
+pub(crate) enum RejectReason {
     /// Its queue was at `queue_length_limit` and every seat was taken.
     QueueFull,
     /// A level without queues had no seat for it.
@@ -41,7 +41,7 @@ pub enum RejectReason {
 }
 
 impl RejectReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RejectReason::QueueFull => "queue-full",
             RejectReason::ConcurrencyLimit => "concurrency-limit",
@@ -53,7 +53,7 @@ impl RejectReason {
 
 /// A request that holds seats; handed back to [`QueueSet::finish`].
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Executing {
+pub(crate) struct Executing {
     queue: Option<usize>,
     seats: usize,
     started: Instant,
@@ -61,14 +61,14 @@ pub struct Executing {
 
 /// Where a waiting request is, to take it out again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueuedAt {
+pub(crate) struct QueuedAt {
     pub queue: usize,
     id: u64,
 }
 
 /// What became of an arriving request.
 #[derive(Debug)]
-pub enum Arrival {
+pub(crate) enum Arrival {
     /// It executes now.
     Executing(Executing),
     /// It waits in this queue (and may have been dispatched already: the
@@ -78,11 +78,10 @@ pub enum Arrival {
 }
 
 /// A request waiting in a queue, with what its owner needs to be told.
-pub struct Waiting<T> {
+pub(crate) struct Waiting<T> {
     id: u64,
     seats: usize,
     arrival_r: f64,
-    pub arrived: Instant,
     pub payload: T,
 }
 
@@ -112,7 +111,7 @@ impl<T> Queue<T> {
 }
 
 /// A queue as the debug dump shows it.
-pub struct QueueDump {
+pub(crate) struct QueueDump {
     pub waiting: usize,
     pub executing: usize,
     pub seats_in_use: usize,
@@ -122,7 +121,7 @@ pub struct QueueDump {
 
 /// Running totals of a level, for the debug dump.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Totals {
+pub(crate) struct Totals {
     pub waiting: usize,
     pub executing: usize,
     pub seats_in_use: usize,
@@ -147,7 +146,7 @@ struct Integrator {
 
 /// The demand of one adjustment period.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Demand {
+pub(crate) struct Demand {
     pub average: f64,
     pub deviation: f64,
     pub high_watermark: f64,
@@ -202,7 +201,7 @@ impl Integrator {
     }
 }
 
-pub struct QueueSet<T> {
+pub(crate) struct QueueSet<T> {
     queuing: Option<Queuing>,
     concurrency_limit: usize,
     queues: Vec<Queue<T>>,
@@ -218,7 +217,7 @@ pub struct QueueSet<T> {
 
 impl<T> QueueSet<T> {
     /// `queuing` is `None` for a level that rejects instead of queuing.
-    pub fn new(queuing: Option<Queuing>, concurrency_limit: usize, now: Instant) -> Self {
+    pub(crate) fn new(queuing: Option<Queuing>, concurrency_limit: usize, now: Instant) -> Self {
         let count = queuing.map_or(0, |q| q.queues);
         QueueSet {
             queuing,
@@ -234,11 +233,7 @@ impl<T> QueueSet<T> {
         }
     }
 
-    pub fn concurrency_limit(&self) -> usize {
-        self.concurrency_limit
-    }
-
-    pub fn totals(&self) -> Totals {
+    pub(crate) fn totals(&self) -> Totals {
         self.totals
     }
 
@@ -266,14 +261,14 @@ impl<T> QueueSet<T> {
     }
 
     /// The demand since the last call, and a new period begins.
-    pub fn take_demand(&mut self, now: Instant) -> Demand {
+    pub(crate) fn take_demand(&mut self, now: Instant) -> Demand {
         self.demand.reset(now)
     }
 
     /// A request of flow `hash` asking for `seats` arrives; `payload` is
     /// made only if it has to wait. Requests the arrival lets run are given
     /// to `dispatched`.
-    pub fn arrive(
+    pub(crate) fn arrive(
         &mut self,
         now: Instant,
         hash: u64,
@@ -347,7 +342,6 @@ impl<T> QueueSet<T> {
             id,
             seats,
             arrival_r: current_r,
-            arrived: now,
             payload,
         });
         queue.seats_waiting += seats;
@@ -434,7 +428,7 @@ impl<T> QueueSet<T> {
     }
 
     /// An executing request is done; the seats go to whoever is fairest.
-    pub fn finish(
+    pub(crate) fn finish(
         &mut self,
         now: Instant,
         executing: Executing,
@@ -460,7 +454,7 @@ impl<T> QueueSet<T> {
 
     /// Takes a waiting request out of its queue (it timed out, or its client
     /// left); `None` when it is no longer waiting (it was dispatched).
-    pub fn remove(&mut self, now: Instant, at: QueuedAt, reason: RejectReason) -> Option<T> {
+    pub(crate) fn remove(&mut self, now: Instant, at: QueuedAt, reason: RejectReason) -> Option<T> {
         self.sync(now);
         let queue = self.queues.get_mut(at.queue)?;
         let position = queue.waiting.iter().position(|w| w.id == at.id)?;
@@ -481,7 +475,7 @@ impl<T> QueueSet<T> {
 
     /// A new concurrency limit (borrowing moved seats); waiting requests
     /// that now fit are dispatched.
-    pub fn set_concurrency_limit(
+    pub(crate) fn set_concurrency_limit(
         &mut self,
         now: Instant,
         limit: usize,
@@ -492,11 +486,7 @@ impl<T> QueueSet<T> {
         self.dispatch_as_much_as_possible(now, dispatched);
     }
 
-    pub fn has_queues(&self) -> bool {
-        self.queuing.is_some()
-    }
-
-    pub fn queue_dumps(&self) -> impl Iterator<Item = QueueDump> + '_ {
+    pub(crate) fn queue_dumps(&self) -> impl Iterator<Item = QueueDump> + '_ {
         self.queues.iter().map(|queue| QueueDump {
             waiting: queue.waiting.len(),
             executing: queue.executing,
@@ -507,7 +497,7 @@ impl<T> QueueSet<T> {
     }
 
     /// Every waiting request, by queue index and place in its queue.
-    pub fn waiting(&self) -> impl Iterator<Item = (usize, usize, &Waiting<T>)> {
+    pub(crate) fn waiting(&self) -> impl Iterator<Item = (usize, usize, &Waiting<T>)> {
         self.queues.iter().enumerate().flat_map(|(index, queue)| {
             queue
                 .waiting
@@ -517,33 +507,33 @@ impl<T> QueueSet<T> {
         })
     }
 
-    pub fn active_queues(&self) -> usize {
+    pub(crate) fn active_queues(&self) -> usize {
         self.queues.iter().filter(|q| !q.waiting.is_empty()).count()
     }
 }
 
 impl<T> Waiting<T> {
-    pub fn seats(&self) -> usize {
+    pub(crate) fn seats(&self) -> usize {
         self.seats
     }
 }
 
 /// The estimated work of a request of `seats`, in seat-seconds.
-pub fn work(seats: usize) -> f64 {
+pub(crate) fn work(seats: usize) -> f64 {
     seats as f64 * ESTIMATED_SERVICE.as_secs_f64()
 }
 
 /// The largest hand the manifest allows (`config::bounds::MAX_HAND`).
-pub use crate::config::bounds::MAX_HAND;
+pub(crate) use crate::config::bounds::MAX_HAND;
 
 /// A flow's queues, dealt from its hash.
-pub struct Hand {
+pub(crate) struct Hand {
     cards: [usize; MAX_HAND],
     len: usize,
 }
 
 impl Hand {
-    pub fn cards(&self) -> &[usize] {
+    pub(crate) fn cards(&self) -> &[usize] {
         &self.cards[..self.len]
     }
 }
@@ -551,7 +541,7 @@ impl Hand {
 /// Deals `hand_size` distinct cards from a deck of `deck` out of `hash`, as
 /// kube's shuffle-sharding dealer does: successive remainders of the hash
 /// pick each card among those not dealt yet.
-pub fn deal(hash: u64, deck: usize, hand_size: usize) -> Hand {
+pub(crate) fn deal(hash: u64, deck: usize, hand_size: usize) -> Hand {
     let mut hand = Hand {
         cards: [0; MAX_HAND],
         len: 0,

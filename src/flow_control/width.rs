@@ -13,7 +13,7 @@ const MAX_SEATS: usize = 10;
 /// kube's `objectsPerSeat`.
 const OBJECTS_PER_SEAT: u64 = 100;
 
-pub fn seats(info: &RequestInfo, query: Option<&str>) -> usize {
+pub(crate) fn seats(info: &RequestInfo, query: Option<&str>) -> usize {
     if info.verb != "list" {
         return MIN_SEATS;
     }

@@ -10,8 +10,8 @@ mod header_deadline;
 mod lifecycle;
 mod listener;
 pub mod reload;
-pub mod snapshot;
-pub mod tls;
+pub(crate) mod snapshot;
+pub(crate) mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ use crate::delegation::Targets;
 use crate::handler::SharedHandler;
 use crate::health::{Check, Flag, Health};
 use crate::reload_trigger::{ReloadOutcome, ReloadRequests, ReloadTrigger};
-pub use error::StartError;
+pub(crate) use error::StartError;
 use reload::{Bound, Reloader};
 use snapshot::{Live, Purpose, Shared, Snapshot};
 
@@ -42,7 +42,9 @@ const CUT_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// What [`Gateway::check`] built: the configuration, and the steps of its
 /// chain, outermost first.
 pub struct Checked {
+    /// The configuration, completed.
     pub config: Config,
+    /// The steps of the chain `chain::build` installed, outermost first.
     pub steps: Vec<&'static str>,
 }
 
@@ -110,7 +112,7 @@ impl Gateway {
     }
 
     /// The steps of the chain, outermost first, as `chain::build` installed them.
-    pub fn steps(&self) -> &[&'static str] {
+    pub(crate) fn steps(&self) -> &[&'static str] {
         &self.snapshot.steps
     }
 
@@ -246,6 +248,7 @@ impl Gateway {
 
 /// A listening gateway.
 pub struct RunningGateway {
+    /// The address the listener is bound to (the port chosen, for port 0).
     pub local_addr: SocketAddr,
     live: Live,
     shared: Arc<Shared>,
@@ -264,7 +267,10 @@ pub enum Drained {
     /// Every connection finished its requests.
     Complete,
     /// `shutdown_timeout` passed with this many connections still open.
-    TimedOut { open_connections: usize },
+    TimedOut {
+        /// The connections still open when the grace period ended.
+        open_connections: usize,
+    },
 }
 
 impl RunningGateway {

@@ -52,9 +52,9 @@ const RENEWAL_CHECK: std::ops::RangeInclusive<Duration> =
     Duration::from_secs(60 * 60)..=Duration::from_secs(12 * 60 * 60);
 
 /// Rebuilds and swaps the snapshot of one gateway.
-pub struct Reloader {
+pub(crate) struct Reloader {
     /// Where the manifest is loaded from: its file, or the fleet's etcd.
-    pub source: Arc<dyn ManifestSource>,
+    pub(crate) source: Arc<dyn ManifestSource>,
     pub live: Live,
     pub shared: Arc<Shared>,
     /// The settings of the configuration the gateway started with that only
@@ -65,14 +65,14 @@ pub struct Reloader {
 /// What the gateway bound at start: the socket, whether it speaks TLS, the
 /// hooks. A reload is compared with these, not with the previous reload,
 /// since none of them changes until a restart.
-pub struct Bound {
+pub(crate) struct Bound {
     address: SocketAddr,
     plaintext: bool,
     hooks: Vec<(String, Vec<String>)>,
 }
 
 impl Bound {
-    pub fn of(config: &Config) -> Bound {
+    pub(crate) fn of(config: &Config) -> Bound {
         Bound {
             address: config.listen.address,
             plaintext: matches!(config.listen.transport, Transport::Plaintext),
@@ -89,7 +89,7 @@ impl Reloader {
     /// Starts the watcher now (so that a change made once the gateway has
     /// started is seen), then serves reload requests on a task of its own,
     /// until every trigger is gone or the task is aborted.
-    pub fn spawn(self, requests: ReloadRequests) -> JoinHandle<()> {
+    pub(crate) fn spawn(self, requests: ReloadRequests) -> JoinHandle<()> {
         record_success();
         let watch = self.watch();
         tokio::spawn(self.run(watch, requests))
@@ -169,7 +169,7 @@ impl Reloader {
 
     /// Builds a new snapshot from the manifest's source and swaps it in, or
     /// changes nothing and says why.
-    pub async fn reload(&self) -> ReloadOutcome {
+    pub(crate) async fn reload(&self) -> ReloadOutcome {
         let started = Instant::now();
         let cache_before = crate::wasm::WasmHost::shared()
             .map(|host| host.cache_stats())

@@ -58,7 +58,7 @@ pub(crate) enum ExchangeError {
     Exchange(#[source] BodyError),
 }
 
-pub struct UpstreamProxy {
+pub(crate) struct UpstreamProxy {
     base: Uri,
     transport: Transport,
     timeout: Option<Duration>,
@@ -77,7 +77,7 @@ enum Transport {
 }
 
 impl UpstreamProxy {
-    pub fn new(upstream: &Upstream) -> Result<Self, UpstreamError> {
+    pub(crate) fn new(upstream: &Upstream) -> Result<Self, UpstreamError> {
         let transport = match upstream.url.authority() {
             Some(authority) if upstream.url.scheme() != Some(&Scheme::HTTPS) => {
                 plain_transport(authority).ok_or_else(|| UpstreamError::Authority {
