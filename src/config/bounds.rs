@@ -55,6 +55,11 @@ pub const FILTER_MEMORY_TOTAL: RangeInclusive<u64> = MIB..=super::MAX_FILTER_MEM
 pub const MANIFEST_FILE: u64 = 16 * MIB;
 /// A certificate, key or CA bundle (a system CA bundle is a few hundred KiB).
 pub const PEM_FILE: u64 = 16 * MIB;
+/// A bearer token file (`bearer_token_file`): a service account token is
+/// about 1 KiB.
+pub const TOKEN_FILE: u64 = 64 * KIB;
+/// A request-header name or prefix (`identity_headers`).
+pub const IDENTITY_HEADER_NAME: usize = 256;
 /// A Wasm component (an interpreter built in, as the Python filters have,
 /// is tens of MiB).
 pub const COMPONENT_FILE: u64 = 256 * MIB;

@@ -31,6 +31,7 @@ pub mod error;
 pub mod files;
 mod hooks;
 mod hsts;
+pub mod identity;
 mod limits;
 mod listen;
 mod manifest;
