@@ -19,6 +19,7 @@ mod filter_units;
 mod health;
 mod hostile_headers;
 mod hostile_paths;
+mod identity;
 mod languages;
 mod lifecycle;
 mod limits;
