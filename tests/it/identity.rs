@@ -13,7 +13,7 @@ use crate::support::certs::{Ca, CertAndKey};
 use crate::support::clients::{http_client, send, tls_client, tls_client_with_identity};
 use crate::support::filters::{build_filters, filter, rbac_with, tokens_with};
 use crate::support::gateway::{TestGateway, plaintext};
-use crate::support::upstream::{Upstream, echo, echoed_header};
+use crate::support::upstream::{Upstream, echo, echoed_header, echoed_values};
 use crate::support::{eventually, new_dir};
 
 const WIDGETS: &str = "/apis/demo.example.io/v1/namespaces/default/widgets";
@@ -40,19 +40,6 @@ fn rbac_rules() -> Value {
             {"role": "impersonator", "users": ["front-gw", "alice"]},
         ],
     })
-}
-
-fn headers_of(echo: &Value, name: &str) -> Vec<String> {
-    echo["headers"]
-        .get(name)
-        .and_then(Value::as_array)
-        .map(|values| {
-            values
-                .iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn write(dir: &Path, name: &str, text: &str) {
@@ -99,7 +86,7 @@ async fn request_header_mode_names_the_user_and_strips_the_clients_credentials()
         Some("1001")
     );
     assert_eq!(
-        headers_of(&seen, "x-remote-group"),
+        echoed_values(&seen, "x-remote-group"),
         ["dev", "system:authenticated"]
     );
     assert_eq!(echoed_header(&seen, "authorization"), None);
@@ -134,7 +121,7 @@ async fn request_header_mode_names_the_user_and_strips_the_clients_credentials()
         Some("system:anonymous")
     );
     assert_eq!(
-        headers_of(&seen, "x-remote-group"),
+        echoed_values(&seen, "x-remote-group"),
         ["system:unauthenticated"]
     );
 
@@ -158,7 +145,7 @@ async fn request_header_mode_names_the_user_and_strips_the_clients_credentials()
         echoed_header(&seen, "x-remote-extra-example.com%2fscopes").as_deref(),
         Some("read")
     );
-    assert!(headers_of(&seen, "impersonate-user").is_empty());
+    assert!(echoed_values(&seen, "impersonate-user").is_empty());
 }
 
 /// The back gateway: TLS, trusting only the front proxy CA's client
@@ -186,6 +173,27 @@ async fn back_gateway(upstream: &Upstream, proxy_ca: &Ca, extra_auth: &str) -> (
     (TestGateway::start_in(dir, &manifest).await, server_ca)
 }
 
+/// The front gateway: plaintext, alice's token, everything allowed, the
+/// widgets API routed to `back` with `identity_keys` (after `url` and `ca`),
+/// in `dir` (which holds the files those keys name).
+async fn front_gateway(
+    dir: tempfile::TempDir,
+    back: &TestGateway,
+    back_ca: &Ca,
+    identity_keys: &str,
+) -> TestGateway {
+    write(dir.path(), "back-ca.crt", &back_ca.cert_pem);
+    let manifest = plaintext(&format!(
+        "[authentication]\n{}[authorization]\nalways_allow = true\n\n\
+         [[servers]]\nname = \"front\"\n\
+         [[servers.routes]]\napi = \"/apis/demo.example.io/v1\"\n\
+         upstream = {{ url = \"{}\", ca = \"back-ca.crt\", {identity_keys} }}\n",
+        tokens_with(users()),
+        back.url(""),
+    ));
+    TestGateway::start_in(dir, &manifest).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_front_gateway_tells_a_back_gateway_who_the_user_is() {
     build_filters();
@@ -194,21 +202,18 @@ async fn a_front_gateway_tells_a_back_gateway_who_the_user_is() {
     let (back, back_ca) = back_gateway(&upstream, &proxy_ca, "").await;
 
     let front_dir = new_dir();
-    write(front_dir.path(), "back-ca.crt", &back_ca.cert_pem);
     write_pair(
         front_dir.path(),
         "proxy",
         &proxy_ca.client_cert("front-proxy"),
     );
-    let front_manifest = plaintext(&format!(
-        "[authentication]\n{}[authorization]\nalways_allow = true\n\n\
-         [[servers]]\nname = \"front\"\n\
-         [[servers.routes]]\napi = \"/apis/demo.example.io/v1\"\n\
-         upstream = {{ url = \"{}\", ca = \"back-ca.crt\", identity = \"request-header\", client_cert = \"proxy.crt\", client_key = \"proxy.key\" }}\n",
-        tokens_with(users()),
-        back.url(""),
-    ));
-    let front = TestGateway::start_in(front_dir, &front_manifest).await;
+    let front = front_gateway(
+        front_dir,
+        &back,
+        &back_ca,
+        "identity = \"request-header\", client_cert = \"proxy.crt\", client_key = \"proxy.key\"",
+    )
+    .await;
 
     // alice's token at the front is user alice at the back, authorized there.
     let alice = send(
@@ -223,7 +228,7 @@ async fn a_front_gateway_tells_a_back_gateway_who_the_user_is() {
         Some("alice")
     );
     assert_eq!(
-        headers_of(&seen, "x-remote-group"),
+        echoed_values(&seen, "x-remote-group"),
         ["dev", "system:authenticated"]
     );
 
@@ -275,17 +280,14 @@ async fn impersonate_mode_acts_as_the_user_with_the_gateways_own_token() {
     let (back, back_ca) = back_gateway(&upstream, &unused_ca, &tokens_with(users())).await;
 
     let front_dir = new_dir();
-    write(front_dir.path(), "back-ca.crt", &back_ca.cert_pem);
     write(front_dir.path(), "token", "front-token\n");
-    let front_manifest = plaintext(&format!(
-        "[authentication]\n{}[authorization]\nalways_allow = true\n\n\
-         [[servers]]\nname = \"front\"\n\
-         [[servers.routes]]\napi = \"/apis/demo.example.io/v1\"\n\
-         upstream = {{ url = \"{}\", ca = \"back-ca.crt\", identity = \"impersonate\", bearer_token_file = \"token\" }}\n",
-        tokens_with(users()),
-        back.url(""),
-    ));
-    let front = TestGateway::start_in(front_dir, &front_manifest).await;
+    let front = front_gateway(
+        front_dir,
+        &back,
+        &back_ca,
+        "identity = \"impersonate\", bearer_token_file = \"token\"",
+    )
+    .await;
     let as_alice = || async {
         send(
             http_client()
