@@ -184,6 +184,12 @@ impl UserInfo {
     }
 }
 
+/// The `Authorization` values the authentication stage took off a request
+/// it authenticated, kept for an upstream route that forwards credentials
+/// (`forward_credentials = true`).
+#[derive(Debug, Clone, Default)]
+pub struct ClientCredentials(pub Vec<HeaderValue>);
+
 /// What the flow may do to the connection a request came on, and what the
 /// gateway did to it (set by the listener).
 #[derive(Debug, Clone)]

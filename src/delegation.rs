@@ -13,6 +13,7 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 
 use crate::body::{Request, Response};
+use crate::config::stages::RequestHeaders;
 use crate::config::{Config, RouteHandler, RouteMatch, Server};
 use crate::director::{Director, Routes};
 use crate::discovery::Discovery;
@@ -53,8 +54,9 @@ pub(crate) fn build(
     targets: Targets,
 ) -> Result<SharedHandler, UpstreamError> {
     let mut next: SharedHandler = Arc::new(NotFound);
+    let credential_headers = credential_headers(config);
     for (index, server) in config.servers.iter().enumerate().rev() {
-        let mut routes = server_routes(server, targets)?;
+        let mut routes = server_routes(server, targets, &credential_headers)?;
         if index == 0 {
             add_builtin_routes(&mut routes, config, health, reload);
             if let Some(controller) = flow_control {
@@ -68,13 +70,35 @@ pub(crate) fn build(
     Ok(next)
 }
 
-fn server_routes(server: &Server, targets: Targets) -> Result<Routes, UpstreamError> {
+/// Every header an authenticator names in its `headers` list: the client's
+/// credentials, which no upstream gets unless its route forwards them.
+fn credential_headers(config: &Config) -> Vec<http::HeaderName> {
+    let mut names: Vec<http::HeaderName> = Vec::new();
+    for filter in &config.stages.authentication.filters {
+        if let RequestHeaders::Only(listed) = &filter.headers {
+            names.extend(
+                listed
+                    .iter()
+                    .filter(|name| !names.contains(name))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+        }
+    }
+    names
+}
+
+fn server_routes(
+    server: &Server,
+    targets: Targets,
+    credential_headers: &[http::HeaderName],
+) -> Result<Routes, UpstreamError> {
     let mut routes = Routes::default();
     for route in &server.routes {
         let handler: SharedHandler = match (&route.handler, targets) {
             (_, Targets::Report) => Arc::new(RouteReport::new(server, route)),
             (RouteHandler::Upstream(upstream), Targets::Live) => {
-                Arc::new(UpstreamProxy::new(upstream)?)
+                Arc::new(UpstreamProxy::new(upstream, credential_headers)?)
             }
             (RouteHandler::Static(fixed), Targets::Live) => Arc::new(Static(fixed.clone())),
         };

@@ -72,6 +72,11 @@ pub(crate) const FILTER_MEMORY_TOTAL: RangeInclusive<u64> = MIB..=super::MAX_FIL
 pub(crate) const MANIFEST_FILE: u64 = 16 * MIB;
 /// A certificate, key or CA bundle (a system CA bundle is a few hundred KiB).
 pub(crate) const PEM_FILE: u64 = 16 * MIB;
+/// A bearer token file (`bearer_token_file`): a service account token is
+/// about 1 KiB.
+pub(crate) const TOKEN_FILE: u64 = 64 * KIB;
+/// A request-header name or prefix (`identity_headers`).
+pub(crate) const IDENTITY_HEADER_NAME: usize = 256;
 /// A Wasm component (an interpreter built in, as the Python filters have,
 /// is tens of MiB).
 pub(crate) const COMPONENT_FILE: u64 = 256 * MIB;

@@ -115,6 +115,9 @@ pub(crate) struct Filter {
     /// What of WASI the filter may use; nothing when absent.
     pub wasi: Option<Spanned<WasiGrant>>,
     pub config: Option<toml::Table>,
+    /// Keys of `config` whose values are files: the gateway reads each and
+    /// hands the filter its text in place of the path.
+    pub config_files: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -231,6 +234,8 @@ pub(crate) struct Route {
     pub static_response: Option<Spanned<Static>>,
     /// `"reject"` (the default) or `"keep"`.
     pub escaped_slashes: Option<Spanned<String>>,
+    /// The client's credentials reach the upstream (default false).
+    pub forward_credentials: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -239,6 +244,38 @@ pub(crate) struct UpstreamTable {
     pub url: String,
     pub ca: Option<String>,
     pub timeout: Option<String>,
+    /// `"none"` (the default), `"request-header"` or `"impersonate"`.
+    pub identity: Option<String>,
+    /// request-header mode's header names.
+    pub identity_headers: Option<IdentityHeadersTable>,
+    pub client_cert: Option<String>,
+    pub client_key: Option<String>,
+    pub bearer_token_file: Option<String>,
+}
+
+impl UpstreamTable {
+    /// `upstream = "<url>"`: the URL and every default.
+    pub(super) fn of_url(url: String) -> Self {
+        UpstreamTable {
+            url,
+            ca: None,
+            timeout: None,
+            identity: None,
+            identity_headers: None,
+            client_cert: None,
+            client_key: None,
+            bearer_token_file: None,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct IdentityHeadersTable {
+    pub user: Option<String>,
+    pub uid: Option<String>,
+    pub group: Option<String>,
+    pub extra_prefix: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

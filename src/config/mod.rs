@@ -34,6 +34,7 @@ pub(crate) mod files;
 pub(crate) mod flow_control;
 mod hooks;
 mod hsts;
+pub(crate) mod identity;
 mod limits;
 mod listen;
 mod manifest;

@@ -534,10 +534,8 @@ impl Completer<'_> {
             .as_ref()
             .map(|grant| self.wasi_grants(grant, &format!("{key}.wasi")))
             .unwrap_or_default();
-        let config_json = match &filter.config {
-            Some(table) => serde_json::to_string(table).unwrap_or_else(|_| "{}".to_owned()),
-            None => "{}".to_owned(),
-        };
+        let config = self.config_with_files(filter, key);
+        let config_json = serde_json::to_string(&config).unwrap_or_else(|_| "{}".to_owned());
         Some(FilterSpec {
             name: name?,
             component: self.resolve(filter.component.get_ref()),
@@ -554,6 +552,43 @@ impl Completer<'_> {
             headers,
             wasi,
         })
+    }
+
+    /// The filter's `config` table, each key `config_files` names holding
+    /// the text of the file its value names (resolved against the
+    /// manifest's folder, read within [`bounds::PEM_FILE`]): a filter has no
+    /// filesystem, so a CA bundle reaches it as text.
+    fn config_with_files(&mut self, filter: &m::Filter, key: &str) -> toml::Table {
+        let mut config = filter.config.clone().unwrap_or_default();
+        let Some(files) = &filter.config_files else {
+            return config;
+        };
+        let files_key = format!("{key}.config_files");
+        for name in files.get_ref() {
+            let Some(toml::Value::String(path)) = config.get(name) else {
+                self.at(
+                    files,
+                    &files_key,
+                    format!("config.{name} must be a file name (a string)"),
+                );
+                continue;
+            };
+            let file = Spanned::new(files.span(), path.clone());
+            let Some(bytes) = self.read_file(&file, &format!("{key}.config.{name}")) else {
+                continue;
+            };
+            match String::from_utf8(bytes) {
+                Ok(text) => {
+                    config.insert(name.clone(), toml::Value::String(text));
+                }
+                Err(_) => self.at(
+                    files,
+                    &files_key,
+                    format!("the file of config.{name} is not UTF-8 text"),
+                ),
+            }
+        }
+        config
     }
 
     fn request_headers(

@@ -35,6 +35,7 @@ mod flow_control;
 mod health;
 mod hostile_headers;
 mod hostile_paths;
+mod identity;
 mod languages;
 mod lifecycle;
 mod limits;
