@@ -4,6 +4,8 @@
 //! object) and so the upstream's streaming body and a static `Bytes` body have
 //! one type. Nothing here buffers: a proxied body streams through.
 
+use std::pin::Pin;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full, combinators::UnsyncBoxBody};
 
@@ -72,6 +74,90 @@ impl<G> http_body::Body for Guarded<G> {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BodyError>>> {
         self.project().body.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Body {
+    /// Calls `finish` once, with the bytes sent and the error the body
+    /// failed with, if any, when this body ends, fails or is dropped
+    /// unfinished (the client went away): how the request metrics and the
+    /// access log learn what was sent.
+    pub(crate) fn on_end<F>(self, finish: F) -> Self
+    where
+        F: FnOnce(u64, Option<&BodyError>) + Send + 'static,
+    {
+        Body::wrap(Observed {
+            body: self,
+            bytes: 0,
+            finish: Some(finish),
+        })
+    }
+}
+
+pin_project_lite::pin_project! {
+    struct Observed<F>
+    where
+        F: FnOnce(u64, Option<&BodyError>),
+    {
+        #[pin]
+        body: Body,
+        bytes: u64,
+        finish: Option<F>,
+    }
+
+    impl<F> PinnedDrop for Observed<F>
+    where
+        F: FnOnce(u64, Option<&BodyError>),
+    {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if let Some(finish) = this.finish.take() {
+                finish(*this.bytes, None);
+            }
+        }
+    }
+}
+
+impl<F> http_body::Body for Observed<F>
+where
+    F: FnOnce(u64, Option<&BodyError>),
+{
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BodyError>>> {
+        let this = self.project();
+        let polled = this.body.poll_frame(cx);
+        match &polled {
+            std::task::Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    *this.bytes += data.len() as u64;
+                }
+            }
+            std::task::Poll::Ready(Some(Err(error))) => {
+                if let Some(finish) = this.finish.take() {
+                    finish(*this.bytes, Some(error));
+                }
+            }
+            std::task::Poll::Ready(None) => {
+                if let Some(finish) = this.finish.take() {
+                    finish(*this.bytes, None);
+                }
+            }
+            std::task::Poll::Pending => {}
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

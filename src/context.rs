@@ -203,6 +203,20 @@ pub(crate) struct ConnectionControl {
     pub shutdown_cut: tokio_util::sync::CancellationToken,
 }
 
+/// Set on a response the gateway ended in self-defense (its request
+/// timeout), for kube's `apiserver_request_terminations_total`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terminated;
+
+/// The server and route that answered, on the response's extensions (set
+/// by the delegation chain while the access log is on).
+#[derive(Debug, Clone)]
+pub(crate) struct RouteAnswered {
+    pub server: std::sync::Arc<str>,
+    /// The route's match, as the manifest writes it.
+    pub route: std::sync::Arc<str>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 //!
 //! The first server also carries the gateway's own endpoints: health
 //! (`/healthz`, `/livez`, `/readyz`), `/metrics`, `/debug/reload`, the
-//! flow-control dumps (`/debug/api_priority_and_fairness/`) and discovery
+//! status page (`/debug/ui`, `/debug/status`), the flow-control dumps (`/debug/api_priority_and_fairness/`) and discovery
 //! (`/api`, `/apis`, `/apis/<group>`), which describe every server behind it. Only the first
 //! server is wrapped by the handler chain, so no filter runs twice.
 
@@ -14,13 +14,15 @@ use futures_util::future::BoxFuture;
 
 use crate::body::{Request, Response};
 use crate::config::stages::RequestHeaders;
-use crate::config::{Config, RouteHandler, RouteMatch, Server};
+use crate::config::{AccessLog, Config, RouteHandler, RouteMatch, Server};
+use crate::context::RouteAnswered;
 use crate::director::{Director, Routes};
 use crate::discovery::Discovery;
 use crate::flow_control::Controller;
 use crate::handler::{Handler, SharedHandler};
 use crate::health::Health;
 use crate::metrics::MetricsEndpoint;
+use crate::metrics::gateway::RouteLabels;
 use crate::reload_trigger::{ReloadEndpoint, ReloadTrigger};
 use crate::static_response::Static;
 use crate::status::GatewayError;
@@ -56,7 +58,8 @@ pub(crate) fn build(
     let mut next: SharedHandler = Arc::new(NotFound);
     let credential_headers = credential_headers(config);
     for (index, server) in config.servers.iter().enumerate().rev() {
-        let mut routes = server_routes(server, targets, &credential_headers)?;
+        let mark = config.access_log != AccessLog::Off;
+        let mut routes = server_routes(server, targets, &credential_headers, mark)?;
         if index == 0 {
             add_builtin_routes(&mut routes, config, health, reload);
             if let Some(controller) = flow_control {
@@ -88,20 +91,33 @@ fn credential_headers(config: &Config) -> Vec<http::HeaderName> {
     names
 }
 
+/// One server's routes; `mark` (the access log is on) has each response
+/// say which route answered it.
 fn server_routes(
     server: &Server,
     targets: Targets,
     credential_headers: &[http::HeaderName],
+    mark: bool,
 ) -> Result<Routes, UpstreamError> {
     let mut routes = Routes::default();
     for route in &server.routes {
-        let handler: SharedHandler = match (&route.handler, targets) {
+        let mut handler: SharedHandler = match (&route.handler, targets) {
             (_, Targets::Report) => Arc::new(RouteReport::new(server, route)),
             (RouteHandler::Upstream(upstream), Targets::Live) => {
-                Arc::new(UpstreamProxy::new(upstream, credential_headers)?)
+                let labels = RouteLabels::new(server.name.as_str(), &route.matcher, &upstream.url);
+                Arc::new(UpstreamProxy::new(upstream, credential_headers, labels)?)
             }
             (RouteHandler::Static(fixed), Targets::Live) => Arc::new(Static(fixed.clone())),
         };
+        if mark {
+            handler = Arc::new(MarkRoute {
+                answered: RouteAnswered {
+                    server: Arc::from(server.name.as_str()),
+                    route: Arc::from(route.matcher.path()),
+                },
+                next: handler,
+            });
+        }
         match &route.matcher {
             RouteMatch::Api(root) => routes.api.push((root.clone(), handler)),
             RouteMatch::Exact(path) => routes.exact.push((path.clone(), handler)),
@@ -109,6 +125,23 @@ fn server_routes(
         }
     }
     Ok(routes)
+}
+
+/// Marks the responses of one route with the [`RouteAnswered`] the access
+/// log writes.
+struct MarkRoute {
+    answered: RouteAnswered,
+    next: SharedHandler,
+}
+
+impl Handler for MarkRoute {
+    fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+        Box::pin(async move {
+            let mut response = self.next.call(request).await;
+            response.extensions_mut().insert(self.answered.clone());
+            response
+        })
+    }
 }
 
 /// A route that describes itself (200, JSON) instead of serving.
@@ -171,6 +204,11 @@ fn add_builtin_routes(
             "/debug/reload".to_owned(),
             Arc::new(ReloadEndpoint(trigger.clone())),
         ));
+    }
+    for path in crate::status_page::PATHS {
+        routes
+            .exact
+            .push((path.to_owned(), Arc::new(crate::status_page::StatusPage)));
     }
     let discovery = Arc::new(Discovery::new(config));
     for path in discovery.paths() {

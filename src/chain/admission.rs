@@ -19,6 +19,7 @@ use crate::body::{Body, MaxRequestBody, Request, Response, is_body_limit_error};
 use crate::config::stages::Mode;
 use crate::context::{AuditId, UserInfo};
 use crate::handler::{Handler, SharedHandler};
+use crate::metrics::stages::AdmissionType;
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
 use crate::wasm::filter::{
@@ -99,6 +100,16 @@ impl Admission {
             .cloned()
             .unwrap_or_default();
         let mut object = original.clone();
+        // kube's step metric: each phase's time, and whether it rejected.
+        let phase_done = |phase: AdmissionType, started: Instant, rejected: bool| {
+            crate::metrics::metrics().stages.admission_step(
+                phase,
+                operation_label(operation),
+                rejected,
+                started.elapsed(),
+            );
+        };
+        let started = Instant::now();
         for filter in self
             .mutating
             .iter()
@@ -113,9 +124,16 @@ impl Admission {
                     review.object = Some(value.to_string());
                     object = Some(value);
                 }
-                Step::Stop(error) => return Err(error),
+                Step::Stop(error) => {
+                    phase_done(AdmissionType::Admit, started, true);
+                    return Err(error);
+                }
             }
         }
+        if !self.mutating.is_empty() {
+            phase_done(AdmissionType::Admit, started, false);
+        }
+        let started = Instant::now();
         for filter in self
             .validating
             .iter()
@@ -125,8 +143,12 @@ impl Admission {
                 .run(filter, &review, object.as_ref(), false, trace.as_ref())
                 .await
             {
+                phase_done(AdmissionType::Validate, started, true);
                 return Err(error);
             }
+        }
+        if !self.validating.is_empty() {
+            phase_done(AdmissionType::Validate, started, false);
         }
         let body = match object.filter(|object| Some(object) != original.as_ref()) {
             Some(mutated) => {
@@ -141,7 +163,33 @@ impl Admission {
         Ok(http::Request::from_parts(parts, Body::full(body)))
     }
 
+    /// One filter's call, timed per filter (kube's per-controller metric).
     async fn run(
+        &self,
+        filter: &LoadedFilter<AdmissionKind>,
+        review: &AdmissionRequest,
+        object: Option<&serde_json::Value>,
+        mutating: bool,
+        trace: Option<&FilterTrace>,
+    ) -> Step {
+        let started = Instant::now();
+        let step = self.call(filter, review, object, mutating, trace).await;
+        let phase = if mutating {
+            AdmissionType::Admit
+        } else {
+            AdmissionType::Validate
+        };
+        crate::metrics::metrics().stages.admission_controller(
+            filter.name(),
+            phase,
+            operation_label(review.operation),
+            matches!(step, Step::Stop(_)),
+            started.elapsed(),
+        );
+        step
+    }
+
+    async fn call(
         &self,
         filter: &LoadedFilter<AdmissionKind>,
         review: &AdmissionRequest,
@@ -216,6 +264,16 @@ fn describe(answer: &AdmissionResponse) -> String {
         AdmissionResponse::Mutated(_) => "mutated the object".to_owned(),
         AdmissionResponse::Patched(patch) => format!("patched: {patch}"),
         AdmissionResponse::Denied(status) => format!("denied {}: {}", status.code, status.message),
+    }
+}
+
+/// kube's name of an operation, as its metrics label it.
+fn operation_label(operation: Operation) -> &'static str {
+    match operation {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
     }
 }
 

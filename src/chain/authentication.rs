@@ -22,6 +22,7 @@ use crate::body::{Request, Response};
 use crate::config::stages::RequestHeaders;
 use crate::context::{ClientCredentials, UserInfo};
 use crate::handler::{Handler, SharedHandler};
+use crate::metrics::stages::AuthnOutcome;
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
 use crate::wasm::bindings::types::RequestView;
@@ -106,6 +107,19 @@ impl Authentication {
     }
 }
 
+impl Identified {
+    /// kube's `result` label: an anonymous request is a success when
+    /// anonymous requests are allowed, as kube's anonymous authenticator's is.
+    fn result(&self, anonymous: bool) -> AuthnOutcome {
+        match self {
+            Identified::User(_) => AuthnOutcome::Success,
+            Identified::Nobody if anonymous => AuthnOutcome::Success,
+            Identified::Nobody | Identified::Rejected => AuthnOutcome::Failure,
+            Identified::Failed(_) => AuthnOutcome::Error,
+        }
+    }
+}
+
 /// kube's `AuthenticatedGroupAdder`: every authenticated user is in
 /// `system:authenticated`.
 fn with_authenticated_group(mut user: UserInfo) -> UserInfo {
@@ -141,7 +155,12 @@ impl Handler for Authentication {
             let user = if self.filters.is_empty() {
                 UserInfo::anonymous()
             } else {
-                match self.identify(&parts).await {
+                let started = Instant::now();
+                let identified = self.identify(&parts).await;
+                crate::metrics::metrics()
+                    .stages
+                    .authentication(identified.result(self.anonymous), started.elapsed());
+                match identified {
                     Identified::User(user) => {
                         remove_credentials(&mut parts);
                         user

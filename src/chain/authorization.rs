@@ -76,9 +76,16 @@ impl Authorizers {
                 tracing::info!(filter = filter.name(), decision = %describe(&decision), "monitor mode: decision not enforced");
                 continue;
             }
+            let decisions = &crate::metrics::metrics().stages;
             match decision {
-                Decision::Allow => return Verdict::Allow,
-                Decision::Deny(reason) => return Verdict::Deny(reason),
+                Decision::Allow => {
+                    decisions.authorization_decision(filter.name(), true);
+                    return Verdict::Allow;
+                }
+                Decision::Deny(reason) => {
+                    decisions.authorization_decision(filter.name(), false);
+                    return Verdict::Deny(reason);
+                }
                 Decision::NoOpinion(reason) if !reason.is_empty() => reasons.push(reason),
                 Decision::NoOpinion(_) => {}
             }

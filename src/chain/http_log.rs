@@ -1,52 +1,203 @@
-//! The HTTP log (kube's `WithHTTPLogging` and latency tracking): one line per
-//! request, after the response, with its verb, path, code, latency, user and
-//! audit ID. At `debug` level so the hot path pays nothing by default.
+//! The HTTP log (kube's `WithHTTPLogging`), the gateway's access log: one
+//! line per request at info level, target `wasmgate::access`, once its
+//! response body has been sent (or the client went away), in the log's
+//! format (text, or JSON with `--log-format json`). It has the audit ID,
+//! user, verb, method, URI, code, bytes in and out, latency, the server and
+//! route that answered and the trace ID. `[access_log]` says which
+//! requests get a line (`crate::config::AccessLog`); with none, this step
+//! costs a branch.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use futures_util::future::BoxFuture;
+use http::HeaderMap;
 
 use crate::body::{Request, Response};
-use crate::context::{AuditId, UserInfo};
+use crate::config::AccessLog;
+use crate::context::{AuditId, ReceivedAt, RouteAnswered, UserInfo};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 
 pub(crate) struct HttpLog {
+    pub access_log: AccessLog,
     pub next: SharedHandler,
+}
+
+impl HttpLog {
+    fn selects(&self) -> bool {
+        match self.access_log {
+            AccessLog::Off => false,
+            AccessLog::Every => true,
+            AccessLog::Sampled { per_million } => sampled(per_million),
+        }
+    }
+}
+
+/// What the line says of the request, taken before it goes on.
+struct Seen {
+    started: Instant,
+    method: http::Method,
+    uri: http::Uri,
+    verb: String,
+    audit_id: String,
+    trace_id: String,
+    /// Counted as the request body is read.
+    bytes_in: Arc<AtomicU64>,
 }
 
 impl Handler for HttpLog {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-        if !tracing::enabled!(target: "wasmgate::http", tracing::Level::DEBUG) {
+        if !self.selects() {
             return self.next.call(request);
         }
-        let start = Instant::now();
-        let method = request.method().clone();
-        let uri = request.uri().clone();
-        let verb = request
-            .extensions()
-            .get::<RequestInfo>()
-            .map(|info| info.verb.clone())
-            .unwrap_or_default();
-        let audit_id = request
-            .extensions()
-            .get::<AuditId>()
-            .map(|id| id.0.clone())
-            .unwrap_or_default();
+        let extensions = request.extensions();
+        let bytes_in = Arc::new(AtomicU64::new(0));
+        let seen = Seen {
+            started: extensions
+                .get::<ReceivedAt>()
+                .map_or_else(Instant::now, |received| received.instant),
+            method: request.method().clone(),
+            uri: request.uri().clone(),
+            verb: extensions
+                .get::<RequestInfo>()
+                .map(|info| info.verb.clone())
+                .unwrap_or_default(),
+            audit_id: extensions
+                .get::<AuditId>()
+                .map(|id| id.0.clone())
+                .unwrap_or_default(),
+            trace_id: trace_id(&request).unwrap_or_default().to_owned(),
+            bytes_in: bytes_in.clone(),
+        };
+        let request = request
+            .map(|body| body.on_end(move |bytes, _| bytes_in.store(bytes, Ordering::Relaxed)));
         Box::pin(async move {
             let response = self.next.call(request).await;
             let user = response
                 .extensions()
                 .get::<UserInfo>()
-                .map(|u| u.name.as_str())
-                .unwrap_or("");
-            tracing::debug!(
-                target: "wasmgate::http",
-                %method, %uri, %verb, code = response.status().as_u16(),
-                latency_us = start.elapsed().as_micros() as u64, user, audit_id,
-                "request served"
-            );
-            response
+                .map(|user| user.name.clone())
+                .unwrap_or_default();
+            let answered = response.extensions().get::<RouteAnswered>().cloned();
+            let code = response.status().as_u16();
+            response.map(|body| {
+                body.on_end(move |bytes_out, error| {
+                    write_line(
+                        &seen,
+                        &user,
+                        answered.as_ref(),
+                        code,
+                        bytes_out,
+                        error.is_some(),
+                    );
+                })
+            })
         })
+    }
+}
+
+fn write_line(
+    seen: &Seen,
+    user: &str,
+    answered: Option<&RouteAnswered>,
+    code: u16,
+    bytes_out: u64,
+    cut: bool,
+) {
+    let (server, route) = answered.map_or(("", ""), |answered| {
+        (answered.server.as_ref(), answered.route.as_ref())
+    });
+    tracing::info!(
+        target: "wasmgate::access",
+        audit_id = seen.audit_id,
+        user,
+        verb = seen.verb,
+        method = %seen.method,
+        uri = %seen.uri,
+        code,
+        bytes_in = seen.bytes_in.load(Ordering::Relaxed),
+        bytes_out,
+        latency_us = u64::try_from(seen.started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        server,
+        route,
+        trace_id = seen.trace_id,
+        cut,
+        "request"
+    );
+}
+
+/// The trace ID the line carries: the one of the W3C `traceparent` header
+/// the request came with (`00-<32 hex trace ID>-<16 hex parent ID>-<2 hex
+/// flags>`), when valid. The one place the access log learns a trace ID:
+/// once the gateway traces requests itself, the trace of the request's
+/// span is read here instead (a `traceparent` it accepted has the same ID).
+fn trace_id(request: &Request) -> Option<&str> {
+    traceparent_trace_id(request.headers())
+}
+
+/// The trace ID of a valid W3C `traceparent` header.
+fn traceparent_trace_id(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get("traceparent")?.to_str().ok()?;
+    let mut parts = value.split('-');
+    let (version, trace, parent, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |text: &str, len: usize| {
+        text.len() == len && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    let valid = hex(version, 2)
+        && version != "ff"
+        && hex(trace, 32)
+        && trace.bytes().any(|b| b != b'0')
+        && hex(parent, 16)
+        && hex(flags, 2);
+    valid.then_some(trace)
+}
+
+/// True for about `per_million` requests in a million: the requests are
+/// numbered, and a number's golden-ratio hash spreads any run of them
+/// evenly over the range, so a sampled log keeps its share at any rate
+/// without a random number generator.
+fn sampled(per_million: u32) -> bool {
+    static REQUESTS: AtomicU64 = AtomicU64::new(0);
+    const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
+    let number = REQUESTS.fetch_add(1, Ordering::Relaxed);
+    let spread = number.wrapping_mul(GOLDEN) >> 32;
+    spread % 1_000_000 < u64::from(per_million)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{sampled, traceparent_trace_id};
+
+    #[test]
+    fn a_sampled_log_keeps_its_share() {
+        let kept = (0..100_000).filter(|_| sampled(100_000)).count();
+        assert!((9_000..=11_000).contains(&kept), "{kept} of 100000 at 10%");
+        assert!((0..1000).all(|_| sampled(1_000_000)));
+    }
+
+    /// W3C Trace Context's `traceparent`: version 00, a non-zero trace ID.
+    #[test]
+    fn the_trace_id_is_read_from_a_valid_traceparent_only() {
+        let header = |value: &str| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert("traceparent", http::HeaderValue::from_str(value).unwrap());
+            headers
+        };
+        let valid = header("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        assert_eq!(
+            traceparent_trace_id(&valid),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
+        for invalid in [
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+        ] {
+            assert_eq!(traceparent_trace_id(&header(invalid)), None, "{invalid}");
+        }
     }
 }

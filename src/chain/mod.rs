@@ -16,6 +16,7 @@ pub(crate) mod authentication;
 pub(crate) mod authorization;
 pub(crate) mod body_limit;
 mod cors;
+mod filter_latency;
 mod headers;
 mod http_log;
 mod impersonation;
@@ -24,6 +25,7 @@ mod panic_recovery;
 pub(crate) mod priority_and_fairness;
 mod request_headers;
 mod request_info;
+mod request_metrics;
 mod request_target;
 pub(crate) mod stage;
 mod timeout;
@@ -42,7 +44,17 @@ pub(crate) struct Chain {
     /// The names of the steps installed, outermost first: the order a request
     /// meets them, as `wasmgate check` and `wasmgate try` show it.
     pub steps: Vec<&'static str>,
+    /// The steps timed in `apiserver_request_filter_duration_seconds`, each
+    /// with the `filter` label kube gives it (kube's `filterlatency`).
+    pub timed: Vec<TimedStep>,
     pub audit: Option<Arc<audit::AuditBackend>>,
+}
+
+/// A step whose latency is measured, and its name in the metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TimedStep {
+    pub step: &'static str,
+    pub filter: &'static str,
 }
 
 /// A chain being built, innermost first.
@@ -50,6 +62,7 @@ struct Layers {
     handler: SharedHandler,
     /// Innermost first, as installed.
     steps: Vec<&'static str>,
+    timed: Vec<TimedStep>,
 }
 
 impl Layers {
@@ -58,6 +71,21 @@ impl Layers {
     fn wrap(&mut self, step: &'static str, wrap: impl FnOnce(SharedHandler) -> SharedHandler) {
         self.handler = wrap(self.handler.clone());
         self.steps.push(step);
+    }
+
+    /// [`wrap`](Self::wrap), and times the step (kube's `TrackStarted`,
+    /// the timing closed where the next timed step, or the servers, begin)
+    /// as `apiserver_request_filter_duration_seconds{filter}`.
+    fn wrap_timed(
+        &mut self,
+        step: &'static str,
+        filter: &'static str,
+        wrap: impl FnOnce(SharedHandler) -> SharedHandler,
+    ) {
+        self.wrap(step, |next| {
+            Arc::new(filter_latency::Track::new(filter, wrap(next)))
+        });
+        self.timed.push(TimedStep { step, filter });
     }
 }
 
@@ -73,13 +101,15 @@ pub(crate) fn build(
     servers: SharedHandler,
 ) -> Chain {
     let limits = &config.limits;
+    // The timing of the innermost timed step closes as the servers begin.
     let mut chain = Layers {
-        handler: servers,
+        handler: Arc::new(filter_latency::Close { next: servers }),
         steps: Vec::new(),
+        timed: Vec::new(),
     };
 
     if !stages.mutating.is_empty() || !stages.validating.is_empty() {
-        chain.wrap("admission", |next| {
+        chain.wrap_timed("admission", "admission", |next| {
             Arc::new(admission::Admission {
                 mutating: stages.mutating,
                 validating: stages.validating,
@@ -93,7 +123,7 @@ pub(crate) fn build(
         })
     });
     if let Some(authorizers) = &authorizers {
-        chain.wrap("authorization", |next| {
+        chain.wrap_timed("authorization", "authorization", |next| {
             Arc::new(authorization::Authorization {
                 authorizers: authorizers.clone(),
                 next,
@@ -103,11 +133,11 @@ pub(crate) fn build(
     // kube's either/or: priority and fairness when configured, else the
     // two in-flight limits.
     if let Some(controller) = flow_control {
-        chain.wrap("priority-and-fairness", |next| {
+        chain.wrap_timed("priority-and-fairness", "priorityandfairness", |next| {
             Arc::new(priority_and_fairness::PriorityAndFairness { controller, next })
         });
     } else {
-        chain.wrap("max-in-flight", |next| {
+        chain.wrap_timed("max-in-flight", "maxinflight", |next| {
             Arc::new(max_in_flight::MaxInFlight::new(
                 limits.max_requests_in_flight,
                 limits.max_mutating_requests_in_flight,
@@ -117,7 +147,7 @@ pub(crate) fn build(
     }
     // Impersonation asks the authorization union, so it needs authentication
     // (the requester) outside it and runs before max-in-flight counts it.
-    chain.wrap("impersonation", |next| {
+    chain.wrap_timed("impersonation", "impersonation", |next| {
         Arc::new(impersonation::Impersonation { authorizers, next })
     });
     // Audit sits inside authentication so that events carry the user.
@@ -126,7 +156,7 @@ pub(crate) fn build(
         audit::AuditBackend::new(stages.auditors, audit_policy.mode, audit_policy.queue_size)
     });
     if let Some(backend) = &audit {
-        chain.wrap("audit", |next| {
+        chain.wrap_timed("audit", "audit", |next| {
             Arc::new(audit::Audit {
                 policy: audit_policy.policy.clone(),
                 backend: backend.clone(),
@@ -142,7 +172,7 @@ pub(crate) fn build(
             policy: audit_policy.policy.clone(),
             backend: backend.clone(),
         });
-    chain.wrap("authentication", |next| {
+    chain.wrap_timed("authentication", "authentication", |next| {
         Arc::new(authentication::Authentication {
             filters: stages.authenticators,
             anonymous: config.stages.authentication.anonymous,
@@ -183,7 +213,16 @@ pub(crate) fn build(
             })
         });
     }
-    chain.wrap("http-log", |next| Arc::new(http_log::HttpLog { next }));
+    chain.wrap("http-log", |next| {
+        Arc::new(http_log::HttpLog {
+            access_log: config.access_log,
+            next,
+        })
+    });
+    // Every request request info resolved is counted, whatever answers it.
+    chain.wrap("request-metrics", |next| {
+        Arc::new(request_metrics::RequestMetrics { next })
+    });
     // Request info is resolved once, before anything that reads it.
     chain.wrap("request-info", |next| {
         Arc::new(request_info::RequestInfoFilter { next })
@@ -210,11 +249,17 @@ pub(crate) fn build(
     });
     // Outermost: every answer of the chain carries nosniff.
     chain.wrap("nosniff", |next| Arc::new(headers::NoSniff { next }));
-    let Layers { handler, mut steps } = chain;
+    let Layers {
+        handler,
+        mut steps,
+        mut timed,
+    } = chain;
     steps.reverse();
+    timed.reverse();
     Chain {
         handler,
         steps,
+        timed,
         audit,
     }
 }

@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::body::{Body, BodyError, Request, Response};
-use crate::context::{ConnectionControl, Deadline};
+use crate::context::{ConnectionControl, Deadline, Terminated};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
@@ -61,10 +61,14 @@ impl Handler for Timeout {
                 Ok(response) => {
                     response.map(|body| Body::wrap(DeadlineBody::new(body, deadline, cut)))
                 }
-                Err(_) => GatewayError::Timeout {
-                    message: TIMEOUT_MESSAGE.to_owned(),
+                Err(_) => {
+                    let mut response = GatewayError::Timeout {
+                        message: TIMEOUT_MESSAGE.to_owned(),
+                    }
+                    .into_response();
+                    response.extensions_mut().insert(Terminated);
+                    response
                 }
-                .into_response(),
             }
         })
     }

@@ -38,6 +38,8 @@ pub(crate) const FILTER_TIMEOUT: RangeInclusive<Duration> =
 pub(crate) const REQUESTS_IN_FLIGHT: RangeInclusive<i64> = 0..=1_000_000;
 /// The engine's instance pool holds this many instances.
 pub(crate) const FILTER_INSTANCES: RangeInclusive<i64> = 1..=super::MAX_FILTER_INSTANCES as i64;
+/// A share of requests, in kube's tracing terms: at least one in a million.
+pub(crate) const SAMPLE_RATE_PER_MILLION: RangeInclusive<i64> = 1..=1_000_000;
 /// kube's default batch buffer is 10 000 events.
 pub(crate) const AUDIT_QUEUE_SIZE: RangeInclusive<i64> = 1..=1_000_000;
 

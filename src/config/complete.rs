@@ -44,6 +44,7 @@ pub(super) fn complete(
         .map(|cors| c.cors(&cors.allowed_origins))
         .unwrap_or_default();
     let hooks = c.hooks(&manifest.hooks);
+    let access_log = c.access_log(manifest.access_log);
     let stages = c.stages(
         manifest.authentication,
         manifest.authorization,
@@ -64,6 +65,7 @@ pub(super) fn complete(
             limits,
             hsts,
             cors_allowed_origins,
+            access_log,
             hooks,
             stages,
             flow_control,

@@ -16,6 +16,7 @@ pub(crate) struct Manifest {
     pub limits: Limits,
     pub hsts: Option<Hsts>,
     pub cors: Option<Cors>,
+    pub access_log: Option<AccessLog>,
     #[serde(default)]
     pub hooks: Vec<Spanned<Hook>>,
     pub authentication: Option<Authentication>,
@@ -190,6 +191,13 @@ pub(crate) struct Limits {
     pub shutdown_timeout: Option<Spanned<String>>,
     pub filter_instances: Option<Spanned<i64>>,
     pub filter_memory: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AccessLog {
+    pub mode: Option<Spanned<String>>,
+    pub sample_rate_per_million: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

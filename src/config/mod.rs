@@ -11,7 +11,7 @@
 //! # Layout
 //!
 //! One file per table of the manifest, in docs/manifest.md's order:
-//! `listen` (`[listen]`, `[listen.tls]`), `limits`, `hsts`, `cors`, `hooks`,
+//! `listen` (`[listen]`, `[listen.tls]`), `limits`, `hsts`, `cors`, `access_log`, `hooks`,
 //! `servers` (`[[servers]]`, `[[servers.routes]]`) and [`stages`] (the four
 //! stages' tables). Each holds the completed types of its table and how they
 //! are completed from what was written, as kube keeps an option group's
@@ -26,6 +26,7 @@
 //! gateway accepts beside docs/manifest.md; a section's file names its
 //! input as `m::Listen`, one step away.
 
+mod access_log;
 pub(crate) mod bounds;
 mod complete;
 mod cors;
@@ -42,6 +43,7 @@ mod servers;
 pub mod source;
 pub mod stages;
 
+pub(crate) use access_log::AccessLog;
 pub(crate) use complete::parse_duration;
 pub use error::{ConfigError, Location, Problem};
 pub(crate) use hooks::{Hook, HookPhase};
@@ -71,6 +73,8 @@ pub struct Config {
     pub hsts: Option<HeaderValue>,
     /// Allowed CORS origins; empty means CORS is off.
     pub cors_allowed_origins: Vec<Regex>,
+    /// Which requests get a line in the access log.
+    pub(crate) access_log: AccessLog,
     pub(crate) hooks: Vec<Hook>,
     /// The Wasm filters of the four stages.
     pub stages: stages::Stages,

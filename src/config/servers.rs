@@ -386,6 +386,15 @@ impl Completer<'_> {
     }
 }
 
+impl RouteMatch {
+    /// The root, path or prefix the route matches.
+    pub(crate) fn path(&self) -> &str {
+        match self {
+            RouteMatch::Api(path) | RouteMatch::Exact(path) | RouteMatch::Prefix(path) => path,
+        }
+    }
+}
+
 /// A route's matcher as the manifest writes it: `path "/version"`.
 fn describe(matcher: &RouteMatch) -> String {
     match matcher {

@@ -83,6 +83,51 @@ fn include_request_details(query: Option<&str>) -> bool {
 }
 
 impl Controller {
+    /// The levels and their queues as JSON, for the status page: what
+    /// `dump_priority_levels` and `dump_queues` show, one object a level.
+    pub(crate) fn status(&self) -> serde_json::Value {
+        let levels: Vec<serde_json::Value> = self
+            .levels
+            .iter()
+            .map(|level| match &level.limit {
+                LevelLimit::Exempt { executing } => serde_json::json!({
+                    "name": level.name,
+                    "exempt": true,
+                    "executing": executing.load(std::sync::atomic::Ordering::Relaxed),
+                }),
+                LevelLimit::Limited(limited) => {
+                    let state = limited.lock();
+                    let totals = state.queues.totals();
+                    let queues: Vec<serde_json::Value> = state
+                        .queues
+                        .queue_dumps()
+                        .map(|queue| {
+                            serde_json::json!({
+                                "waiting": queue.waiting,
+                                "executing": queue.executing,
+                                "seats_in_use": queue.seats_in_use,
+                            })
+                        })
+                        .collect();
+                    serde_json::json!({
+                        "name": level.name,
+                        "exempt": false,
+                        "nominal_seats": limited.nominal,
+                        "seats_in_use": totals.seats_in_use,
+                        "waiting": totals.waiting,
+                        "executing": totals.executing,
+                        "dispatched": totals.dispatched,
+                        "rejected": totals.rejected,
+                        "timed_out": totals.timed_out,
+                        "cancelled": totals.cancelled,
+                        "queues": queues,
+                    })
+                }
+            })
+            .collect();
+        serde_json::Value::from(levels)
+    }
+
     pub(crate) fn dump_priority_levels(&self) -> String {
         let mut rows = vec![strings(&[
             "PriorityLevelName",

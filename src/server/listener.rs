@@ -106,6 +106,7 @@ impl Listener {
                         match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await
                         {
                             Ok(Ok(stream)) => {
+                                crate::metrics::metrics().gateway.tls_handshake("success");
                                 let client_chain =
                                     stream.get_ref().1.peer_certificates().map(|chain| {
                                         Arc::new(
@@ -123,9 +124,13 @@ impl Listener {
                                     .await;
                             }
                             Ok(Err(error)) => {
+                                crate::metrics::metrics().gateway.tls_handshake("failure");
                                 tracing::debug!(%remote_addr, %error, "TLS handshake failed")
                             }
-                            Err(_) => tracing::debug!(%remote_addr, "TLS handshake timed out"),
+                            Err(_) => {
+                                crate::metrics::metrics().gateway.tls_handshake("timeout");
+                                tracing::debug!(%remote_addr, "TLS handshake timed out")
+                            }
                         }
                     }
                 }

@@ -207,6 +207,11 @@ impl Gateway {
             .filter(|h| h.phase == HookPhase::PreShutdown)
             .cloned()
             .collect();
+        crate::status_page::publish(&self.snapshot.layout);
+        crate::metrics::metrics()
+            .gateway
+            .chain_generation
+            .set(i64::try_from(self.snapshot.generation).unwrap_or(i64::MAX));
         let live: Live = Arc::new(ArcSwap::from_pointee(self.snapshot));
         let bound = Bound::of(&live.load().config);
         let reloader = Reloader {

@@ -195,6 +195,12 @@ impl Reloader {
                     snapshot.tls = self.live.load().tls.clone();
                 }
                 let generation = snapshot.generation;
+                crate::status_page::publish(&snapshot.layout);
+                crate::status_page::record_reload(Ok(generation));
+                metrics()
+                    .gateway
+                    .chain_generation
+                    .set(i64::try_from(generation).unwrap_or(i64::MAX));
                 self.live.store(Arc::new(snapshot));
                 metrics()
                     .config_reloads
@@ -234,6 +240,7 @@ impl Reloader {
                 tracing::error!(
                     "configuration reload refused, the running configuration is unchanged:\n{problems}"
                 );
+                crate::status_page::record_reload(Err(problems.to_string()));
                 ReloadOutcome::Rejected(problems)
             }
         }

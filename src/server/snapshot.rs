@@ -34,6 +34,8 @@ pub(crate) struct Snapshot {
     pub tls: Option<TlsAcceptor>,
     pub http: Arc<auto::Builder<TokioExecutor>>,
     pub audit: Option<Arc<AuditBackend>>,
+    /// What the status page draws of this snapshot, once it is in force.
+    pub layout: Arc<crate::status_page::Layout>,
 }
 
 /// The snapshot in force, shared by the listener and the reloader.
@@ -89,8 +91,17 @@ pub(crate) fn build(
         flow_control.as_ref(),
         targets,
     )?;
-    let chain = crate::chain::build(&config, stages, flow_control, center(servers));
+    let chain = crate::chain::build(&config, stages, flow_control.clone(), center(servers));
     let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
+    let timings: Vec<crate::status_page::StepTiming> = chain
+        .steps
+        .iter()
+        .map(|&step| {
+            let timed = chain.timed.iter().find(|timed| timed.step == step);
+            (step, timed.map(|timed| timed.filter))
+        })
+        .collect();
+    let layout = crate::status_page::Layout::new(generation, &config, &timings, flow_control);
     Ok(Snapshot {
         generation,
         http: Arc::new(http_builder(&config.limits)),
@@ -99,6 +110,7 @@ pub(crate) fn build(
         steps: chain.steps,
         tls,
         audit: chain.audit,
+        layout: Arc::new(layout),
     })
 }
 

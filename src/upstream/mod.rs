@@ -15,7 +15,7 @@ mod identity;
 mod pool;
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use http::header;
@@ -34,6 +34,7 @@ use crate::body::{Body, BodyError, MaxRequestBody, Request, Response, is_body_li
 use crate::config::Upstream;
 use crate::config::identity::{ClientCert, ClientCertFiles, load_client_cert};
 use crate::handler::Handler;
+use crate::metrics::gateway::{PoolMetrics, RouteLabels, UpstreamFailure, UpstreamMetrics};
 use crate::status::GatewayError;
 
 /// Why an upstream client could not be set up.
@@ -71,6 +72,7 @@ pub(crate) struct UpstreamProxy {
     transport: Transport,
     timeout: Option<Duration>,
     identity: IdentityHeaders,
+    metrics: UpstreamMetrics,
 }
 
 enum Transport {
@@ -100,11 +102,14 @@ struct TlsTransport {
 
 impl UpstreamProxy {
     /// The proxy to `upstream`; `credential_headers` are the headers the
-    /// authenticators read, never forwarded unless the route says so.
+    /// authenticators read, never forwarded unless the route says so;
+    /// `labels` name the route in the metrics.
     pub(crate) fn new(
         upstream: &Upstream,
         credential_headers: &[HeaderName],
+        labels: RouteLabels,
     ) -> Result<Self, UpstreamError> {
+        let metrics = crate::metrics::metrics().gateway.upstream(labels);
         let url = upstream.url.to_string();
         let credentials_error = |message| UpstreamError::Credentials {
             url: url.clone(),
@@ -112,7 +117,7 @@ impl UpstreamProxy {
         };
         let transport = match upstream.url.authority() {
             Some(authority) if upstream.url.scheme() != Some(&Scheme::HTTPS) => {
-                plain_transport(authority)
+                plain_transport(authority, metrics.pool.clone())
                     .ok_or_else(|| UpstreamError::Authority { url: url.clone() })?
             }
             _ => Transport::Tls(Box::new(TlsTransport::new(upstream).map_err(
@@ -131,6 +136,7 @@ impl UpstreamProxy {
             timeout: upstream.timeout,
             identity: IdentityHeaders::new(upstream, credential_headers)
                 .map_err(credentials_error)?,
+            metrics,
         })
     }
 }
@@ -196,7 +202,7 @@ fn read_client_cert(paths: &[std::path::PathBuf]) -> Result<ClientCert, String> 
     }
 }
 
-fn plain_transport(authority: &Authority) -> Option<Transport> {
+fn plain_transport(authority: &Authority, metrics: PoolMetrics) -> Option<Transport> {
     let host = authority.host();
     let port = authority.port_u16();
     // Host names the upstream as hyper's client would: no user info, no
@@ -206,7 +212,7 @@ fn plain_transport(authority: &Authority) -> Option<Transport> {
         _ => HeaderValue::try_from(host),
     };
     Some(Transport::Plain {
-        pool: Http1Pool::new(host, port.unwrap_or(80), IDLE_TIMEOUT),
+        pool: Http1Pool::new(host, port.unwrap_or(80), IDLE_TIMEOUT, metrics),
         host: host_header.ok()?,
     })
 }
@@ -240,18 +246,26 @@ impl UpstreamProxy {
         let body_limit = request.extensions().get::<MaxRequestBody>().copied();
         let outgoing = self.outgoing_request(request)?;
         let exchange = self.exchange(outgoing);
+        let started = Instant::now();
         // Without a route timeout of its own, the request's deadline is
         // already enforced around the whole chain (the timeout filter).
-        let result =
-            match self.timeout {
-                Some(wait) => tokio::time::timeout(wait, exchange).await.map_err(|_| {
-                    GatewayError::Timeout {
-                        message: "the upstream did not answer in time".to_owned(),
-                    }
-                })?,
-                None => exchange.await,
-            };
-        let mut response = result.map_err(|error| self.classify(&error, body_limit))?;
+        let result = match self.timeout {
+            Some(wait) => tokio::time::timeout(wait, exchange).await.map_err(|_| {
+                self.metrics.failed(UpstreamFailure::Timeout);
+                GatewayError::Timeout {
+                    message: "the upstream did not answer in time".to_owned(),
+                }
+            })?,
+            None => exchange.await,
+        };
+        let mut response = result.map_err(|error| {
+            self.metrics.failed(match error {
+                ExchangeError::Connect(_) => UpstreamFailure::Connect,
+                ExchangeError::Exchange(_) => UpstreamFailure::Exchange,
+            });
+            self.classify(&error, body_limit)
+        })?;
+        self.metrics.answered(response.status(), started.elapsed());
         headers::remove_hop_by_hop(response.headers_mut());
         Ok(response)
     }

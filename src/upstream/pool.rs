@@ -28,6 +28,8 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use crate::metrics::gateway::PoolMetrics;
+
 use super::ExchangeError;
 use crate::body::{Body, Request};
 
@@ -41,6 +43,9 @@ pub(crate) struct Http1Pool {
     port: u16,
     idle_timeout: Duration,
     idle: Mutex<VecDeque<IdleConnection>>,
+    /// `wasmgate_upstream_connections_opened_total` and
+    /// `wasmgate_upstream_pool_idle_connections` of this upstream.
+    metrics: PoolMetrics,
 }
 
 struct IdleConnection {
@@ -51,7 +56,12 @@ struct IdleConnection {
 impl Http1Pool {
     /// A pool for `host:port`; `host` is a name, an IPv4 address or an IPv6
     /// address with or without its brackets.
-    pub(crate) fn new(host: &str, port: u16, idle_timeout: Duration) -> Arc<Self> {
+    pub(crate) fn new(
+        host: &str,
+        port: u16,
+        idle_timeout: Duration,
+        metrics: PoolMetrics,
+    ) -> Arc<Self> {
         Arc::new(Http1Pool {
             host: host
                 .trim_start_matches('[')
@@ -60,6 +70,7 @@ impl Http1Pool {
             port,
             idle_timeout,
             idle: Mutex::new(VecDeque::new()),
+            metrics,
         })
     }
 
@@ -95,6 +106,7 @@ impl Http1Pool {
     fn checkout(&self) -> Option<SendRequest<Body>> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         while let Some(connection) = idle.pop_back() {
+            self.metrics.idle.dec();
             if !connection.sender.is_closed() && connection.since.elapsed() < self.idle_timeout {
                 return Some(connection.sender);
             }
@@ -132,9 +144,11 @@ impl Http1Pool {
             .is_some_and(|oldest| now.duration_since(oldest.since) >= self.idle_timeout)
         {
             idle.pop_front();
+            self.metrics.idle.dec();
         }
         if idle.len() < MAX_IDLE_CONNECTIONS {
             idle.push_back(IdleConnection { sender, since: now });
+            self.metrics.idle.inc();
         }
     }
 
@@ -144,6 +158,7 @@ impl Http1Pool {
             .await
             .map_err(connect_error)?;
         stream.set_nodelay(true).map_err(connect_error)?;
+        self.metrics.opened.inc();
         let (sender, connection) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|error| ExchangeError::Connect(error.into()))?;

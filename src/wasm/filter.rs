@@ -30,9 +30,11 @@ pub use auditor::exports::wasmgate::filter::auditor::{
 pub use authenticator::exports::wasmgate::filter::authenticator::AuthnResult;
 pub use authorizer::exports::wasmgate::filter::authorizer::{Attributes, Decision};
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
 use crate::config::stages::{FilterSpec, Isolation};
+use crate::metrics::gateway::RetirementLabels;
 use crate::metrics::{FilterName, FilterOutcome};
 
 /// The outcomes of calling a filter: the filter's four (answer, error,
@@ -194,6 +196,11 @@ struct FilterMetrics {
     /// Indexed like [`Outcome::index`].
     outcomes: [Counter; 5],
     duration: Histogram,
+    /// `wasmgate_filter_pool_idle_instances`.
+    idle: Gauge,
+    /// Instances dropped after a call: grown too big, trapped.
+    retired_memory: Counter,
+    retired_trap: Counter,
 }
 
 impl FilterMetrics {
@@ -206,7 +213,27 @@ impl FilterMetrics {
             };
             metrics.filter_calls.get_or_create(&labels).clone()
         };
+        let retired = |reason: &'static str| {
+            let labels = RetirementLabels {
+                filter: name.to_owned(),
+                reason,
+            };
+            metrics
+                .gateway
+                .filter_retirements
+                .get_or_create(&labels)
+                .clone()
+        };
         FilterMetrics {
+            idle: metrics
+                .gateway
+                .filter_idle
+                .get_or_create(&crate::metrics::gateway::FilterLabel {
+                    filter: name.to_owned(),
+                })
+                .clone(),
+            retired_memory: retired("memory"),
+            retired_trap: retired("trap"),
             outcomes: OUTCOME_KINDS.map(outcome),
             duration: metrics
                 .filter_duration
@@ -342,6 +369,9 @@ impl<K: Kind> LoadedFilter<K> {
             Err(error) => match classify(error, memory_refused) {
                 // A trap's report carries what the call wrote to stderr.
                 Unanswered::Trap(message) => {
+                    if self.spec.isolation == Isolation::Pooled {
+                        self.metrics.retired_trap.inc();
+                    }
                     Outcome::Trap(instance.store.data().state.explain_trap(message))
                 }
                 unanswered => unanswered.into(),
@@ -353,7 +383,10 @@ impl<K: Kind> LoadedFilter<K> {
         if self.spec.isolation != Isolation::Pooled {
             return None;
         }
-        self.idle.0.lock().ok().and_then(|mut idle| idle.pop())
+        let mut idle = self.idle.0.lock().ok()?;
+        let instance = idle.pop();
+        self.metrics.idle.set(idle.len() as i64);
+        instance
     }
 
     /// A fresh instance, once the capacity has room for it. Instantiation
@@ -402,6 +435,7 @@ impl<K: Kind> LoadedFilter<K> {
     /// Says why a pooled instance is dropped rather than reused; see
     /// [`MemoryBudget::nearly_spent`](super::state::MemoryBudget::nearly_spent).
     fn retire(&self, calls: u64, bytes: usize) {
+        self.metrics.retired_memory.inc();
         if calls > 1 {
             tracing::info!(
                 filter = self.name(),
@@ -437,6 +471,7 @@ impl<K: Kind> LoadedFilter<K> {
             && idle.len() < MAX_IDLE_INSTANCES
         {
             idle.push(instance);
+            self.metrics.idle.set(idle.len() as i64);
         }
     }
 }

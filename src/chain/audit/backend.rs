@@ -57,6 +57,7 @@ impl AuditBackend {
     }
 
     pub(super) async fn emit(&self, event: Event) {
+        crate::metrics::metrics().stages.audit_event();
         match &self.queue {
             None => write_through(&self.filters, &event).await,
             Some(queue) => self.enqueue(queue, event),
@@ -67,6 +68,7 @@ impl AuditBackend {
     /// request dropped before its response); counted as pending until
     /// written, so that [`AuditBackend::flush`] waits for them too.
     pub(super) fn emit_detached(self: &Arc<Self>, event: Event) {
+        crate::metrics::metrics().stages.audit_event();
         match &self.queue {
             Some(queue) => self.enqueue(queue, event),
             None => {
@@ -86,6 +88,7 @@ impl AuditBackend {
             self.pending.fetch_sub(1, Ordering::AcqRel);
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             crate::metrics::metrics().audit_events_dropped.inc();
+            crate::metrics::metrics().stages.audit_error("buffered");
             // Every drop is counted; the log says so without flooding.
             if dropped.is_power_of_two() {
                 tracing::warn!(dropped_total = dropped, "audit queue full: event dropped");
@@ -124,7 +127,11 @@ fn flush_sinks(filters: &[LoadedFilter<Auditor>]) {
 
 async fn write(filters: &[LoadedFilter<Auditor>], event: &Event) {
     for filter in filters {
-        match filter.audit(event).await {
+        let outcome = filter.audit(event).await;
+        if !matches!(outcome, Outcome::Answer(())) {
+            crate::metrics::metrics().stages.audit_error(filter.name());
+        }
+        match outcome {
             Outcome::Answer(()) => {}
             Outcome::FilterError(message) => {
                 tracing::warn!(filter = filter.name(), error = %message, "audit filter returned an error")

@@ -1,6 +1,15 @@
 //! Prometheus metrics, served at `/metrics` (behind the chain, as kube
 //! serves its own). Process-wide, so they count across reloads. Handles are
 //! fetched once per filter at load time; recording a call touches no labels.
+//!
+//! kube's own metrics keep kube's names ([`request`], [`stages`], and flow
+//! control's, `crate::flow_control::metrics`); what the gateway adds is
+//! under `wasmgate_` (the filters' and reloads' below, [`gateway`]).
+//! docs/observability.md lists every one with its labels.
+
+pub(crate) mod gateway;
+pub(crate) mod request;
+pub(crate) mod stages;
 
 use std::sync::OnceLock;
 
@@ -44,6 +53,9 @@ pub(crate) struct ReloadResult {
 
 pub(crate) struct Metrics {
     registry: Registry,
+    pub requests: request::RequestMetrics,
+    pub stages: stages::StageMetrics,
+    pub gateway: gateway::GatewayMetrics,
     pub filter_calls: Family<FilterOutcome, Counter>,
     pub filter_duration: Family<FilterName, Histogram>,
     pub components: Family<Source, Counter>,
@@ -63,7 +75,11 @@ fn filter_duration_histogram() -> Histogram {
 pub(crate) fn metrics() -> &'static Metrics {
     static METRICS: OnceLock<Metrics> = OnceLock::new();
     METRICS.get_or_init(|| {
-        let mut registry = Registry::with_prefix("wasmgate");
+        let mut root = Registry::default();
+        let requests = request::RequestMetrics::register(&mut root);
+        let stages = stages::StageMetrics::register(&mut root);
+        let registry = root.sub_registry_with_prefix("wasmgate");
+        let gateway = gateway::GatewayMetrics::register(registry);
         let filter_calls = Family::<FilterOutcome, Counter>::default();
         registry.register(
             "filter_calls",
@@ -109,7 +125,10 @@ pub(crate) fn metrics() -> &'static Metrics {
             config_revision.clone(),
         );
         Metrics {
-            registry,
+            registry: root,
+            requests,
+            stages,
+            gateway,
             filter_calls,
             filter_duration,
             components,

@@ -1,0 +1,75 @@
+//! Request metrics (kube's `MonitorRequest` and the in-flight and
+//! long-running gauges, `staging/src/k8s.io/apiserver/pkg/endpoints/metrics/metrics.go`):
+//! every request that request info resolved is counted once its response
+//! body has been sent, with the bytes sent and the time since it arrived;
+//! a request is in flight until then. Labels: [`crate::metrics::request`].
+
+use std::time::Instant;
+
+use futures_util::future::BoxFuture;
+
+use super::timeout::ResponseDeadlinePassed;
+use crate::body::{Request, Response, caused_by};
+use crate::context::{ReceivedAt, Terminated};
+use crate::handler::{Handler, SharedHandler};
+use crate::metrics::request::{Finished, InFlight, Labeled};
+use crate::request_info::RequestInfo;
+
+pub(crate) struct RequestMetrics {
+    pub next: SharedHandler,
+}
+
+impl Handler for RequestMetrics {
+    fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+        let Some(info) = request.extensions().get::<RequestInfo>() else {
+            return self.next.call(request);
+        };
+        let metrics = &crate::metrics::metrics().requests;
+        let labeled = metrics.request_labels(info, &request);
+        let in_flight = metrics.start(info, &labeled.labels);
+        let started = request
+            .extensions()
+            .get::<ReceivedAt>()
+            .map_or_else(Instant::now, |received| received.instant);
+        Box::pin(async move {
+            let response = self.next.call(request).await;
+            let pending = Pending {
+                labeled,
+                code: response.status().as_u16(),
+                terminated: response.extensions().get::<Terminated>().is_some(),
+                started,
+                _in_flight: in_flight,
+            };
+            response.map(|body| {
+                body.on_end(move |bytes, error| {
+                    let mut pending = pending;
+                    // Cut at its deadline: the gateway ended it.
+                    pending.terminated |= error
+                        .is_some_and(|error| caused_by::<ResponseDeadlinePassed>(error.as_ref()));
+                    pending.finish(bytes);
+                })
+            })
+        })
+    }
+}
+
+/// What is known of a request until its body ends.
+struct Pending {
+    labeled: Labeled,
+    code: u16,
+    terminated: bool,
+    started: Instant,
+    _in_flight: InFlight,
+}
+
+impl Pending {
+    fn finish(self, bytes: u64) {
+        crate::metrics::metrics().requests.record(Finished {
+            labeled: self.labeled,
+            code: self.code,
+            bytes,
+            elapsed_seconds: self.started.elapsed().as_secs_f64(),
+            terminated: self.terminated,
+        });
+    }
+}

@@ -1,0 +1,281 @@
+//! kube's metrics of the stages the Wasm filters run, under kube's names,
+//! labels and buckets:
+//! - authentication (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/metrics.go`):
+//!   `authentication_attempts{result}` and `authentication_duration_seconds{result}`;
+//! - authorization (`staging/src/k8s.io/apiserver/pkg/authorization/metrics/metrics.go`):
+//!   `apiserver_authorization_decisions_total{type,name,decision}`, `type`
+//!   being `Wasm` and `name` the filter's;
+//! - admission (`staging/src/k8s.io/apiserver/pkg/admission/metrics/metrics.go`):
+//!   `apiserver_admission_step_admission_duration_seconds{type,operation,rejected}`
+//!   and, per filter, `apiserver_admission_controller_admission_duration_seconds{name,type,operation,rejected}`;
+//! - audit (`staging/src/k8s.io/apiserver/pkg/audit/metrics.go`):
+//!   `apiserver_audit_event_total` and `apiserver_audit_error_total{plugin}`.
+//!
+//! Every label value is one of a few fixed words or a filter's name from
+//! the manifest, so the series are bounded by the configuration.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// kube's admission buckets (step and controller).
+const ADMISSION_BUCKETS: [f64; 6] = [0.005, 0.025, 0.1, 0.5, 1.0, 2.5];
+
+/// How authentication ended (kube's `result` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AuthnOutcome {
+    /// A user was identified (or the request went on as anonymous).
+    Success,
+    /// The request was refused: credentials nobody accepted, or none.
+    Failure,
+    /// An authenticator failed (trap, timeout, no room) with fail-closed.
+    Error,
+}
+
+impl AuthnOutcome {
+    const ALL: [AuthnOutcome; 3] = [
+        AuthnOutcome::Success,
+        AuthnOutcome::Failure,
+        AuthnOutcome::Error,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            AuthnOutcome::Success => "success",
+            AuthnOutcome::Failure => "failure",
+            AuthnOutcome::Error => "error",
+        }
+    }
+}
+
+/// Admission's two phases (kube's `type` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AdmissionType {
+    Admit,
+    Validate,
+}
+
+impl AdmissionType {
+    fn label(self) -> &'static str {
+        match self {
+            AdmissionType::Admit => "admit",
+            AdmissionType::Validate => "validate",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ResultLabel {
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct DecisionLabels {
+    pub r#type: &'static str,
+    pub name: Arc<str>,
+    /// `allowed` or `denied`.
+    pub decision: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct StepLabels {
+    pub r#type: &'static str,
+    /// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
+    pub operation: &'static str,
+    pub rejected: bool,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ControllerLabels {
+    pub name: Arc<str>,
+    #[prometheus(flatten)]
+    pub step: StepLabels,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PluginLabel {
+    pub plugin: Arc<str>,
+}
+
+type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
+
+pub(crate) struct StageMetrics {
+    /// Indexed like [`AuthnOutcome::ALL`].
+    authn_attempts: [Counter; 3],
+    authn_duration: [Histogram; 3],
+    decisions: Family<DecisionLabels, Counter>,
+    admission_step: HistogramFamily<StepLabels>,
+    admission_controller: HistogramFamily<ControllerLabels>,
+    audit_events: Counter,
+    audit_errors: Family<PluginLabel, Counter>,
+    /// Filter names interned, so a label costs no allocation per request.
+    names: RwLock<HashMap<String, Arc<str>>>,
+}
+
+fn authn_histogram() -> Histogram {
+    // kube's: 1 ms doubling 15 times.
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
+fn admission_histogram() -> Histogram {
+    Histogram::new(ADMISSION_BUCKETS)
+}
+
+impl StageMetrics {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let attempts = Family::<ResultLabel, Counter>::default();
+        let durations = HistogramFamily::<ResultLabel>::new_with_constructor(authn_histogram);
+        let metrics = StageMetrics {
+            authn_attempts: AuthnOutcome::ALL.map(|result| {
+                attempts
+                    .get_or_create(&ResultLabel {
+                        result: result.label(),
+                    })
+                    .clone()
+            }),
+            authn_duration: AuthnOutcome::ALL.map(|result| {
+                durations
+                    .get_or_create(&ResultLabel {
+                        result: result.label(),
+                    })
+                    .clone()
+            }),
+            decisions: Family::default(),
+            admission_step: Family::new_with_constructor(admission_histogram),
+            admission_controller: Family::new_with_constructor(admission_histogram),
+            audit_events: Counter::default(),
+            audit_errors: Family::default(),
+            names: RwLock::default(),
+        };
+        registry.register(
+            "authentication_attempts",
+            "Counter of authenticated attempts",
+            attempts,
+        );
+        registry.register(
+            "authentication_duration_seconds",
+            "Authentication duration in seconds broken out by result",
+            durations,
+        );
+        registry.register(
+            "apiserver_authorization_decisions",
+            "Total number of terminal decisions made by an authorizer split by authorizer type, name, and decision",
+            metrics.decisions.clone(),
+        );
+        registry.register(
+            "apiserver_admission_step_admission_duration_seconds",
+            "Admission sub-step latency histogram in seconds, broken out for each operation and API resource and step type (validate or admit)",
+            metrics.admission_step.clone(),
+        );
+        registry.register(
+            "apiserver_admission_controller_admission_duration_seconds",
+            "Admission controller latency histogram in seconds, identified by name and broken out for each operation and API resource and type (validate or admit)",
+            metrics.admission_controller.clone(),
+        );
+        registry.register(
+            "apiserver_audit_event",
+            "Counter of audit events generated and sent to the audit backend",
+            metrics.audit_events.clone(),
+        );
+        registry.register(
+            "apiserver_audit_error",
+            "Counter of audit events that failed to be audited properly. Plugin identifies the plugin affected by the error",
+            metrics.audit_errors.clone(),
+        );
+        metrics
+    }
+
+    pub(crate) fn authentication(&self, result: AuthnOutcome, elapsed: Duration) {
+        let index = AuthnOutcome::ALL
+            .iter()
+            .position(|known| *known == result)
+            .unwrap_or(0);
+        self.authn_attempts[index].inc();
+        self.authn_duration[index].observe(elapsed.as_secs_f64());
+    }
+
+    /// An authorizer filter's terminal decision (allow or deny).
+    pub(crate) fn authorization_decision(&self, filter: &str, allowed: bool) {
+        let labels = DecisionLabels {
+            r#type: "Wasm",
+            name: self.name(filter),
+            decision: if allowed { "allowed" } else { "denied" },
+        };
+        self.decisions.get_or_create(&labels).inc();
+    }
+
+    /// One admission phase (every mutating, or every validating, filter).
+    pub(crate) fn admission_step(
+        &self,
+        phase: AdmissionType,
+        operation: &'static str,
+        rejected: bool,
+        elapsed: Duration,
+    ) {
+        let labels = StepLabels {
+            r#type: phase.label(),
+            operation,
+            rejected,
+        };
+        self.admission_step
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// One admission filter's call.
+    pub(crate) fn admission_controller(
+        &self,
+        filter: &str,
+        phase: AdmissionType,
+        operation: &'static str,
+        rejected: bool,
+        elapsed: Duration,
+    ) {
+        let labels = ControllerLabels {
+            name: self.name(filter),
+            step: StepLabels {
+                r#type: phase.label(),
+                operation,
+                rejected,
+            },
+        };
+        self.admission_controller
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// An audit event handed to the backend.
+    pub(crate) fn audit_event(&self) {
+        self.audit_events.inc();
+    }
+
+    /// An audit event `plugin` (a filter, or `buffered`: the queue) lost.
+    pub(crate) fn audit_error(&self, plugin: &str) {
+        let labels = PluginLabel {
+            plugin: self.name(plugin),
+        };
+        self.audit_errors.get_or_create(&labels).inc();
+    }
+
+    fn name(&self, name: &str) -> Arc<str> {
+        if let Some(interned) = self
+            .names
+            .read()
+            .ok()
+            .and_then(|names| names.get(name).cloned())
+        {
+            return interned;
+        }
+        let interned: Arc<str> = Arc::from(name);
+        if let Ok(mut names) = self.names.write() {
+            names.insert(name.to_owned(), interned.clone());
+        }
+        interned
+    }
+}
