@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::support::etcd::{Etcd, free_port};
+use crate::support::etcd::Etcd;
+use crate::support::free_port;
 use crate::support::*;
 
 /// How soon every gateway must serve a pushed revision.

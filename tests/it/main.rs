@@ -41,6 +41,7 @@ mod lifecycle;
 mod limits;
 mod malformed;
 mod module_graph;
+mod observability;
 mod properties;
 mod readme;
 mod reload;

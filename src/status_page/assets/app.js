@@ -33,9 +33,11 @@ function drawChain(status, before, seconds) {
   const chain = document.getElementById("chain");
   chain.replaceChildren();
   for (const step of status.chain) {
-    const item = el("li", { class: "step", "data-step": step.step },
-      el("h3", {}, step.step),
-      el("div", { class: "latency" }, `p50 ${ms(step.p50_seconds)} · p99 ${ms(step.p99_seconds)} · ${step.count} timed`));
+    const timing = step.timed_as === null
+      ? el("div", { class: "latency" }, "not timed")
+      : el("div", { class: "latency" }, `p50 ${ms(step.p50_seconds)} · p99 ${ms(step.p99_seconds)} · ${step.count} timed`);
+    const item = el("li", { class: step.timed_as === null ? "step untimed" : "step", "data-step": step.step },
+      el("h3", {}, step.step), timing);
     const old = before && before.chain.find((s) => s.step === step.step);
     for (const filter of step.filters) {
       const oldFilter = old && old.filters.find((f) => f.name === filter.name);
@@ -92,6 +94,34 @@ function drawReloads(status) {
   }
 }
 
+function drawFlowControl(status) {
+  const section = document.getElementById("flow-control");
+  if (status.flow_control === null) {
+    section.replaceChildren(el("p", {}, "not configured: max-in-flight limits instead"));
+    return;
+  }
+  const rows = el("tbody");
+  for (const level of status.flow_control) {
+    if (level.exempt) {
+      rows.append(el("tr", { "data-level": level.name }, el("td", {}, level.name),
+        el("td", { colspan: 7 }, `exempt · ${level.executing} executing`)));
+      continue;
+    }
+    const busy = level.queues.filter((queue) => queue.waiting > 0).length;
+    rows.append(el("tr", { "data-level": level.name },
+      el("td", {}, level.name),
+      el("td", {}, `${level.seats_in_use} / ${level.nominal_seats}`),
+      el("td", {}, level.executing),
+      el("td", {}, level.waiting),
+      el("td", { class: "dispatched" }, level.dispatched),
+      el("td", { class: level.rejected > 0 ? "failing" : "" }, level.rejected + level.timed_out),
+      el("td", {}, level.queues.length === 0 ? "no queuing" : `${busy} of ${level.queues.length} waiting`)));
+  }
+  section.replaceChildren(el("table", {},
+    el("thead", {}, el("tr", {}, ...["level", "seats in use", "executing", "waiting", "dispatched", "rejected", "queues"].map((h) => el("th", {}, h)))),
+    rows));
+}
+
 async function poll() {
   try {
     const response = await fetch("/debug/status", { credentials: "same-origin" });
@@ -99,14 +129,14 @@ async function poll() {
     const status = await response.json();
     const seconds = previous ? (status.now_ms - previous.now_ms) / 1000 : 0;
     document.getElementById("generation").textContent = `generation ${status.generation}`;
+    document.getElementById("revision").textContent =
+      status.config_revision === null ? "manifest file" : `etcd revision ${status.config_revision}`;
     document.getElementById("requests").textContent =
       "requests " + Object.entries(status.requests).map(([code, n]) => `${code}: ${n}`).join(", ");
     drawChain(status, previous, seconds);
     drawServers(status);
     drawReloads(status);
-    if (status.flow_control !== null) {
-      document.getElementById("flow-control").textContent = JSON.stringify(status.flow_control);
-    }
+    drawFlowControl(status);
     document.getElementById("updated").textContent = "updated " + new Date(status.now_ms).toISOString();
     document.body.setAttribute("data-polled", String(Number(document.body.getAttribute("data-polled") || 0) + 1));
     previous = status;

@@ -4,14 +4,12 @@
 //! picked free with a data dir of its own, and stopped by PID (killed when
 //! dropped). A stopped etcd starts again on the same ports and data.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use super::process::ChildGuard;
-use super::{BOUND, new_dir};
+use super::{BOUND, free_port, new_dir};
 
 /// One etcd member on 127.0.0.1.
 pub struct Etcd {
@@ -103,64 +101,7 @@ fn http_get(address: &str, path: &str) -> std::io::Result<String> {
     Ok(answer)
 }
 
-/// A loopback port nothing listens on now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
 /// `etcd` from PATH, installed from Debian's `etcd-server` first when absent.
 fn etcd_binary() -> PathBuf {
-    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let found = FOUND.get_or_init(|| {
-        if let Some(path) = on_path("etcd") {
-            return Ok(path);
-        }
-        let apt = [
-            "-o",
-            "DPkg::Lock::Timeout=300",
-            "-o",
-            "Dpkg::Use-Pty=0",
-            "-q",
-        ];
-        let run = |args: &[&str]| {
-            Command::new("apt-get")
-                .args(apt)
-                .args(args)
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .stdin(Stdio::null())
-                .output()
-                .map_err(|error| format!("cannot run apt-get: {error}"))
-                .and_then(|output| {
-                    if output.status.success() {
-                        Ok(())
-                    } else {
-                        Err(format!(
-                            "apt-get {} failed: {}",
-                            args.join(" "),
-                            String::from_utf8_lossy(&output.stderr)
-                        ))
-                    }
-                })
-        };
-        run(&["update"])?;
-        run(&["install", "-y", "--no-install-recommends", "etcd-server"])?;
-        on_path("etcd").ok_or_else(|| "etcd-server installed no etcd on PATH".to_owned())
-    });
-    match found {
-        Ok(path) => path.clone(),
-        Err(message) => panic!(
-            "the fleet tests need etcd (Debian's etcd-server) and it cannot be installed: {message}"
-        ),
-    }
-}
-
-fn on_path(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(program))
-            .find(|path| path.is_file())
-    })
+    super::debian::program("etcd", "etcd-server")
 }

@@ -14,7 +14,8 @@
 //!   and manifest pieces that use them;
 //! - [`audit`]: JSON-lines audit logs read back;
 //! - [`jwt`]: throw-away signing keys and tokens;
-//! - [`etcd`]: a real etcd (Debian's `etcd-server`) on loopback ports.
+//! - [`etcd`]: a real etcd (Debian's `etcd-server`) on loopback ports;
+//! - [`debian`]: programs from Debian's packages, installed when absent.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 pub mod audit;
 pub mod certs;
 pub mod clients;
+pub mod debian;
 pub mod etcd;
 pub mod filters;
 pub mod gateway;

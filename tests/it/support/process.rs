@@ -128,8 +128,10 @@ impl GatewayProcess {
             for line in std::io::BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
                 if let Some(at) = line.find("listening on ") {
+                    // Text or JSON (`--log-format json`): the URL ends at a
+                    // space or at the JSON string's quote.
                     let url = line[at + "listening on ".len()..]
-                        .split_whitespace()
+                        .split(|c: char| c.is_whitespace() || c == '"')
                         .next()
                         .unwrap_or("")
                         .to_owned();
@@ -262,4 +264,12 @@ pub fn vm_rss_kib() -> u64 {
         .find_map(|line| line.strip_prefix("VmRSS:"))
         .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("a VmRSS line")
+}
+
+/// A loopback port nothing listens on now, for a program that binds its own.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+        .port()
 }

@@ -1,0 +1,303 @@
+//! kube's request metrics and the gateway's own, read from `/metrics` after
+//! known traffic through a real gateway process (its metrics are its own:
+//! nothing else in a test binary counts into them) and a real upstream:
+//! kube's names, labels and buckets, unknown verbs and resources folded, and
+//! the number of series bounded after 10,000 requests to random paths.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use super::sample;
+use crate::support::{GatewayProcess, Upstream, bounded, get, http_client, new_dir, plaintext};
+
+/// A route for one API group to the upstream, and a catch-all prefix.
+fn manifest(upstream: &Upstream) -> String {
+    let up = upstream.url();
+    plaintext(&format!(
+        r#"
+[[servers]]
+name = "front"
+
+[[servers.routes]]
+api = "/apis/demo.example.io"
+upstream = "{up}"
+
+[[servers.routes]]
+prefix = "/anything/"
+upstream = "{up}"
+"#
+    ))
+}
+
+fn spawn(upstream: &Upstream) -> (tempfile::TempDir, GatewayProcess) {
+    let dir = new_dir();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, manifest(upstream)).expect("write the manifest");
+    let gateway = GatewayProcess::spawn(&path);
+    (dir, gateway)
+}
+
+async fn scrape(gateway: &GatewayProcess) -> String {
+    let answer = get(&http_client(), &gateway.url("/metrics")).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.body
+}
+
+fn series_of(text: &str, name: &str) -> BTreeSet<String> {
+    let prefix = format!("{name}{{");
+    text.lines()
+        .filter(|line| line.starts_with(&prefix))
+        .map(|line| {
+            line.rsplit_once(' ')
+                .map_or(line, |(series, _)| series)
+                .to_owned()
+        })
+        .collect()
+}
+
+const WIDGETS: &str = "/apis/demo.example.io/v1/namespaces/default/widgets";
+const WIDGET_LABELS: &str = r#"dry_run="",group="demo.example.io",version="v1",resource="widgets",subresource="",scope="namespace",component="apiserver""#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn known_traffic_is_counted_under_kubes_names_labels_and_buckets() {
+    let upstream = Upstream::start().await;
+    let (_dir, gateway) = spawn(&upstream);
+    let client = http_client();
+    for _ in 0..3 {
+        assert_eq!(get(&client, &gateway.url(WIDGETS)).await.status, 200);
+    }
+    let created = crate::support::send(client.post(gateway.url(WIDGETS)).body("{}")).await;
+    assert_eq!(created.status, 200);
+    let dry_run = crate::support::send(
+        client
+            .post(gateway.url(&format!("{WIDGETS}?dryRun=All")))
+            .body("{}"),
+    )
+    .await;
+    assert_eq!(dry_run.status, 200);
+    // An HTTP method kube does not know is folded into `other`.
+    let odd = crate::support::send(client.request(
+        reqwest::Method::from_bytes(b"FROB").expect("a method"),
+        gateway.url(WIDGETS),
+    ))
+    .await;
+    assert_eq!(odd.status, 200);
+    // No route: a 404 from the gateway itself, under the folded resource.
+    assert_eq!(
+        get(&client, &gateway.url("/apis/nowhere.example.io/v1/things"))
+            .await
+            .status,
+        404
+    );
+
+    let text = scrape(&gateway).await;
+    let count = |verb: &str, labels: &str, code: u16| {
+        let labels = format!(r#"verb="{verb}",{labels},code="{code}""#);
+        sample(&text, "apiserver_request_total", &labels)
+    };
+    assert_eq!(count("LIST", WIDGET_LABELS, 200), Some(3.0), "{text}");
+    assert_eq!(count("CREATE", WIDGET_LABELS, 200), Some(1.0), "{text}");
+    let dry = WIDGET_LABELS.replace(r#"dry_run="""#, r#"dry_run="All""#);
+    assert_eq!(count("CREATE", &dry, 200), Some(1.0), "{text}");
+    assert_eq!(count("other", WIDGET_LABELS, 200), Some(1.0), "{text}");
+    let folded = r#"dry_run="",group="other",version="other",resource="other",subresource="other",scope="cluster",component="apiserver""#;
+    assert_eq!(count("LIST", folded, 404), Some(1.0), "{text}");
+
+    // kube's duration buckets (5 ms to 60 s) and size buckets (1 kB up).
+    let list = format!(r#"verb="LIST",{WIDGET_LABELS}"#);
+    assert_eq!(
+        sample(&text, "apiserver_request_duration_seconds_count", &list),
+        Some(3.0),
+        "{text}"
+    );
+    for bucket in ["0.005", "0.025", "60.0", "+Inf"] {
+        let labels = format!(r#"le="{bucket}",{list}"#);
+        assert!(
+            sample(&text, "apiserver_request_duration_seconds_bucket", &labels).is_some(),
+            "no {bucket} bucket:\n{text}"
+        );
+    }
+    let sized = list.replace(r#"dry_run="","#, "");
+    assert_eq!(
+        sample(&text, "apiserver_response_sizes_count", &sized),
+        Some(3.0),
+        "{text}"
+    );
+    assert!(
+        sample(
+            &text,
+            "apiserver_response_sizes_bucket",
+            &format!(r#"le="1000.0",{sized}"#)
+        )
+        .is_some(),
+        "{text}"
+    );
+    // Sizes are of read requests only, as in kube.
+    let create_sizes = sized.replace("LIST", "CREATE");
+    assert_eq!(
+        sample(&text, "apiserver_response_sizes_count", &create_sizes),
+        None
+    );
+
+    // This scrape is itself a read-only request in flight.
+    assert_eq!(
+        sample(
+            &text,
+            "apiserver_current_inflight_requests",
+            r#"request_kind="readOnly""#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "apiserver_current_inflight_requests",
+            r#"request_kind="mutating""#
+        ),
+        Some(0.0),
+        "{text}"
+    );
+    // The native steps kube times: every request passed these.
+    for filter in ["authentication", "impersonation", "maxinflight"] {
+        let labels = format!(r#"filter="{filter}""#);
+        let counted = sample(
+            &text,
+            "apiserver_request_filter_duration_seconds_count",
+            &labels,
+        );
+        assert!(counted >= Some(7.0), "{filter}: {counted:?}\n{text}");
+    }
+    let up = upstream.url();
+    let route = format!(r#"server="front",route="/apis/demo.example.io",upstream="{up}/""#);
+    assert_eq!(
+        sample(
+            &text,
+            "wasmgate_upstream_requests_total",
+            &format!(r#"{route},code="2xx""#)
+        ),
+        Some(6.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "wasmgate_upstream_request_duration_seconds_count",
+            &route
+        ),
+        Some(6.0),
+        "{text}"
+    );
+    assert!(
+        sample(
+            &text,
+            "wasmgate_upstream_connections_opened_total",
+            &format!(r#"upstream="{up}/""#)
+        ) >= Some(1.0),
+        "{text}"
+    );
+    assert!(text.contains("\nwasmgate_chain_generation 1\n"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_random_paths_leave_the_series_bounded() {
+    let upstream = Upstream::start().await;
+    let (_dir, gateway) = spawn(&upstream);
+    let client = http_client();
+    let base = gateway.url("");
+    // A tiny xorshift: random names without a dependency, and a failure
+    // reproducible from its seed.
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let paths: Vec<String> = (0..10_000)
+        .map(|i| {
+            let (a, b) = (next(), next());
+            match i % 4 {
+                // Resources of a served group, proxied and answered 200.
+                0 => format!("/apis/demo.example.io/v1/namespaces/n{a:x}/r{b:x}"),
+                // Groups no route serves: 404 from the gateway.
+                1 => format!("/apis/g{a:x}.example.io/v{}/r{b:x}", b % 7),
+                // Non-resource paths, proxied by the prefix route.
+                2 => format!("/anything/{a:x}/{b:x}"),
+                // Non-resource paths nothing serves.
+                _ => format!("/{a:x}"),
+            }
+        })
+        .collect();
+    let methods = ["GET", "POST", "PUT", "DELETE", "PATCH", "FROB", "XYZZY"];
+    let sent = bounded("10,000 requests", async {
+        let mut sent = 0usize;
+        for chunk in paths.chunks(32) {
+            let requests = chunk.iter().enumerate().map(|(index, path)| {
+                let method = methods[(index + sent) % methods.len()];
+                let request = client.request(
+                    reqwest::Method::from_bytes(method.as_bytes()).expect("a method"),
+                    format!("{base}{path}"),
+                );
+                async move { request.send().await.map(|response| response.status()) }
+            });
+            for status in futures_util::future::join_all(requests).await {
+                status.expect("an answer");
+            }
+            sent += chunk.len();
+        }
+        sent
+    })
+    .await;
+    assert_eq!(sent, 10_000);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let text = scrape(&gateway).await;
+    let totals = series_of(&text, "apiserver_request_total");
+    // Every request is counted, in a bounded number of series: at most
+    // 500 resources of their own (`MAX_RESOURCES`), times the few verbs,
+    // scopes and codes each is answered with.
+    let counted: f64 = text
+        .lines()
+        .filter(|line| line.starts_with("apiserver_request_total{"))
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    assert!(counted >= 10_000.0, "only {counted} counted");
+    let resources: BTreeSet<&str> = totals
+        .iter()
+        .filter_map(|series| series.split("resource=\"").nth(1)?.split('"').next())
+        .collect();
+    let paths: BTreeSet<&str> = totals
+        .iter()
+        .filter_map(|series| series.split("subresource=\"").nth(1)?.split('"').next())
+        .collect();
+    assert!(
+        resources.len() + paths.len() <= 2 * 500 + 2,
+        "{} resources, {} paths",
+        resources.len(),
+        paths.len()
+    );
+    assert!(
+        totals.len() <= 4 * 500,
+        "{} series of apiserver_request_total",
+        totals.len()
+    );
+    // The folded series carry the rest, and unknown methods are `other`.
+    assert!(
+        totals
+            .iter()
+            .any(|series| series.contains(r#"resource="other""#))
+    );
+    let verbs: BTreeSet<&str> = totals
+        .iter()
+        .filter_map(|series| series.split("verb=\"").nth(1)?.split('"').next())
+        .collect();
+    assert!(verbs.contains("other"), "{verbs:?}");
+    assert!(
+        !verbs.contains("FROB") && !verbs.contains("frob"),
+        "{verbs:?}"
+    );
+    assert!(verbs.len() <= 14, "{verbs:?}");
+    // The whole exposition stays small enough to scrape every few seconds.
+    assert!(text.len() < 8 << 20, "{} bytes of metrics", text.len());
+}
