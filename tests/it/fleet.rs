@@ -556,6 +556,15 @@ async fn a_rollback_to_an_earlier_revision_reaches_all_three() {
             Ok("A")
         );
     }
+    // The status page says which revision is in force, and the reload the
+    // rollback made.
+    let (code, text) = get_as_t1(&client, &members[0], "/debug/status")
+        .await
+        .expect("/debug/status answers");
+    assert_eq!(code, 200, "{text}");
+    let status: serde_json::Value = serde_json::from_str(&text).expect("/debug/status is JSON");
+    assert_eq!(status["config_revision"], revision as f64, "{text}");
+    assert_eq!(status["reloads"][0]["result"], "success", "{text}");
     let missing = wasmgate(&["rollback", "--to", "99999", "--etcd", &url]);
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("not in the kept history"));

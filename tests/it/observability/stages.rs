@@ -7,7 +7,7 @@
 
 use super::sample;
 use crate::support::{GatewayProcess, Upstream, http_client, new_dir, plaintext, send};
-use crate::support::{WIDGETS, build_filters, filter, rbac_config, routes, tokens};
+use crate::support::{WIDGETS, build_filters, filter, rbac_config, rbac_with, routes, tokens};
 use serde_json::json;
 
 /// The tests' RBAC, and alice may read `/metrics` (a non-resource URL).
@@ -20,13 +20,7 @@ fn rbac_with_metrics() -> String {
         .as_array_mut()
         .expect("bindings")
         .push(json!({"role": "metrics", "users": ["alice"]}));
-    filter(
-        "authorization.filters",
-        "rbac",
-        "rbac-authz",
-        Some(config),
-        "",
-    )
+    rbac_with(config)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

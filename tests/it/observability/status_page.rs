@@ -17,7 +17,7 @@ use crate::support::debian::program;
 use crate::support::{
     ChildGuard, GatewayProcess, Upstream, check, get, http_client, new_dir, plaintext, send,
 };
-use crate::support::{WIDGETS, build_filters, filter, rbac_config, routes, tokens};
+use crate::support::{WIDGETS, build_filters, filter, rbac_config, rbac_with, routes, tokens};
 use serde_json::{Value, json};
 
 /// The tests' RBAC; anonymous requests may read the status page (the
@@ -32,13 +32,7 @@ fn rbac_with_status_page() -> String {
     let bindings = config["bindings"].as_array_mut().expect("bindings");
     bindings.push(json!({"role": "status-page", "groups": ["system:unauthenticated"]}));
     bindings.push(json!({"role": "debug", "users": ["alice"]}));
-    filter(
-        "authorization.filters",
-        "rbac",
-        "rbac-authz",
-        Some(config),
-        "",
-    )
+    rbac_with(config)
 }
 
 fn manifest(upstream: &Upstream, limits: &str) -> String {
