@@ -16,6 +16,7 @@ use crate::body::{Request, Response};
 use crate::config::stages::Mode;
 use crate::context::UserInfo;
 use crate::handler::{Handler, SharedHandler};
+use crate::metrics::stages::Decisions;
 use crate::request_info::RequestInfo;
 use crate::status::{Details, GatewayError};
 use crate::wasm::filter::{Attributes, Authorizer, Decision};
@@ -25,7 +26,9 @@ const STAGE: &str = "authorization";
 
 /// The union of authorizer filters.
 pub(crate) struct Authorizers {
-    pub filters: Vec<LoadedFilter<Authorizer>>,
+    filters: Vec<LoadedFilter<Authorizer>>,
+    /// Each filter's decision counters, in the filters' order.
+    decisions: Vec<Decisions>,
 }
 
 /// The union's conclusion.
@@ -38,6 +41,16 @@ pub(crate) enum Verdict {
 }
 
 impl Authorizers {
+    /// The union of `filters`, in order.
+    pub(crate) fn new(filters: Vec<LoadedFilter<Authorizer>>) -> Self {
+        let stages = &crate::metrics::metrics().stages;
+        let decisions = filters
+            .iter()
+            .map(|filter| stages.authorization_decisions(filter.name()))
+            .collect();
+        Authorizers { filters, decisions }
+    }
+
     pub(crate) async fn decide(
         &self,
         user: &UserInfo,
@@ -46,7 +59,7 @@ impl Authorizers {
     ) -> Verdict {
         let mut attributes = None;
         let mut reasons = Vec::new();
-        for filter in &self.filters {
+        for (filter, decisions) in self.filters.iter().zip(&self.decisions) {
             if !stage::selects(&filter.spec.matcher, info) {
                 stage::skipped(STAGE, &filter.spec, trace);
                 continue;
@@ -76,14 +89,13 @@ impl Authorizers {
                 tracing::info!(filter = filter.name(), decision = %describe(&decision), "monitor mode: decision not enforced");
                 continue;
             }
-            let decisions = &crate::metrics::metrics().stages;
             match decision {
                 Decision::Allow => {
-                    decisions.authorization_decision(filter.name(), true);
+                    decisions.record(true);
                     return Verdict::Allow;
                 }
                 Decision::Deny(reason) => {
-                    decisions.authorization_decision(filter.name(), false);
+                    decisions.record(false);
                     return Verdict::Deny(reason);
                 }
                 Decision::NoOpinion(reason) if !reason.is_empty() => reasons.push(reason),

@@ -117,11 +117,8 @@ pub(crate) fn build(
             })
         });
     }
-    let authorizers = (!stages.authorizers.is_empty()).then(|| {
-        Arc::new(authorization::Authorizers {
-            filters: stages.authorizers,
-        })
-    });
+    let authorizers = (!stages.authorizers.is_empty())
+        .then(|| Arc::new(authorization::Authorizers::new(stages.authorizers)));
     if let Some(authorizers) = &authorizers {
         chain.wrap_timed("authorization", "authorization", |next| {
             Arc::new(authorization::Authorization {

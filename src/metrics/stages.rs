@@ -105,6 +105,23 @@ pub(crate) struct PluginLabel {
 
 type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
 
+/// One authorizer's `apiserver_authorization_decisions_total` series.
+pub(crate) struct Decisions {
+    allowed: Counter,
+    denied: Counter,
+}
+
+impl Decisions {
+    /// Counts a terminal decision (allow or deny).
+    pub(crate) fn record(&self, allowed: bool) {
+        if allowed {
+            self.allowed.inc();
+        } else {
+            self.denied.inc();
+        }
+    }
+}
+
 pub(crate) struct StageMetrics {
     /// Indexed like [`AuthnOutcome::ALL`].
     authn_attempts: [Counter; 3],
@@ -200,14 +217,22 @@ impl StageMetrics {
         self.authn_duration[index].observe(elapsed.as_secs_f64());
     }
 
-    /// An authorizer filter's terminal decision (allow or deny).
-    pub(crate) fn authorization_decision(&self, filter: &str, allowed: bool) {
-        let labels = DecisionLabels {
-            r#type: "Wasm",
-            name: self.name(filter),
-            decision: if allowed { "allowed" } else { "denied" },
+    /// An authorizer filter's counters of terminal decisions, fetched once
+    /// when the chain is built so that a decision touches no labels.
+    pub(crate) fn authorization_decisions(&self, filter: &str) -> Decisions {
+        let name = self.name(filter);
+        let counter = |decision: &'static str| {
+            let labels = DecisionLabels {
+                r#type: "Wasm",
+                name: name.clone(),
+                decision,
+            };
+            self.decisions.get_or_create(&labels).clone()
         };
-        self.decisions.get_or_create(&labels).inc();
+        Decisions {
+            allowed: counter("allowed"),
+            denied: counter("denied"),
+        }
     }
 
     /// One admission phase (every mutating, or every validating, filter).

@@ -138,14 +138,15 @@ async fn stage_metrics_count_known_traffic_under_kubes_names() {
         "{text}"
     );
     // RBAC has no opinion on what no rule allows: not a terminal decision,
-    // so, as in kube, not counted (the union's denial is in the 403s).
+    // so, as in kube, not counted (the union's denial is in the 403s); the
+    // series is there from the start, at 0.
     assert_eq!(
         sample(
             &text,
             "apiserver_authorization_decisions_total",
             r#"type="Wasm",name="rbac",decision="denied""#
         ),
-        None,
+        Some(0.0),
         "{text}"
     );
     let step = |kind: &str, rejected: bool| {
