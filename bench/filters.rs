@@ -22,8 +22,9 @@ use wasmgate::config::stages::{
 };
 use wasmgate::context::UserInfo;
 use wasmgate::request_info::RequestInfo;
-use wasmgate::wasm::bindings::authenticator::{AuthenticatorFilter, AuthenticatorFilterPre};
+// fault-authn, the floor's filter, is built against wasmgate:filter@0.1.0.
 use wasmgate::wasm::bindings::types;
+use wasmgate::wasm::bindings::v0_1::authenticator::{AuthenticatorFilter, AuthenticatorFilterPre};
 use wasmgate::wasm::capacity::{Capacity, Slot, StoreData};
 use wasmgate::wasm::filter::{AdmissionRequest, Attributes, Event, Level, Operation, Stage};
 use wasmgate::wasm::state::{FilterIdentity, FilterState};
@@ -95,7 +96,8 @@ fn main() {
         audit_spec.sink = Some(Sink::File(PathBuf::from("/dev/null")));
         let audit = load(audit_spec);
         group.bench_function(format!("jsonl-audit/{mode}"), |b| {
-            b.to_async(&runtime).iter(|| audit.audit(&inputs.event))
+            b.to_async(&runtime)
+                .iter(|| audit.audit(std::slice::from_ref(&inputs.event)))
         });
         // The filters in other languages: C, Python (CPython), JavaScript (SpiderMonkey).
         let apikey = load(spec("apikey-authn", isolation, APIKEY_CONFIG));
@@ -166,6 +168,7 @@ fn spec(name: &str, isolation: Isolation, config_json: &str) -> FilterSpec {
         sink: None,
         headers: RequestHeaders::All,
         wasi: Default::default(),
+        cache: None,
     }
 }
 

@@ -25,6 +25,7 @@
 //! - [`delegation`] and [`director`]: the server chain and each server's routing.
 //! - [`upstream`], [`static_response`], [`health`], [`discovery`], [`metrics`]: the handlers.
 //! - [`wasm`]: the WebAssembly host the Wasm stages call.
+//! - [`decision_cache`]: the authenticators' and authorizers' decision caches.
 //! - [`try_request`]: `wasmgate try`, one request through the chain without a network.
 //! - [`scaffold`]: `wasmgate new-filter`, a new filter's folder in Rust, Python, JavaScript or C.
 //! - [`status`]: the one place errors become kube Status responses.
@@ -34,6 +35,7 @@ pub mod body;
 pub mod chain;
 pub mod config;
 pub mod context;
+pub mod decision_cache;
 pub mod delegation;
 pub mod director;
 pub mod discovery;

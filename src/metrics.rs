@@ -48,6 +48,11 @@ pub struct Metrics {
     pub filter_duration: Family<FilterName, Histogram>,
     pub components: Family<Source, Counter>,
     pub audit_events_dropped: Counter,
+    pub audit_batches: Counter,
+    pub cache_hits: Family<FilterName, Counter>,
+    pub cache_misses: Family<FilterName, Counter>,
+    pub cache_evictions: Family<FilterName, Counter>,
+    pub cache_entries: Family<FilterName, Gauge>,
     pub config_reloads: Family<ReloadResult, Counter>,
     pub config_last_reload_success: Gauge,
 }
@@ -88,6 +93,36 @@ pub fn metrics() -> &'static Metrics {
             "Audit events dropped because the batch queue was full",
             audit_events_dropped.clone(),
         );
+        let audit_batches = Counter::default();
+        registry.register(
+            "audit_batches",
+            "Batches of audit events handed to the audit filters (one per event in blocking mode)",
+            audit_batches.clone(),
+        );
+        let cache_hits = Family::<FilterName, Counter>::default();
+        registry.register(
+            "decision_cache_hits",
+            "Requests a filter's decision cache answered without calling the filter (a hit, or a miss merged into another request's call)",
+            cache_hits.clone(),
+        );
+        let cache_misses = Family::<FilterName, Counter>::default();
+        registry.register(
+            "decision_cache_misses",
+            "Requests for which a filter with a decision cache was called",
+            cache_misses.clone(),
+        );
+        let cache_evictions = Family::<FilterName, Counter>::default();
+        registry.register(
+            "decision_cache_evictions",
+            "Live entries a full decision cache dropped to make room",
+            cache_evictions.clone(),
+        );
+        let cache_entries = Family::<FilterName, Gauge>::default();
+        registry.register(
+            "decision_cache_entries",
+            "Entries a filter's decision cache holds",
+            cache_entries.clone(),
+        );
         let config_reloads = Family::<ReloadResult, Counter>::default();
         registry.register(
             "config_reload",
@@ -106,6 +141,11 @@ pub fn metrics() -> &'static Metrics {
             filter_duration,
             components,
             audit_events_dropped,
+            audit_batches,
+            cache_hits,
+            cache_misses,
+            cache_evictions,
+            cache_entries,
             config_reloads,
             config_last_reload_success,
         }

@@ -29,7 +29,11 @@ pub enum Lang {
     C,
 }
 
-/// The four filter worlds of `wit/filter.wit`.
+/// Where a standalone Rust filter keeps its copy of the contract, the
+/// current version's (`wit/filter-0.2.0.wit` in the checkout).
+const STANDALONE_WIT: &str = "wit/filter-0.2.0.wit";
+
+/// The four filter worlds of `wit/filter-0.2.0.wit`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum FilterKind {
     Authenticator,
@@ -155,7 +159,7 @@ fn sources(lang: Lang, kind: FilterKind, in_tree: bool) -> Vec<(&'static str, &'
             };
             let mut files = vec![("Cargo.toml", manifest), ("src/lib.rs", lib)];
             if !in_tree {
-                files.push(("wit/filter.wit", include_str!("../wit/filter.wit")));
+                files.push((STANDALONE_WIT, include_str!("../wit/filter-0.2.0.wit")));
             }
             files
         }
@@ -358,7 +362,14 @@ pub fn scaffold(request: &NewFilter) -> Result<Scaffolded, ScaffoldError> {
             .replace("{{name}}", name)
             .replace("{{crate}}", &name.replace('-', "_"))
             .replace("{{kind}}", kind.name())
-            .replace("{{wit}}", if in_tree { "../../../wit" } else { "wit" })
+            .replace(
+                "{{wit}}",
+                if in_tree {
+                    "../../../wit/filter-0.2.0.wit"
+                } else {
+                    STANDALONE_WIT
+                },
+            )
             .replace("{{component}}", &component_in_manifest)
             .replace("{{isolation_line}}", lang.isolation_line())
             .replace("{{try}}", &try_command)
@@ -479,7 +490,7 @@ fn readme(
         let what = match file.as_str() {
             "Cargo.toml" => "the crate (a `cdylib`, built for `wasm32-wasip2`)",
             "src/lib.rs" => "the filter: `wit_bindgen::generate!` and the exported function",
-            "wit/filter.wit" => {
+            STANDALONE_WIT => {
                 "a copy of the filter contract (this crate lives outside the checkout)"
             }
             "app.py" => {

@@ -19,6 +19,7 @@ use super::stage::{self, Failure, FilterTrace};
 use crate::body::{Body, Request, Response};
 use crate::config::stages::Mode;
 use crate::context::{AuditId, UserInfo};
+use crate::decision_cache::Lookup;
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
@@ -155,7 +156,7 @@ impl Admission {
         stage::observe(
             STAGE,
             &filter.spec,
-            &outcome,
+            (&outcome, Lookup::Uncached),
             describe,
             started.elapsed(),
             trace,

@@ -83,9 +83,8 @@ pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> C
     });
     // Audit sits inside authentication so that events carry the user.
     let audit_policy = &config.stages.audit;
-    let audit = (!stages.auditors.is_empty() && !audit_policy.policy.is_empty()).then(|| {
-        audit::AuditBackend::new(stages.auditors, audit_policy.mode, audit_policy.queue_size)
-    });
+    let audit = (!stages.auditors.is_empty() && !audit_policy.policy.is_empty())
+        .then(|| audit::AuditBackend::new(stages.auditors, audit_policy));
     if let Some(backend) = &audit {
         handler = Arc::new(audit::Audit {
             policy: audit_policy.policy.clone(),

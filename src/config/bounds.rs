@@ -30,6 +30,9 @@ pub const UPSTREAM_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=DAY;
 /// A filter runs inside a request: minutes are already far more than any
 /// request should wait for one decision.
 pub const FILTER_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=Duration::from_secs(10 * 60);
+/// A decision cache's TTL: kube's are minutes; a day bounds the absurd.
+pub const CACHE_TTL: RangeInclusive<Duration> = Duration::ZERO..=DAY;
+pub const AUDIT_BATCH_WAIT: RangeInclusive<Duration> = Duration::ZERO..=MINUTE;
 
 // ---- counts ----
 
@@ -39,6 +42,9 @@ pub const REQUESTS_IN_FLIGHT: RangeInclusive<i64> = 0..=1_000_000;
 pub const FILTER_INSTANCES: RangeInclusive<i64> = 1..=super::MAX_FILTER_INSTANCES as i64;
 /// kube's default batch buffer is 10 000 events.
 pub const AUDIT_QUEUE_SIZE: RangeInclusive<i64> = 1..=1_000_000;
+/// kube's webhook batches hold at most 400 events by default.
+pub const AUDIT_BATCH_SIZE: RangeInclusive<i64> = 1..=100_000;
+pub const CACHE_ENTRIES: RangeInclusive<i64> = 1..=10_000_000;
 
 // ---- sizes ----
 
@@ -134,9 +140,16 @@ mod tests {
             assert!(REQUESTS_IN_FLIGHT.contains(&(count as i64)));
         }
         use super::super::stages::{
-            DEFAULT_AUDIT_QUEUE, DEFAULT_FILTER_MEMORY, DEFAULT_FILTER_TIMEOUT,
+            CacheSpec, DEFAULT_AUDIT_BATCH_SIZE, DEFAULT_AUDIT_BATCH_WAIT, DEFAULT_AUDIT_QUEUE,
+            DEFAULT_FILTER_MEMORY, DEFAULT_FILTER_TIMEOUT,
         };
         assert!(AUDIT_QUEUE_SIZE.contains(&(DEFAULT_AUDIT_QUEUE as i64)));
+        assert!(AUDIT_BATCH_SIZE.contains(&(DEFAULT_AUDIT_BATCH_SIZE as i64)));
+        assert!(AUDIT_BATCH_WAIT.contains(&DEFAULT_AUDIT_BATCH_WAIT));
+        for cache in [CacheSpec::AUTHENTICATION, CacheSpec::AUTHORIZATION] {
+            assert!(CACHE_TTL.contains(&cache.ttl) && CACHE_TTL.contains(&cache.negative_ttl));
+            assert!(CACHE_ENTRIES.contains(&(cache.max_entries as i64)));
+        }
         assert!(FILTER_MEMORY.contains(&DEFAULT_FILTER_MEMORY));
         assert!(FILTER_TIMEOUT.contains(&DEFAULT_FILTER_TIMEOUT));
     }

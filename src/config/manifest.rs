@@ -57,6 +57,10 @@ pub struct Admission {
 pub struct Audit {
     pub mode: Option<Spanned<String>>,
     pub queue_size: Option<Spanned<i64>>,
+    /// Batch mode: the most events one call to an audit filter carries.
+    pub max_batch_size: Option<Spanned<i64>>,
+    /// Batch mode: how long a batch waits for more events after its first.
+    pub max_batch_wait: Option<Spanned<String>>,
     #[serde(default)]
     pub policy: Vec<Spanned<AuditRule>>,
     #[serde(default)]
@@ -113,7 +117,25 @@ pub struct Filter {
     pub headers: Option<Spanned<Vec<String>>>,
     /// What of WASI the filter may use; nothing when absent.
     pub wasi: Option<Spanned<WasiGrant>>,
+    /// Authentication and authorization filters only: the decision cache.
+    pub cache: Option<Spanned<FilterCache>>,
     pub config: Option<toml::Table>,
+}
+
+/// `cache = true` (kube's TTLs), `cache = false`, or a table of them.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum FilterCache {
+    Enabled(bool),
+    Tuned(CacheTable),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheTable {
+    pub ttl: Option<Spanned<String>>,
+    pub negative_ttl: Option<Spanned<String>>,
+    pub max_entries: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -5,7 +5,7 @@
 mod faults;
 
 wit_bindgen::generate!({
-    path: "../../../wit",
+    path: "../../../wit/filter.wit",
     world: "authorizer-filter",
 });
 

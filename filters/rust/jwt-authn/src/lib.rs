@@ -6,14 +6,14 @@
 mod logic;
 
 wit_bindgen::generate!({
-    path: "../../../wit",
+    path: "../../../wit/filter-0.2.0.wit",
     world: "authenticator-filter",
 });
 
 use exports::wasmgate::filter::authenticator::{AuthnResult, Guest};
 use std::time::{SystemTime, UNIX_EPOCH};
-use wasmgate::filter::host;
 use wasmgate::filter::types::{LogLevel, RequestView, UserInfo};
+use wasmgate::filter::{cache, host};
 
 struct Filter;
 
@@ -37,6 +37,9 @@ impl Guest for Filter {
             .collect();
         match logic::authenticate(config, &headers, now) {
             logic::Outcome::Authenticated(user) => {
+                // A cached answer must not outlive the token.
+                let remaining = (user.accepted_until - now).max(0.0);
+                cache::limit_ttl((remaining * 1000.0) as u64);
                 if host::log_enabled(LogLevel::Debug) {
                     host::log(
                         LogLevel::Debug,

@@ -5,7 +5,7 @@
 mod logic;
 
 wit_bindgen::generate!({
-    path: "../../../wit",
+    path: "../../../wit/filter-0.2.0.wit",
     world: "authenticator-filter",
 });
 
