@@ -1,0 +1,145 @@
+//! Audit in batches (kube's batch backend) with the real jsonl-audit
+//! component, which takes a batch per call: every request's events reach
+//! the sink, in stage order, in fewer calls than events; a buffer too small
+//! for a burst drops events and counts every one (written + dropped = made);
+//! blocking mode has each event written before the response.
+
+mod common;
+#[path = "common/wasm.rs"]
+mod wasm_common;
+
+use std::path::PathBuf;
+
+use common::*;
+use wasm_common::*;
+
+/// How many calls of `filter` had `outcome`, from the process's metrics
+/// (the gateways run in this process).
+fn calls(filter: &str, outcome: &str) -> u64 {
+    let prefix =
+        format!("wasmgate_filter_calls_total{{filter=\"{filter}\",outcome=\"{outcome}\"}} ");
+    wasmgate::metrics::metrics()
+        .encode()
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |value| value.parse().expect("a count"))
+}
+
+/// An anonymous gateway auditing every request at Metadata level with
+/// jsonl-audit (named `name`) and these `[audit]` settings.
+async fn audited(upstream: &Upstream, name: &str, audit: &str) -> (TestGateway, PathBuf) {
+    let manifest = plaintext(
+        &[
+            "[authentication]\nanonymous = true\n[authorization]\nalways_allow = true\n".to_owned(),
+            format!("\n[audit]\n{audit}\n[[audit.policy]]\nlevel = \"Metadata\"\n"),
+            filter(
+                "audit.filters",
+                name,
+                "jsonl-audit",
+                None,
+                "sink = \"audit.jsonl\"\n",
+            ),
+            routes(&upstream.url()),
+        ]
+        .concat(),
+    );
+    let gateway = TestGateway::start(&manifest).await;
+    let path = gateway.dir.path().join("audit.jsonl");
+    (gateway, path)
+}
+
+/// `count` requests at once; their Audit-IDs.
+async fn burst(gateway: &TestGateway, count: usize) -> Vec<String> {
+    let client = http_client();
+    let mut requests = tokio::task::JoinSet::new();
+    for i in 0..count {
+        let request = client.get(gateway.url(&format!("/open/{i}")));
+        requests.spawn(async move { send(request).await });
+    }
+    let mut ids = Vec::new();
+    while let Some(answer) = bounded("a burst", requests.join_next()).await {
+        let answer = answer.expect("a request task");
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        ids.push(answer.header("audit-id").expect("an Audit-ID").to_owned());
+    }
+    ids
+}
+
+#[tokio::test]
+async fn batches_deliver_every_event_in_order_in_fewer_calls() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let (gateway, path) = audited(
+        &upstream,
+        "batched-audit",
+        "mode = \"batch\"\nmax_batch_size = 50\nmax_batch_wait = \"200ms\"",
+    )
+    .await;
+    let ids = burst(&gateway, 40).await;
+    for id in &ids {
+        let events = wait_for_events(&path, id, 2).await;
+        assert_eq!(
+            stages_of(&events),
+            ["RequestReceived", "ResponseComplete"],
+            "{id}"
+        );
+    }
+    let batches = calls("batched-audit", "answer");
+    assert!(
+        (1..80).contains(&batches),
+        "80 events in {batches} calls: batched"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_full_buffer_drops_and_counts_every_dropped_event() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let dropped_before = dropped();
+    let (gateway, path) = audited(
+        &upstream,
+        "tiny-buffer-audit",
+        "mode = \"batch\"\nqueue_size = 1\nmax_batch_size = 1\nmax_batch_wait = \"0s\"",
+    )
+    .await;
+    let ids = burst(&gateway, 200).await;
+    // Every event made is written or dropped; the shutdown flushes the rest.
+    gateway.shutdown().await;
+    let written = audit_events(&path).len() as u64;
+    let dropped = dropped() - dropped_before;
+    assert_eq!(
+        written + dropped,
+        2 * ids.len() as u64,
+        "{written} written, {dropped} dropped"
+    );
+    assert!(dropped > 0, "200 requests at once overflow a buffer of one");
+}
+
+/// `wasmgate_audit_events_dropped_total`, process-wide.
+fn dropped() -> u64 {
+    wasmgate::metrics::metrics()
+        .encode()
+        .lines()
+        .find_map(|line| line.strip_prefix("wasmgate_audit_events_dropped_total "))
+        .map_or(0, |value| value.parse().expect("a count"))
+}
+
+#[tokio::test]
+async fn blocking_mode_writes_each_event_before_the_response() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let (gateway, path) = audited(&upstream, "blocking-audit", "mode = \"blocking\"").await;
+    let client = http_client();
+    for i in 0..10 {
+        let answer = get(&client, &gateway.url(&format!("/open/{i}"))).await;
+        let id = answer.header("audit-id").expect("an Audit-ID");
+        // Read at once, without waiting: both events are already there.
+        assert_eq!(
+            stages_of(&events_of(&path, id)),
+            ["RequestReceived", "ResponseComplete"]
+        );
+    }
+    assert_eq!(calls("blocking-audit", "answer"), 20, "one call per event");
+    gateway.shutdown().await;
+}
