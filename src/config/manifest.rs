@@ -123,11 +123,35 @@ pub struct Filter {
 }
 
 /// `cache = true` (kube's TTLs), `cache = false`, or a table of them.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug)]
 pub enum FilterCache {
     Enabled(bool),
     Tuned(CacheTable),
+}
+
+/// By hand rather than `untagged`: an untagged enum buffers its input, and
+/// the table's values would lose the spans their errors point at.
+impl<'de> Deserialize<'de> for FilterCache {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Choice;
+        impl<'de> serde::de::Visitor<'de> for Choice {
+            type Value = FilterCache;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("true, false or a table of ttl, negative_ttl and max_entries")
+            }
+            fn visit_bool<E: serde::de::Error>(self, enabled: bool) -> Result<FilterCache, E> {
+                Ok(FilterCache::Enabled(enabled))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                table: A,
+            ) -> Result<FilterCache, A::Error> {
+                CacheTable::deserialize(serde::de::value::MapAccessDeserializer::new(table))
+                    .map(FilterCache::Tuned)
+            }
+        }
+        deserializer.deserialize_any(Choice)
+    }
 }
 
 #[derive(Debug, Deserialize)]
