@@ -13,18 +13,6 @@ use std::path::PathBuf;
 use common::*;
 use wasm_common::*;
 
-/// How many calls of `filter` had `outcome`, from the process's metrics
-/// (the gateways run in this process).
-fn calls(filter: &str, outcome: &str) -> u64 {
-    let prefix =
-        format!("wasmgate_filter_calls_total{{filter=\"{filter}\",outcome=\"{outcome}\"}} ");
-    wasmgate::metrics::metrics()
-        .encode()
-        .lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .map_or(0, |value| value.parse().expect("a count"))
-}
-
 /// An anonymous gateway auditing every request at Metadata level with
 /// jsonl-audit (named `name`) and these `[audit]` settings.
 async fn audited(upstream: &Upstream, name: &str, audit: &str) -> (TestGateway, PathBuf) {
@@ -66,7 +54,7 @@ async fn burst(gateway: &TestGateway, count: usize) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn batches_deliver_every_event_in_order_in_fewer_calls() {
+async fn batches_deliver_every_event_in_order_in_fewer_local_filter_calls() {
     build_filters();
     let upstream = Upstream::start().await;
     let (gateway, path) = audited(
@@ -84,7 +72,7 @@ async fn batches_deliver_every_event_in_order_in_fewer_calls() {
             "{id}"
         );
     }
-    let batches = calls("batched-audit", "answer");
+    let batches = local_filter_calls("batched-audit", "answer");
     assert!(
         (1..80).contains(&batches),
         "80 events in {batches} calls: batched"
@@ -96,7 +84,7 @@ async fn batches_deliver_every_event_in_order_in_fewer_calls() {
 async fn a_full_buffer_drops_and_counts_every_dropped_event() {
     build_filters();
     let upstream = Upstream::start().await;
-    let dropped_before = dropped();
+    let dropped_before = local_metric("wasmgate_audit_events_dropped_total");
     let (gateway, path) = audited(
         &upstream,
         "tiny-buffer-audit",
@@ -108,7 +96,7 @@ async fn a_full_buffer_drops_and_counts_every_dropped_event() {
     let made = 2 * ids.len() as u64;
     let (written, dropped) = eventually("every event written or dropped", || async {
         let written = audit_events(&path).len() as u64;
-        let dropped = dropped() - dropped_before;
+        let dropped = local_metric("wasmgate_audit_events_dropped_total") - dropped_before;
         (written + dropped == made).then_some((written, dropped))
     })
     .await;
@@ -117,15 +105,6 @@ async fn a_full_buffer_drops_and_counts_every_dropped_event() {
         "200 requests at once overflow a buffer of one ({written} written)"
     );
     gateway.shutdown().await;
-}
-
-/// `wasmgate_audit_events_dropped_total`, process-wide.
-fn dropped() -> u64 {
-    wasmgate::metrics::metrics()
-        .encode()
-        .lines()
-        .find_map(|line| line.strip_prefix("wasmgate_audit_events_dropped_total "))
-        .map_or(0, |value| value.parse().expect("a count"))
 }
 
 #[tokio::test]
@@ -143,6 +122,10 @@ async fn blocking_mode_writes_each_event_before_the_response() {
             ["RequestReceived", "ResponseComplete"]
         );
     }
-    assert_eq!(calls("blocking-audit", "answer"), 20, "one call per event");
+    assert_eq!(
+        local_filter_calls("blocking-audit", "answer"),
+        20,
+        "one call per event"
+    );
     gateway.shutdown().await;
 }

@@ -23,23 +23,6 @@ use common::*;
 use serde_json::json;
 use wasm_common::*;
 
-/// How many calls of `filter` had `outcome`, from the process's metrics.
-fn calls(filter: &str, outcome: &str) -> u64 {
-    series(&format!(
-        "wasmgate_filter_calls_total{{filter=\"{filter}\",outcome=\"{outcome}\"}}"
-    ))
-}
-
-/// The value of one series of the process's metrics (0 when absent).
-fn series(name: &str) -> u64 {
-    let prefix = format!("{name} ");
-    wasmgate::metrics::metrics()
-        .encode()
-        .lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .map_or(0, |value| value.parse().expect("a count"))
-}
-
 fn token_authn(name: &str, config: serde_json::Value, settings: &str) -> String {
     filter(
         "authentication.filters",
@@ -95,25 +78,33 @@ async fn hits_do_not_call_the_filters_and_replay_the_audit_annotations() {
         assert_eq!(answer.status, 200, "{}", answer.body);
         audit_ids.push(answer.header("audit-id").expect("an Audit-ID").to_owned());
     }
-    assert_eq!(calls("hit-tokens", "answer"), 1, "one authentication call");
-    assert_eq!(calls("hit-rbac", "answer"), 1, "one authorization call");
     assert_eq!(
-        series("wasmgate_decision_cache_hits_total{filter=\"hit-tokens\"}"),
+        local_filter_calls("hit-tokens", "answer"),
+        1,
+        "one authentication call"
+    );
+    assert_eq!(
+        local_filter_calls("hit-rbac", "answer"),
+        1,
+        "one authorization call"
+    );
+    assert_eq!(
+        local_metric("wasmgate_decision_cache_hits_total{filter=\"hit-tokens\"}"),
         4
     );
     assert_eq!(
-        series("wasmgate_decision_cache_misses_total{filter=\"hit-rbac\"}"),
+        local_metric("wasmgate_decision_cache_misses_total{filter=\"hit-rbac\"}"),
         1
     );
     assert_eq!(
-        series("wasmgate_decision_cache_entries{filter=\"hit-rbac\"}"),
+        local_metric("wasmgate_decision_cache_entries{filter=\"hit-rbac\"}"),
         1
     );
     // Another user is another key.
     let answer = send(bearer(&client, &url, "bob-token")).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
-    assert_eq!(calls("hit-tokens", "answer"), 2);
-    assert_eq!(calls("hit-rbac", "answer"), 2);
+    assert_eq!(local_filter_calls("hit-tokens", "answer"), 2);
+    assert_eq!(local_filter_calls("hit-rbac", "answer"), 2);
     // The last request was answered from the caches; its event carries the
     // decision as the first one's does.
     let audit = gateway.dir.path().join("audit.jsonl");
@@ -150,12 +141,20 @@ async fn denials_expire_after_the_negative_ttl() {
             .await
             .assert_status(403, "Forbidden");
     }
-    assert_eq!(calls("neg-rbac", "answer"), 1, "the denial was cached");
+    assert_eq!(
+        local_filter_calls("neg-rbac", "answer"),
+        1,
+        "the denial was cached"
+    );
     tokio::time::sleep(Duration::from_millis(400)).await;
     send(bearer(&client, &url, "alice-token"))
         .await
         .assert_status(403, "Forbidden");
-    assert_eq!(calls("neg-rbac", "answer"), 2, "the denial expired");
+    assert_eq!(
+        local_filter_calls("neg-rbac", "answer"),
+        2,
+        "the denial expired"
+    );
     gateway.shutdown().await;
 }
 
@@ -189,13 +188,21 @@ async fn a_0_1_0_authenticator_is_cached_but_not_its_errors_and_concurrent_misse
         let answer = send(client.get(&url).header("x-fault", "error")).await;
         answer.assert_status(401, "Unauthorized");
     }
-    assert_eq!(calls("legacy-faults", "error"), 3, "errors are not cached");
+    assert_eq!(
+        local_filter_calls("legacy-faults", "error"),
+        3,
+        "errors are not cached"
+    );
 
     for _ in 0..3 {
         let answer = send(client.get(&url).header("x-fault", "authenticated")).await;
         assert_eq!(answer.status, 200, "{}", answer.body);
     }
-    assert_eq!(calls("legacy-faults", "answer"), 1, "answers are");
+    assert_eq!(
+        local_filter_calls("legacy-faults", "answer"),
+        1,
+        "answers are"
+    );
 
     // A 200 ms answer, asked for by 100 requests at once: one call.
     let mut requests = tokio::task::JoinSet::new();
@@ -208,7 +215,7 @@ async fn a_0_1_0_authenticator_is_cached_but_not_its_errors_and_concurrent_misse
         assert_eq!(answer.status, 200, "{}", answer.body);
     }
     assert_eq!(
-        calls("legacy-faults", "answer"),
+        local_filter_calls("legacy-faults", "answer"),
         2,
         "100 concurrent misses made one call"
     );
@@ -236,7 +243,7 @@ async fn key_material_over_10_kb_is_not_cached() {
         assert_eq!(answer.status, 200, "{}", answer.body);
     }
     assert_eq!(
-        calls("long-tokens", "answer"),
+        local_filter_calls("long-tokens", "answer"),
         3,
         "each request called the filter"
     );
@@ -307,7 +314,7 @@ async fn a_filter_shortens_its_entry_to_the_tokens_expiry() {
         let answer = send(bearer(&client, &url, &token)).await;
         assert_eq!(answer.status, 200, "{}", answer.body);
     }
-    assert_eq!(calls("expiring-jwt", "answer"), 1);
+    assert_eq!(local_filter_calls("expiring-jwt", "answer"), 1);
     tokio::time::sleep(Duration::from_millis(2500)).await;
     send(bearer(&client, &url, &token))
         .await
