@@ -22,9 +22,8 @@ use wasmgate::config::stages::{
 };
 use wasmgate::context::UserInfo;
 use wasmgate::request_info::RequestInfo;
-// fault-authn, the floor's filter, is built against wasmgate:filter@0.1.0.
+use wasmgate::wasm::bindings::authenticator::{AuthenticatorFilter, AuthenticatorFilterPre};
 use wasmgate::wasm::bindings::types;
-use wasmgate::wasm::bindings::v0_1::authenticator::{AuthenticatorFilter, AuthenticatorFilterPre};
 use wasmgate::wasm::capacity::{Capacity, Slot, StoreData};
 use wasmgate::wasm::filter::{AdmissionRequest, Attributes, Event, Level, Operation, Stage};
 use wasmgate::wasm::state::{FilterIdentity, FilterState};

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use criterion::Criterion;
-use wasmgate::reload::ReloadOutcome;
+use wasmgate::reload_trigger::ReloadOutcome;
 use wasmgate::server::{Gateway, RunningGateway};
 
 const GROUP: &str = "reload";

@@ -102,14 +102,20 @@ host_triple() {
     rustc -vV | sed -n 's/^host: //p'
 }
 
-# The in-tree Rust filters: every crate under rust/ (each a workspace member,
-# by the glob in Cargo.toml).
-rust_filters() {
+# The in-tree Rust crates: every crate under rust/ (each a workspace member,
+# by the glob in Cargo.toml), the filters and the libraries they share.
+rust_crates() {
     local manifest
     for manifest in "$FILTERS_DIR"/rust/*/Cargo.toml; do
         [[ -e "$manifest" ]] || continue
         basename "$(dirname "$manifest")"
     done
+}
+
+# Whether the crate of manifest $1 is a component: a cdylib. A library (the
+# SDK in rust/sdk, rust/faults) is built only as the filters' dependency.
+is_cdylib() {
+    grep -Eq '^[[:space:]]*crate-type[[:space:]]*=[[:space:]]*\[[^]]*"cdylib"' "$1"
 }
 
 # Installs the Debian packages among "$@" that are missing, or fails naming
@@ -189,7 +195,7 @@ install_file() {
 dir_language() {
     local dir="$1"
     if [[ -f "$dir/Cargo.toml" ]]; then
-        echo rust
+        if is_cdylib "$dir/Cargo.toml"; then echo rust; fi
     elif [[ -f "$dir/app.py" ]]; then
         echo python
     elif [[ -f "$dir/filter.js" ]]; then
@@ -293,7 +299,7 @@ build_cached() {
         work="$(mktemp -d "$TARGET_DIR/$lang/.work.XXXXXX")"
         if ! (cd "$work" && "$@" >&2) || [[ ! -s "$work/out.wasm" ]]; then
             rm -rf "$work"
-            die "building $dir failed (see above)"
+            die "building $(shown_path "$dir") failed (see above)"
         fi
         rm -f "$TARGET_DIR/$lang/$name"-*.wasm
         mv "$work/out.wasm" "$out"
@@ -314,7 +320,7 @@ ensure_rust_lock() {
     local name missing=()
     while read -r name; do
         grep -qx "name = \"$name\"" "$FILTERS_DIR/Cargo.lock" || missing+=("$name")
-    done < <(rust_filters)
+    done < <(rust_crates)
     ((${#missing[@]})) || return 0
     log "recording the new crate(s) ${missing[*]} in filters/Cargo.lock (commit it)"
     (cd "$FILTERS_DIR" && { cargo update --workspace --offline >&2 2>/dev/null || cargo update --workspace >&2; }) ||
@@ -788,7 +794,7 @@ main() {
                 [[ -d "$1" ]] || die "$1 is not a folder"
                 dir="$(cd "$1" && pwd)"
                 [[ -n "$(dir_language "$dir")" ]] ||
-                    die "$1 holds no filter (Cargo.toml, app.py, filter.js or filter.c)"
+                    die "$1 holds no filter (Cargo.toml of a cdylib, app.py, filter.js or filter.c)"
                 SELECTED_DIRS+=("$dir")
                 ;;
         esac

@@ -86,6 +86,18 @@ pub fn caused_by<E: std::error::Error + 'static>(
     std::iter::successors(Some(error), |error| error.source()).any(|error| error.is::<E>())
 }
 
+/// The request body limit in force (`limits.max_request_body`), left on the
+/// request by the chain's body-limit step for the handler that reads the
+/// body, so its 413 names it.
+#[derive(Debug, Clone, Copy)]
+pub struct MaxRequestBody(pub u64);
+
+/// True when a body error came from the body limit, so the handler that hit
+/// it answers 413 rather than a generic failure.
+pub fn is_body_limit_error(error: &(dyn std::error::Error + 'static)) -> bool {
+    caused_by::<http_body_util::LengthLimitError>(error)
+}
+
 impl Default for Body {
     fn default() -> Self {
         Body::empty()

@@ -18,7 +18,7 @@ use crate::discovery::Discovery;
 use crate::handler::{Handler, SharedHandler};
 use crate::health::Health;
 use crate::metrics::MetricsEndpoint;
-use crate::reload::{ReloadEndpoint, ReloadTrigger};
+use crate::reload_trigger::{ReloadEndpoint, ReloadTrigger};
 use crate::static_response::Static;
 use crate::status::GatewayError;
 use crate::upstream::{UpstreamError, UpstreamProxy};

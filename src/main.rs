@@ -1,13 +1,13 @@
-//! The `wasmgate` command: parse the CLI, load and complete the manifest,
-//! build the gateway, run it until a signal asks it to stop.
+//! The `wasmgate` command: parse the CLI, set up logging, load and complete
+//! the manifest, build the gateway, run it until a signal asks it to stop.
+//! What the commands print and read beyond their flags is `wasmgate::cli`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use wasmgate::config::stages::{AuditMode, FailurePolicy, FilterSpec, Isolation, Mode};
-use wasmgate::config::{self, Config, HookPhase, RouteHandler, RouteMatch, Transport};
+use wasmgate::config::{self, Config};
 use wasmgate::server::{Drained, Gateway};
 
 // mimalloc: the request path makes many small, short-lived allocations
@@ -176,7 +176,6 @@ fn check(path: &std::path::Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let text = summary(&config);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -188,8 +187,11 @@ fn check(path: &std::path::Path) -> ExitCode {
         }
     };
     match runtime.block_on(async { Gateway::check(config) }) {
-        Ok(()) => {
-            print!("{text}");
+        Ok(checked) => {
+            print!(
+                "{}",
+                wasmgate::cli::summary(&checked.config, &checked.steps)
+            );
             ExitCode::SUCCESS
         }
         Err(error) => {
@@ -199,116 +201,6 @@ fn check(path: &std::path::Path) -> ExitCode {
     }
 }
 
-/// A one-screen picture of what the manifest builds.
-fn summary(config: &Config) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    let transport = match &config.listen.transport {
-        Transport::Plaintext => "plaintext".to_owned(),
-        Transport::Tls(material) if material.client_ca.is_some() => {
-            "TLS, client certificates verified".to_owned()
-        }
-        Transport::Tls(_) => "TLS".to_owned(),
-        Transport::SelfSigned { cert_dir } => {
-            format!("TLS, self-signed certificate in {}", cert_dir.display())
-        }
-    };
-    let _ = writeln!(out, "{}: valid", config.source.display());
-    let _ = writeln!(out, "listen: {} ({transport})", config.listen.address);
-    let stages = &config.stages;
-    let _ = writeln!(out, "chain: {}", installed_filters(config).join(", "));
-    let anonymous = if stages.authentication.anonymous {
-        "unrecognised -> system:anonymous"
-    } else {
-        "unrecognised -> 401"
-    };
-    stage_summary(
-        &mut out,
-        "authentication",
-        &stages.authentication.filters,
-        if stages.authentication.filters.is_empty() {
-            "everyone is system:anonymous"
-        } else {
-            anonymous
-        },
-    );
-    let audit_mode = match stages.audit.mode {
-        AuditMode::Blocking => "blocking",
-        AuditMode::Batch => "batch",
-    };
-    stage_summary(
-        &mut out,
-        "audit",
-        &stages.audit.filters,
-        &format!(
-            "{audit_mode} mode, {} policy rules",
-            stages.audit.policy.len()
-        ),
-    );
-    let authz_default = if stages.authorization.filters.is_empty() {
-        "everything allowed"
-    } else {
-        "all no-opinion -> 403"
-    };
-    stage_summary(
-        &mut out,
-        "authorization",
-        &stages.authorization.filters,
-        authz_default,
-    );
-    stage_summary(
-        &mut out,
-        "admission (mutating)",
-        &stages.admission.mutating,
-        "",
-    );
-    stage_summary(
-        &mut out,
-        "admission (validating)",
-        &stages.admission.validating,
-        "",
-    );
-    for (index, server) in config.servers.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "server {} {:?}{}",
-            index + 1,
-            server.name.as_str(),
-            if index == 0 {
-                " (wrapped by the chain)"
-            } else {
-                ""
-            }
-        );
-        for route in &server.routes {
-            let matcher = match &route.matcher {
-                RouteMatch::Api(root) => format!("api    {root}"),
-                RouteMatch::Exact(path) => format!("path   {path}"),
-                RouteMatch::Prefix(prefix) => format!("prefix {prefix}"),
-            };
-            let target = match &route.handler {
-                RouteHandler::Upstream(upstream) => format!("upstream {}", upstream.url),
-                RouteHandler::Static(fixed) => format!("static {}", fixed.status.as_u16()),
-            };
-            let _ = writeln!(out, "  {matcher:<40} -> {target}");
-        }
-    }
-    let _ = writeln!(out, "then: 404 NotFound");
-    for hook in &config.hooks {
-        let phase = match hook.phase {
-            HookPhase::PostStart => "post-start",
-            HookPhase::PreShutdown => "pre-shutdown",
-        };
-        let _ = writeln!(
-            out,
-            "hook {:?} ({phase}): {}",
-            hook.name.as_str(),
-            hook.command.join(" ")
-        );
-    }
-    out
-}
-
 fn try_request(
     config: &std::path::Path,
     method: &str,
@@ -316,10 +208,10 @@ fn try_request(
     headers: &[String],
     body: Option<&std::path::Path>,
 ) -> ExitCode {
-    let trial = match trial(method, path, headers, body) {
+    let trial = match wasmgate::cli::trial(method, path, headers, body) {
         Ok(trial) => trial,
-        Err(message) => {
-            eprintln!("{message}");
+        Err(error) => {
+            eprintln!("{error}");
             return ExitCode::from(2);
         }
     };
@@ -348,7 +240,7 @@ fn try_request(
                 return ExitCode::FAILURE;
             }
         };
-        let report = wasmgate::try_request::run(&gateway.handler(), trial).await;
+        let report = wasmgate::try_request::run(&gateway, trial).await;
         gateway.flush_audit().await;
         match report {
             Ok(report) => {
@@ -364,110 +256,6 @@ fn try_request(
             }
         }
     })
-}
-
-fn trial(
-    method: &str,
-    path: String,
-    headers: &[String],
-    body: Option<&std::path::Path>,
-) -> Result<wasmgate::try_request::Trial, String> {
-    let method = http::Method::from_bytes(method.to_ascii_uppercase().as_bytes())
-        .map_err(|_| format!("{method:?} is not an HTTP method"))?;
-    let headers = headers
-        .iter()
-        .map(|header| {
-            let (name, value) = header
-                .split_once(':')
-                .ok_or_else(|| format!("{header:?} is not a `Name: value` header"))?;
-            let name = http::HeaderName::from_bytes(name.trim().as_bytes())
-                .map_err(|_| format!("{name:?} is not a header name"))?;
-            let value = http::HeaderValue::from_str(value.trim())
-                .map_err(|_| format!("{value:?} is not a header value"))?;
-            Ok((name, value))
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    let body = match body {
-        Some(file) => std::fs::read(file)
-            .map_err(|error| format!("cannot read {}: {error}", file.display()))?,
-        None => Vec::new(),
-    };
-    Ok(wasmgate::try_request::Trial {
-        method,
-        path,
-        headers,
-        body,
-    })
-}
-
-/// The filters `chain::build` installs for this configuration, in request order.
-fn installed_filters(config: &Config) -> Vec<&'static str> {
-    let stages = &config.stages;
-    let mut chain = vec![
-        "nosniff",
-        "audit-id",
-        "panic-recovery",
-        "request-headers",
-        "request-info",
-        "http-log",
-    ];
-    if config.hsts.is_some() {
-        chain.push("hsts");
-    }
-    chain.extend(["cache-control", "body-limit", "timeout"]);
-    if !config.cors_allowed_origins.is_empty() {
-        chain.push("cors");
-    }
-    chain.push("authentication");
-    if !stages.audit.filters.is_empty() {
-        chain.push("audit");
-    }
-    chain.extend(["impersonation", "max-in-flight"]);
-    if !stages.authorization.filters.is_empty() {
-        chain.push("authorization");
-    }
-    if !stages.admission.mutating.is_empty() || !stages.admission.validating.is_empty() {
-        chain.push("admission");
-    }
-    chain
-}
-
-fn stage_summary(out: &mut String, stage: &str, filters: &[FilterSpec], note: &str) {
-    use std::fmt::Write as _;
-    let names: Vec<String> = filters.iter().map(describe_filter).collect();
-    let listed = if names.is_empty() {
-        "-".to_owned()
-    } else {
-        names.join(", ")
-    };
-    let note = if note.is_empty() {
-        String::new()
-    } else {
-        format!("  [{note}]")
-    };
-    let _ = writeln!(out, "  {stage:<24} {listed}{note}");
-}
-
-/// A filter as the manifest would spell it.
-fn describe_filter(filter: &FilterSpec) -> String {
-    let isolation = match filter.isolation {
-        Isolation::PerRequest => "per-request",
-        Isolation::Pooled => "pooled",
-    };
-    let policy = match filter.failure_policy {
-        FailurePolicy::FailClosed => "fail-closed",
-        FailurePolicy::FailOpen => "fail-open",
-    };
-    let monitor = if filter.mode == Mode::Monitor {
-        ", monitor"
-    } else {
-        ""
-    };
-    format!(
-        "{} ({isolation}, {policy}{monitor}, timeout {})",
-        filter.name,
-        humantime::format_duration(filter.timeout)
-    )
 }
 
 fn run(path: &std::path::Path, workers: Option<u16>) -> ExitCode {

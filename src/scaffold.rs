@@ -11,11 +11,13 @@
 //! event to its sink. Beside the sources it writes a README and a `try.toml`
 //! manifest that runs it.
 //!
-//! In a checkout the folder is `filters/<lang>/<name>/`, which
-//! `filters/build.sh` picks up by itself (Rust crates there are workspace
-//! members by a glob). Elsewhere (`--dir`), a Rust crate is a workspace of
-//! its own with a copy of the WIT, and the build command names the folder and
-//! a `dist/` beside the sources.
+//! A Rust filter is written with the checkout's filter SDK
+//! (`filters/rust/sdk`, crate `wasmgate-filter`). In a checkout the folder
+//! is `filters/<lang>/<name>/`, which `filters/build.sh` picks up by itself
+//! (Rust crates there are workspace members by a glob, and depend on the SDK
+//! through the workspace). Elsewhere (`--dir`), a Rust crate is a workspace
+//! of its own with a copy of the SDK (and of the WIT, in the SDK's `wit/`),
+//! and the build command names the folder and a `dist/` beside the sources.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -29,11 +31,7 @@ pub enum Lang {
     C,
 }
 
-/// Where a standalone Rust filter keeps its copy of the contract, the
-/// current version's (`wit/filter-0.2.0.wit` in the checkout).
-const STANDALONE_WIT: &str = "wit/filter-0.2.0.wit";
-
-/// The four filter worlds of `wit/filter-0.2.0.wit`.
+/// The four filter worlds of `wit/filter-0.2.0.wit` (the current contract).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum FilterKind {
     Authenticator,
@@ -64,12 +62,13 @@ impl Lang {
         }
     }
 
-    /// Interpreted languages pay hundreds of microseconds to start a fresh
-    /// instance and tens to reuse one: their scaffolds are pooled.
+    /// Interpreted languages pay a millisecond or so for a call on a fresh
+    /// instance and tens of microseconds on a reused one (bench/README.md):
+    /// their scaffolds are pooled.
     fn isolation_line(self) -> &'static str {
         match self {
             Lang::Python | Lang::Js => {
-                "# An interpreter: a fresh instance costs 0.4-1 ms, a reused one tens of µs.\nisolation = \"pooled\"\n"
+                "# An interpreter: a call costs 0.6-1.5 ms on a fresh instance, 14-110 µs on a\n# reused one (the shipped filters, measured in the checkout's bench/README.md).\nisolation = \"pooled\"\n"
             }
             Lang::Rust | Lang::C => "isolation = \"per-request\"\n",
         }
@@ -118,7 +117,7 @@ impl FilterKind {
                 "The report's `filters` show the filter's `answer` with detail `no opinion`, the user is `system:anonymous` and the status 200."
             }
             FilterKind::Authorizer => {
-                "The report's `filters` show the filter's `answer` with detail `allow`, and the status is 200."
+                "The report's `filters` show the filter's `answer` with detail `allow`, and the status is 200. The `fallback` authorizer listed after it (the shipped rbac-authz, built with it) is asked only about what the filter has no opinion on, and allows it: see `try.toml`."
             }
             FilterKind::Admission => {
                 "The report's `filters` show the filter's `answer` with detail `allowed`, and the status is 200."
@@ -157,11 +156,7 @@ fn sources(lang: Lang, kind: FilterKind, in_tree: bool) -> Vec<(&'static str, &'
             } else {
                 include_str!("../filters/templates/rust/Cargo.standalone.toml")
             };
-            let mut files = vec![("Cargo.toml", manifest), ("src/lib.rs", lib)];
-            if !in_tree {
-                files.push((STANDALONE_WIT, include_str!("../wit/filter-0.2.0.wit")));
-            }
-            files
+            vec![("Cargo.toml", manifest), ("src/lib.rs", lib)]
         }
         Lang::Python => vec![(
             "app.py",
@@ -198,6 +193,36 @@ fn sources(lang: Lang, kind: FilterKind, in_tree: bool) -> Vec<(&'static str, &'
         )],
     }
 }
+
+/// The shipped authorizer an authorizer's `try.toml` lists after the new
+/// one, so that its no-opinion is allowed rather than the union's 403 (see
+/// `filters/templates/try-authorizer.toml`); its build command builds it too.
+const FALLBACK_AUTHORIZER: &str = "filters/rust/rbac-authz";
+
+/// The folder a Rust crate outside the checkout gets the filter SDK in (its
+/// `Cargo.toml` depends on it by this path).
+const SDK_COPY: &str = "wasmgate-filter/";
+
+/// The filter SDK's files, copied as they are beside a Rust crate outside the
+/// checkout: the crate `filters/rust/sdk`, with the WIT in its `wit/` (a
+/// link to the checkout's `wit/` there).
+const SDK_FILES: [(&str, &str); 6] = [
+    ("Cargo.toml", include_str!("../filters/rust/sdk/Cargo.toml")),
+    ("src/lib.rs", include_str!("../filters/rust/sdk/src/lib.rs")),
+    (
+        "src/config.rs",
+        include_str!("../filters/rust/sdk/src/config.rs"),
+    ),
+    (
+        "src/headers.rs",
+        include_str!("../filters/rust/sdk/src/headers.rs"),
+    ),
+    ("src/log.rs", include_str!("../filters/rust/sdk/src/log.rs")),
+    (
+        "wit/filter-0.2.0.wit",
+        include_str!("../wit/filter-0.2.0.wit"),
+    ),
+];
 
 /// What to scaffold.
 #[derive(Clone, Debug)]
@@ -323,23 +348,32 @@ pub fn scaffold(request: &NewFilter) -> Result<Scaffolded, ScaffoldError> {
             None => path.display().to_string(),
         }
     };
-    let (component, component_in_manifest, build) = if in_tree {
+    // A checkout's file as the build command names it: relative when the
+    // command runs from the checkout, else from the checkout found.
+    let in_checkout = |relative: &str| -> String {
+        match (&checkout, in_tree) {
+            (Some(checkout), false) => checkout.join(relative).display().to_string(),
+            _ => relative.to_owned(),
+        }
+    };
+    let also_built = match kind {
+        FilterKind::Authorizer => format!("{} ", in_checkout(FALLBACK_AUTHORIZER)),
+        _ => String::new(),
+    };
+    let (component, dist_in_manifest, build) = if in_tree {
         let checkout = checkout.as_ref().expect("in-tree implies a checkout");
         (
             checkout.join("filters/dist").join(format!("{name}.wasm")),
-            format!("../../dist/{name}.wasm"),
-            format!("filters/build.sh {}", shown(&dir)),
+            "../../dist",
+            format!("filters/build.sh {also_built}{}", shown(&dir)),
         )
     } else {
-        let script = checkout.as_ref().map_or_else(
-            || "filters/build.sh".to_owned(),
-            |c| c.join("filters/build.sh").display().to_string(),
-        );
         (
             dir.join("dist").join(format!("{name}.wasm")),
-            format!("dist/{name}.wasm"),
+            "dist",
             format!(
-                "{script} --dist {} {}",
+                "{} --dist {} {also_built}{}",
+                in_checkout("filters/build.sh"),
                 dir.join("dist").display(),
                 dir.display()
             ),
@@ -362,15 +396,8 @@ pub fn scaffold(request: &NewFilter) -> Result<Scaffolded, ScaffoldError> {
             .replace("{{name}}", name)
             .replace("{{crate}}", &name.replace('-', "_"))
             .replace("{{kind}}", kind.name())
-            .replace(
-                "{{wit}}",
-                if in_tree {
-                    "../../../wit/filter-0.2.0.wit"
-                } else {
-                    STANDALONE_WIT
-                },
-            )
-            .replace("{{component}}", &component_in_manifest)
+            .replace("{{component}}", &format!("{dist_in_manifest}/{name}.wasm"))
+            .replace("{{dist}}", dist_in_manifest)
             .replace("{{isolation_line}}", lang.isolation_line())
             .replace("{{try}}", &try_command)
     };
@@ -385,7 +412,15 @@ pub fn scaffold(request: &NewFilter) -> Result<Scaffolded, ScaffoldError> {
             include_str!("../filters/templates/object.json").to_owned(),
         ));
     }
-    let listed: Vec<String> = files.iter().map(|(path, _)| path.clone()).collect();
+    let mut listed: Vec<String> = files.iter().map(|(path, _)| path.clone()).collect();
+    if lang == Lang::Rust && !in_tree {
+        listed.push(SDK_COPY.to_owned());
+        files.extend(
+            SDK_FILES
+                .iter()
+                .map(|(path, text)| (format!("{SDK_COPY}{path}"), (*text).to_owned())),
+        );
+    }
     files.push((
         "README.md".to_owned(),
         readme(lang, kind, name, &listed, &build, &try_command, in_tree),
@@ -489,9 +524,11 @@ fn readme(
     for file in files {
         let what = match file.as_str() {
             "Cargo.toml" => "the crate (a `cdylib`, built for `wasm32-wasip2`)",
-            "src/lib.rs" => "the filter: `wit_bindgen::generate!` and the exported function",
-            STANDALONE_WIT => {
-                "a copy of the filter contract (this crate lives outside the checkout)"
+            "src/lib.rs" => {
+                "the filter: its config type and its `Guest` implementation, exported with the SDK's `export!`"
+            }
+            SDK_COPY => {
+                "a copy of the checkout's filter SDK (`filters/rust/sdk`), with the filter contract in its `wit/` (this crate lives outside the checkout)"
             }
             "app.py" => {
                 "the filter: componentize-py generates the `wit_world` bindings at build time"
@@ -549,7 +586,7 @@ fn readme(
     if matches!(lang, Lang::Python | Lang::Js) {
         let _ = writeln!(
             out,
-            "`try.toml` sets `isolation = \"pooled\"`: a {} component starts an interpreter, which costs\nhundreds of microseconds per fresh instance and tens when an instance is reused.\n",
+            "`try.toml` sets `isolation = \"pooled\"`: a {} component starts an interpreter: a call costs\n0.6-1.5 ms on a fresh instance and 14-110 µs on a reused one (the shipped filters, measured in\nthe checkout's `bench/README.md`).\n",
             lang.title()
         );
     }
@@ -573,6 +610,28 @@ mod tests {
         for bad in ["", "1a", "-a", "a-", "My", "a_b", "a.b", &"a".repeat(64)] {
             assert!(!valid_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_sdk_copy_has_every_source_of_the_sdk() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("filters/rust/sdk/src");
+        let mut sources: Vec<String> = std::fs::read_dir(&src)
+            .expect("read the SDK's src/")
+            .map(|entry| {
+                format!(
+                    "src/{}",
+                    entry.expect("an entry").file_name().to_string_lossy()
+                )
+            })
+            .collect();
+        sources.sort();
+        let mut copied: Vec<String> = SDK_FILES
+            .iter()
+            .map(|(path, _)| (*path).to_owned())
+            .filter(|path| path.starts_with("src/"))
+            .collect();
+        copied.sort();
+        assert_eq!(copied, sources);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! `wasmgate try`: one request through a manifest's whole chain, in
 //! process, with no network. Routes report which server and route the
 //! director chose instead of calling upstreams. The report shows what a
-//! filter author needs: the request info, each filter's outcome and time, the
-//! user, and the final answer.
+//! filter author needs: the request info, each filter's outcome and time,
+//! the user, the final answer, and the steps of the chain it went through.
 
 use std::net::{Ipv4Addr, SocketAddr};
 
@@ -15,8 +15,8 @@ use crate::body::Body;
 use crate::chain::stage::{FilterTrace, TraceEntry};
 use crate::context::{ConnectionInfo, UserInfo};
 use crate::delegation::RoutedTo;
-use crate::handler::SharedHandler;
 use crate::request_info::RequestInfo;
+use crate::server::Gateway;
 
 /// The request to try.
 pub struct Trial {
@@ -40,6 +40,8 @@ pub struct Report {
     pub route: Option<Value>,
     pub status: u16,
     pub body: Value,
+    /// The steps of the chain, outermost first, as `chain::build` installed them.
+    pub chain: Vec<&'static str>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -50,8 +52,8 @@ pub enum TrialError {
     Body(String),
 }
 
-/// Runs `trial` through `chain` and reports.
-pub async fn run(chain: &SharedHandler, trial: Trial) -> Result<Report, TrialError> {
+/// Runs `trial` through `gateway`'s chain and reports.
+pub async fn run(gateway: &Gateway, trial: Trial) -> Result<Report, TrialError> {
     let uri: http::Uri = trial
         .path
         .parse()
@@ -80,7 +82,7 @@ pub async fn run(chain: &SharedHandler, trial: Trial) -> Result<Report, TrialErr
         false,
         None,
     ));
-    let response = chain.call(request).await;
+    let response = gateway.handler().call(request).await;
     let status = response.status().as_u16();
     let routed = response.extensions().get::<RoutedTo>().is_some();
     let user = response.extensions().get::<UserInfo>().cloned();
@@ -105,5 +107,6 @@ pub async fn run(chain: &SharedHandler, trial: Trial) -> Result<Report, TrialErr
         route,
         status,
         body,
+        chain: gateway.steps().to_vec(),
     })
 }

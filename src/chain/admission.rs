@@ -14,9 +14,8 @@ use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderValue, StatusCode};
 use http_body_util::BodyExt;
 
-use super::body_limit::{MaxRequestBody, is_body_limit_error};
 use super::stage::{self, Failure, FilterTrace};
-use crate::body::{Body, Request, Response};
+use crate::body::{Body, MaxRequestBody, Request, Response, is_body_limit_error};
 use crate::config::stages::Mode;
 use crate::context::{AuditId, UserInfo};
 use crate::decision_cache::Lookup;

@@ -214,3 +214,162 @@ fn remove_impersonation_headers(headers: &mut HeaderMap) {
         headers.remove(name);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! kube's `WithImpersonation` (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation.go`),
+    //! checked on the filter alone with authorization allowing everything
+    //! (the checks through real authorizers run in the integration tests),
+    //! in front of a stub next handler that records the user it ran as and
+    //! the headers it got.
+
+    use std::sync::Mutex;
+
+    use http::StatusCode;
+
+    use super::*;
+
+    /// The next step: records the request's user and header names.
+    #[derive(Default)]
+    struct Recording(Mutex<Option<(Option<UserInfo>, Vec<String>)>>);
+
+    impl Recording {
+        fn seen(&self) -> (Option<UserInfo>, Vec<String>) {
+            self.0
+                .lock()
+                .expect("the record")
+                .clone()
+                .expect("the request reached the next handler")
+        }
+    }
+
+    impl Handler for Recording {
+        fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+            let user = request.extensions().get::<UserInfo>().cloned();
+            let names = request
+                .headers()
+                .keys()
+                .map(|name| name.as_str().to_owned())
+                .collect();
+            *self.0.lock().expect("the record") = Some((user, names));
+            Box::pin(async { http::Response::new(crate::body::Body::empty()) })
+        }
+    }
+
+    fn impersonation() -> (Impersonation, Arc<Recording>) {
+        let next = Arc::new(Recording::default());
+        let filter = Impersonation {
+            authorizers: None,
+            next: next.clone(),
+        };
+        (filter, next)
+    }
+
+    fn alice() -> UserInfo {
+        UserInfo {
+            name: "alice".to_owned(),
+            groups: vec!["dev".to_owned(), "system:authenticated".to_owned()],
+            ..UserInfo::default()
+        }
+    }
+
+    /// A request by alice with `headers`.
+    fn request(headers: &[(&str, &str)]) -> Request {
+        let mut builder = http::Request::builder().uri("/api/v1/pods");
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        let mut request = builder.body(crate::body::Body::empty()).expect("a request");
+        request.extensions_mut().insert(alice());
+        request
+    }
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|item| (*item).to_owned()).collect()
+    }
+
+    /// impersonation.go: without `Impersonate-*` headers the request goes on
+    /// as its own user.
+    #[tokio::test]
+    async fn without_impersonation_headers_the_request_runs_as_its_user() {
+        let (filter, next) = impersonation();
+        let response = filter.call(request(&[("accept", "*/*")])).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let (user, names) = next.seen();
+        assert_eq!(user, Some(alice()));
+        assert_eq!(names, ["accept"]);
+    }
+
+    /// impersonation.go: an allowed impersonation goes on as the requested
+    /// user, uid, groups and extras (extra keys percent-decoded, `+` kept),
+    /// with `system:authenticated` added, and the headers removed.
+    #[tokio::test]
+    async fn the_request_goes_on_as_the_impersonated_user_without_the_headers() {
+        let (filter, next) = impersonation();
+        let response = filter
+            .call(request(&[
+                ("impersonate-user", "bob"),
+                ("impersonate-group", "viewers"),
+                ("impersonate-uid", "1002"),
+                ("impersonate-extra-reason%2fwhy", "on+call"),
+                ("accept", "*/*"),
+            ]))
+            .await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let (user, names) = next.seen();
+        assert_eq!(
+            user,
+            Some(UserInfo {
+                name: "bob".to_owned(),
+                uid: "1002".to_owned(),
+                groups: strings(&["viewers", "system:authenticated"]),
+                extra: vec![("reason/why".to_owned(), strings(&["on+call"]))],
+            })
+        );
+        assert_eq!(names, ["accept"]);
+    }
+
+    /// impersonation.go: a service account gets `system:serviceaccounts` and
+    /// `system:serviceaccounts:<namespace>`; the anonymous user does not get
+    /// `system:authenticated`.
+    #[tokio::test]
+    async fn service_accounts_get_their_groups_and_anonymous_stays_unauthenticated() {
+        let (filter, next) = impersonation();
+        filter
+            .call(request(&[(
+                "impersonate-user",
+                "system:serviceaccount:kube-system:builder",
+            )]))
+            .await;
+        let (user, _) = next.seen();
+        assert_eq!(
+            user.map(|user| user.groups),
+            Some(strings(&[
+                "system:serviceaccounts",
+                "system:serviceaccounts:kube-system",
+                "system:authenticated",
+            ]))
+        );
+        filter
+            .call(request(&[("impersonate-user", "system:anonymous")]))
+            .await;
+        let (user, _) = next.seen();
+        assert_eq!(user.map(|user| user.groups), Some(Vec::new()));
+    }
+
+    /// impersonation.go: groups, a uid or extras without `Impersonate-User`
+    /// are a 400, and the request goes no further.
+    #[tokio::test]
+    async fn impersonating_without_a_user_is_a_400() {
+        let (filter, next) = impersonation();
+        for header in [
+            "impersonate-group",
+            "impersonate-uid",
+            "impersonate-extra-scope",
+        ] {
+            let response = filter.call(request(&[(header, "x")])).await;
+            assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{header}");
+        }
+        assert!(next.0.lock().expect("the record").is_none());
+    }
+}

@@ -73,3 +73,117 @@ fn too_many_requests() -> Response {
     );
     response
 }
+
+#[cfg(test)]
+mod tests {
+    //! kube's `WithMaxInFlightLimit` (`staging/src/k8s.io/apiserver/pkg/server/filters/maxinflight.go`),
+    //! checked on the filter alone in front of a stub next handler that
+    //! answers 200 at once. A slot is taken when the filter is called and
+    //! held by the response's body, so a response kept unread holds it.
+
+    use http_body_util::BodyExt;
+
+    use super::*;
+
+    struct Ok200;
+
+    impl Handler for Ok200 {
+        fn call(&self, _request: Request) -> BoxFuture<'_, Response> {
+            Box::pin(async { http::Response::new(Body::full("served")) })
+        }
+    }
+
+    fn limiter(read_only: usize, mutating: usize) -> MaxInFlight {
+        MaxInFlight::new(read_only, mutating, Arc::new(Ok200))
+    }
+
+    /// A request that request info resolved to `verb`.
+    fn request(verb: &str) -> Request {
+        let mut request = http::Request::new(Body::empty());
+        request.extensions_mut().insert(RequestInfo {
+            is_resource_request: true,
+            verb: verb.to_owned(),
+            resource: "widgets".to_owned(),
+            ..RequestInfo::default()
+        });
+        request
+    }
+
+    async fn assert_too_many(response: Response) {
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            response.headers().get(RETRY_AFTER),
+            Some(&HeaderValue::from_static("1"))
+        );
+        assert_eq!(
+            response.headers().get(CONTENT_TYPE),
+            Some(&HeaderValue::from_static("text/plain; charset=utf-8"))
+        );
+        let body = response.into_body().collect().await.expect("a body");
+        assert_eq!(
+            body.to_bytes(),
+            "Too many requests, please try again later.\n"
+        );
+    }
+
+    /// maxinflight.go: a mutating request over the mutating limit gets
+    /// kube's plain-text 429 with `Retry-After: 1`; the slot comes back when
+    /// the response holding it is gone.
+    #[tokio::test]
+    async fn a_mutating_request_over_the_limit_gets_kubes_429() {
+        let limiter = limiter(0, 1);
+        let held = limiter.call(request("create")).await;
+        assert_eq!(held.status(), StatusCode::OK);
+        assert_too_many(limiter.call(request("delete")).await).await;
+        drop(held);
+        assert_eq!(
+            limiter.call(request("delete")).await.status(),
+            StatusCode::OK
+        );
+    }
+
+    /// maxinflight.go: get, list and watch count against the read-only
+    /// limit, everything else against the mutating one, each on its own.
+    #[tokio::test]
+    async fn read_only_and_mutating_requests_have_separate_limits() {
+        let limiter = limiter(1, 1);
+        let _get = limiter.call(request("get")).await;
+        assert_too_many(limiter.call(request("list")).await).await;
+        let _update = limiter.call(request("update")).await;
+        assert_too_many(limiter.call(request("patch")).await).await;
+    }
+
+    /// maxinflight.go: long-running requests (watch, and subresources such
+    /// as exec and proxy) are not counted.
+    #[tokio::test]
+    async fn long_running_requests_are_not_counted() {
+        let limiter = limiter(1, 1);
+        let _get = limiter.call(request("get")).await;
+        let _create = limiter.call(request("create")).await;
+        let watches: Vec<_> =
+            futures_util::future::join_all((0..3).map(|_| limiter.call(request("watch")))).await;
+        assert!(watches.iter().all(|w| w.status() == StatusCode::OK));
+        let mut exec = request("create");
+        if let Some(info) = exec.extensions_mut().get_mut::<RequestInfo>() {
+            info.resource = "pods".to_owned();
+            info.subresource = "exec".to_owned();
+        }
+        assert_eq!(limiter.call(exec).await.status(), StatusCode::OK);
+    }
+
+    /// A slot is held until the response body has been sent: reading the
+    /// body to its end and dropping it frees the slot, and a limit of 0
+    /// means no limit (kube's `nonMutatingLimit == 0 && mutatingLimit == 0`).
+    #[tokio::test]
+    async fn the_body_holds_the_slot_and_zero_is_unlimited() {
+        let limiter = limiter(1, 0);
+        let streaming = limiter.call(request("get")).await;
+        assert_too_many(limiter.call(request("get")).await).await;
+        let body = streaming.into_body().collect().await.expect("a body");
+        assert_eq!(body.to_bytes(), "served");
+        assert_eq!(limiter.call(request("get")).await.status(), StatusCode::OK);
+        let held: Vec<_> =
+            futures_util::future::join_all((0..5).map(|_| limiter.call(request("create")))).await;
+        assert!(held.iter().all(|r| r.status() == StatusCode::OK));
+    }
+}

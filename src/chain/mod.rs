@@ -1,17 +1,13 @@
 //! The handler chain: kube's `DefaultBuildHandlerChain`, built in [`build`],
 //! the one function where the order of the filters *is* the architecture.
+//! Its steps are written there once, innermost first, each with the name
+//! [`Chain::steps`] records; `wasmgate check` prints that record, and
+//! docs/architecture.md draws it (a test holds the drawing to it).
 //!
-//! ```text
-//! request ─> nosniff ─> audit ID ─> panic recovery ─> request headers
-//!   ─> canonical target ─> request info ─> HTTP log ─> HSTS ─> cache-control
-//!   ─> body limit ─> deadline/timeout ─> CORS
-//!   ─> [authentication] ─> [audit] ─> impersonation ─> max-in-flight
-//!   ─> [authorization] ─> [admission] ─> the first server's director
-//!   ─> ... ─> 404 Status
-//! ```
-//! `[x]` marks the stages run by Wasm filters (`crate::wasm`). A stage with
-//! no filter configured is not installed, except authentication, which then
-//! makes every request `system:anonymous`.
+//! The authentication, audit, authorization and admission stages run Wasm
+//! filters (`crate::wasm`). A stage with no filter configured is not
+//! installed, except authentication, which then makes every request
+//! `system:anonymous`.
 
 pub mod admission;
 pub mod audit;
@@ -39,24 +35,50 @@ use crate::config::Config;
 use crate::handler::SharedHandler;
 use crate::wasm::LoadedStages;
 
-/// The built chain, and the audit backend to flush at shutdown.
+/// The built chain, what it is made of, and the audit backend to flush at
+/// shutdown.
 pub struct Chain {
     pub handler: SharedHandler,
+    /// The names of the steps installed, outermost first: the order a request
+    /// meets them, as `wasmgate check` and `wasmgate try` show it.
+    pub steps: Vec<&'static str>,
     pub audit: Option<Arc<audit::AuditBackend>>,
+}
+
+/// A chain being built, innermost first.
+struct Layers {
+    handler: SharedHandler,
+    /// Innermost first, as installed.
+    steps: Vec<&'static str>,
+}
+
+impl Layers {
+    /// Puts the filter `wrap` makes (given everything so far as its `next`)
+    /// outside everything so far, and records it as `step`.
+    fn wrap(&mut self, step: &'static str, wrap: impl FnOnce(SharedHandler) -> SharedHandler) {
+        self.handler = wrap(self.handler.clone());
+        self.steps.push(step);
+    }
 }
 
 /// Wraps `servers` (the delegation chain) in the native filters and the Wasm
 /// stages, innermost first: each step below puts one filter *outside*
-/// everything above it, so the request meets them bottom to top.
+/// everything above it, so the request meets them bottom to top. The name
+/// given with each step is the one [`Chain::steps`] records.
 pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> Chain {
     let limits = &config.limits;
-    let mut handler = servers;
+    let mut chain = Layers {
+        handler: servers,
+        steps: Vec::new(),
+    };
 
     if !stages.mutating.is_empty() || !stages.validating.is_empty() {
-        handler = Arc::new(admission::Admission {
-            mutating: stages.mutating,
-            validating: stages.validating,
-            next: handler,
+        chain.wrap("admission", |next| {
+            Arc::new(admission::Admission {
+                mutating: stages.mutating,
+                validating: stages.validating,
+                next,
+            })
         });
     }
     let authorizers = (!stages.authorizers.is_empty()).then(|| {
@@ -65,31 +87,36 @@ pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> C
         })
     });
     if let Some(authorizers) = &authorizers {
-        handler = Arc::new(authorization::Authorization {
-            authorizers: authorizers.clone(),
-            next: handler,
+        chain.wrap("authorization", |next| {
+            Arc::new(authorization::Authorization {
+                authorizers: authorizers.clone(),
+                next,
+            })
         });
     }
-    handler = Arc::new(max_in_flight::MaxInFlight::new(
-        limits.max_requests_in_flight,
-        limits.max_mutating_requests_in_flight,
-        handler,
-    ));
+    chain.wrap("max-in-flight", |next| {
+        Arc::new(max_in_flight::MaxInFlight::new(
+            limits.max_requests_in_flight,
+            limits.max_mutating_requests_in_flight,
+            next,
+        ))
+    });
     // Impersonation asks the authorization union, so it needs authentication
     // (the requester) outside it and runs before max-in-flight counts it.
-    handler = Arc::new(impersonation::Impersonation {
-        authorizers,
-        next: handler,
+    chain.wrap("impersonation", |next| {
+        Arc::new(impersonation::Impersonation { authorizers, next })
     });
     // Audit sits inside authentication so that events carry the user.
     let audit_policy = &config.stages.audit;
     let audit = (!stages.auditors.is_empty() && !audit_policy.policy.is_empty())
         .then(|| audit::AuditBackend::new(stages.auditors, audit_policy));
     if let Some(backend) = &audit {
-        handler = Arc::new(audit::Audit {
-            policy: audit_policy.policy.clone(),
-            backend: backend.clone(),
-            next: handler,
+        chain.wrap("audit", |next| {
+            Arc::new(audit::Audit {
+                policy: audit_policy.policy.clone(),
+                backend: backend.clone(),
+                next,
+            })
         });
     }
     // Requests that authentication refuses are audited by its failed
@@ -100,54 +127,79 @@ pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> C
             policy: audit_policy.policy.clone(),
             backend: backend.clone(),
         });
-    handler = Arc::new(authentication::Authentication {
-        filters: stages.authenticators,
-        anonymous: config.stages.authentication.anonymous,
-        failure_audit,
-        next: handler,
+    chain.wrap("authentication", |next| {
+        Arc::new(authentication::Authentication {
+            filters: stages.authenticators,
+            anonymous: config.stages.authentication.anonymous,
+            failure_audit,
+            next,
+        })
     });
     // CORS answers pre-flights before authentication: browsers send them
     // without credentials.
     if !config.cors_allowed_origins.is_empty() {
-        handler = Arc::new(cors::Cors {
-            allowed_origins: config.cors_allowed_origins.clone(),
-            next: handler,
+        chain.wrap("cors", |next| {
+            Arc::new(cors::Cors {
+                allowed_origins: config.cors_allowed_origins.clone(),
+                next,
+            })
         });
     }
-    handler = Arc::new(timeout::Timeout {
-        request_timeout: limits.request_timeout,
-        next: handler,
+    chain.wrap("timeout", |next| {
+        Arc::new(timeout::Timeout {
+            request_timeout: limits.request_timeout,
+            next,
+        })
     });
-    handler = Arc::new(body_limit::BodyLimit {
-        max_request_body: limits.max_request_body,
-        next: handler,
+    chain.wrap("body-limit", |next| {
+        Arc::new(body_limit::BodyLimit {
+            max_request_body: limits.max_request_body,
+            next,
+        })
     });
-    handler = Arc::new(headers::CacheControl { next: handler });
+    chain.wrap("cache-control", |next| {
+        Arc::new(headers::CacheControl { next })
+    });
     if let Some(directives) = &config.hsts {
-        handler = Arc::new(headers::Hsts {
-            directives: directives.clone(),
-            next: handler,
+        chain.wrap("hsts", |next| {
+            Arc::new(headers::Hsts {
+                directives: directives.clone(),
+                next,
+            })
         });
     }
-    handler = Arc::new(http_log::HttpLog { next: handler });
+    chain.wrap("http-log", |next| Arc::new(http_log::HttpLog { next }));
     // Request info is resolved once, before anything that reads it.
-    handler = Arc::new(request_info::RequestInfoFilter { next: handler });
+    chain.wrap("request-info", |next| {
+        Arc::new(request_info::RequestInfoFilter { next })
+    });
     // The target is made canonical first, so the path request info resolves
     // is the one every later step judges and the upstream receives.
-    handler = Arc::new(request_target::CanonicalTarget::new(
-        &config.servers,
-        handler,
-    ));
+    chain.wrap("canonical-target", |next| {
+        Arc::new(request_target::CanonicalTarget::new(&config.servers, next))
+    });
     // Host, transfer codings and the client's origin are checked before
     // anything reads them (Go's net/http does so before kube's chain).
-    handler = Arc::new(request_headers::RequestHeaders {
-        trusted_proxies: config.listen.trusted_proxies.clone(),
-        next: handler,
+    chain.wrap("request-headers", |next| {
+        Arc::new(request_headers::RequestHeaders {
+            trusted_proxies: config.listen.trusted_proxies.clone(),
+            next,
+        })
     });
     // Panic recovery sits inside the audit ID so a 500 still carries it.
-    handler = Arc::new(panic_recovery::PanicRecovery { next: handler });
-    handler = Arc::new(audit_id::AuditIdFilter { next: handler });
+    chain.wrap("panic-recovery", |next| {
+        Arc::new(panic_recovery::PanicRecovery { next })
+    });
+    chain.wrap("audit-id", |next| {
+        Arc::new(audit_id::AuditIdFilter { next })
+    });
     // Outermost: every answer of the chain carries nosniff.
-    handler = Arc::new(headers::NoSniff { next: handler });
-    Chain { handler, audit }
+    chain.wrap("nosniff", |next| Arc::new(headers::NoSniff { next }));
+    let Layers { handler, mut steps } = chain;
+    steps.reverse();
+    Chain {
+        handler,
+        steps,
+        audit,
+    }
 }

@@ -232,3 +232,177 @@ impl http_body::Body for DeadlineBody {
             .map_or_else(SizeHint::default, http_body::Body::size_hint)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! kube's `WithTimeoutForNonLongRunningRequests`
+    //! (`staging/src/k8s.io/apiserver/pkg/server/filters/timeout.go`) and
+    //! `WithRequestDeadline` (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/request_deadline.go`),
+    //! checked on the filter alone in front of a stub next handler that
+    //! waits as long as the test says, then answers with a body that may
+    //! never end.
+
+    use std::convert::Infallible;
+
+    use http::StatusCode;
+    use http_body_util::{BodyExt, StreamBody};
+
+    use super::*;
+
+    /// The next step: waits `delay`, then answers 200; its body never ends
+    /// when `endless`. It reports the deadline it was given in `x-deadline-ms`.
+    struct Slow {
+        delay: Duration,
+        endless: bool,
+    }
+
+    impl Handler for Slow {
+        fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+            let deadline = request.extensions().get::<Deadline>().map(|d| d.0);
+            Box::pin(async move {
+                tokio::time::sleep(self.delay).await;
+                let body = if self.endless {
+                    Body::wrap(StreamBody::new(futures_util::stream::pending::<
+                        Result<Frame<Bytes>, Infallible>,
+                    >()))
+                } else {
+                    Body::full("done")
+                };
+                let mut response = http::Response::new(body);
+                if let Some(deadline) = deadline {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    response.headers_mut().insert(
+                        "x-deadline-ms",
+                        http::HeaderValue::from(
+                            u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+                        ),
+                    );
+                }
+                response
+            })
+        }
+    }
+
+    fn timeout(request_timeout: Duration, delay: Duration, endless: bool) -> Timeout {
+        Timeout {
+            request_timeout,
+            next: Arc::new(Slow { delay, endless }),
+        }
+    }
+
+    fn request(target: &str, verb: &str) -> Request {
+        let mut request = http::Request::builder()
+            .uri(target)
+            .body(Body::empty())
+            .expect("a request");
+        request.extensions_mut().insert(RequestInfo {
+            is_resource_request: true,
+            verb: verb.to_owned(),
+            resource: "widgets".to_owned(),
+            ..RequestInfo::default()
+        });
+        request
+    }
+
+    async fn status_json(response: Response) -> serde_json::Value {
+        let body = response.into_body().collect().await.expect("a body");
+        serde_json::from_slice(&body.to_bytes()).expect("a Status")
+    }
+
+    const LONG: Duration = Duration::from_secs(30);
+
+    /// timeout.go: a response whose head is not ready within the request
+    /// timeout is kube's 504 Status, "request did not complete within the
+    /// allotted timeout", as soon as the timeout passes.
+    #[tokio::test]
+    async fn a_response_not_ready_by_the_deadline_is_kubes_504() {
+        let filter = timeout(Duration::from_millis(50), LONG, false);
+        let started = Instant::now();
+        let response = filter.call(request("/apis/g/v1/widgets", "list")).await;
+        assert!(started.elapsed() < LONG / 2);
+        assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+        let status = status_json(response).await;
+        assert_eq!(status["reason"], "Timeout");
+        assert_eq!(status["message"], TIMEOUT_MESSAGE);
+    }
+
+    /// request_deadline.go: the client's `?timeout=` is the deadline when it
+    /// is shorter than the server's; the next handler is given it.
+    #[tokio::test]
+    async fn a_shorter_client_timeout_wins() {
+        let filter = timeout(LONG, LONG, false);
+        let started = Instant::now();
+        let response = filter
+            .call(request("/apis/g/v1/widgets?timeout=50ms", "list"))
+            .await;
+        assert!(started.elapsed() < LONG / 2);
+        assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+
+        let quick = timeout(LONG, Duration::ZERO, false);
+        let response = quick
+            .call(request("/apis/g/v1/widgets?timeout=10s", "list"))
+            .await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let left: u64 = response.headers()["x-deadline-ms"]
+            .to_str()
+            .expect("a number")
+            .parse()
+            .expect("a number");
+        assert!(left <= 10_000, "{left} ms left of a 10 s timeout");
+    }
+
+    /// request_deadline.go: a `timeout` that is not a Go duration is a 400;
+    /// 0 or a negative one means the client set none.
+    #[tokio::test]
+    async fn a_bad_client_timeout_is_a_400_and_zero_or_negative_is_none() {
+        let filter = timeout(LONG, Duration::from_millis(20), false);
+        let response = filter
+            .call(request("/apis/g/v1/widgets?timeout=soon", "list"))
+            .await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let status = status_json(response).await;
+        assert!(
+            status["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("invalid timeout specified in the request URL")),
+            "{status}"
+        );
+        for none in ["0", "-1s"] {
+            let response = filter
+                .call(request(
+                    &format!("/apis/g/v1/widgets?timeout={none}"),
+                    "list",
+                ))
+                .await;
+            assert_eq!(response.status(), StatusCode::OK, "timeout={none}");
+        }
+    }
+
+    /// timeout.go: long-running requests (a watch) are not timed out.
+    #[tokio::test]
+    async fn long_running_requests_are_exempt() {
+        let filter = timeout(Duration::from_millis(20), Duration::from_millis(200), false);
+        let response = filter.call(request("/apis/g/v1/widgets", "watch")).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(response.headers().get("x-deadline-ms").is_none());
+    }
+
+    /// timeout.go's `panic(http.ErrAbortHandler)` for a response already
+    /// under way: a body still going at the deadline ends there with an
+    /// error, so the connection or stream is cut.
+    #[tokio::test]
+    async fn a_body_still_going_at_the_deadline_is_cut() {
+        let filter = timeout(Duration::from_millis(100), Duration::ZERO, true);
+        let started = Instant::now();
+        let response = filter.call(request("/apis/g/v1/widgets", "get")).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let error = response
+            .into_body()
+            .collect()
+            .await
+            .expect_err("the body is cut");
+        assert!(crate::body::caused_by::<ResponseDeadlinePassed>(&*error));
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        assert!(started.elapsed() < LONG / 2);
+    }
+}

@@ -32,6 +32,8 @@ pub const UPSTREAM_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=DAY;
 pub const FILTER_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=Duration::from_secs(10 * 60);
 /// A decision cache's TTL: kube's are minutes; a day bounds the absurd.
 pub const CACHE_TTL: RangeInclusive<Duration> = Duration::ZERO..=DAY;
+/// How long an audit event may wait for its batch to fill (kube's webhook
+/// default is 30s); a minute bounds the absurd.
 pub const AUDIT_BATCH_WAIT: RangeInclusive<Duration> = Duration::ZERO..=MINUTE;
 
 // ---- counts ----
@@ -44,6 +46,7 @@ pub const FILTER_INSTANCES: RangeInclusive<i64> = 1..=super::MAX_FILTER_INSTANCE
 pub const AUDIT_QUEUE_SIZE: RangeInclusive<i64> = 1..=1_000_000;
 /// kube's webhook batches hold at most 400 events by default.
 pub const AUDIT_BATCH_SIZE: RangeInclusive<i64> = 1..=100_000;
+/// One filter's decision cache: each entry is a key and an answer in memory.
 pub const CACHE_ENTRIES: RangeInclusive<i64> = 1..=10_000_000;
 
 // ---- sizes ----

@@ -1,7 +1,7 @@
 //! The four Wasm stages as configured: which filters run in each, in what
 //! order, with what budgets, and the audit policy. Completed from the
 //! manifest's `[authentication]`, `[authorization]`, `[admission]` and
-//! `[audit]` tables; the components themselves are loaded by `crate::wasm`.
+//! `[audit]` tables; the components themselves are loaded by the Wasm host.
 
 use std::path::PathBuf;
 use std::time::Duration;

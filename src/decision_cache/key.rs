@@ -1,6 +1,6 @@
 //! Cache keys: an HMAC-SHA256, under a key drawn at random once per process,
 //! of exactly what decides the answer (what that is, for each kind of
-//! filter, is said where its keys are made: `crate::wasm::cache_key`). As kube's cached token
+//! filter, is said where its keys are made: `wasm/cache_key.rs`). As kube's cached token
 //! authenticator does, the credential itself is never kept, only its HMAC,
 //! which nobody without the process's key can compute or invert. Every
 //! field is framed by its length, so no two inputs share a key.

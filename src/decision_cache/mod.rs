@@ -15,7 +15,7 @@
 //!   made from more than [`key::MAX_KEY_MATERIAL`] bytes.
 //!
 //! The cache knows nothing of filters: what is cached, for how long, is
-//! decided by its caller (`crate::wasm::filter`, which owns one cache per
+//! decided by its caller (`wasm/filter.rs`, which owns one cache per
 //! loaded filter, so that a reload starts with empty caches).
 
 pub mod key;

@@ -28,7 +28,7 @@ use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use super::header_deadline::{HeaderClock, HeaderDeadlineIo};
-use super::snapshot::Live;
+use super::snapshot::{HYPER_MIN_HEADER_BUFFER, Live};
 use crate::body::Body;
 use crate::context::{ConnectionControl, ConnectionInfo};
 use crate::health::Flag;
@@ -331,9 +331,6 @@ fn send_clients_away(response: &mut http::Response<Body>, http1: bool, retire: &
         retire.cancel();
     }
 }
-
-/// hyper's smallest HTTP/1.1 read buffer: header limits below it are ours to count.
-pub const HYPER_MIN_HEADER_BUFFER: usize = 8192;
 
 /// The size of a request's head as Go's `MaxHeaderBytes` counts it: the
 /// request line and every `name: value` line.

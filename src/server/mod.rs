@@ -5,9 +5,11 @@
 //! readyz fails, pre-shutdown hooks run, after `shutdown_delay` the listener
 //! closes, in-flight requests drain for up to `shutdown_timeout`.
 
+mod error;
 mod header_deadline;
 mod lifecycle;
 mod listener;
+pub mod reload;
 pub mod snapshot;
 pub mod tls;
 
@@ -24,7 +26,9 @@ use crate::config::{Config, Hook, HookPhase, Transport};
 use crate::delegation::Targets;
 use crate::handler::SharedHandler;
 use crate::health::{Check, Flag, Health};
-use crate::reload::{Bound, ReloadOutcome, ReloadRequests, ReloadTrigger, Reloader};
+use crate::reload_trigger::{ReloadOutcome, ReloadRequests, ReloadTrigger};
+pub use error::StartError;
+use reload::{Bound, Reloader};
 use snapshot::{Live, Purpose, Shared, Snapshot};
 
 /// How long shutdown waits for queued audit events to be written.
@@ -34,21 +38,11 @@ const AUDIT_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(10
 /// closed (HTTP/2 streams end in tasks of their own, moments later).
 const CUT_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Why the gateway could not be built or started.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error("{0}")]
-    Filters(#[from] crate::config::ConfigError),
-    #[error(transparent)]
-    Upstream(#[from] crate::upstream::UpstreamError),
-    #[error(transparent)]
-    Tls(#[from] tls::TlsError),
-    #[error("cannot listen on {address}: {source}")]
-    Bind {
-        address: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
+/// What [`Gateway::check`] built: the configuration, and the steps of its
+/// chain, outermost first.
+pub struct Checked {
+    pub config: Config,
+    pub steps: Vec<&'static str>,
 }
 
 /// A gateway built from a configuration, not yet listening.
@@ -83,13 +77,22 @@ impl Gateway {
 
     /// Everything a start would build, without starting or writing anything:
     /// the verdict `wasmgate check` gives, the same a reload gives.
-    pub fn check(config: Config) -> Result<(), StartError> {
-        Self::build(config, Targets::Live, Purpose::Check, |servers| servers).map(|_| ())
+    pub fn check(config: Config) -> Result<Checked, StartError> {
+        let built = Self::build(config, Targets::Live, Purpose::Check, |servers| servers)?;
+        Ok(Checked {
+            config: built.snapshot.config,
+            steps: built.snapshot.steps,
+        })
     }
 
     /// The whole chain, to call without a listener.
     pub fn handler(&self) -> SharedHandler {
         self.snapshot.handler.clone()
+    }
+
+    /// The steps of the chain, outermost first, as `chain::build` installed them.
+    pub fn steps(&self) -> &[&'static str] {
+        &self.snapshot.steps
     }
 
     /// Waits until queued audit events are written (for callers that use

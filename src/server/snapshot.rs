@@ -14,13 +14,14 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio_rustls::TlsAcceptor;
 
-use super::{StartError, tls};
+use super::error::StartError;
+use super::tls;
 use crate::chain::audit::AuditBackend;
 use crate::config::{Config, Limits, Transport};
 use crate::delegation::Targets;
 use crate::handler::SharedHandler;
 use crate::health::Health;
-use crate::reload::ReloadTrigger;
+use crate::reload_trigger::ReloadTrigger;
 
 pub struct Snapshot {
     /// 1 for the configuration the gateway started with, then one more per
@@ -28,6 +29,8 @@ pub struct Snapshot {
     pub generation: u64,
     pub config: Config,
     pub handler: SharedHandler,
+    /// The steps of the chain, outermost first ([`crate::chain::Chain::steps`]).
+    pub steps: Vec<&'static str>,
     pub tls: Option<TlsAcceptor>,
     pub http: Arc<auto::Builder<TokioExecutor>>,
     pub audit: Option<Arc<AuditBackend>>,
@@ -82,6 +85,7 @@ pub fn build(
         http: Arc::new(http_builder(&config.limits)),
         config,
         handler: chain.handler,
+        steps: chain.steps,
         tls,
         audit: chain.audit,
     })
@@ -100,6 +104,10 @@ fn tls_acceptor(config: &Config, purpose: Purpose) -> Result<Option<TlsAcceptor>
     Ok(Some(TlsAcceptor::from(server_config)))
 }
 
+/// hyper's smallest HTTP/1.1 read buffer: header limits below it are ours
+/// to count (the listener does).
+pub const HYPER_MIN_HEADER_BUFFER: usize = 8192;
+
 fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -108,11 +116,7 @@ fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
         // hyper's runs while an idle keep-alive connection waits, and would
         // close it at the header timeout instead of the idle timeout.
         .header_read_timeout(None)
-        .max_buf_size(
-            limits
-                .max_header_bytes
-                .max(super::listener::HYPER_MIN_HEADER_BUFFER),
-        );
+        .max_buf_size(limits.max_header_bytes.max(HYPER_MIN_HEADER_BUFFER));
     builder
         .http2()
         .timer(TokioTimer::new())

@@ -13,7 +13,6 @@ use rcgen::{
 };
 
 use rustls::ServerConfig;
-use rustls::crypto::CryptoProvider;
 use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -21,11 +20,6 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use crate::config::bounds::PEM_FILE;
 use crate::config::files::read_limited;
 use crate::config::{SELF_SIGNED_FILES, TlsMaterial};
-
-/// The one crypto provider the gateway uses, client and server side.
-pub fn crypto_provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -45,13 +39,13 @@ pub enum TlsError {
 
 /// The rustls server configuration for loaded material.
 pub fn server_config(material: &TlsMaterial) -> Result<Arc<ServerConfig>, TlsError> {
-    let builder = ServerConfig::builder_with_provider(crypto_provider())
+    let builder = ServerConfig::builder_with_provider(crate::crypto::provider())
         .with_safe_default_protocol_versions()?;
     let builder = match &material.client_ca {
         // Client certificates are optional, as in kube: a request without one
         // goes on to the other authenticators.
         Some(roots) => builder.with_client_cert_verifier(
-            WebPkiClientVerifier::builder_with_provider(roots.clone(), crypto_provider())
+            WebPkiClientVerifier::builder_with_provider(roots.clone(), crate::crypto::provider())
                 .allow_unauthenticated()
                 .build()?,
         ),

@@ -25,8 +25,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use self::pool::Http1Pool;
-use crate::body::{Body, BodyError, Request, Response};
-use crate::chain::body_limit::{MaxRequestBody, is_body_limit_error};
+use crate::body::{Body, BodyError, MaxRequestBody, Request, Response, is_body_limit_error};
 use crate::config::Upstream;
 use crate::handler::Handler;
 use crate::status::GatewayError;
@@ -118,7 +117,7 @@ fn tls_client(
         .as_deref()
         .cloned()
         .unwrap_or_else(rustls::RootCertStore::empty);
-    let tls = rustls::ClientConfig::builder_with_provider(crate::server::tls::crypto_provider())
+    let tls = rustls::ClientConfig::builder_with_provider(crate::crypto::provider())
         .with_safe_default_protocol_versions()
         .map_err(|source| UpstreamError::Tls {
             url: upstream.url.to_string(),

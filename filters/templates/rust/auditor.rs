@@ -3,36 +3,32 @@
 //! its sink: choose what to record in `audit`. The gateway hands over the
 //! events in batches (`audit_batch`), in the order they happened.
 
-wit_bindgen::generate!({
-    path: "{{wit}}",
-    world: "auditor-filter",
-});
+use serde::Deserialize;
+use wasmgate_filter::auditor::{self, Event, Guest, Stage, sink};
+use wasmgate_filter::{FilterConfig, debug};
 
-use exports::wasmgate::filter::auditor::{Event, Guest, Stage};
-use wasmgate::filter::types::LogLevel;
-use wasmgate::filter::{host, sink};
+/// The manifest's `config` table, kept whole: make it a struct of the keys
+/// you read (with `#[serde(deny_unknown_fields)]`, a typo is a bad config).
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Config(serde_json::Map<String, serde_json::Value>);
+
+impl FilterConfig for Config {
+    const FILTER: &'static str = "{{name}}";
+}
 
 struct Filter;
-
-/// The manifest's `config` table, as a JSON object.
-fn config() -> Result<serde_json::Map<String, serde_json::Value>, String> {
-    match serde_json::from_str(&host::config()) {
-        Ok(serde_json::Value::Object(config)) => Ok(config),
-        Ok(_) => Err("{{name}}: bad config: not a table".to_owned()),
-        Err(error) => Err(format!("{{name}}: bad config: {error}")),
-    }
-}
 
 impl Guest for Filter {
     fn audit_batch(events: Vec<Event>) -> Result<(), String> {
         // `Err` is logged and counted; audit never fails a request.
-        let config = config()?;
-        events.iter().try_for_each(|event| audit(event, &config))
+        let config = wasmgate_filter::config::<Config>()?;
+        events.iter().try_for_each(|event| audit(event, config))
     }
 }
 
 /// Writes one event's line.
-fn audit(event: &Event, config: &serde_json::Map<String, serde_json::Value>) -> Result<(), String> {
+fn audit(event: &Event, config: &Config) -> Result<(), String> {
     let stage = match event.stage {
         Stage::RequestReceived => "RequestReceived",
         Stage::ResponseStarted => "ResponseStarted",
@@ -48,10 +44,8 @@ fn audit(event: &Event, config: &serde_json::Map<String, serde_json::Value>) -> 
         "code": event.response_status.as_ref().map(|status| status.code),
     });
     // Formatted only when the gateway's log keeps debug lines.
-    if host::log_enabled(LogLevel::Debug) {
-        host::log(LogLevel::Debug, &format!("event {} (config: {} keys)", event.audit_id, config.len()));
-    }
+    debug!("event {} (config: {} keys)", event.audit_id, config.0.len());
     sink::write(&record.to_string())
 }
 
-export!(Filter);
+auditor::export!(Filter);

@@ -1,44 +1,43 @@
 //! `{{name}}`: an authenticator (world `authenticator-filter`), scaffolded by
 //! `wasmgate new-filter`. As scaffolded it has no opinion on any request:
-//! recognise your credentials in `authenticate` and answer
+//! recognise your credentials in `authenticate` (`wasmgate_filter::headers`
+//! reads headers, and bearer tokens, as Kubernetes does) and answer
 //! `AuthnResult::Authenticated(UserInfo { .. })`.
 
-wit_bindgen::generate!({
-    path: "{{wit}}",
-    world: "authenticator-filter",
-});
+use serde::Deserialize;
+use wasmgate_filter::authenticator::{self, AuthnResult, Guest};
+use wasmgate_filter::types::RequestView;
+use wasmgate_filter::{FilterConfig, debug};
 
-use exports::wasmgate::filter::authenticator::{AuthnResult, Guest};
-use wasmgate::filter::host;
-use wasmgate::filter::types::{LogLevel, RequestView};
+/// The manifest's `config` table, kept whole: make it a struct of the keys
+/// you read (with `#[serde(deny_unknown_fields)]`, a typo is a bad config).
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Config(serde_json::Map<String, serde_json::Value>);
+
+impl FilterConfig for Config {
+    const FILTER: &'static str = "{{name}}";
+}
 
 struct Filter;
-
-/// The manifest's `config` table, as a JSON object.
-fn config() -> Result<serde_json::Map<String, serde_json::Value>, String> {
-    match serde_json::from_str(&host::config()) {
-        Ok(serde_json::Value::Object(config)) => Ok(config),
-        Ok(_) => Err("{{name}}: bad config: not a table".to_owned()),
-        Err(error) => Err(format!("{{name}}: bad config: {error}")),
-    }
-}
 
 impl Guest for Filter {
     fn authenticate(request: RequestView) -> AuthnResult {
         // A bad config is this filter's error outcome (logged, never shown to the client).
-        let config = match config() {
+        let config = match wasmgate_filter::config::<Config>() {
             Ok(config) => config,
             Err(message) => return AuthnResult::Error(message),
         };
         // Formatted only when the gateway's log keeps debug lines.
-        if host::log_enabled(LogLevel::Debug) {
-            host::log(
-                LogLevel::Debug,
-                &format!("{} {} with {} headers (config: {} keys)", request.method, request.path, request.headers.len(), config.len()),
-            );
-        }
+        debug!(
+            "{} {} with {} headers (config: {} keys)",
+            request.method,
+            request.path,
+            request.headers.len(),
+            config.0.len()
+        );
         AuthnResult::NoOpinion
     }
 }
 
-export!(Filter);
+authenticator::export!(Filter);

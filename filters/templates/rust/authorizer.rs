@@ -3,40 +3,37 @@
 //! policy in `authorize` and answer `Decision::Deny(reason)` or
 //! `Decision::NoOpinion(reason)` where it applies.
 
-wit_bindgen::generate!({
-    path: "{{wit}}",
-    world: "authorizer-filter",
-});
+use serde::Deserialize;
+use wasmgate_filter::authorizer::{self, Attributes, Decision, Guest};
+use wasmgate_filter::{FilterConfig, debug};
 
-use exports::wasmgate::filter::authorizer::{Attributes, Decision, Guest};
-use wasmgate::filter::host;
-use wasmgate::filter::types::LogLevel;
+/// The manifest's `config` table, kept whole: make it a struct of the keys
+/// you read (with `#[serde(deny_unknown_fields)]`, a typo is a bad config).
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Config(serde_json::Map<String, serde_json::Value>);
+
+impl FilterConfig for Config {
+    const FILTER: &'static str = "{{name}}";
+}
 
 struct Filter;
-
-/// The manifest's `config` table, as a JSON object.
-fn config() -> Result<serde_json::Map<String, serde_json::Value>, String> {
-    match serde_json::from_str(&host::config()) {
-        Ok(serde_json::Value::Object(config)) => Ok(config),
-        Ok(_) => Err("{{name}}: bad config: not a table".to_owned()),
-        Err(error) => Err(format!("{{name}}: bad config: {error}")),
-    }
-}
 
 impl Guest for Filter {
     fn authorize(attributes: Attributes) -> Result<Decision, String> {
         // `Err` is this filter's own failure: the manifest's failure_policy decides.
-        let config = config()?;
+        let config = wasmgate_filter::config::<Config>()?;
         let request = &attributes.request;
         // Formatted only when the gateway's log keeps debug lines.
-        if host::log_enabled(LogLevel::Debug) {
-            host::log(
-                LogLevel::Debug,
-                &format!("{} {} {} (config: {} keys)", attributes.user.name, request.verb, request.path, config.len()),
-            );
-        }
+        debug!(
+            "{} {} {} (config: {} keys)",
+            attributes.user.name,
+            request.verb,
+            request.path,
+            config.0.len()
+        );
         Ok(Decision::Allow)
     }
 }
 
-export!(Filter);
+authorizer::export!(Filter);

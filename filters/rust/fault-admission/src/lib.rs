@@ -1,19 +1,10 @@
 //! `fault-admission`: a test fixture admission filter that answers, fails or
 //! misbehaves as the object's `metadata.name` says. See the README.
 
-#[path = "../../fault-authz/src/faults.rs"]
-mod faults;
-
-wit_bindgen::generate!({
-    path: "../../../wit/filter.wit",
-    world: "admission-filter",
-});
-
-use exports::wasmgate::filter::admission::{AdmissionRequest, AdmissionResponse, Guest};
 use faults::Fault;
 use serde_json::Value;
-use wasmgate::filter::host;
-use wasmgate::filter::types::{LogLevel, Status};
+use wasmgate_filter::admission::{self, AdmissionRequest, AdmissionResponse, Guest};
+use wasmgate_filter::types::Status;
 
 const NAME: &str = "fault-admission";
 /// The label `mutate` and `patch` add.
@@ -66,12 +57,7 @@ impl Guest for Filter {
             Some(Err(error)) => return Err(format!("{NAME}: the object is not JSON: {error}")),
         };
         let word = word(object.as_ref()).to_owned();
-        if host::log_enabled(LogLevel::Debug) {
-            host::log(
-                LogLevel::Debug,
-                &format!("{NAME}: {word:?} for {}", request.uid),
-            );
-        }
+        wasmgate_filter::debug!("{NAME}: {word:?} for {}", request.uid);
         match faults::parse(&word) {
             Fault::Answer(word) => Ok(answer(word, object, request.dry_run)),
             Fault::Error => Err(format!("{NAME}: error requested")),
@@ -86,7 +72,7 @@ impl Guest for Filter {
     }
 }
 
-export!(Filter);
+admission::export!(Filter);
 
 #[cfg(test)]
 mod tests {

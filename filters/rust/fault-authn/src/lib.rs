@@ -1,19 +1,11 @@
 //! `fault-authn`: a test fixture authenticator that answers, fails or
 //! misbehaves as the request's `x-fault` header says. See the README.
 
-#[path = "../../fault-authz/src/faults.rs"]
-mod faults;
-
-wit_bindgen::generate!({
-    path: "../../../wit/filter.wit",
-    world: "authenticator-filter",
-});
-
-use exports::wasmgate::filter::authenticator::{AuthnResult, Guest};
 use faults::Fault;
 use serde::Deserialize;
-use wasmgate::filter::host;
-use wasmgate::filter::types::{LogLevel, RequestView, UserInfo};
+use wasmgate_filter::authenticator::{self, AuthnResult, Guest};
+use wasmgate_filter::types::{RequestView, UserInfo};
+use wasmgate_filter::{FilterConfig, headers};
 
 const NAME: &str = "fault-authn";
 const HEADER: &str = "x-fault";
@@ -32,39 +24,15 @@ fn default_user() -> String {
     NAME.to_owned()
 }
 
-impl Config {
-    fn parse(json: &str) -> Result<Config, String> {
-        let value: serde_json::Value =
-            serde_json::from_str(json).map_err(|e| format!("{NAME}: bad config: {e}"))?;
-        if !value.is_object() {
-            return Err(format!(
-                "{NAME}: bad config: the config is not a JSON object"
-            ));
-        }
-        serde_json::from_value(value).map_err(|e| format!("{NAME}: bad config: {e}"))
-    }
+impl FilterConfig for Config {
+    const FILTER: &'static str = NAME;
 }
 
 struct Filter;
 
-/// The filter's config, parsed on the instance's first call, as the other
-/// shipped filters do: a pooled instance then costs little more than the
-/// host's own share of a call (bench/filters.rs measures that with it).
-fn config() -> Result<&'static Config, String> {
-    static CONFIG: std::sync::OnceLock<Result<Config, String>> = std::sync::OnceLock::new();
-    CONFIG
-        .get_or_init(|| Config::parse(&host::config()))
-        .as_ref()
-        .map_err(Clone::clone)
-}
-
 /// The word a request carries: its first `x-fault` header, or none.
 fn word(request: &RequestView) -> &str {
-    request
-        .headers
-        .iter()
-        .find(|h| h.name == HEADER)
-        .map_or("", |h| h.value.trim())
+    headers::first(&request.headers, HEADER).map_or("", str::trim)
 }
 
 fn answer(config: &Config, word: &str) -> AuthnResult {
@@ -81,12 +49,12 @@ fn answer(config: &Config, word: &str) -> AuthnResult {
 
 impl Guest for Filter {
     fn authenticate(request: RequestView) -> AuthnResult {
-        let config = match config() {
+        // Parsed on the instance's first call, as the other shipped filters
+        // do: a pooled instance then costs little more than the host's own
+        // share of a call (bench/filters.rs measures that with it).
+        let config = match wasmgate_filter::config::<Config>() {
             Ok(config) => config,
-            Err(message) => {
-                host::log(LogLevel::Error, &message);
-                return AuthnResult::Error(message);
-            }
+            Err(message) => return AuthnResult::Error(message),
         };
         // No log line on the way: as near to nothing as a filter can do,
         // so that bench/filters.rs measures the host's share of a call.
@@ -104,12 +72,12 @@ impl Guest for Filter {
     }
 }
 
-export!(Filter);
+authenticator::export!(Filter);
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wasmgate::filter::types::Header;
+    use wasmgate_filter::types::Header;
 
     fn view(headers: &[(&str, &str)]) -> RequestView {
         RequestView {

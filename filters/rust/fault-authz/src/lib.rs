@@ -2,17 +2,8 @@
 //! misbehaves as the last segment of the request path says (`/x/deny`,
 //! `/apis/g/v1/namespaces/n/widgets/trap`). See the README for the words.
 
-mod faults;
-
-wit_bindgen::generate!({
-    path: "../../../wit/filter.wit",
-    world: "authorizer-filter",
-});
-
-use exports::wasmgate::filter::authorizer::{Attributes, Decision, Guest};
 use faults::Fault;
-use wasmgate::filter::host;
-use wasmgate::filter::types::LogLevel;
+use wasmgate_filter::authorizer::{self, Attributes, Decision, Guest};
 
 const NAME: &str = "fault-authz";
 
@@ -44,12 +35,7 @@ fn answer(word: &str) -> Decision {
 impl Guest for Filter {
     fn authorize(attributes: Attributes) -> Result<Decision, String> {
         let word = word(&attributes.request.path);
-        if host::log_enabled(LogLevel::Debug) {
-            host::log(
-                LogLevel::Debug,
-                &format!("{NAME}: {word:?} for user {:?}", attributes.user.name),
-            );
-        }
+        wasmgate_filter::debug!("{NAME}: {word:?} for user {:?}", attributes.user.name);
         match faults::parse(word) {
             Fault::Answer(word) => Ok(answer(word)),
             Fault::Error => Err(format!("{NAME}: error requested")),
@@ -64,7 +50,7 @@ impl Guest for Filter {
     }
 }
 
-export!(Filter);
+authorizer::export!(Filter);
 
 #[cfg(test)]
 mod tests {

@@ -3,11 +3,12 @@
 //! `staging/src/k8s.io/apiserver/pkg/apis/audit/v1/types.go`). No host calls,
 //! so it runs in host-target tests.
 
-use crate::exports::wasmgate::filter::auditor::{Event, Level, Stage};
-use crate::wasmgate::filter::types::{Status, UserInfo};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
+use wasmgate_filter::FilterConfig;
+use wasmgate_filter::auditor::{Event, Level, Stage};
+use wasmgate_filter::types::{Status, UserInfo};
 
 /// The filter's `config` table; every key is optional.
 #[derive(Debug, Default, Deserialize)]
@@ -26,23 +27,18 @@ const STAGES: [&str; 4] = [
     "Panic",
 ];
 
-impl Config {
-    pub fn parse(json: &str) -> Result<Config, String> {
-        let value: serde_json::Value =
-            serde_json::from_str(json).map_err(|e| format!("jsonl-audit: bad config: {e}"))?;
-        if !value.is_object() {
-            return Err("jsonl-audit: bad config: the config is not a JSON object".into());
-        }
-        let config: Config =
-            serde_json::from_value(value).map_err(|e| format!("jsonl-audit: bad config: {e}"))?;
-        for stage in &config.omit_stages {
+impl FilterConfig for Config {
+    const FILTER: &'static str = "jsonl-audit";
+
+    fn check(&self) -> Result<(), String> {
+        for stage in &self.omit_stages {
             if !STAGES.contains(&stage.as_str()) {
                 return Err(format!(
-                    "jsonl-audit: bad config: unknown stage {stage:?} in omit_stages (expected one of {STAGES:?})"
+                    "unknown stage {stage:?} in omit_stages (expected one of {STAGES:?})"
                 ));
             }
         }
-        Ok(config)
+        Ok(())
     }
 }
 
@@ -290,9 +286,9 @@ pub fn render(config: &Config, event: &Event) -> Result<Rendered, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exports::wasmgate::filter::auditor::{Annotation, ObjectReference};
-    use crate::wasmgate::filter::types::ExtraValue;
     use serde_json::{Value, json};
+    use wasmgate_filter::auditor::{Annotation, ObjectReference};
+    use wasmgate_filter::types::ExtraValue;
 
     fn user(name: &str) -> UserInfo {
         UserInfo {

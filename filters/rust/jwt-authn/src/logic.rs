@@ -9,6 +9,8 @@ use rsa::BoxedUint;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
+use wasmgate_filter::FilterConfig;
+use wasmgate_filter::headers::{AsHeader, bearer_token};
 
 type RsaVerifyingKey = rsa::pkcs1v15::VerifyingKey<rsa::sha2::Sha256>;
 
@@ -59,6 +61,8 @@ fn default_leeway() -> u32 {
 }
 
 /// A checked config with decoded keys.
+#[derive(Deserialize)]
+#[serde(try_from = "RawConfig")]
 pub struct Config {
     pub issuer: String,
     pub audiences: Vec<String>,
@@ -199,17 +203,14 @@ fn config_key(entry: &Map<String, Value>) -> Result<Key, String> {
     Ok(Key { kid, material })
 }
 
-impl Config {
-    pub fn parse(json: &str) -> Result<Config, String> {
-        Self::parse_inner(json).map_err(|e| format!("jwt-authn: bad config: {e}"))
-    }
+impl FilterConfig for Config {
+    const FILTER: &'static str = "jwt-authn";
+}
 
-    fn parse_inner(json: &str) -> Result<Config, String> {
-        let value: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
-        if !value.is_object() {
-            return Err("the config is not a JSON object".into());
-        }
-        let raw: RawConfig = serde_json::from_value(value).map_err(|e| e.to_string())?;
+impl TryFrom<RawConfig> for Config {
+    type Error = String;
+
+    fn try_from(raw: RawConfig) -> Result<Config, String> {
         if raw.issuer.is_empty() {
             return Err("issuer is empty".into());
         }
@@ -250,22 +251,6 @@ impl Config {
             leeway_seconds: f64::from(raw.leeway_seconds),
         })
     }
-}
-
-/// The bearer token of a request, as Kubernetes' bearer-token authenticator
-/// reads it (see `token-authn`).
-pub fn bearer_token<'a>(headers: &[(&str, &'a str)]) -> Option<&'a str> {
-    let value = headers
-        .iter()
-        .find(|(name, _)| name.eq_ignore_ascii_case("authorization"))
-        .map(|(_, value)| value.trim())?;
-    let mut parts = value.splitn(3, ' ');
-    let scheme = parts.next()?;
-    let token = parts.next()?;
-    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
-        return None;
-    }
-    Some(token)
 }
 
 #[derive(Debug, PartialEq)]
@@ -465,7 +450,7 @@ fn check_claims(config: &Config, claims: &Map<String, Value>, now: f64) -> Resul
 /// Authenticates one request: no bearer token, a token that is not a JWT or
 /// a JWT from another issuer => no opinion; a JWT from our issuer that fails
 /// any check => error, as Kubernetes' OIDC authenticator.
-pub fn authenticate(config: &Config, headers: &[(&str, &str)], now: f64) -> Outcome {
+pub fn authenticate<H: AsHeader>(config: &Config, headers: &[H], now: f64) -> Outcome {
     let Some(token) = bearer_token(headers) else {
         return Outcome::NoOpinion("no bearer token in the Authorization header".into());
     };

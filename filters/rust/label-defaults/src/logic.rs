@@ -4,6 +4,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
+use wasmgate_filter::FilterConfig;
 
 /// The filter's `config` table.
 #[derive(Debug, Deserialize)]
@@ -16,29 +17,17 @@ pub struct Config {
     pub overwrite: bool,
 }
 
-impl Config {
-    pub fn parse(json: &str) -> Result<Config, String> {
-        let config: Config =
-            parse_object(json).map_err(|e| format!("label-defaults: bad config: {e}"))?;
-        for (key, value) in &config.labels {
-            validate_label_key(key)
-                .map_err(|e| format!("label-defaults: bad config: label key {key:?}: {e}"))?;
-            validate_label_value(value).map_err(|e| {
-                format!("label-defaults: bad config: value {value:?} of label {key:?}: {e}")
-            })?;
-        }
-        Ok(config)
-    }
-}
+impl FilterConfig for Config {
+    const FILTER: &'static str = "label-defaults";
 
-/// Parses a JSON object (not an array, which serde would also accept for a
-/// struct) into `T`.
-fn parse_object<T: serde::de::DeserializeOwned>(json: &str) -> Result<T, String> {
-    let value: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
-    if !value.is_object() {
-        return Err("the config is not a JSON object".into());
+    fn check(&self) -> Result<(), String> {
+        for (key, value) in &self.labels {
+            validate_label_key(key).map_err(|e| format!("label key {key:?}: {e}"))?;
+            validate_label_value(value)
+                .map_err(|e| format!("value {value:?} of label {key:?}: {e}"))?;
+        }
+        Ok(())
     }
-    serde_json::from_value(value).map_err(|e| e.to_string())
 }
 
 /// `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`, at most 63 characters: a label

@@ -4,26 +4,15 @@
 
 mod logic;
 
-wit_bindgen::generate!({
-    path: "../../../wit/filter-0.2.0.wit",
-    world: "admission-filter",
-});
-
-use exports::wasmgate::filter::admission::{AdmissionRequest, AdmissionResponse, Guest, Operation};
-use wasmgate::filter::host;
-use wasmgate::filter::types::{LogLevel, Status};
+use wasmgate_filter::admission::{self, AdmissionRequest, AdmissionResponse, Guest, Operation};
+use wasmgate_filter::types::Status;
+use wasmgate_filter::{debug, error, info};
 
 struct Filter;
 
 impl Guest for Filter {
     fn admit(request: AdmissionRequest) -> Result<AdmissionResponse, String> {
-        let config = match config() {
-            Ok(config) => config,
-            Err(message) => {
-                host::log(LogLevel::Error, &message);
-                return Err(message);
-            }
-        };
+        let config = wasmgate_filter::config::<logic::Config>()?;
         let input = logic::Input {
             operation: match request.operation {
                 Operation::Create => logic::Op::Create,
@@ -38,16 +27,11 @@ impl Guest for Filter {
         };
         match config.admit(&input) {
             Ok(logic::Outcome::Allowed(why)) => {
-                if host::log_enabled(LogLevel::Debug) {
-                    host::log(LogLevel::Debug, &why);
-                }
+                debug!("{why}");
                 Ok(AdmissionResponse::Allowed)
             }
             Ok(logic::Outcome::Denied(denial)) => {
-                host::log(
-                    LogLevel::Info,
-                    &format!("request {} denied: {}", request.uid, denial.message),
-                );
+                info!("request {} denied: {}", request.uid, denial.message);
                 Ok(AdmissionResponse::Denied(Status {
                     code: denial.code,
                     reason: denial.reason.into(),
@@ -55,22 +39,11 @@ impl Guest for Filter {
                 }))
             }
             Err(message) => {
-                host::log(LogLevel::Error, &message);
+                error!("{message}");
                 Err(message)
             }
         }
     }
 }
 
-/// The filter's config, parsed on the instance's first call: a pooled
-/// instance serves many calls, all with the same config (a reload makes
-/// new instances).
-fn config() -> Result<&'static logic::Config, String> {
-    static CONFIG: std::sync::OnceLock<Result<logic::Config, String>> = std::sync::OnceLock::new();
-    CONFIG
-        .get_or_init(|| logic::Config::parse(&host::config()))
-        .as_ref()
-        .map_err(Clone::clone)
-}
-
-export!(Filter);
+admission::export!(Filter);

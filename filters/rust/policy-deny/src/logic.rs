@@ -3,6 +3,7 @@
 use regex::Regex;
 use serde::Deserialize;
 use serde_json::Value;
+use wasmgate_filter::FilterConfig;
 
 /// The filter's `config` table, as written.
 #[derive(Debug, Deserialize)]
@@ -40,7 +41,8 @@ pub enum PatchRequests {
 
 /// A checked config: every rule's operator and value agree, every regex
 /// compiles.
-#[derive(Debug)]
+#[derive(Debug, Deserialize)]
+#[serde(try_from = "RawConfig")]
 pub struct Config {
     pub name: String,
     pub rules: Vec<Rule>,
@@ -68,26 +70,23 @@ pub enum Test {
     In(Vec<Value>),
 }
 
-impl Config {
-    pub fn parse(json: &str) -> Result<Config, String> {
-        let value: Value =
-            serde_json::from_str(json).map_err(|e| format!("policy-deny: bad config: {e}"))?;
-        if !value.is_object() {
-            return Err("policy-deny: bad config: the config is not a JSON object".into());
-        }
-        let raw: RawConfig =
-            serde_json::from_value(value).map_err(|e| format!("policy-deny: bad config: {e}"))?;
+impl FilterConfig for Config {
+    const FILTER: &'static str = "policy-deny";
+}
+
+impl TryFrom<RawConfig> for Config {
+    type Error = String;
+
+    fn try_from(raw: RawConfig) -> Result<Config, String> {
         let name = raw.name.unwrap_or_else(|| "policy-deny".into());
         if name.is_empty() {
-            return Err("policy-deny: bad config: name is empty".into());
+            return Err("name is empty".into());
         }
         let rules = raw
             .rules
             .into_iter()
             .enumerate()
-            .map(|(i, r)| {
-                Rule::check(r).map_err(|e| format!("policy-deny: bad config: rules[{i}]: {e}"))
-            })
+            .map(|(i, r)| Rule::check(r).map_err(|e| format!("rules[{i}]: {e}")))
             .collect::<Result<_, _>>()?;
         Ok(Config {
             name,

@@ -3,26 +3,14 @@
 
 mod logic;
 
-wit_bindgen::generate!({
-    path: "../../../wit/filter-0.2.0.wit",
-    world: "authorizer-filter",
-});
-
-use exports::wasmgate::filter::authorizer::{Attributes, Decision, Guest};
-use wasmgate::filter::host;
-use wasmgate::filter::types::LogLevel;
+use wasmgate_filter::authorizer::{self, Attributes, Decision, Guest};
+use wasmgate_filter::debug;
 
 struct Filter;
 
 impl Guest for Filter {
     fn authorize(attributes: Attributes) -> Result<Decision, String> {
-        let config = match config() {
-            Ok(config) => config,
-            Err(message) => {
-                host::log(LogLevel::Error, &message);
-                return Err(message);
-            }
-        };
+        let config = wasmgate_filter::config::<logic::Config>()?;
         let user = &attributes.user;
         let req = &attributes.request;
         let attrs = logic::Request {
@@ -41,30 +29,15 @@ impl Guest for Filter {
             logic::Verdict::Allow(grant) => {
                 // The decision carries no reason: write it only for a log
                 // that keeps it.
-                if host::log_enabled(LogLevel::Debug) {
-                    host::log(LogLevel::Debug, &grant.to_string());
-                }
+                debug!("{grant}");
                 Decision::Allow
             }
             logic::Verdict::NoOpinion(reason) => {
-                if host::log_enabled(LogLevel::Debug) {
-                    host::log(LogLevel::Debug, &reason);
-                }
+                debug!("{reason}");
                 Decision::NoOpinion(reason)
             }
         })
     }
 }
 
-/// The filter's config, parsed on the instance's first call: a pooled
-/// instance serves many calls, all with the same config (a reload makes
-/// new instances).
-fn config() -> Result<&'static logic::Config, String> {
-    static CONFIG: std::sync::OnceLock<Result<logic::Config, String>> = std::sync::OnceLock::new();
-    CONFIG
-        .get_or_init(|| logic::Config::parse(&host::config()))
-        .as_ref()
-        .map_err(Clone::clone)
-}
-
-export!(Filter);
+authorizer::export!(Filter);

@@ -6,6 +6,7 @@
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use wasmgate_filter::FilterConfig;
 
 /// The filter's `config` table.
 #[derive(Debug, Deserialize)]
@@ -117,18 +118,17 @@ impl std::fmt::Display for Grant<'_> {
     }
 }
 
-impl Config {
-    /// Parses and validates the config as the Kubernetes API would validate
-    /// the RBAC objects; the error is a message for the log.
-    pub fn parse(json: &str) -> Result<Config, String> {
-        let config: Config =
-            parse_object(json).map_err(|e| format!("rbac-authz: bad config: {e}"))?;
-        config
-            .validate()
-            .map_err(|e| format!("rbac-authz: bad config: {e}"))?;
-        Ok(config)
-    }
+impl FilterConfig for Config {
+    const FILTER: &'static str = "rbac-authz";
 
+    /// Validates the config as the Kubernetes API would validate the RBAC
+    /// objects.
+    fn check(&self) -> Result<(), String> {
+        self.validate()
+    }
+}
+
+impl Config {
     fn validate(&self) -> Result<(), String> {
         let mut names = BTreeMap::new();
         for (i, role) in self.roles.iter().enumerate() {
@@ -235,16 +235,6 @@ impl Config {
             }
         ))
     }
-}
-
-/// Parses a JSON object (not an array, which serde would also accept for a
-/// struct) into `T`.
-fn parse_object<T: serde::de::DeserializeOwned>(json: &str) -> Result<T, String> {
-    let value: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
-    if !value.is_object() {
-        return Err("the config is not a JSON object".into());
-    }
-    serde_json::from_value(value).map_err(|e| e.to_string())
 }
 
 impl PolicyRule {

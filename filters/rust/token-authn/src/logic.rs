@@ -1,6 +1,8 @@
 //! Pure logic of `token-authn`: no host calls, so it runs in host-target tests.
 
 use serde::Deserialize;
+use wasmgate_filter::FilterConfig;
+use wasmgate_filter::headers::{AsHeader, bearer_token};
 
 /// The filter's `config` table.
 #[derive(Debug, Deserialize)]
@@ -21,40 +23,23 @@ pub struct TokenEntry {
     pub groups: Vec<String>,
 }
 
-impl Config {
-    /// Parses and checks the JSON config; the error is a message for the log.
-    pub fn parse(json: &str) -> Result<Config, String> {
-        let config: Config =
-            parse_object(json).map_err(|e| format!("token-authn: bad config: {e}"))?;
-        for (i, entry) in config.tokens.iter().enumerate() {
+impl FilterConfig for Config {
+    const FILTER: &'static str = "token-authn";
+
+    fn check(&self) -> Result<(), String> {
+        for (i, entry) in self.tokens.iter().enumerate() {
             if entry.token.is_empty() {
-                return Err(format!(
-                    "token-authn: bad config: tokens[{i}].token is empty"
-                ));
+                return Err(format!("tokens[{i}].token is empty"));
             }
             if entry.token.chars().any(char::is_whitespace) {
-                return Err(format!(
-                    "token-authn: bad config: tokens[{i}].token contains whitespace"
-                ));
+                return Err(format!("tokens[{i}].token contains whitespace"));
             }
             if entry.user.is_empty() {
-                return Err(format!(
-                    "token-authn: bad config: tokens[{i}].user is empty"
-                ));
+                return Err(format!("tokens[{i}].user is empty"));
             }
         }
-        Ok(config)
+        Ok(())
     }
-}
-
-/// Parses a JSON object (not an array, which serde would also accept for a
-/// struct) into `T`.
-fn parse_object<T: serde::de::DeserializeOwned>(json: &str) -> Result<T, String> {
-    let value: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
-    if !value.is_object() {
-        return Err("the config is not a JSON object".into());
-    }
-    serde_json::from_value(value).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, PartialEq)]
@@ -70,24 +55,6 @@ impl PartialEq for TokenEntry {
     }
 }
 
-/// The bearer token of a request, as Kubernetes' bearer-token authenticator
-/// reads it: the first `Authorization` header, trimmed, split on spaces into at
-/// most three parts; the first must be `bearer` (any case) and the second, the
-/// token, non-empty.
-pub fn bearer_token<'a>(headers: &[(&str, &'a str)]) -> Option<&'a str> {
-    let value = headers
-        .iter()
-        .find(|(name, _)| name.eq_ignore_ascii_case("authorization"))
-        .map(|(_, value)| value.trim())?;
-    let mut parts = value.splitn(3, ' ');
-    let scheme = parts.next()?;
-    let token = parts.next()?;
-    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
-        return None;
-    }
-    Some(token)
-}
-
 /// Compares two byte strings in time that depends only on their lengths.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
@@ -100,9 +67,10 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
-/// Authenticates one request's headers against the configured tokens. Every
-/// configured token is compared, whether or not an earlier one matched.
-pub fn authenticate(config: &Config, headers: &[(&str, &str)]) -> Outcome {
+/// Authenticates one request's headers against the configured tokens (the
+/// bearer token as Kubernetes reads it). Every configured token is compared,
+/// whether or not an earlier one matched.
+pub fn authenticate<H: AsHeader>(config: &Config, headers: &[H]) -> Outcome {
     let Some(token) = bearer_token(headers) else {
         return Outcome::NoOpinion("no bearer token in the Authorization header");
     };

@@ -4,25 +4,17 @@
 
 mod logic;
 
-wit_bindgen::generate!({
-    path: "../../../wit/filter-0.2.0.wit",
-    world: "authenticator-filter",
-});
-
-use exports::wasmgate::filter::authenticator::{AuthnResult, Guest};
-use wasmgate::filter::host;
-use wasmgate::filter::types::{LogLevel, RequestView, UserInfo};
+use wasmgate_filter::authenticator::{self, AuthnResult, Guest};
+use wasmgate_filter::debug;
+use wasmgate_filter::types::{RequestView, UserInfo};
 
 struct Filter;
 
 impl Guest for Filter {
     fn authenticate(request: RequestView) -> AuthnResult {
-        let config = match config() {
+        let config = match wasmgate_filter::config::<logic::Config>() {
             Ok(config) => config,
-            Err(message) => {
-                host::log(LogLevel::Error, &message);
-                return AuthnResult::Error(message);
-            }
+            Err(message) => return AuthnResult::Error(message),
         };
         let cert = request
             .client_certificate
@@ -33,10 +25,7 @@ impl Guest for Filter {
             });
         match logic::authenticate(config, cert) {
             logic::Outcome::Authenticated { user, groups } => {
-                host::log(
-                    LogLevel::Debug,
-                    &format!("client certificate belongs to user {user:?}"),
-                );
+                debug!("client certificate belongs to user {user:?}");
                 AuthnResult::Authenticated(UserInfo {
                     name: user,
                     uid: String::new(),
@@ -45,22 +34,11 @@ impl Guest for Filter {
                 })
             }
             logic::Outcome::NoOpinion(why) => {
-                host::log(LogLevel::Debug, &why);
+                debug!("{why}");
                 AuthnResult::NoOpinion
             }
         }
     }
 }
 
-/// The filter's config, parsed on the instance's first call: a pooled
-/// instance serves many calls, all with the same config (a reload makes
-/// new instances).
-fn config() -> Result<&'static logic::Config, String> {
-    static CONFIG: std::sync::OnceLock<Result<logic::Config, String>> = std::sync::OnceLock::new();
-    CONFIG
-        .get_or_init(|| logic::Config::parse(&host::config()))
-        .as_ref()
-        .map_err(Clone::clone)
-}
-
-export!(Filter);
+authenticator::export!(Filter);

@@ -1,6 +1,7 @@
 //! Pure logic of `x509-authn`: no host calls, so it runs in host-target tests.
 
 use serde::Deserialize;
+use wasmgate_filter::FilterConfig;
 
 /// The filter's `config` table; every key is optional.
 #[derive(Debug, Default, Deserialize)]
@@ -12,14 +13,14 @@ pub struct Config {
     pub required_organization: Option<String>,
 }
 
-impl Config {
-    pub fn parse(json: &str) -> Result<Config, String> {
-        let config: Config =
-            parse_object(json).map_err(|e| format!("x509-authn: bad config: {e}"))?;
-        if config.required_organization.as_deref() == Some("") {
-            return Err("x509-authn: bad config: required_organization is empty".into());
+impl FilterConfig for Config {
+    const FILTER: &'static str = "x509-authn";
+
+    fn check(&self) -> Result<(), String> {
+        if self.required_organization.as_deref() == Some("") {
+            return Err("required_organization is empty".into());
         }
-        Ok(config)
+        Ok(())
     }
 }
 
@@ -28,16 +29,6 @@ impl Config {
 pub struct Certificate<'a> {
     pub common_name: Option<&'a str>,
     pub organizations: &'a [String],
-}
-
-/// Parses a JSON object (not an array, which serde would also accept for a
-/// struct) into `T`.
-fn parse_object<T: serde::de::DeserializeOwned>(json: &str) -> Result<T, String> {
-    let value: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
-    if !value.is_object() {
-        return Err("the config is not a JSON object".into());
-    }
-    serde_json::from_value(value).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, PartialEq)]

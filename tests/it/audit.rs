@@ -1,0 +1,670 @@
+//! The audit stage with the real jsonl-audit component writing to a file:
+//! the policy's first matching rule sets the level (Metadata, Request with
+//! the request object, RequestResponse with the response object too), a
+//! rule's omitted stages are not written, no matching rule means no event;
+//! long-running requests get ResponseStarted; batch mode delivers; the
+//! Audit-ID header is the events' auditID; impersonation and authorization
+//! decisions are recorded. Every request that got RequestReceived gets
+//! ResponseComplete, 25 of 25: those answered 504 by the timeout, those
+//! their clients abandon (HTTP/1.1 and HTTP/2), those cut at shutdown (in
+//! both modes, written before the log is flushed); and failed
+//! authentications are audited as kube's `WithFailedAuthenticationAudit`
+//! audits them.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+/// The policy of these tests, first match wins.
+const POLICY: &str = r#"
+[[audit.policy]]
+level = "None"
+non_resource_urls = ["/healthz*"]
+
+[[audit.policy]]
+level = "RequestResponse"
+users = ["alice"]
+verbs = ["create"]
+resources = [{ group = "demo.example.io", resources = ["widgets"] }]
+
+[[audit.policy]]
+level = "Request"
+verbs = ["create", "update"]
+
+[[audit.policy]]
+level = "Metadata"
+users = ["bob"]
+
+[[audit.policy]]
+level = "Metadata"
+non_resource_urls = ["/open/*"]
+omit_stages = ["RequestReceived"]
+
+[[audit.policy]]
+level = "Metadata"
+non_resource_urls = ["/private/*"]
+"#;
+
+/// A gateway with tokens, RBAC, the policy above and jsonl-audit writing to
+/// `audit.jsonl` beside the manifest; returns it and the file's path.
+async fn audited_gateway(upstream: &Upstream, mode: &str) -> (TestGateway, PathBuf) {
+    audited_gateway_with(upstream, mode, "").await
+}
+
+/// The same, with `limits` in its `[limits]`.
+async fn audited_gateway_with(
+    upstream: &Upstream,
+    mode: &str,
+    limits: &str,
+) -> (TestGateway, PathBuf) {
+    let audit = format!("\n[limits]\n{limits}\n\n[audit]\nmode = \"{mode}\"\n{POLICY}");
+    let sink = filter(
+        "audit.filters",
+        "audit-log",
+        "jsonl-audit",
+        None,
+        "sink = \"audit.jsonl\"\n",
+    );
+    let manifest = plaintext(
+        &[
+            "[authentication]\nanonymous = true\n".to_owned(),
+            tokens(),
+            rbac(),
+            audit,
+            sink,
+            routes(&upstream.url()),
+        ]
+        .concat(),
+    );
+    let gateway = TestGateway::start(&manifest).await;
+    let log = gateway.dir.path().join("audit.jsonl");
+    (gateway, log)
+}
+
+fn audit_id(answer: &Answer) -> String {
+    answer
+        .header("audit-id")
+        .expect("an Audit-ID header")
+        .to_owned()
+}
+
+fn annotations(event: &Value) -> Value {
+    event.get("annotations").cloned().unwrap_or(Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_mode_records_each_request_at_its_rule_level() {
+    let upstream = Upstream::start().await;
+    let (gateway, log) = audited_gateway(&upstream, "blocking").await;
+    let client = http_client();
+    let widget =
+        json!({"apiVersion": "demo.example.io/v1", "kind": "Widget", "metadata": {"name": "w1"}});
+
+    // alice creates: rules 2 and 3 match, the first (RequestResponse) wins.
+    // The client's Audit-ID is kept and is every event's auditID.
+    let request = client
+        .post(gateway.url(WIDGETS))
+        .bearer_auth("alice-token")
+        .header("Audit-ID", "alice-creates-w1")
+        .header("content-type", "application/json")
+        .body(widget.to_string());
+    let answer = send(request).await;
+    let echoed = echo(&answer);
+    assert_eq!(audit_id(&answer), "alice-creates-w1");
+    // Blocking: the events are written before the response is sent.
+    let events = events_of(&log, "alice-creates-w1");
+    assert_eq!(
+        stages_of(&events),
+        ["RequestReceived", "ResponseComplete"],
+        "{events:#?}"
+    );
+    for event in &events {
+        assert_eq!(event["kind"], "Event");
+        assert_eq!(event["apiVersion"], "audit.k8s.io/v1");
+        assert_eq!(event["level"], "RequestResponse");
+        assert_eq!(event["verb"], "create");
+        assert_eq!(event["requestURI"], WIDGETS);
+        assert_eq!(
+            event["user"],
+            json!({"username": "alice", "uid": "1001", "groups": ["dev", "system:authenticated"]})
+        );
+        assert_eq!(
+            event["objectRef"],
+            json!({"resource": "widgets", "namespace": "default", "apiGroup": "demo.example.io", "apiVersion": "v1"})
+        );
+        assert_eq!(event["sourceIPs"], json!(["127.0.0.1"]));
+        assert_eq!(event["requestObject"], widget);
+        assert!(event.get("impersonatedUser").is_none(), "{event}");
+    }
+    let (received, complete) = (&events[0], &events[1]);
+    assert!(
+        received.get("responseStatus").is_none() && received.get("responseObject").is_none(),
+        "{received}"
+    );
+    assert_eq!(complete["responseStatus"]["code"], 200);
+    assert_eq!(
+        complete["responseObject"], echoed,
+        "the response body, as the client got it"
+    );
+    assert_eq!(
+        annotations(complete),
+        json!({"authorization.k8s.io/decision": "allow"})
+    );
+    assert_eq!(
+        received["requestReceivedTimestamp"],
+        complete["requestReceivedTimestamp"]
+    );
+
+    // bob creates (rule 3, Request): the object, no response object; RBAC
+    // forbids him, and the decision and its reason are annotated.
+    let request = client
+        .post(gateway.url(WIDGETS))
+        .bearer_auth("bob-token")
+        .header("content-type", "application/json")
+        .body(widget.to_string());
+    let answer = send(request).await;
+    answer.assert_status(403, "Forbidden");
+    let events = events_of(&log, &audit_id(&answer));
+    assert_eq!(
+        stages_of(&events),
+        ["RequestReceived", "ResponseComplete"],
+        "{events:#?}"
+    );
+    assert!(
+        events
+            .iter()
+            .all(|event| event["level"] == "Request" && event["requestObject"] == widget)
+    );
+    assert!(
+        events
+            .iter()
+            .all(|event| event.get("responseObject").is_none())
+    );
+    let complete = &events[1];
+    assert_eq!(complete["responseStatus"]["code"], 403);
+    assert_eq!(complete["responseStatus"]["status"], "Failure");
+    let annotations = annotations(complete);
+    assert_eq!(annotations["authorization.k8s.io/decision"], "forbid");
+    let reason = annotations["authorization.k8s.io/reason"]
+        .as_str()
+        .expect("a reason");
+    assert!(
+        reason.starts_with("RBAC: no rules authorize user \"bob\""),
+        "{reason}"
+    );
+
+    // alice updates (rule 3: Request).
+    let request = client
+        .put(gateway.url(&format!("{WIDGETS}/w1")))
+        .bearer_auth("alice-token")
+        .header("content-type", "application/json")
+        .body(widget.to_string());
+    let answer = send(request).await;
+    echo(&answer);
+    let events = events_of(&log, &audit_id(&answer));
+    assert_eq!(events.len(), 2);
+    assert!(
+        events
+            .iter()
+            .all(|event| event["level"] == "Request" && event["verb"] == "update"),
+        "{events:#?}"
+    );
+
+    // bob lists (rule 4, by user: Metadata): no objects recorded.
+    let answer = send(client.get(gateway.url(WIDGETS)).bearer_auth("bob-token")).await;
+    echo(&answer);
+    let events = events_of(&log, &audit_id(&answer));
+    assert_eq!(stages_of(&events), ["RequestReceived", "ResponseComplete"]);
+    for event in &events {
+        assert_eq!(event["level"], "Metadata");
+        assert_eq!(event["verb"], "list");
+        assert!(
+            event.get("requestObject").is_none() && event.get("responseObject").is_none(),
+            "{event}"
+        );
+    }
+
+    // A non-resource URL rule that omits RequestReceived.
+    let answer = send(
+        client
+            .get(gateway.url("/open/x"))
+            .bearer_auth("alice-token"),
+    )
+    .await;
+    echo(&answer);
+    let events = events_of(&log, &audit_id(&answer));
+    assert_eq!(stages_of(&events), ["ResponseComplete"], "{events:#?}");
+    assert_eq!(events[0]["level"], "Metadata");
+    assert_eq!(events[0]["verb"], "get");
+    assert!(events[0].get("objectRef").is_none());
+
+    // Level None (/healthz), and no rule at all (anonymous lists widgets): no events.
+    let healthz = send(
+        client
+            .get(gateway.url("/healthz"))
+            .bearer_auth("alice-token"),
+    )
+    .await;
+    assert_eq!(healthz.status, 200, "{}", healthz.body);
+    let anonymous = get(&client, &gateway.url(WIDGETS)).await;
+    anonymous.assert_status(403, "Forbidden");
+    for answer in [&healthz, &anonymous] {
+        assert_eq!(events_of(&log, &audit_id(answer)), Vec::<Value>::new());
+    }
+    assert_eq!(
+        audit_events(&log).len(),
+        2 + 2 + 2 + 2 + 1,
+        "only the events above were written"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_running_request_gets_response_started_then_complete() {
+    let upstream = Upstream::start().await;
+    let (gateway, log) = audited_gateway(&upstream, "blocking").await;
+    let client = http_client();
+
+    let request = client
+        .get(gateway.url(&format!("{WIDGETS}?watch=true")))
+        .bearer_auth("bob-token")
+        .header(MODE, "stream");
+    let mut response = bounded("the watch's headers", request.send())
+        .await
+        .expect("send the watch");
+    assert_eq!(response.status(), 200);
+    let id = response
+        .headers()
+        .get("audit-id")
+        .expect("an Audit-ID")
+        .to_str()
+        .expect("text")
+        .to_owned();
+    let first = bounded("the first chunk", response.chunk())
+        .await
+        .expect("read a chunk")
+        .expect("a chunk");
+    assert_eq!(&first[..], b"first\n");
+
+    // The response has started and is still streaming.
+    let events = events_of(&log, &id);
+    assert_eq!(
+        stages_of(&events),
+        ["RequestReceived", "ResponseStarted"],
+        "{events:#?}"
+    );
+    assert_eq!(events[1]["responseStatus"]["code"], 200);
+    assert!(
+        events
+            .iter()
+            .all(|event| event["verb"] == "watch" && event["level"] == "Metadata")
+    );
+
+    // The upstream finishes the stream: ResponseComplete follows.
+    upstream.release(1);
+    let mut rest = Vec::new();
+    while let Some(chunk) = bounded("the rest of the watch", response.chunk())
+        .await
+        .expect("read a chunk")
+    {
+        rest.extend_from_slice(&chunk);
+    }
+    assert_eq!(rest, b"second\nthird\n");
+    let events = wait_for_events(&log, &id, 3).await;
+    assert_eq!(
+        stages_of(&events),
+        ["RequestReceived", "ResponseStarted", "ResponseComplete"],
+        "{events:#?}"
+    );
+    assert_eq!(events[2]["responseStatus"]["code"], 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_mode_delivers_every_event() {
+    let upstream = Upstream::start().await;
+    let (mut gateway, log) = audited_gateway(&upstream, "batch").await;
+    let client = http_client();
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let answer = send(
+            client
+                .get(gateway.url(&format!("{WIDGETS}/w{i}")))
+                .bearer_auth("bob-token"),
+        )
+        .await;
+        echo(&answer);
+        ids.push(audit_id(&answer));
+    }
+    for id in &ids {
+        let events = wait_for_events(&log, id, 2).await;
+        assert_eq!(
+            stages_of(&events),
+            ["RequestReceived", "ResponseComplete"],
+            "{events:#?}"
+        );
+        assert_eq!(events[0]["verb"], "get");
+    }
+    // Shutdown flushes whatever is queued.
+    let answer = send(
+        client
+            .get(gateway.url("/private/flush"))
+            .bearer_auth("alice-token"),
+    )
+    .await;
+    answer.assert_status(403, "Forbidden");
+    let id = audit_id(&answer);
+    // (begin_shutdown keeps the gateway's temp dir, and the log, alive.)
+    let drained = bounded("the shutdown", gateway.begin_shutdown())
+        .await
+        .expect("the shutdown task");
+    assert_eq!(drained, wasmgate::server::Drained::Complete);
+    assert_eq!(
+        stages_of(&events_of(&log, &id)),
+        ["RequestReceived", "ResponseComplete"]
+    );
+    assert_eq!(audit_events(&log).len(), 22);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonation_is_recorded_beside_the_requesting_user() {
+    let upstream = Upstream::start().await;
+    let (gateway, log) = audited_gateway(&upstream, "blocking").await;
+    let client = http_client();
+    let request = client
+        .get(gateway.url("/private/bob"))
+        .bearer_auth("alice-token")
+        .header("Impersonate-User", "bob");
+    let answer = send(request).await;
+    echo(&answer);
+    let events = events_of(&log, &audit_id(&answer));
+    assert_eq!(
+        stages_of(&events),
+        ["RequestReceived", "ResponseComplete"],
+        "{events:#?}"
+    );
+    let complete = &events[1];
+    assert_eq!(
+        complete["user"]["username"], "alice",
+        "the user is who made the request"
+    );
+    assert_eq!(
+        complete["impersonatedUser"],
+        json!({"username": "bob", "groups": ["system:authenticated"]})
+    );
+    // The decision was about bob, the impersonated user: RBAC allowed it.
+    assert_eq!(
+        annotations(complete),
+        json!({"authorization.k8s.io/decision": "allow"})
+    );
+    assert!(
+        events[0].get("impersonatedUser").is_none(),
+        "impersonation is decided after RequestReceived"
+    );
+}
+
+/// kube's resource matching (`policy/checker.go`): `widgets` is the
+/// resource only, never its subresources (kube's audit docs: "Resource
+/// "pods" doesn't match requests to any subresource of pods"); `*/scale` is
+/// that subresource of any resource; `widgets/*` every subresource of
+/// widgets; `*` everything in the group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_resources_match_subresources_as_kube_does() {
+    let upstream = Upstream::start().await;
+    let policy = r#"
+[audit]
+mode = "blocking"
+
+[[audit.policy]]
+level = "Metadata"
+resources = [{ group = "demo.example.io", resources = ["widgets"] }]
+
+[[audit.policy]]
+level = "Request"
+resources = [{ group = "demo.example.io", resources = ["*/scale"] }]
+
+[[audit.policy]]
+level = "RequestResponse"
+resources = [{ group = "demo.example.io", resources = ["widgets/*"] }]
+
+[[audit.policy]]
+level = "Metadata"
+namespaces = ["other"]
+resources = [{ group = "demo.example.io", resources = ["*"] }]
+"#;
+    let sink = filter(
+        "audit.filters",
+        "audit-log",
+        "jsonl-audit",
+        None,
+        "sink = \"audit.jsonl\"\n",
+    );
+    let manifest = plaintext(
+        &[
+            tokens(),
+            rbac(),
+            policy.to_owned(),
+            sink,
+            routes(&upstream.url()),
+        ]
+        .concat(),
+    );
+    let gateway = TestGateway::start(&manifest).await;
+    let log = gateway.dir.path().join("audit.jsonl");
+    let client = http_client();
+    let level_of = async |path: &str| {
+        let answer = send(client.get(gateway.url(path)).bearer_auth("alice-token")).await;
+        let events = events_of(&log, &audit_id(&answer));
+        events
+            .first()
+            .map(|event| event["level"].as_str().expect("a level").to_owned())
+    };
+    let other = "/apis/demo.example.io/v1/namespaces/other/gadgets";
+    for (path, level) in [
+        (format!("{WIDGETS}/w1"), Some("Metadata")),
+        (format!("{WIDGETS}/w1/scale"), Some("Request")),
+        (format!("{WIDGETS}/w1/status"), Some("RequestResponse")),
+        (format!("{other}/g1/status"), Some("Metadata")),
+        (
+            "/apis/demo.example.io/v1/namespaces/default/gadgets/g1".to_owned(),
+            None,
+        ),
+    ] {
+        assert_eq!(level_of(&path).await.as_deref(), level, "{path}");
+    }
+}
+
+/// How many requests each completeness test sends.
+const MANY: usize = 25;
+
+/// Asserts the request `id` was received and completed with `code`.
+fn assert_completed(events: &[Value], id: &str, code: u16, reason: &str) {
+    assert_eq!(
+        stages_of(events),
+        ["RequestReceived", "ResponseComplete"],
+        "{id}: {events:#?}"
+    );
+    let status = &events[1]["responseStatus"];
+    assert_eq!(status["code"], code, "{id}: {status}");
+    if !reason.is_empty() {
+        assert_eq!(status["reason"], reason, "{id}: {status}");
+    }
+    assert!(
+        status["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{id}: the event says what happened: {status}"
+    );
+}
+
+/// A raw HTTP/1.1 `GET` of widget `name` by bob, with audit ID `id`, that
+/// the upstream never answers; returns once it is written.
+async fn hanging_request(gateway: &TestGateway, id: &str, name: &str) -> tokio::net::TcpStream {
+    let request = format!(
+        "GET {WIDGETS}/{name} HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer bob-token\r\n\
+         Audit-ID: {id}\r\n{MODE}: hang\r\n\r\n"
+    );
+    raw_request(gateway.addr, request.as_bytes()).await
+}
+
+async fn wait_for_arrivals(upstream: &Upstream, count: usize) {
+    for _ in 0..count {
+        upstream.next_arrival().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_answered_504_by_the_timeout_are_completed_with_504() {
+    let upstream = Upstream::start().await;
+    let (gateway, log) =
+        audited_gateway_with(&upstream, "blocking", "request_timeout = \"2s\"").await;
+    let client = http_client();
+    let answers = futures_util::future::join_all((0..MANY).map(|i| {
+        send(
+            client
+                .get(gateway.url(&format!("{WIDGETS}/w{i}")))
+                .bearer_auth("bob-token")
+                .header(MODE, "hang"),
+        )
+    }))
+    .await;
+    for answer in &answers {
+        answer.assert_status(504, "Timeout");
+        let id = audit_id(answer);
+        let events = wait_for_events(&log, &id, 2).await;
+        assert_completed(&events, &id, 504, "Timeout");
+    }
+    assert_eq!(audit_events(&log).len(), 2 * MANY);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_their_clients_abandon_are_completed() {
+    let upstream = Upstream::start().await;
+    let (gateway, log) = audited_gateway(&upstream, "blocking").await;
+    let mut ids = Vec::new();
+
+    // HTTP/1.1: connections closed while the upstream holds the answer.
+    let mut connections = Vec::new();
+    for i in 0..MANY {
+        let id = format!("abandoned-h1-{i}");
+        connections.push(hanging_request(&gateway, &id, &format!("w{i}")).await);
+        ids.push(id);
+    }
+    wait_for_arrivals(&upstream, MANY).await;
+    drop(connections);
+
+    // HTTP/2: streams reset by a client that stops waiting.
+    let client = h2c_client();
+    let mut waiting = Vec::new();
+    for i in 0..MANY {
+        let id = format!("abandoned-h2-{i}");
+        let request = client
+            .get(gateway.url(&format!("{WIDGETS}/v{i}")))
+            .bearer_auth("bob-token")
+            .header("Audit-ID", &id)
+            .header(MODE, "hang");
+        waiting.push(tokio::spawn(request.send()));
+        ids.push(id);
+    }
+    wait_for_arrivals(&upstream, MANY).await;
+    for request in &waiting {
+        request.abort();
+    }
+
+    for id in &ids {
+        let events = wait_for_events(&log, id, 2).await;
+        assert_completed(&events, id, 499, "");
+    }
+    assert_eq!(audit_events(&log).len(), 2 * ids.len());
+}
+
+async fn requests_cut_at_shutdown_are_completed_before_the_log_is_flushed(mode: &str) {
+    let upstream = Upstream::start().await;
+    let (mut gateway, log) =
+        audited_gateway_with(&upstream, mode, "shutdown_timeout = \"300ms\"").await;
+    let mut connections = Vec::new();
+    for i in 0..MANY {
+        connections.push(hanging_request(&gateway, &format!("cut-{i}"), &format!("w{i}")).await);
+    }
+    wait_for_arrivals(&upstream, MANY).await;
+    let drained = bounded("the shutdown", gateway.begin_shutdown())
+        .await
+        .expect("the shutdown task");
+    assert_eq!(
+        drained,
+        wasmgate::server::Drained::TimedOut {
+            open_connections: MANY
+        }
+    );
+    // Written by the time the shutdown returned: no waiting here.
+    for i in 0..MANY {
+        let id = format!("cut-{i}");
+        assert_completed(&events_of(&log, &id), &id, 503, "ServiceUnavailable");
+    }
+    assert_eq!(audit_events(&log).len(), 2 * MANY);
+    drop(connections);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_cut_at_shutdown_are_completed_in_blocking_mode() {
+    requests_cut_at_shutdown_are_completed_before_the_log_is_flushed("blocking").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_cut_at_shutdown_are_completed_in_batch_mode() {
+    requests_cut_at_shutdown_are_completed_before_the_log_is_flushed("batch").await;
+}
+
+/// kube's `WithFailedAuthenticationAudit`: one event at ResponseStarted,
+/// for no user, with the 401 and the credentials tried, at the level of
+/// the first rule that does not name users or groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_authentications_are_audited_as_kube_does() {
+    let upstream = Upstream::start().await;
+    let (gateway, log) = audited_gateway(&upstream, "blocking").await;
+    let client = http_client();
+    for i in 0..MANY {
+        let path = format!("/private/x{i}");
+        let answer = send(
+            client
+                .get(gateway.url(&path))
+                .bearer_auth(format!("wrong-token-{i}")),
+        )
+        .await;
+        answer.assert_status(401, "Unauthorized");
+        let id = audit_id(&answer);
+        let events = events_of(&log, &id);
+        assert_eq!(stages_of(&events), ["ResponseStarted"], "{events:#?}");
+        let event = &events[0];
+        assert_eq!(event["level"], "Metadata");
+        assert_eq!(event["verb"], "get");
+        assert_eq!(event["requestURI"], path);
+        assert_eq!(event["user"], json!({}), "no user: authentication failed");
+        assert_eq!(event["sourceIPs"], json!(["127.0.0.1"]));
+        assert_eq!(
+            event["responseStatus"],
+            json!({"metadata": {}, "status": "Failure", "code": 401,
+                   "message": "Authentication failed, attempted: bearer"})
+        );
+    }
+
+    // A create matches rule 3 (Request), not alice's rule 2: a rule naming
+    // users never matches an unknown user. No object is recorded.
+    let answer = send(
+        client
+            .post(gateway.url(WIDGETS))
+            .bearer_auth("wrong-token")
+            .header("content-type", "application/json")
+            .body("{}"),
+    )
+    .await;
+    answer.assert_status(401, "Unauthorized");
+    let events = events_of(&log, &audit_id(&answer));
+    assert_eq!(stages_of(&events), ["ResponseStarted"], "{events:#?}");
+    assert_eq!(events[0]["level"], "Request");
+    assert!(events[0].get("requestObject").is_none(), "{}", events[0]);
+
+    // A list no rule covers for an unknown user is not audited.
+    let answer = send(client.get(gateway.url(WIDGETS)).bearer_auth("wrong-token")).await;
+    answer.assert_status(401, "Unauthorized");
+    assert_eq!(events_of(&log, &audit_id(&answer)), Vec::<Value>::new());
+    assert_eq!(audit_events(&log).len(), MANY + 1);
+}

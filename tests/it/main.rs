@@ -1,0 +1,41 @@
+//! The integration tests, in one binary (wasmtime's `tests/all` pattern):
+//! one module per concern of the gateway, each driving real sockets on
+//! 127.0.0.1, real upstreams, real TLS, real components built from
+//! `filters/` and real clients; the helpers they share are in [`support`],
+//! one module per concern. One binary links the gateway and wasmtime once,
+//! and builds the filters once per run.
+//!
+//! `cargo test --test it MODULE::` runs one module's tests.
+
+mod support;
+
+mod audit;
+mod audit_batches;
+mod chain;
+mod chain_order;
+mod check;
+mod clients;
+mod deadlines;
+mod decision_cache;
+mod filter_units;
+mod health;
+mod hostile_headers;
+mod hostile_paths;
+mod languages;
+mod lifecycle;
+mod limits;
+mod malformed;
+mod module_graph;
+mod properties;
+mod readme;
+mod reload;
+mod routing;
+mod scaffold;
+mod self_signed;
+mod tls;
+mod try_cli;
+mod upstream;
+mod wasi_grants;
+mod wasm_budgets;
+mod wasm_capacity;
+mod wasm_stages;

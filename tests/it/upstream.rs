@@ -1,0 +1,545 @@
+//! The reverse proxy over real sockets: headers forwarded and hop-by-hop ones
+//! dropped both ways, `X-Forwarded-*` set, Host rewritten; bodies streaming
+//! both ways; an upstream that is down (503), too slow (504), or https
+//! (verified with the route's `ca`); request bodies over the limit (413).
+
+use bytes::Bytes;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+
+use crate::support::*;
+
+fn manifest(upstream: &Upstream, extra_routes: &str) -> String {
+    let up = upstream.url();
+    plaintext(&format!(
+        r#"
+[limits]
+max_request_body = "1KiB"
+
+[[servers]]
+name = "proxy"
+
+[[servers.routes]]
+prefix = "/up/"
+upstream = "{up}"
+
+[[servers.routes]]
+prefix = "/based/"
+upstream = "{up}/base/"
+
+[[servers.routes]]
+prefix = "/impatient/"
+upstream = {{ url = "{up}", timeout = "300ms" }}
+{extra_routes}
+"#
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_headers_are_forwarded_without_hop_by_hop_ones() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, "")).await;
+    let request = "GET /up/headers?a=1 HTTP/1.1\r\n\
+         Host: gateway.example:8443\r\n\
+         X-Custom: kept\r\n\
+         Connection: x-drop-me, close\r\n\
+         X-Drop-Me: secret\r\n\
+         Keep-Alive: timeout=5\r\n\
+         Proxy-Authorization: Basic c2VjcmV0\r\n\
+         Proxy-Connection: keep-alive\r\n\
+         TE: trailers\r\n\
+         X-Forwarded-For: 10.1.2.3\r\n\
+         X-Forwarded-For: 10.4.5.6, 10.7.8.9\r\n\
+         \r\n";
+    let mut stream = tokio::net::TcpStream::connect(gateway.addr)
+        .await
+        .expect("connect");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let (head, body) = read_one_response(&mut stream).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let echo: serde_json::Value = serde_json::from_str(&body).expect("the upstream's echo");
+    assert_eq!(echo["path"], "/up/headers?a=1");
+    let headers = &echo["headers"];
+    assert_eq!(headers["x-custom"], serde_json::json!(["kept"]));
+    for dropped in [
+        "x-drop-me",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+    ] {
+        assert!(
+            headers.get(dropped).is_none(),
+            "{dropped} reached the upstream: {headers}"
+        );
+    }
+    if let Some(connection) = headers.get("connection") {
+        let text = connection.to_string();
+        assert!(
+            !text.contains("x-drop-me") && !text.contains("close"),
+            "the client's Connection was forwarded: {text}"
+        );
+    }
+    assert_eq!(
+        headers["x-forwarded-for"],
+        serde_json::json!(["127.0.0.1"]),
+        "the peer is no trusted proxy: its X-Forwarded-For is not believed \
+         (tests/it/hostile_headers.rs covers a trusted one's, appended to)"
+    );
+    assert_eq!(headers["x-forwarded-proto"], serde_json::json!(["http"]));
+    assert_eq!(
+        headers["x-forwarded-host"],
+        serde_json::json!(["gateway.example:8443"])
+    );
+    assert_eq!(
+        headers["host"],
+        serde_json::json!([upstream.addr.to_string()]),
+        "Host is the upstream's"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_headers_over_http2_and_a_base_path() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, "")).await;
+    // h2c: no Host header, the authority is in the URI.
+    let answer = get(&h2c_client(), &gateway.url("/based/x?y=z")).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.version, http::Version::HTTP_2);
+    let echo = answer.json();
+    assert_eq!(
+        echo["path"], "/base/based/x?y=z",
+        "the upstream's base path comes first"
+    );
+    assert_eq!(
+        echo["headers"]["x-forwarded-for"],
+        serde_json::json!(["127.0.0.1"])
+    );
+    assert_eq!(
+        echo["headers"]["x-forwarded-host"],
+        serde_json::json!([gateway.addr.to_string()])
+    );
+    assert_eq!(
+        echo["headers"]["host"],
+        serde_json::json!([upstream.addr.to_string()])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hop_by_hop_response_headers_are_dropped() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, "")).await;
+    // Over HTTP/2 a connection-specific header would break the stream.
+    for client in [http_client(), h2c_client()] {
+        let answer = send(client.get(gateway.url("/up/hop")).header(MODE, "hop")).await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(
+            answer.header("x-upstream"),
+            Some("yes"),
+            "an end-to-end header is kept"
+        );
+        for dropped in [
+            "x-hop-response",
+            "keep-alive",
+            "proxy-authenticate",
+            "trailer",
+            "connection",
+        ] {
+            assert!(
+                answer.header(dropped).is_none(),
+                "{dropped} reached the client: {:?}",
+                answer.headers
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_response_arrives_chunk_by_chunk() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, "")).await;
+    for client in [http_client(), h2c_client()] {
+        let mut response = bounded(
+            "response headers",
+            client
+                .get(gateway.url("/up/stream"))
+                .header(MODE, "stream")
+                .send(),
+        )
+        .await
+        .expect("a response");
+        assert_eq!(response.status(), 200);
+        // The upstream sends the rest only once released: the first chunk
+        // must get through on its own.
+        let first = bounded("the first chunk", response.chunk())
+            .await
+            .expect("a chunk")
+            .expect("not the end");
+        assert_eq!(first, Bytes::from_static(b"first\n"));
+        upstream.release(1);
+        let mut rest = Vec::new();
+        while let Some(chunk) = bounded("the next chunk", response.chunk())
+            .await
+            .expect("a chunk")
+        {
+            rest.extend_from_slice(&chunk);
+        }
+        assert_eq!(String::from_utf8_lossy(&rest), "second\nthird\n");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_request_body_reaches_the_upstream_as_it_is_sent() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, "")).await;
+    let (sender, mut receiver) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let stream = futures_util::stream::poll_fn(move |cx| {
+        receiver
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(Ok::<_, std::io::Error>))
+    });
+    let request = http_client()
+        .post(gateway.url("/up/upload"))
+        .header(MODE, "chunks")
+        .body(reqwest::Body::wrap_stream(stream))
+        .send();
+    let pending = tokio::spawn(request);
+    sender
+        .send(Bytes::from_static(b"alpha-"))
+        .await
+        .expect("send a chunk");
+    // The second chunk is not sent until the first reached the upstream.
+    assert_eq!(upstream.next_body_bytes(6).await, b"alpha-");
+    sender
+        .send(Bytes::from_static(b"omega"))
+        .await
+        .expect("send a chunk");
+    drop(sender);
+    let response = bounded("the upload's response", pending)
+        .await
+        .expect("the task")
+        .expect("a response");
+    let answer = Answer::of(response).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["body"], "alpha-omega");
+    assert_eq!(answer.json()["method"], "POST");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_is_down_is_a_503() {
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let dead = closed.local_addr().expect("an address");
+    drop(closed);
+    let upstream = Upstream::start().await;
+    let route =
+        format!("\n[[servers.routes]]\nprefix = \"/dead/\"\nupstream = \"http://{dead}\"\n");
+    let gateway = TestGateway::start(&manifest(&upstream, &route)).await;
+    let answer = get(&http_client(), &gateway.url("/dead/x")).await;
+    answer.assert_status(503, "ServiceUnavailable");
+    // The gateway goes on serving.
+    assert_eq!(get(&http_client(), &gateway.url("/up/x")).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_hangs_past_its_timeout_is_a_504() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, "")).await;
+    let answer = send(
+        http_client()
+            .get(gateway.url("/impatient/x"))
+            .header(MODE, "hang"),
+    )
+    .await;
+    answer.assert_status(504, "Timeout");
+    // Without a hang the same route answers.
+    let fine = get(&http_client(), &gateway.url("/impatient/x")).await;
+    assert_eq!(fine.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_upstream_is_verified_with_the_routes_ca() {
+    let dir = new_dir();
+    let ca = Ca::new("upstream CA");
+    std::fs::write(dir.path().join("upstream-ca.crt"), &ca.cert_pem).expect("write the CA");
+    let secure = Upstream::start_tls(&ca.server_cert()).await;
+    let stranger = Upstream::start_tls(&Ca::new("someone else's CA").server_cert()).await;
+    let plain = Upstream::start().await;
+    let routes = format!(
+        r#"
+[[servers.routes]]
+prefix = "/secure/"
+upstream = {{ url = "{}", ca = "upstream-ca.crt" }}
+
+[[servers.routes]]
+prefix = "/stranger/"
+upstream = {{ url = "{}", ca = "upstream-ca.crt" }}
+"#,
+        secure.url(),
+        stranger.url()
+    );
+    let gateway = TestGateway::start_in(dir, &manifest(&plain, &routes)).await;
+    let client = http_client();
+    let answer = send(client.post(gateway.url("/secure/x?q=1")).body("payload")).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let echo = answer.json();
+    assert_eq!(echo["path"], "/secure/x?q=1");
+    assert_eq!(echo["body"], "payload");
+    assert_eq!(secure.hits(), 1);
+
+    // A certificate the CA did not sign: the TLS handshake to the upstream
+    // fails, and the client is told the upstream is unavailable.
+    let refused = get(&client, &gateway.url("/stranger/x")).await;
+    refused.assert_status(503, "ServiceUnavailable");
+    assert_eq!(stranger.hits(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_body_over_the_limit_is_a_413() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, "")).await;
+    let chunks: Vec<Result<Bytes, std::io::Error>> =
+        (0..4).map(|_| Ok(Bytes::from(vec![b'a'; 400]))).collect();
+    let body = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
+    let answer = send(http_client().post(gateway.url("/up/big")).body(body)).await;
+    let status = answer.assert_status(413, "RequestEntityTooLarge");
+    assert_eq!(
+        status["message"],
+        "the request body is too large: limit is 1024 bytes"
+    );
+
+    // A chunked body under the limit goes through whole.
+    let chunks: Vec<Result<Bytes, std::io::Error>> =
+        (0..2).map(|_| Ok(Bytes::from(vec![b'b'; 400]))).collect();
+    let body = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
+    let answer = send(http_client().post(gateway.url("/up/small")).body(body)).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["body"].as_str().map(str::len), Some(800));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_length_over_the_limit_is_a_413_at_once() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, "")).await;
+    let answer = send(
+        http_client()
+            .put(gateway.url("/up/big"))
+            .body(vec![b'a'; 2048]),
+    )
+    .await;
+    answer.assert_status(413, "RequestEntityTooLarge");
+    assert_eq!(upstream.hits(), 0, "refused before the upstream was asked");
+    let exact = send(
+        http_client()
+            .put(gateway.url("/up/edge"))
+            .body(vec![b'a'; 1024]),
+    )
+    .await;
+    assert_eq!(
+        exact.status, 200,
+        "a body of exactly the limit is allowed: {}",
+        exact.body
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_request_body_is_the_clients_fault() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, "")).await;
+    let request = b"POST /up/bad HTTP/1.1\r\nHost: gateway\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+                    3\r\nabc\r\nzz\r\nabc\r\n0\r\n\r\n";
+    let answer = raw_exchange(gateway.addr, request).await;
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let status: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|_| panic!("a Status: {answer}"));
+    assert_eq!(status["reason"], "BadRequest", "{answer}");
+    assert_eq!(status["message"], "the request body could not be read");
+}
+
+/// A scripted HTTP/1.1 upstream on raw sockets, for what the pool does with
+/// connections: it counts the connections it accepts and answers by path.
+/// `/length` has a `Content-Length` body, `/chunked` a chunked one, `/empty`
+/// is a 204; `/close-after` answers like `/length`, then closes the
+/// connection as an upstream's idle timeout would, without warning;
+/// `/stall` sends the head and half of its body, then nothing; `/early`
+/// answers at once without reading the request's body, then waits.
+struct ScriptedUpstream {
+    addr: std::net::SocketAddr,
+    connections: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ScriptedUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ScriptedUpstream {
+    async fn start() -> ScriptedUpstream {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("an address");
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counted = connections.clone();
+        let task = tokio::spawn(async move {
+            let mut serving = tokio::task::JoinSet::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                serving.spawn(Self::serve(stream));
+            }
+        });
+        ScriptedUpstream {
+            addr,
+            connections,
+            task,
+        }
+    }
+
+    async fn serve(stream: tokio::net::TcpStream) {
+        let mut reader = tokio::io::BufReader::new(stream);
+        loop {
+            let mut request_line = String::new();
+            if reader.read_line(&mut request_line).await.unwrap_or(0) == 0 {
+                return;
+            }
+            // The gateway's GETs have no body: the head ends at a blank line.
+            let mut line = String::new();
+            while reader.read_line(&mut line).await.unwrap_or(0) > 2 {
+                line.clear();
+            }
+            let path = request_line.split(' ').nth(1).unwrap_or("/");
+            let answer: &[u8] = match path {
+                "/length" | "/close-after" => b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+                "/chunked" => {
+                    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhe\r\n3\r\nllo\r\n0\r\n\r\n"
+                }
+                "/empty" => b"HTTP/1.1 204 No Content\r\n\r\n",
+                "/stall" => b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello",
+                "/early" => b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly",
+                _ => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
+            };
+            // A HEAD's answer is the head alone.
+            let answer = match request_line.starts_with("HEAD ") {
+                true => {
+                    &answer[..answer
+                        .windows(4)
+                        .position(|w| w == b"\r\n\r\n")
+                        .map_or(answer.len(), |end| end + 4)]
+                }
+                false => answer,
+            };
+            if reader.get_mut().write_all(answer).await.is_err() {
+                return;
+            }
+            match path {
+                "/close-after" => return,
+                "/stall" | "/early" => std::future::pending::<()>().await,
+                _ => {}
+            }
+        }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+fn scripted_manifest(upstream: &ScriptedUpstream) -> String {
+    plaintext(&format!(
+        "[[servers]]\nname = \"proxy\"\n\n[[servers.routes]]\nprefix = \"/\"\nupstream = \"http://{}\"\n",
+        upstream.addr
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_keep_alive_connection_carries_every_kind_of_response() {
+    let upstream = ScriptedUpstream::start().await;
+    let gateway = TestGateway::start(&scripted_manifest(&upstream)).await;
+    let client = http_client();
+    for _ in 0..3 {
+        for (path, status, body) in [
+            ("/length", 200, "hello"),
+            ("/chunked", 200, "hello"),
+            ("/empty", 204, ""),
+        ] {
+            let answer = get(&client, &gateway.url(path)).await;
+            assert_eq!(
+                (answer.status, answer.body.as_str()),
+                (status, body),
+                "{path}"
+            );
+        }
+        let head = send(client.head(gateway.url("/length"))).await;
+        assert_eq!(head.status, 200);
+    }
+    assert_eq!(
+        upstream.connections(),
+        1,
+        "every answer returned its connection"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_the_upstream_closed_while_idle_is_not_reused() {
+    let upstream = ScriptedUpstream::start().await;
+    let gateway = TestGateway::start(&scripted_manifest(&upstream)).await;
+    let client = http_client();
+    for round in 1..=4 {
+        let answer = get(&client, &gateway.url("/close-after")).await;
+        assert_eq!(
+            (answer.status, answer.body.as_str()),
+            (200, "hello"),
+            "round {round}"
+        );
+    }
+    assert_eq!(upstream.connections(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_abandoned_half_read_takes_its_connection_with_it() {
+    let upstream = ScriptedUpstream::start().await;
+    let gateway = TestGateway::start(&scripted_manifest(&upstream)).await;
+    let mut client = raw_request(
+        gateway.addr,
+        b"GET /stall HTTP/1.1\r\nHost: gateway\r\n\r\n",
+    )
+    .await;
+    let mut head = [0u8; 64];
+    let read = bounded("the stalled response's head", client.read(&mut head))
+        .await
+        .expect("read");
+    assert!(head[..read].starts_with(b"HTTP/1.1 200"));
+    drop(client);
+    // The half-read connection is never handed to another request.
+    let answer = get(&http_client(), &gateway.url("/length")).await;
+    assert_eq!((answer.status, answer.body.as_str()), (200, "hello"));
+    assert_eq!(upstream.connections(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_request_waits_behind_an_upload_the_upstream_answered_early() {
+    let upstream = ScriptedUpstream::start().await;
+    let gateway = TestGateway::start(&scripted_manifest(&upstream)).await;
+    // A client that starts a chunked upload and never finishes it; the
+    // upstream answers it without reading the body.
+    let mut uploader = raw_request(
+        gateway.addr,
+        b"POST /early HTTP/1.1\r\nHost: gateway\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+    )
+    .await;
+    let (head, body) = read_one_response(&mut uploader).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, "early");
+    // That connection to the upstream is still sending the upload: the next
+    // request goes on another one rather than wait for it.
+    let answer = get(&http_client(), &gateway.url("/length")).await;
+    assert_eq!((answer.status, answer.body.as_str()), (200, "hello"));
+    assert_eq!(upstream.connections(), 2);
+    drop(uploader);
+}

@@ -1,0 +1,443 @@
+//! A filter's budgets, with the real fault components: a looping filter is
+//! stopped at its `timeout` while other requests go on being served, a
+//! memory-hungry one is capped at its `memory` without the gateway's RSS
+//! growing, a `sha256` pin is enforced at load, and the compiled-component
+//! cache serves a second load from memory.
+//!
+//! No timing assertions beyond generous upper bounds for "did not hang".
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use crate::support::*;
+
+/// Tokens, then fault-authz with `settings` for paths under `/fault/` only,
+/// then RBAC (which allows `/open/*` and `/fault/*` to everyone).
+/// A manifest with `fault-authz` (these settings) first on `/fault/*`.
+fn fault_manifest(upstream: &Upstream, settings: &str) -> String {
+    let faults = filter(
+        "authorization.filters",
+        "faults",
+        "fault-authz",
+        None,
+        &format!("match = {{ path_prefixes = [\"/fault/\"] }}\n{settings}"),
+    );
+    plaintext(&[tokens(), faults, rbac(), routes(&upstream.url())].concat())
+}
+
+async fn fault_gateway(upstream: &Upstream, settings: &str) -> TestGateway {
+    TestGateway::start(&fault_manifest(upstream, settings)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_filter_is_stopped_while_other_requests_are_served() {
+    let upstream = Upstream::start().await;
+    let gateway = fault_gateway(&upstream, "timeout = \"100ms\"\nisolation = \"pooled\"\n").await;
+    let client = http_client();
+
+    // One looping request, alone: stopped at its timeout with a 503.
+    let started = Instant::now();
+    let answer = send(
+        client
+            .get(gateway.url("/fault/loop"))
+            .bearer_auth("alice-token"),
+    )
+    .await;
+    answer.assert_status(503, "ServiceUnavailable");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "not stopped: {:?}",
+        started.elapsed()
+    );
+
+    // Now keep four looping requests in flight all the time (twice the
+    // worker threads), and meanwhile complete other requests.
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let loops_done = Arc::new(AtomicUsize::new(0));
+    let mut loopers = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let (client, url) = (client.clone(), gateway.url("/fault/loop"));
+        let (in_flight, stop, loops_done) = (in_flight.clone(), stop.clone(), loops_done.clone());
+        loopers.spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                in_flight.fetch_add(1, Ordering::SeqCst);
+                let answer = send(client.get(&url).bearer_auth("alice-token")).await;
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                answer.assert_status(503, "ServiceUnavailable");
+                loops_done.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+    }
+    // Wait until the loops are really running.
+    eventually("looping requests in flight", || {
+        let in_flight = in_flight.clone();
+        async move { (in_flight.load(Ordering::SeqCst) >= 4).then_some(()) }
+    })
+    .await;
+    let mut overlapped = 0;
+    for i in 0..20 {
+        let path = if i % 2 == 0 {
+            format!("/open/served-{i}")
+        } else {
+            "/healthz".to_owned()
+        };
+        let started = Instant::now();
+        let answer = send(client.get(gateway.url(&path)).bearer_auth("alice-token")).await;
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{path} waited {:?} behind the loops",
+            started.elapsed()
+        );
+        if in_flight.load(Ordering::SeqCst) > 0 {
+            overlapped += 1;
+        }
+    }
+    assert!(
+        overlapped > 0,
+        "no request completed while a loop was in flight"
+    );
+    stop.store(true, Ordering::SeqCst);
+    while let Some(done) = bounded("the looping requests to end", loopers.join_next()).await {
+        done.expect("a looping task");
+    }
+    assert!(
+        loops_done.load(Ordering::SeqCst) >= 4,
+        "every looping request was answered"
+    );
+    // And the filter still answers normally afterwards.
+    echo(
+        &send(
+            client
+                .get(gateway.url("/fault/allow"))
+                .bearer_auth("alice-token"),
+        )
+        .await,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_hungry_filter_is_capped_and_rss_stays_bounded() {
+    let upstream = Upstream::start().await;
+    let gateway = fault_gateway(&upstream, "memory = \"8MiB\"\ntimeout = \"5s\"\n").await;
+    let client = http_client();
+
+    // Warm up (first instantiation, connection pools), then measure.
+    gateway_alloc(&client, &gateway).await;
+    let before = vm_rss_kib();
+    for _ in 0..50 {
+        gateway_alloc(&client, &gateway).await;
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..50 {
+        let (client, url) = (client.clone(), gateway.url("/fault/alloc"));
+        tasks.spawn(async move { send(client.get(url).bearer_auth("alice-token")).await });
+    }
+    while let Some(done) = bounded("concurrent alloc requests", tasks.join_next()).await {
+        done.expect("an alloc task")
+            .assert_status(500, "InternalError");
+    }
+    let after = vm_rss_kib();
+    // 100 capped instances that each touched 8 MiB: had their memory been
+    // kept, RSS would have grown by ~800 MiB. The pool keeps a few MiB of
+    // each slot used resident, and other tests of this binary run beside.
+    let grown_mib = after.saturating_sub(before) / 1024;
+    assert!(
+        grown_mib < 384,
+        "RSS grew by {grown_mib} MiB ({before} KiB -> {after} KiB)"
+    );
+    assert!(after / 1024 < 2048, "RSS is {} MiB", after / 1024);
+    // The filter still answers normally afterwards.
+    echo(
+        &send(
+            client
+                .get(gateway.url("/fault/allow"))
+                .bearer_auth("alice-token"),
+        )
+        .await,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_instance_that_keeps_growing_is_retired_before_its_cap() {
+    let upstream = Upstream::start().await;
+    let gateway = fault_gateway(&upstream, "memory = \"8MiB\"\nisolation = \"pooled\"\n").await;
+    let client = http_client();
+    // Each call leaks 1 MiB and the calls come one at a time, so one pooled
+    // instance serves them: it would reach its 8 MiB cap, and trap, within
+    // eight calls. Retired once past 6 MiB, it never does.
+    every_call_answers(&client, &gateway.url("/fault/leak-1024"), 24).await;
+}
+
+/// Sends `calls` requests to `url`, one at a time; each must be answered.
+async fn every_call_answers(client: &reqwest::Client, url: &str, calls: usize) {
+    for call in 1..=calls {
+        let answer = send(client.get(url).bearer_auth("alice-token")).await;
+        assert_eq!(answer.status, 200, "call {call}: {}", answer.body);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_cap_too_tight_to_pool_is_warned_about_once() {
+    let upstream = Upstream::start().await;
+    // The filter starts at 1.06 MiB; one 512 KiB leak takes it past three
+    // quarters of a 2 MiB cap on every instance's first call.
+    let dir = new_dir();
+    let manifest = dir.path().join("gw.toml");
+    std::fs::write(
+        &manifest,
+        fault_manifest(&upstream, "isolation = \"pooled\"\nmemory = \"2MiB\"\n"),
+    )
+    .expect("write the manifest");
+    let gateway = GatewayProcess::spawn(&manifest);
+    every_call_answers(&http_client(), &gateway.url("/fault/leak-512"), 3).await;
+    const WARNING: &str = "no instance can be reused: raise `memory` to pool it";
+    eventually("the warning in the log", || async {
+        gateway.log_text().contains(WARNING).then_some(())
+    })
+    .await;
+    let log = gateway.log_text();
+    assert_eq!(log.matches(WARNING).count(), 1, "{log}");
+}
+
+async fn gateway_alloc(client: &reqwest::Client, gateway: &TestGateway) {
+    let answer = send(
+        client
+            .get(gateway.url("/fault/alloc"))
+            .bearer_auth("alice-token"),
+    )
+    .await;
+    // A trap (allocation failed at the cap), not a timeout.
+    let status = answer.assert_status(500, "InternalError");
+    assert_eq!(
+        status["message"],
+        "Internal error occurred: the authorization stage failed"
+    );
+}
+
+fn manifest_with_pin(pin: &str) -> String {
+    let settings = format!("sha256 = \"{pin}\"\n");
+    let pinned = filter(
+        "authorization.filters",
+        "pinned",
+        "fault-authz",
+        None,
+        &settings,
+    );
+    plaintext(&[tokens(), pinned, rbac(), routes("http://127.0.0.1:9")].concat())
+}
+
+#[test]
+fn a_sha256_pin_is_checked_at_load() {
+    let component = component_path("fault-authz");
+    let digest = hex::encode(Sha256::digest(
+        std::fs::read(&component).expect("read the component"),
+    ));
+    let path = Path::new("/nonexistent/wasmgate/gateway.toml");
+
+    let wrong = "0".repeat(64);
+    let config = wasmgate::config::parse(path, &manifest_with_pin(&wrong))
+        .unwrap_or_else(|error| panic!("{error}"));
+    let error = match wasmgate::wasm::load_stages(&config) {
+        Ok(_) => panic!("a wrong pin loaded"),
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        error.contains(r#"filter "pinned""#),
+        "names the filter: {error}"
+    );
+    assert!(
+        error.contains(&component.display().to_string()),
+        "names the component: {error}"
+    );
+    assert!(
+        error.contains(&format!(
+            "has sha256 {digest}, but the manifest pins {wrong}"
+        )),
+        "{error}"
+    );
+    // The same error stops a gateway from being built.
+    let config = wasmgate::config::parse(path, &manifest_with_pin(&wrong))
+        .unwrap_or_else(|error| panic!("{error}"));
+    let built = wasmgate::server::Gateway::new(config);
+    assert!(built.is_err_and(|error| error.to_string().contains("but the manifest pins")));
+
+    for pin in [
+        digest.clone(),
+        format!("sha256:{digest}"),
+        digest.to_uppercase(),
+    ] {
+        let config = wasmgate::config::parse(path, &manifest_with_pin(&pin))
+            .unwrap_or_else(|error| panic!("{error}"));
+        if let Err(error) = wasmgate::wasm::load_stages(&config) {
+            panic!("the right pin {pin} did not load: {error}");
+        }
+    }
+    // A pin that is not a digest at all is a manifest error.
+    let error = wasmgate::config::parse(path, &manifest_with_pin("abc")).expect_err("a short pin");
+    assert!(
+        error.to_string().contains("must be 64 hexadecimal digits"),
+        "{error}"
+    );
+}
+
+#[test]
+fn the_second_load_of_a_config_compiles_nothing() {
+    let path = Path::new("/nonexistent/wasmgate/gateway.toml");
+    // Every component there is, so that no test running beside this one
+    // compiles anything after the first load.
+    let mut pieces = Vec::new();
+    for (i, name) in all_components().iter().enumerate() {
+        let table = match name.as_str() {
+            n if n.ends_with("-authn") => "authentication.filters",
+            n if n.ends_with("-authz") => "authorization.filters",
+            n if n.ends_with("-audit") => "audit.filters",
+            _ => "admission.validating",
+        };
+        pieces.push(filter(table, &format!("filter-{i}"), name, None, ""));
+    }
+    let count = pieces.len();
+    assert!(count >= 10, "{count} components");
+    pieces.push("\n[[audit.policy]]\nlevel = \"Metadata\"\n".to_owned());
+    pieces.push(routes("http://127.0.0.1:9"));
+    let manifest = plaintext(&pieces.concat());
+    let host = wasmgate::wasm::WasmHost::shared().expect("the Wasm host");
+
+    let config = wasmgate::config::parse(path, &manifest).unwrap_or_else(|error| panic!("{error}"));
+    if let Err(error) = wasmgate::wasm::load_stages(&config) {
+        panic!("{error}");
+    }
+    let first = host.cache_stats();
+    let config = wasmgate::config::parse(path, &manifest).unwrap_or_else(|error| panic!("{error}"));
+    if let Err(error) = wasmgate::wasm::load_stages(&config) {
+        panic!("{error}");
+    }
+    let second = host.cache_stats();
+    assert_eq!(
+        second.compiled, first.compiled,
+        "nothing compiled again: {first:?} -> {second:?}"
+    );
+    assert_eq!(
+        second.from_disk, first.from_disk,
+        "nothing read from disk again: {first:?} -> {second:?}"
+    );
+    assert!(
+        second.from_memory >= first.from_memory + count as u64,
+        "all {count} from memory: {first:?} -> {second:?}"
+    );
+}
+
+/// Each call's outcome is counted per filter at `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_outcome_is_counted_in_the_metrics() {
+    let upstream = Upstream::start().await;
+    let mut rbac_config = rbac_config();
+    rbac_config["roles"]
+        .as_array_mut()
+        .expect("roles")
+        .push(serde_json::json!({"name": "metrics", "rules": [{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}]}));
+    rbac_config["bindings"]
+        .as_array_mut()
+        .expect("bindings")
+        .push(serde_json::json!({"role": "metrics", "groups": ["system:unauthenticated"]}));
+    // A name no other test uses: the metrics are process-wide.
+    let probe = filter(
+        "authorization.filters",
+        "metrics-probe",
+        "fault-authz",
+        None,
+        "timeout = \"100ms\"\nmemory = \"8MiB\"\nmatch = { path_prefixes = [\"/fault/\"] }\n",
+    );
+    let rbac = rbac_with(rbac_config);
+    let gateway =
+        TestGateway::start(&plaintext(&[probe, rbac, routes(&upstream.url())].concat())).await;
+    let client = http_client();
+    let expected = [
+        ("answer", ["/fault/allow", "/fault/deny"].as_slice()),
+        ("error", &["/fault/error"]),
+        ("trap", &["/fault/trap", "/fault/alloc", "/fault/trap"]),
+        ("timeout", &["/fault/loop"]),
+    ];
+    for (_, paths) in expected {
+        for path in paths {
+            get(&client, &gateway.url(path)).await;
+        }
+    }
+    let metrics = get(&client, &gateway.url("/metrics")).await;
+    assert_eq!(metrics.status, 200, "{}", metrics.body);
+    for (outcome, paths) in expected {
+        let line = format!(
+            "wasmgate_filter_calls_total{{filter=\"metrics-probe\",outcome=\"{outcome}\"}} {}",
+            paths.len()
+        );
+        assert!(
+            metrics.body.lines().any(|l| l == line),
+            "no {line:?} in:\n{}",
+            metrics.body
+        );
+    }
+    let count =
+        "wasmgate_filter_call_duration_seconds_count{filter=\"metrics-probe\"} 7".to_owned();
+    assert!(
+        metrics.body.lines().any(|l| l == count),
+        "no {count:?} in:\n{}",
+        metrics.body
+    );
+}
+
+/// The request's own deadline (504) can end a filter call half-way: the
+/// call is dropped with its instance, and the filter goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_timeout_can_cut_a_filter_call_short() {
+    let upstream = Upstream::start().await;
+    for isolation in ["pooled", "per-request"] {
+        let settings = format!("timeout = \"10s\"\nisolation = \"{isolation}\"\n");
+        let faults = filter(
+            "authorization.filters",
+            "faults",
+            "fault-authz",
+            None,
+            &format!("match = {{ path_prefixes = [\"/fault/\"] }}\n{settings}"),
+        );
+        let manifest = plaintext(
+            &[
+                "[limits]\nrequest_timeout = \"300ms\"\n".to_owned(),
+                tokens(),
+                faults,
+                rbac(),
+                routes(&upstream.url()),
+            ]
+            .concat(),
+        );
+        let gateway = TestGateway::start(&manifest).await;
+        let client = http_client();
+        for _ in 0..3 {
+            let started = Instant::now();
+            let answer = send(
+                client
+                    .get(gateway.url("/fault/loop"))
+                    .bearer_auth("alice-token"),
+            )
+            .await;
+            answer.assert_status(504, "Timeout");
+            assert!(
+                started.elapsed() < Duration::from_secs(8),
+                "{isolation}: {:?}",
+                started.elapsed()
+            );
+            echo(
+                &send(
+                    client
+                        .get(gateway.url("/fault/allow"))
+                        .bearer_auth("alice-token"),
+                )
+                .await,
+            );
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! Admission: mutations reach the upstream in order before validation,
+//! only mutating filters may mutate, dry runs are seen, failure policies
+//! and monitor mode.
+
+use super::*;
+
+fn admission_filter(
+    kind: &str,
+    name: &str,
+    component: &str,
+    config: Option<Value>,
+    settings: &str,
+) -> String {
+    filter(
+        &format!("admission.{kind}"),
+        name,
+        component,
+        config,
+        settings,
+    )
+}
+
+fn create(
+    client: &reqwest::Client,
+    gateway: &TestGateway,
+    path: &str,
+    object: &Value,
+) -> reqwest::RequestBuilder {
+    client
+        .post(gateway.url(path))
+        .bearer_auth("alice-token")
+        .header("content-type", "application/json")
+        .body(object.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutations_reach_the_upstream_in_order_before_validation() {
+    let upstream = Upstream::start().await;
+    let gateway = gateway(&[
+        &tokens(),
+        &rbac(),
+        &admission_filter("mutating", "labels-a", "label-defaults", Some(json!({"labels": {"team": "a", "env": "dev"}})), ""),
+        &admission_filter(
+            "mutating",
+            "labels-b",
+            "label-defaults",
+            Some(json!({"labels": {"team": "b", "tier": "gold"}, "overwrite": true})),
+            "",
+        ),
+        &admission_filter(
+            "validating",
+            "policy",
+            "policy-deny",
+            Some(json!({"name": "policy", "rules": [
+                {"pointer": "/metadata/labels/tier", "op": "absent", "message": "the tier label is missing"},
+                {"pointer": "/spec/replicas", "op": "gt", "value": 10, "message": "replicas above 10 are not allowed"},
+            ]})),
+            "",
+        ),
+        &routes(&upstream.url()),
+    ])
+    .await;
+    let client = http_client();
+
+    let object = json!({"apiVersion": "demo.example.io/v1", "kind": "Widget", "metadata": {"name": "w1"}, "spec": {"replicas": 3}});
+    let echo = echo(&send(create(&client, &gateway, WIDGETS, &object)).await);
+    let received = echoed_body(&echo);
+    // Both mutations, in manifest order: b overwrote a's team; and the
+    // validating filter saw b's tier (else it would have denied).
+    assert_eq!(
+        received["metadata"]["labels"],
+        json!({"team": "b", "env": "dev", "tier": "gold"})
+    );
+    assert_eq!(received["spec"], object["spec"]);
+    let body_length = echo["body"].as_str().expect("a body").len();
+    assert_eq!(
+        echoed_header(&echo, "content-length"),
+        Some(body_length.to_string()),
+        "a correct Content-Length"
+    );
+
+    // The same over HTTP/2, and with a chunked body of unknown length.
+    let received = echoed_body(&self::echo(
+        &send(create(&h2c_client(), &gateway, WIDGETS, &object)).await,
+    ));
+    assert_eq!(received["metadata"]["labels"]["tier"], "gold");
+    let chunks = vec![
+        Ok::<_, std::io::Error>(object.to_string()[..10].to_owned()),
+        Ok(object.to_string()[10..].to_owned()),
+    ];
+    let request = client
+        .post(gateway.url(WIDGETS))
+        .bearer_auth("alice-token")
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+            chunks,
+        )));
+    let chunked = self::echo(&send(request).await);
+    assert_eq!(echoed_body(&chunked)["metadata"]["labels"]["tier"], "gold");
+    let body_length = chunked["body"].as_str().expect("a body").len();
+    assert_eq!(
+        echoed_header(&chunked, "content-length"),
+        Some(body_length.to_string()),
+        "{chunked}"
+    );
+    assert_eq!(
+        echoed_header(&chunked, "transfer-encoding"),
+        None,
+        "{chunked}"
+    );
+
+    // A validating denial: 403 with the webhook message.
+    let big = json!({"metadata": {"name": "big"}, "spec": {"replicas": 20}});
+    let status = send(create(&client, &gateway, WIDGETS, &big))
+        .await
+        .assert_status(403, "Forbidden");
+    assert_eq!(
+        status["message"],
+        r#"admission webhook "policy" denied the request: replicas above 10 are not allowed"#
+    );
+
+    // Requests without an object skip admission: a GET even with a body the
+    // policy would deny reaches the upstream unchanged.
+    let request = client
+        .get(gateway.url(WIDGETS))
+        .bearer_auth("alice-token")
+        .body(big.to_string());
+    let echo_get = self::echo(&send(request).await);
+    assert_eq!(echoed_body(&echo_get), big);
+
+    // A body that is not JSON: 400.
+    let request = client
+        .post(gateway.url(WIDGETS))
+        .bearer_auth("alice-token")
+        .header("content-type", "application/json")
+        .body("{not json");
+    let status = send(request).await.assert_status(400, "BadRequest");
+    let message = status["message"].as_str().expect("a message");
+    assert!(
+        message.starts_with("the request body is not valid JSON"),
+        "{message}"
+    );
+    assert_eq!(
+        upstream.hits(),
+        4,
+        "the denied and the invalid creates did not reach the upstream"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_can_mutate_only_in_the_mutating_list() {
+    let upstream = Upstream::start().await;
+    let mutating = gateway(&[
+        &tokens(),
+        &rbac(),
+        &admission_filter("mutating", "faults", "fault-admission", None, ""),
+        &routes(&upstream.url()),
+    ])
+    .await;
+    let validating = gateway(&[
+        &tokens(),
+        &rbac(),
+        &admission_filter("validating", "faults", "fault-admission", None, ""),
+        &routes(&upstream.url()),
+    ])
+    .await;
+    let client = http_client();
+    let object = |name: &str| json!({"metadata": {"name": name, "labels": {"keep": "me"}}});
+
+    let received = echoed_body(&echo(
+        &send(create(&client, &mutating, WIDGETS, &object("mutate"))).await,
+    ));
+    assert_eq!(
+        received["metadata"]["labels"],
+        json!({"keep": "me", "fault-admission": "mutated"})
+    );
+    let received = echoed_body(&echo(
+        &send(create(&client, &mutating, WIDGETS, &object("patch"))).await,
+    ));
+    assert_eq!(
+        received["metadata"]["annotations"],
+        json!({"fault-admission": "patched"})
+    );
+
+    for name in ["mutate", "patch"] {
+        let status = send(create(&client, &validating, WIDGETS, &object(name)))
+            .await
+            .assert_status(500, "InternalError");
+        assert_eq!(
+            status["message"],
+            "Internal error occurred: the admission stage failed"
+        );
+    }
+    let received = echoed_body(&echo(
+        &send(create(&client, &validating, WIDGETS, &object("allow"))).await,
+    ));
+    assert_eq!(
+        received,
+        object("allow"),
+        "an allowed object goes on unchanged"
+    );
+    let status = send(create(&client, &validating, WIDGETS, &object("deny")))
+        .await
+        .assert_status(403, "Forbidden");
+    assert_eq!(status["message"], "fault-admission: deny requested");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_sees_dry_run() {
+    let upstream = Upstream::start().await;
+    let gateway = gateway(&[
+        &tokens(),
+        &rbac(),
+        &admission_filter("validating", "faults", "fault-admission", None, ""),
+        &routes(&upstream.url()),
+    ])
+    .await;
+    let client = http_client();
+    let object = json!({"metadata": {"name": "dry-run"}});
+    echo(&send(create(&client, &gateway, WIDGETS, &object)).await);
+    let status = send(create(
+        &client,
+        &gateway,
+        &format!("{WIDGETS}?dryRun=All"),
+        &object,
+    ))
+    .await
+    .assert_status(403, "Forbidden");
+    assert_eq!(
+        status["message"],
+        "fault-admission: the request is a dry run"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_failures_follow_the_failure_policy() {
+    let upstream = Upstream::start().await;
+    let closed = gateway(&[
+        &tokens(),
+        &rbac(),
+        &admission_filter(
+            "validating",
+            "faults",
+            "fault-admission",
+            None,
+            "timeout = \"100ms\"\nmemory = \"8MiB\"\n",
+        ),
+        &routes(&upstream.url()),
+    ])
+    .await;
+    let open = gateway(&[
+        &tokens(),
+        &rbac(),
+        &admission_filter(
+            "mutating",
+            "faults",
+            "fault-admission",
+            None,
+            "timeout = \"100ms\"\nmemory = \"8MiB\"\nfailure_policy = \"fail-open\"\n",
+        ),
+        &routes(&upstream.url()),
+    ])
+    .await;
+    let client = http_client();
+    let object = |name: &str| json!({"metadata": {"name": name}});
+    for name in ["error", "trap", "alloc"] {
+        let status = send(create(&client, &closed, WIDGETS, &object(name)))
+            .await
+            .assert_status(500, "InternalError");
+        assert_no_internal_detail(&status);
+    }
+    let status = send(create(&client, &closed, WIDGETS, &object("loop")))
+        .await
+        .assert_status(503, "ServiceUnavailable");
+    assert_eq!(
+        status["message"],
+        "the admission stage did not answer in time"
+    );
+    assert_eq!(upstream.hits(), 0);
+
+    for name in ["error", "trap", "alloc", "loop"] {
+        let received = echoed_body(&echo(
+            &send(create(&client, &open, WIDGETS, &object(name))).await,
+        ));
+        assert_eq!(
+            received,
+            object(name),
+            "{name}: the object goes on unchanged"
+        );
+    }
+}
+
+/// A monitored admission filter is asked and logged, never obeyed: its
+/// denial, its mutation and its failures all let the object go on as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monitor_mode_admission_filter_never_stops_a_request() {
+    let upstream = Upstream::start().await;
+    let settings = "mode = \"monitor\"\ntimeout = \"100ms\"\n";
+    let gateway = gateway(&[
+        &tokens(),
+        &rbac(),
+        &admission_filter(
+            "mutating",
+            "watch-mutations",
+            "fault-admission",
+            None,
+            settings,
+        ),
+        &admission_filter(
+            "validating",
+            "watch-validations",
+            "fault-admission",
+            None,
+            settings,
+        ),
+        &routes(&upstream.url()),
+    ])
+    .await;
+    let client = http_client();
+    for name in ["deny", "mutate", "patch", "error", "trap", "loop"] {
+        let object = json!({"metadata": {"name": name}});
+        let received = echoed_body(&echo(
+            &send(create(&client, &gateway, WIDGETS, &object)).await,
+        ));
+        assert_eq!(received, object, "{name}");
+    }
+}

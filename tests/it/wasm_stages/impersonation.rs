@@ -1,0 +1,141 @@
+//! Impersonation: authorized per attribute (users, groups, extras, service
+//! accounts), then the request runs as the impersonated user.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonation_is_authorized_then_the_request_runs_as_the_impersonated_user() {
+    let upstream = Upstream::start().await;
+    let gateway = gateway(&[&tokens(), &rbac(), &routes(&upstream.url())]).await;
+    let client = http_client();
+    let as_alice = |path: &str| client.get(gateway.url(path)).bearer_auth("alice-token");
+
+    // Only bob may get /private/bob; alice may impersonate bob.
+    send(as_alice("/private/bob"))
+        .await
+        .assert_status(403, "Forbidden");
+    let answer = send(as_alice("/private/bob").header("Impersonate-User", "bob")).await;
+    let echo = echo(&answer);
+    let headers = echo["headers"].as_object().expect("echoed headers");
+    assert!(
+        !headers.keys().any(|name| name.starts_with("impersonate-")),
+        "{headers:?}"
+    );
+    assert_eq!(
+        whoami(as_alice(WHOAMI).header("Impersonate-User", "bob")).await,
+        "bob"
+    );
+
+    // alice may not impersonate carol, nor any group.
+    let status = send(as_alice("/open/x").header("Impersonate-User", "carol"))
+        .await
+        .assert_status(403, "Forbidden");
+    let message = status["message"].as_str().expect("a message");
+    assert!(
+        message.starts_with(r#"users "carol" is forbidden: User "alice" cannot impersonate resource "users" in API group "" at the cluster scope"#),
+        "{message}"
+    );
+    let request = as_alice("/open/x")
+        .header("Impersonate-User", "bob")
+        .header("Impersonate-Group", "system:masters");
+    let status = send(request).await.assert_status(403, "Forbidden");
+    let message = status["message"].as_str().expect("a message");
+    assert!(
+        message.contains(r#"cannot impersonate resource "groups""#),
+        "{message}"
+    );
+    // bob may impersonate nobody.
+    let request = client
+        .get(gateway.url("/open/x"))
+        .bearer_auth("bob-token")
+        .header("Impersonate-User", "alice");
+    let status = send(request).await.assert_status(403, "Forbidden");
+    assert!(
+        status["message"]
+            .as_str()
+            .expect("a message")
+            .contains(r#"User "bob" cannot impersonate resource "users""#)
+    );
+    // Groups without a user are a bad request.
+    let request = as_alice("/open/x").header("Impersonate-Group", "dev");
+    send(request).await.assert_status(400, "BadRequest");
+    assert_eq!(
+        upstream.hits(),
+        1,
+        "only the allowed impersonation reached the upstream"
+    );
+}
+
+/// Extras (`Impersonate-Extra-<key>`, the key percent-decoded as kube's
+/// `url.PathUnescape` does: `%2F` is `/`, `+` stays `+`) and service
+/// accounts are each authorized with verb `impersonate`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonating_extras_and_service_accounts_is_authorized_per_attribute() {
+    let upstream = Upstream::start().await;
+    let mut config = rbac_config();
+    let impersonate = |resources: &[&str], names: &[&str]| json!({"verbs": ["impersonate"], "apiGroups": ["", "authentication.k8s.io"], "resources": resources, "resourceNames": names});
+    config["roles"].as_array_mut().expect("roles").push(
+        json!({"name": "impersonate-extras", "rules": [
+            impersonate(&["userextras/acme.io/team"], &["red"]),
+            impersonate(&["userextras/a+b"], &["x"]),
+            impersonate(&["serviceaccounts"], &["robot"]),
+        ]}),
+    );
+    let bindings = config["bindings"].as_array_mut().expect("bindings");
+    bindings.push(json!({"role": "impersonate-extras", "users": ["alice"]}));
+    let gateway = gateway(&[&tokens(), &rbac_with(config), &routes(&upstream.url())]).await;
+    let client = http_client();
+    let as_alice = |extra: &[(&str, &str)]| {
+        with_headers(
+            client
+                .get(gateway.url("/open/x"))
+                .bearer_auth("alice-token"),
+            extra,
+        )
+    };
+
+    echo(
+        &send(as_alice(&[
+            ("Impersonate-User", "bob"),
+            ("Impersonate-Extra-Acme.io%2fTeam", "red"),
+        ]))
+        .await,
+    );
+    let status = send(as_alice(&[
+        ("Impersonate-User", "bob"),
+        ("Impersonate-Extra-Acme.io%2fteam", "blue"),
+    ]))
+    .await
+    .assert_status(403, "Forbidden");
+    let message = status["message"].as_str().expect("a message");
+    assert!(
+        message.contains(r#"cannot impersonate resource "userextras/acme.io/team""#),
+        "{message}"
+    );
+    echo(
+        &send(as_alice(&[
+            ("Impersonate-User", "bob"),
+            ("Impersonate-Extra-A+b", "x"),
+        ]))
+        .await,
+    );
+
+    // A service account is checked as one, in its namespace.
+    let robot = "system:serviceaccount:default:robot";
+    let request = client
+        .get(gateway.url(WHOAMI))
+        .bearer_auth("alice-token")
+        .header("Impersonate-User", robot);
+    assert_eq!(whoami(request).await, robot);
+    let status = send(as_alice(&[(
+        "Impersonate-User",
+        "system:serviceaccount:default:other",
+    )]))
+    .await
+    .assert_status(403, "Forbidden");
+    let message = status["message"].as_str().expect("a message");
+    assert!(
+        message.contains(r#"cannot impersonate resource "serviceaccounts""#),
+        "{message}"
+    );
+}
