@@ -14,6 +14,7 @@ pub mod cli;
 pub mod config;
 pub mod context;
 mod crypto;
+mod decision_cache;
 mod delegation;
 mod director;
 mod discovery;
@@ -32,3 +33,5 @@ pub mod status;
 pub mod try_request;
 mod upstream;
 pub mod wasm;
+
+pub use metrics::exposition as metrics_exposition;

@@ -18,6 +18,7 @@ use super::stage::{self, Failure, FilterTrace};
 use crate::body::{Body, MaxRequestBody, Request, Response, is_body_limit_error};
 use crate::config::stages::Mode;
 use crate::context::{AuditId, UserInfo};
+use crate::decision_cache::Lookup;
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
@@ -154,7 +155,7 @@ impl Admission {
         stage::observe(
             STAGE,
             &filter.spec,
-            &outcome,
+            (&outcome, Lookup::Uncached),
             describe,
             started.elapsed(),
             trace,

@@ -56,11 +56,11 @@ impl Authorizers {
                 request: convert::request_info(info),
             });
             let started = Instant::now();
-            let outcome = filter.authorize(attributes).await;
+            let (outcome, lookup) = filter.authorize(attributes).await;
             stage::observe(
                 STAGE,
                 &filter.spec,
-                &outcome,
+                (&outcome, lookup),
                 describe,
                 started.elapsed(),
                 trace,

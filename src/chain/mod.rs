@@ -122,9 +122,8 @@ pub(crate) fn build(
     });
     // Audit sits inside authentication so that events carry the user.
     let audit_policy = &config.stages.audit;
-    let audit = (!stages.auditors.is_empty() && !audit_policy.policy.is_empty()).then(|| {
-        audit::AuditBackend::new(stages.auditors, audit_policy.mode, audit_policy.queue_size)
-    });
+    let audit = (!stages.auditors.is_empty() && !audit_policy.policy.is_empty())
+        .then(|| audit::AuditBackend::new(stages.auditors, audit_policy));
     if let Some(backend) = &audit {
         chain.wrap("audit", |next| {
             Arc::new(audit::Audit {

@@ -24,11 +24,13 @@
 mod support;
 
 mod audit;
+mod audit_batches;
 mod chain;
 mod chain_order;
 mod check;
 mod clients;
 mod deadlines;
+mod decision_cache;
 mod filter_units;
 mod fleet;
 mod flow_control;

@@ -178,3 +178,21 @@ pub async fn filter_calls(metrics_url: &str, filter: &str, outcome: &str) -> u64
         .find_map(|line| line.strip_prefix(&prefix))
         .map_or(0, |count| count.parse().expect("a count"))
 }
+
+/// The value of one series (`name{labels}`, as printed) of this process's
+/// metrics, 0 when absent: for gateways running in this process, without
+/// a request (which would itself pass through the filters it counts).
+pub fn local_metric(series: &str) -> u64 {
+    let prefix = format!("{series} ");
+    wasmgate::metrics_exposition()
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |value| value.parse().expect("a count"))
+}
+
+/// [`filter_calls`], read with [`local_metric`].
+pub fn local_filter_calls(filter: &str, outcome: &str) -> u64 {
+    local_metric(&format!(
+        "wasmgate_filter_calls_total{{filter=\"{filter}\",outcome=\"{outcome}\"}}"
+    ))
+}
