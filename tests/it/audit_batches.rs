@@ -5,7 +5,8 @@
 //! blocking mode has each event written before the response; an auditor
 //! built against `wasmgate:filter@0.1.0` (the compat-0-1-audit fixture),
 //! which exports `audit` and not `audit-batch`, gets every event of a batch,
-//! one call each.
+//! one call each; shutdown writes what is queued at once, though its batch
+//! would wait a minute more.
 
 use std::path::PathBuf;
 
@@ -138,6 +139,44 @@ async fn blocking_mode_writes_each_event_before_the_response() {
         "one call per event"
     );
     gateway.shutdown().await;
+}
+
+/// A batch waiting to fill for a minute is written at shutdown, at once
+/// (well within the shutdown's 10 s flush limit), every event of every
+/// request.
+#[tokio::test]
+async fn shutdown_writes_the_batch_still_filling() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let (mut gateway, path) = audited(
+        &upstream,
+        "shutdown-audit",
+        "mode = \"batch\"\nmax_batch_size = 400\nmax_batch_wait = \"60s\"",
+    )
+    .await;
+    let ids = burst(&gateway, 5).await;
+    assert!(
+        audit_events(&path).is_empty(),
+        "the batch waits to fill: nothing written yet"
+    );
+    let started = std::time::Instant::now();
+    bounded("the gateway to shut down", gateway.begin_shutdown())
+        .await
+        .expect("the shutdown task");
+    // Without the flush the shutdown would wait out its 10 s flush limit
+    // and leave the batch to a process about to exit.
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "the shutdown waited {took:?}: the flush did not cut the batch's wait short"
+    );
+    for id in &ids {
+        assert_eq!(
+            stages_of(&events_of(&path, id)),
+            ["RequestReceived", "ResponseComplete"],
+            "{id}"
+        );
+    }
 }
 
 /// 0.1.0's auditor takes one event a call: a batch of the backend (one

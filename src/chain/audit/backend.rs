@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::stages::{Audit, AuditMode};
 use crate::wasm::filter::{Auditor, Event};
@@ -24,6 +25,9 @@ pub(crate) struct AuditBackend {
     /// Events accepted and not yet written by every filter.
     pending: Arc<AtomicUsize>,
     dropped: AtomicU64,
+    /// Cancelled by [`AuditBackend::flush`]: the writer stops waiting for
+    /// batches to fill (kube's `Shutdown` closes the buffer for the same).
+    hurry: CancellationToken,
 }
 
 /// How the batch writer groups events.
@@ -39,6 +43,7 @@ impl AuditBackend {
     pub(crate) fn new(filters: Vec<LoadedFilter<Auditor>>, audit: &Audit) -> Arc<Self> {
         let filters = Arc::new(filters);
         let pending = Arc::new(AtomicUsize::new(0));
+        let hurry = CancellationToken::new();
         let queue = (audit.mode == AuditMode::Batch).then(|| {
             let (sender, receiver) = mpsc::channel::<Event>(audit.queue_size.max(1));
             let batching = Batching {
@@ -50,6 +55,7 @@ impl AuditBackend {
                 batching,
                 filters.clone(),
                 pending.clone(),
+                hurry.clone(),
             ));
             sender
         });
@@ -58,6 +64,7 @@ impl AuditBackend {
             queue,
             pending,
             dropped: AtomicU64::new(0),
+            hurry,
         })
     }
 
@@ -98,8 +105,11 @@ impl AuditBackend {
         }
     }
 
-    /// Waits (up to `limit`) until every queued event has been written.
+    /// Writes what is queued without waiting for batches to fill, and waits
+    /// (up to `limit`) until every queued event has been written. Called at
+    /// the end of the process: later batches are written at once too.
     pub(crate) async fn flush(&self, limit: Duration) -> bool {
+        self.hurry.cancel();
         let deadline = tokio::time::Instant::now() + limit;
         while self.pending.load(Ordering::Acquire) > 0 {
             if tokio::time::Instant::now() >= deadline {
@@ -121,9 +131,10 @@ async fn write_batches(
     batching: Batching,
     filters: Arc<Vec<LoadedFilter<Auditor>>>,
     pending: Arc<AtomicUsize>,
+    hurry: CancellationToken,
 ) {
     let mut batch = Vec::with_capacity(batching.max_size);
-    while collect(&mut receiver, &mut batch, batching).await {
+    while collect(&mut receiver, &mut batch, batching, &hurry).await {
         write_through(&filters, &batch).await;
         // Done before the events stop counting as pending, so `flush`
         // waits for them.
@@ -134,11 +145,13 @@ async fn write_batches(
 
 /// Fills `batch` as kube's `collectEvents` does: up to the maximum size,
 /// waiting at most the maximum wait after the first event (what is already
-/// queued is taken at once). False once the buffer is closed and drained.
+/// queued is taken at once), or not at all once `hurry` is cancelled.
+/// False once the buffer is closed and drained.
 async fn collect(
     receiver: &mut mpsc::Receiver<Event>,
     batch: &mut Vec<Event>,
     batching: Batching,
+    hurry: &CancellationToken,
 ) -> bool {
     if receiver.recv_many(batch, batching.max_size).await == 0 {
         return false;
@@ -146,7 +159,12 @@ async fn collect(
     let deadline = tokio::time::Instant::now() + batching.max_wait;
     while batch.len() < batching.max_size {
         let room = batching.max_size - batch.len();
-        match tokio::time::timeout_at(deadline, receiver.recv_many(batch, room)).await {
+        let more = tokio::select! {
+            biased;
+            () = hurry.cancelled() => break,
+            more = tokio::time::timeout_at(deadline, receiver.recv_many(batch, room)) => more,
+        };
+        match more {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
