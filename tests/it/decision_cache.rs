@@ -1,7 +1,7 @@
 //! The decision caches over real sockets, with real components: a hit does
 //! not call the filter (counted by `wasmgate_filter_calls_total`), an
-//! unauthorized answer expires after `negative_ttl`, errors are never
-//! cached, a filter shortens its entry (jwt-authn at the token's `exp`), 100
+//! authenticated answer expires after `ttl` and an unauthorized one after
+//! `negative_ttl`, errors and traps are never cached, a filter shortens its entry (jwt-authn at the token's `exp`), 100
 //! concurrent misses for one key make one call, a reload starts with empty
 //! caches (a revoked token is refused at once), key material over 10 KB is
 //! not cached, a hit replays the authorization annotations in audit, and a
@@ -113,6 +113,45 @@ async fn hits_do_not_call_the_filters_and_replay_the_audit_annotations() {
 }
 
 #[tokio::test]
+async fn answers_expire_after_the_ttl() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let manifest = plaintext(
+        &[
+            token_authn(
+                "ttl-tokens",
+                tokens_config(),
+                "cache = { ttl = \"300ms\" }\n",
+            ),
+            "\n[authorization]\nalways_allow = true\n".to_owned(),
+            routes(&upstream.url()),
+        ]
+        .concat(),
+    );
+    let gateway = TestGateway::start(&manifest).await;
+    let client = http_client();
+    let url = gateway.url("/open/x");
+    for _ in 0..3 {
+        let answer = send(bearer(&client, &url, "alice-token")).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    assert_eq!(
+        local_filter_calls("ttl-tokens", "answer"),
+        1,
+        "the answer was cached"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let answer = send(bearer(&client, &url, "alice-token")).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(
+        local_filter_calls("ttl-tokens", "answer"),
+        2,
+        "the answer expired"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
 async fn denials_expire_after_the_negative_ttl() {
     build_filters();
     let upstream = Upstream::start().await;
@@ -187,6 +226,15 @@ async fn a_0_1_0_authenticator_is_cached_but_not_its_errors_and_concurrent_misse
         local_filter_calls("legacy-faults", "error"),
         3,
         "errors are not cached"
+    );
+    for _ in 0..2 {
+        let answer = send(client.get(&url).header("x-fault", "trap")).await;
+        assert_ne!(answer.status, 200, "{}", answer.body);
+    }
+    assert_eq!(
+        local_filter_calls("legacy-faults", "trap"),
+        2,
+        "traps are not cached"
     );
 
     for _ in 0..3 {
