@@ -38,6 +38,19 @@ fn rbac_authz(name: &str, settings: &str) -> String {
     )
 }
 
+/// A manifest of the authenticator entry `authn` with authorization always
+/// allowing, routed to `upstream`.
+fn authn_only(authn: String, upstream: &Upstream) -> String {
+    plaintext(
+        &[
+            authn,
+            "\n[authorization]\nalways_allow = true\n".to_owned(),
+            routes(&upstream.url()),
+        ]
+        .concat(),
+    )
+}
+
 fn bearer(client: &reqwest::Client, url: &str, token: &str) -> reqwest::RequestBuilder {
     client
         .get(url)
@@ -116,17 +129,13 @@ async fn hits_do_not_call_the_filters_and_replay_the_audit_annotations() {
 async fn answers_expire_after_the_ttl() {
     build_filters();
     let upstream = Upstream::start().await;
-    let manifest = plaintext(
-        &[
-            token_authn(
-                "ttl-tokens",
-                tokens_config(),
-                "cache = { ttl = \"300ms\" }\n",
-            ),
-            "\n[authorization]\nalways_allow = true\n".to_owned(),
-            routes(&upstream.url()),
-        ]
-        .concat(),
+    let manifest = authn_only(
+        token_authn(
+            "ttl-tokens",
+            tokens_config(),
+            "cache = { ttl = \"300ms\" }\n",
+        ),
+        &upstream,
     );
     let gateway = TestGateway::start(&manifest).await;
     let client = http_client();
@@ -271,13 +280,9 @@ async fn key_material_over_10_kb_is_not_cached() {
     let upstream = Upstream::start().await;
     let long = "x".repeat(11 * 1024);
     let config = json!({"tokens": [{"token": long, "user": "long", "groups": []}]});
-    let manifest = plaintext(
-        &[
-            token_authn("long-tokens", config, "cache = true\n"),
-            "\n[authorization]\nalways_allow = true\n".to_owned(),
-            routes(&upstream.url()),
-        ]
-        .concat(),
+    let manifest = authn_only(
+        token_authn("long-tokens", config, "cache = true\n"),
+        &upstream,
     );
     let gateway = TestGateway::start(&manifest).await;
     let client = http_client();
@@ -298,13 +303,9 @@ async fn a_reload_starts_with_empty_caches() {
     build_filters();
     let upstream = Upstream::start().await;
     let manifest = |tokens: serde_json::Value| {
-        plaintext(
-            &[
-                token_authn("reload-tokens", tokens, "cache = true\n"),
-                "\n[authorization]\nalways_allow = true\n".to_owned(),
-                routes(&upstream.url()),
-            ]
-            .concat(),
+        authn_only(
+            token_authn("reload-tokens", tokens, "cache = true\n"),
+            &upstream,
         )
     };
     let gateway = ReloadGateway::start(&manifest(tokens_config())).await;
@@ -333,19 +334,15 @@ async fn a_filter_shortens_its_entry_to_the_tokens_expiry() {
     let upstream = Upstream::start().await;
     let mut config = jwt_config();
     config["leeway_seconds"] = json!(0);
-    let manifest = plaintext(
-        &[
-            filter(
-                "authentication.filters",
-                "expiring-jwt",
-                "jwt-authn",
-                Some(config),
-                "headers = [\"authorization\"]\ncache = true\n",
-            ),
-            "\n[authorization]\nalways_allow = true\n".to_owned(),
-            routes(&upstream.url()),
-        ]
-        .concat(),
+    let manifest = authn_only(
+        filter(
+            "authentication.filters",
+            "expiring-jwt",
+            "jwt-authn",
+            Some(config),
+            "headers = [\"authorization\"]\ncache = true\n",
+        ),
+        &upstream,
     );
     let gateway = TestGateway::start(&manifest).await;
     let client = http_client();
