@@ -27,7 +27,7 @@
 #   --quiet-load L      wait until the 1-minute load average is below L ...
 #   --quiet-wait S      ... for at most S seconds, then run anyway (default 1.5, 1200)
 #   --profile           after the run, profiles of nginx and wasmgate (pass-
-#                       through, full chain pooled): perf record (cpu-clock) where perf
+#                       through, full chain pooled with and without caches): perf record (cpu-clock) where perf
 #                       works, and valgrind --tool=callgrind, summarised in
 #                       bench/results/<date>.profile.txt (--rounds 0 --profile:
 #                       the profiles alone)
@@ -682,7 +682,7 @@ profile() {
         timeout 20 perf record -q -e cpu-clock -o "$TMP/perf-probe.data" -- true >/dev/null 2>&1; then
         perf_ok=1
     fi
-    for target in nginx wasmgate-pass wasmgate-full-pooled; do
+    for target in nginx wasmgate-pass wasmgate-full-pooled wasmgate-full-pooled-nocache; do
         [[ "$target" == nginx || -f "$TMP/manifests/$target.toml" ]] || continue
         if ((perf_ok)); then
             log "profile: $target under perf record (cpu-clock, $DURATION s at $CONNECTIONS connections)"
