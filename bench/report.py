@@ -103,6 +103,12 @@ def per_round_ratio(table, target, base, key, op="div"):
     return median(values)
 
 
+def per_round_inverse(table, target, base, key):
+    """The median over rounds of base's figure over target's (CPU per request: the req/s ratio it implies)."""
+    ratio = per_round_ratio(table, target, base, key)
+    return None if not ratio else 1 / ratio
+
+
 def summarise(rows):
     throughput, oneconn, openloop = by(rows, "throughput"), by(rows, "oneconn"), by(rows, "openloop")
     summary = {}
@@ -147,6 +153,7 @@ def summarise(rows):
             "cpu_x_nginx": per_round_ratio(throughput, target, "nginx", "cpu_us_per_req"),
             "cpu_x_direct": per_round_ratio(throughput, target, "direct", "cpu_us_per_req"),
             "cpu_x_nginx_lua": per_round_ratio(throughput, target, "nginx-lua", "cpu_us_per_req"),
+            "cpu_budget_x_nginx": per_round_inverse(throughput, target, "nginx", "cpu_us_per_req"),
             "oneconn_p50_minus_nginx_us": per_round_ratio(oneconn, target, "nginx", "p50_us", "sub"),
             "oneconn_p50_minus_direct_us": per_round_ratio(oneconn, target, "direct", "p50_us", "sub"),
         }
@@ -171,11 +178,17 @@ def checks(summary):
         results.append({"target": name, "value": round(value, 3), "goal": f"{op} {goal}{unit}", "hit": hit})
 
     # issue 13's targets (the caches, the batches, fewer values lowered)
-    check("full chain pooled, caches on, req/s vs nginx (cache-helped)", "wasmgate-full-pooled", "rps_x_nginx", ">=", 0.70, "x")
-    check("the same, CPU/req vs nginx + Lua (cache-helped)", "wasmgate-full-pooled", "cpu_x_nginx_lua", "<=", 1.3, "x")
-    check("full chain pooled, no cache, req/s vs nginx", "wasmgate-full-pooled-nocache", "rps_x_nginx", ">=", 0.55, "x")
-    check("full chain per-request, caches on, req/s vs nginx (cache-helped)", "wasmgate-full-per-request", "rps_x_nginx", ">=", 0.55, "x")
-    check("pass-through req/s vs nginx", "wasmgate-pass", "rps_x_nginx", ">=", 0.78, "x")
+    # Each req/s goal twice: as measured, and as the CPU budget it means on
+    # one saturated core (nginx's CPU per request over the target's), which
+    # holds when a neighbour takes CPU 0 from one target's windows.
+    for name, target, goal in [
+            ("full chain pooled, caches on, req/s vs nginx (cache-helped)", "wasmgate-full-pooled", 0.70),
+            ("full chain pooled, no cache, req/s vs nginx", "wasmgate-full-pooled-nocache", 0.55),
+            ("full chain per-request, caches on, req/s vs nginx (cache-helped)", "wasmgate-full-per-request", 0.55),
+            ("pass-through req/s vs nginx", "wasmgate-pass", 0.78)]:
+        check(name, target, "rps_x_nginx", ">=", goal, "x")
+        check(name.replace("req/s", "by CPU (nginx's ÷ its own)"), target, "cpu_budget_x_nginx", ">=", goal, "x")
+    check("full chain pooled, caches on, CPU/req vs nginx + Lua (cache-helped)", "wasmgate-full-pooled", "cpu_x_nginx_lua", "<=", 1.3, "x")
     check("pass-through one-connection p50 minus nginx's", "wasmgate-pass", "oneconn_p50_minus_nginx_us", "<=", 5, " us")
     return results
 
