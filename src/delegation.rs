@@ -3,8 +3,10 @@
 //! what it does not serve to the next, and a 404 Status at the end.
 //!
 //! The first server also carries the gateway's own endpoints: health
-//! (`/healthz`, `/livez`, `/readyz`), `/metrics`, `/debug/reload` and discovery (`/api`, `/apis`,
-//! `/apis/<group>`), which describe every server behind it. Only the first
+//! (`/healthz`, `/livez`, `/readyz`), `/metrics`, `/debug/reload`,
+//! `/version`, the self-subject reviews and discovery (`/api`, `/apis`,
+//! `/apis/<group>`), which describe every server behind it. `/version` and
+//! the reviews stand aside when a route of any server claims their paths. Only the first
 //! server is wrapped by the handler chain, so no filter runs twice.
 
 use std::sync::Arc;
@@ -13,15 +15,17 @@ use futures_util::future::BoxFuture;
 
 use crate::body::{Request, Response};
 use crate::config::{Config, RouteHandler, RouteMatch, Server};
-use crate::director::{Director, Routes};
+use crate::director::{Director, RouteTable, Routes};
 use crate::discovery::Discovery;
 use crate::handler::{Handler, SharedHandler};
 use crate::health::Health;
 use crate::metrics::MetricsEndpoint;
 use crate::reload_trigger::{ReloadEndpoint, ReloadTrigger};
+use crate::self_review::SelfReviews;
 use crate::static_response::Static;
 use crate::status::GatewayError;
 use crate::upstream::{UpstreamError, UpstreamProxy};
+use crate::version::Version;
 
 /// The end of the chain: kube's not-found handler.
 pub struct NotFound;
@@ -140,9 +144,57 @@ fn add_builtin_routes(
             Arc::new(ReloadEndpoint(trigger.clone())),
         ));
     }
-    let discovery = Arc::new(Discovery::new(config));
+    let claimed = ClaimedPaths::new(config);
+    if !crate::version::PATHS
+        .iter()
+        .any(|path| claimed.contains(path))
+    {
+        let version: SharedHandler = Arc::new(Version::new());
+        for path in crate::version::PATHS {
+            routes.exact.push((path.to_owned(), version.clone()));
+        }
+    }
+    let mut builtin_groups = Vec::new();
+    for (group, version, resources) in crate::self_review::GROUP_VERSIONS {
+        let root = format!("/apis/{group}/{version}");
+        let reviews = resources
+            .iter()
+            .map(|(plural, _)| format!("{root}/{plural}"));
+        if claimed.contains(&root) || reviews.clone().any(|path| claimed.contains(&path)) {
+            continue;
+        }
+        routes.api.push((root, Arc::new(SelfReviews)));
+        builtin_groups.push((group, version));
+    }
+    let discovery = Arc::new(Discovery::new(config, &builtin_groups));
     for path in discovery.paths() {
         let handler: SharedHandler = discovery.clone();
         routes.exact.push((path, handler));
+    }
+}
+
+/// Every path some route of the delegation chain takes: a built-in endpoint
+/// that kube's servers behind the gateway would serve themselves stands
+/// aside for it.
+struct ClaimedPaths(Vec<RouteTable<()>>);
+
+impl ClaimedPaths {
+    fn new(config: &Config) -> Self {
+        let tables = config.servers.iter().map(|server| {
+            let mut routes = Routes::default();
+            for route in &server.routes {
+                match &route.matcher {
+                    RouteMatch::Api(root) => routes.api.push((root.clone(), ())),
+                    RouteMatch::Exact(path) => routes.exact.push((path.clone(), ())),
+                    RouteMatch::Prefix(prefix) => routes.prefixes.push((prefix.clone(), ())),
+                }
+            }
+            RouteTable::new(routes)
+        });
+        ClaimedPaths(tables.collect())
+    }
+
+    fn contains(&self, path: &str) -> bool {
+        self.0.iter().any(|table| table.route(path).is_some())
     }
 }

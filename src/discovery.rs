@@ -1,7 +1,9 @@
 //! API discovery, as kube clients expect it: `GET /apis` answers an
 //! `APIGroupList` built from the API roots of every server, `GET /api` an
-//! `APIVersions`, and `GET /apis/<group>` an `APIGroup`. The resource lists
-//! below each `/apis/<group>/<version>` are the upstream's to answer.
+//! `APIVersions` (with kube's `serverAddressByClientCIDRs`: the host the
+//! client asked for, for every client, as kube's `ExternalAddress` is), and
+//! `GET /apis/<group>` an `APIGroup`. The resource lists below each
+//! `/apis/<group>/<version>` are the upstream's to answer.
 
 use std::collections::BTreeMap;
 
@@ -12,16 +14,27 @@ use serde_json::{Value, json};
 
 use crate::body::{Body, Request, Response};
 use crate::config::{Config, RouteMatch};
+use crate::context::ClientOrigin;
 use crate::handler::Handler;
 use crate::status::GatewayError;
 
 pub struct Discovery {
     /// Path -> JSON body, computed once when the chain is built.
     documents: BTreeMap<String, bytes::Bytes>,
+    /// The versions `/api` lists; its document names the client's host, so
+    /// it is written per request.
+    legacy_versions: Vec<String>,
+    /// The address `/api` names when the request named no host.
+    listen_address: String,
 }
 
+/// The path of kube's legacy `APIVersions` document.
+const LEGACY_ROOT: &str = "/api";
+
 impl Discovery {
-    pub fn new(config: &Config) -> Self {
+    /// The documents for `config`'s API routes and the gateway's own
+    /// `builtin` group versions.
+    pub fn new(config: &Config, builtin: &[(&str, &str)]) -> Self {
         let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut legacy_versions = Vec::new();
         let roots = config
@@ -29,9 +42,14 @@ impl Discovery {
             .iter()
             .flat_map(|server| &server.routes)
             .filter_map(|route| match &route.matcher {
-                RouteMatch::Api(root) => Some(root.as_str()),
+                RouteMatch::Api(root) => Some(root.clone()),
                 _ => None,
-            });
+            })
+            .chain(
+                builtin
+                    .iter()
+                    .map(|(group, version)| format!("/apis/{group}/{version}")),
+            );
         for root in roots {
             let segments: Vec<&str> = root.trim_start_matches('/').split('/').collect();
             match segments.as_slice() {
@@ -41,8 +59,8 @@ impl Discovery {
                         versions.push((*version).to_owned());
                     }
                 }
-                ["api", version] if !legacy_versions.contains(version) => {
-                    legacy_versions.push(*version)
+                ["api", version] if !legacy_versions.iter().any(|v| v == version) => {
+                    legacy_versions.push((*version).to_owned())
                 }
                 _ => {}
             }
@@ -57,17 +75,36 @@ impl Discovery {
         }
         let list = json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": group_list});
         documents.insert("/apis".to_owned(), to_bytes(&list));
-        let versions = json!({"kind": "APIVersions", "versions": legacy_versions});
-        documents.insert("/api".to_owned(), to_bytes(&versions));
-        Discovery { documents }
+        Discovery {
+            documents,
+            legacy_versions,
+            listen_address: config.listen.address.to_string(),
+        }
     }
 
     /// Every path this handler answers (with and without a trailing `/`).
     pub fn paths(&self) -> Vec<String> {
         self.documents
             .keys()
-            .flat_map(|path| [path.clone(), format!("{path}/")])
+            .map(String::as_str)
+            .chain([LEGACY_ROOT])
+            .flat_map(|path| [path.to_owned(), format!("{path}/")])
             .collect()
+    }
+
+    /// kube's `APIVersions`, naming the server as `request` reached it.
+    fn legacy_versions(&self, request: &Request) -> bytes::Bytes {
+        let host = request
+            .extensions()
+            .get::<ClientOrigin>()
+            .and_then(|origin| origin.host.as_ref())
+            .and_then(|host| host.to_str().ok())
+            .unwrap_or(&self.listen_address);
+        to_bytes(&json!({
+            "kind": "APIVersions",
+            "versions": self.legacy_versions,
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}],
+        }))
     }
 }
 
@@ -77,9 +114,14 @@ impl Handler for Discovery {
             GatewayError::MethodNotAllowed.into_response()
         } else {
             let path = request.uri().path();
-            match self.documents.get(path.strip_suffix('/').unwrap_or(path)) {
+            let path = path.strip_suffix('/').unwrap_or(path);
+            let document = match path {
+                LEGACY_ROOT => Some(self.legacy_versions(&request)),
+                _ => self.documents.get(path).cloned(),
+            };
+            match document {
                 Some(document) => {
-                    let mut response = http::Response::new(Body::full(document.clone()));
+                    let mut response = http::Response::new(Body::full(document));
                     response
                         .headers_mut()
                         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -149,6 +149,18 @@ impl GatewayError {
         }
     }
 
+    /// Reading the request body failed: 413 when it was cut at the body
+    /// limit (`limit` bytes), else 400.
+    pub fn body_unreadable(error: &(dyn std::error::Error + 'static), limit: u64) -> Self {
+        if crate::body::is_body_limit_error(error) {
+            GatewayError::RequestEntityTooLarge { limit }
+        } else {
+            GatewayError::BadRequest {
+                message: format!("the request body could not be read: {error}"),
+            }
+        }
+    }
+
     /// The code and kube reason of this error.
     pub fn code_and_reason(&self) -> (StatusCode, &str) {
         match self {

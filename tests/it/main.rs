@@ -29,6 +29,7 @@ mod readme;
 mod reload;
 mod routing;
 mod scaffold;
+mod self_reviews;
 mod self_signed;
 mod tls;
 mod try_cli;

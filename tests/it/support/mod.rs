@@ -13,7 +13,9 @@
 //! - [`filters`]: the components built once per run by `filters/build.sh`
 //!   and manifest pieces that use them;
 //! - [`audit`]: JSON-lines audit logs read back;
-//! - [`jwt`]: throw-away signing keys and tokens.
+//! - [`jwt`]: throw-away signing keys and tokens;
+//! - [`kube`]: kube's clients (`kubectl` with a kubeconfig, other programs)
+//!   run with no proxy and no user configuration.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -24,6 +26,7 @@ pub mod clients;
 pub mod filters;
 pub mod gateway;
 pub mod jwt;
+pub mod kube;
 pub mod process;
 pub mod raw;
 pub mod upstream;
@@ -34,6 +37,7 @@ pub use clients::*;
 pub use filters::*;
 pub use gateway::*;
 pub use jwt::*;
+pub use kube::*;
 pub use process::*;
 pub use raw::*;
 pub use upstream::*;
