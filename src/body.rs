@@ -8,20 +8,24 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full, combinators::UnsyncBoxBody};
 
 /// The error a body stream can end with.
-pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A streaming body of bytes.
 #[derive(Debug)]
 pub struct Body(UnsyncBoxBody<Bytes, BodyError>);
 
+/// A request whose body is the gateway's [`Body`].
 pub type Request = http::Request<Body>;
+/// A response whose body is the gateway's [`Body`].
 pub type Response = http::Response<Body>;
 
 impl Body {
+    /// A body with no bytes.
     pub fn empty() -> Self {
         Body(Empty::new().map_err(|never| match never {}).boxed_unsync())
     }
 
+    /// A body of these bytes, whole.
     pub fn full(bytes: impl Into<Bytes>) -> Self {
         Body(
             Full::new(bytes.into())
@@ -31,7 +35,7 @@ impl Body {
     }
 
     /// Wraps any body whose errors convert into [`BodyError`].
-    pub fn wrap<B>(body: B) -> Self
+    pub(crate) fn wrap<B>(body: B) -> Self
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<BodyError>,
@@ -43,7 +47,7 @@ impl Body {
 impl Body {
     /// Keeps `guard` alive until this body has been sent or dropped (an
     /// in-flight slot, a connection's activity count).
-    pub fn with_guard<G: Send + 'static>(self, guard: G) -> Self {
+    pub(crate) fn with_guard<G: Send + 'static>(self, guard: G) -> Self {
         Body::wrap(Guarded {
             body: self,
             _guard: guard,
@@ -80,7 +84,7 @@ impl<G> http_body::Body for Guarded<G> {
 }
 
 /// True when `error`, or any error in its chain of sources, is an `E`.
-pub fn caused_by<E: std::error::Error + 'static>(
+pub(crate) fn caused_by<E: std::error::Error + 'static>(
     error: &(dyn std::error::Error + 'static),
 ) -> bool {
     std::iter::successors(Some(error), |error| error.source()).any(|error| error.is::<E>())
@@ -90,11 +94,11 @@ pub fn caused_by<E: std::error::Error + 'static>(
 /// request by the chain's body-limit step for the handler that reads the
 /// body, so its 413 names it.
 #[derive(Debug, Clone, Copy)]
-pub struct MaxRequestBody(pub u64);
+pub(crate) struct MaxRequestBody(pub u64);
 
 /// True when a body error came from the body limit, so the handler that hit
 /// it answers 413 rather than a generic failure.
-pub fn is_body_limit_error(error: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn is_body_limit_error(error: &(dyn std::error::Error + 'static)) -> bool {
     caused_by::<http_body_util::LengthLimitError>(error)
 }
 

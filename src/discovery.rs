@@ -18,7 +18,7 @@ use crate::context::ClientOrigin;
 use crate::handler::Handler;
 use crate::status::GatewayError;
 
-pub struct Discovery {
+pub(crate) struct Discovery {
     /// Path -> JSON body, computed once when the chain is built.
     documents: BTreeMap<String, bytes::Bytes>,
     /// The versions `/api` lists; its document names the client's host, so
@@ -34,7 +34,7 @@ const LEGACY_ROOT: &str = "/api";
 impl Discovery {
     /// The documents for `config`'s API routes and the gateway's own
     /// `builtin` group versions.
-    pub fn new(config: &Config, builtin: &[(&str, &str)]) -> Self {
+    pub(crate) fn new(config: &Config, builtin: &[(&str, &str)]) -> Self {
         let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut legacy_versions = Vec::new();
         let roots = config
@@ -83,7 +83,7 @@ impl Discovery {
     }
 
     /// Every path this handler answers (with and without a trailing `/`).
-    pub fn paths(&self) -> Vec<String> {
+    pub(crate) fn paths(&self) -> Vec<String> {
         self.documents
             .keys()
             .map(String::as_str)

@@ -31,8 +31,8 @@ use crate::handler::Handler;
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
 
-pub const AUTHORIZATION_VERSION: &str = "/apis/authorization.k8s.io/v1";
-pub const AUTHENTICATION_VERSION: &str = "/apis/authentication.k8s.io/v1";
+pub(crate) const AUTHORIZATION_VERSION: &str = "/apis/authorization.k8s.io/v1";
+pub(crate) const AUTHENTICATION_VERSION: &str = "/apis/authentication.k8s.io/v1";
 const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
 const RULES_REVIEWS: &str = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews";
 const SELF_REVIEWS: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
@@ -42,7 +42,7 @@ type Resource = (&'static str, &'static str);
 
 /// Each API group version this module serves, with its review resources,
 /// for discovery.
-pub const GROUP_VERSIONS: [(&str, &str, &[Resource]); 2] = [
+pub(crate) const GROUP_VERSIONS: [(&str, &str, &[Resource]); 2] = [
     (
         "authorization.k8s.io",
         "v1",
@@ -59,7 +59,7 @@ pub const GROUP_VERSIONS: [(&str, &str, &[Resource]); 2] = [
 ];
 
 /// The three reviews, and the resource lists of their group versions.
-pub struct SelfReviews;
+pub(crate) struct SelfReviews;
 
 /// What a request to this handler asks for.
 enum Asked {
@@ -336,7 +336,7 @@ fn json_response(status: StatusCode, document: &Value) -> Response {
 mod wire {
     use serde_json::{Value, json};
 
-    pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
+    pub(crate) const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
     const MAGIC: &[u8] = b"k8s\0";
 
     #[derive(prost::Message)]
@@ -388,7 +388,7 @@ mod wire {
     }
 
     /// The review as its JSON form, or `None` when the bytes are not one.
-    pub fn review(bytes: &[u8]) -> Option<Value> {
+    pub(crate) fn review(bytes: &[u8]) -> Option<Value> {
         use prost::Message;
         let unknown = Unknown::decode(bytes.strip_prefix(MAGIC)?).ok()?;
         let spec = Review::decode(unknown.raw.as_slice())

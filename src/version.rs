@@ -14,12 +14,12 @@ use crate::handler::Handler;
 use crate::status::GatewayError;
 
 /// The paths kube's version handler is registered at.
-pub const PATHS: [&str; 2] = ["/version", "/version/"];
+pub(crate) const PATHS: [&str; 2] = ["/version", "/version/"];
 
-pub struct Version(bytes::Bytes);
+pub(crate) struct Version(bytes::Bytes);
 
 impl Version {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let semver = env!("CARGO_PKG_VERSION");
         let mut numbers = semver.split('.');
         let major = numbers.next().unwrap_or("0");

@@ -4,29 +4,35 @@
 //! client). Bodies stream both ways; nothing is buffered. Headers are
 //! rewritten in [`headers`]: hop-by-hop ones dropped both ways, the client's
 //! identity headers dropped, the forwarding headers set from the request's
-//! origin.
+//! origin. The user's identity and the gateway's credentials are attached
+//! in [`identity`], from files kept current by [`credentials`].
 //! Failures become Status responses: unreachable 503, no answer in time
 //! 504, a broken answer 502, a request body over the limit 413.
 
+mod credentials;
 mod headers;
+mod identity;
 mod pool;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use http::header;
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{HeaderValue, Uri, Version};
+use http::{HeaderName, HeaderValue, Uri, Version};
 use http_body_util::BodyExt;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use self::credentials::Watched;
+use self::identity::IdentityHeaders;
 use self::pool::Http1Pool;
 use crate::body::{Body, BodyError, MaxRequestBody, Request, Response, is_body_limit_error};
 use crate::config::Upstream;
+use crate::config::identity::{ClientCert, ClientCertFiles, load_client_cert};
 use crate::handler::Handler;
 use crate::status::GatewayError;
 
@@ -41,6 +47,8 @@ pub enum UpstreamError {
         #[source]
         source: rustls::Error,
     },
+    #[error("upstream {url}: {message}")]
+    Credentials { url: String, message: String },
 }
 
 /// How long an unused keep-alive connection to an upstream is kept.
@@ -58,10 +66,11 @@ pub(crate) enum ExchangeError {
     Exchange(#[source] BodyError),
 }
 
-pub struct UpstreamProxy {
+pub(crate) struct UpstreamProxy {
     base: Uri,
     transport: Transport,
     timeout: Option<Duration>,
+    identity: IdentityHeaders,
 }
 
 enum Transport {
@@ -73,24 +82,117 @@ enum Transport {
         host: HeaderValue,
     },
     /// `https://`: hyper-util's pooled client, TLS with HTTP/2 by ALPN.
-    Tls(Box<Client<HttpsConnector<HttpConnector>, Body>>),
+    Tls(Box<TlsTransport>),
+}
+
+type TlsClient = Client<HttpsConnector<HttpConnector>, Body>;
+
+/// An https upstream's client, made again (with a new pool) when the client
+/// certificate it presents changes, so that no connection keeps presenting
+/// the old one (client-go closes its connections on a rotation too).
+struct TlsTransport {
+    url: String,
+    roots: Arc<rustls::RootCertStore>,
+    client_cert: Option<Watched<ClientCert>>,
+    /// The client and the certificate generation it was made with.
+    client: Mutex<(u64, Arc<TlsClient>)>,
 }
 
 impl UpstreamProxy {
-    pub fn new(upstream: &Upstream) -> Result<Self, UpstreamError> {
+    /// The proxy to `upstream`; `credential_headers` are the headers the
+    /// authenticators read, never forwarded unless the route says so.
+    pub(crate) fn new(
+        upstream: &Upstream,
+        credential_headers: &[HeaderName],
+    ) -> Result<Self, UpstreamError> {
+        let url = upstream.url.to_string();
+        let credentials_error = |message| UpstreamError::Credentials {
+            url: url.clone(),
+            message,
+        };
         let transport = match upstream.url.authority() {
             Some(authority) if upstream.url.scheme() != Some(&Scheme::HTTPS) => {
-                plain_transport(authority).ok_or_else(|| UpstreamError::Authority {
-                    url: upstream.url.to_string(),
-                })?
+                plain_transport(authority)
+                    .ok_or_else(|| UpstreamError::Authority { url: url.clone() })?
             }
-            _ => Transport::Tls(Box::new(tls_client(upstream)?)),
+            _ => Transport::Tls(Box::new(TlsTransport::new(upstream).map_err(
+                |error| match error {
+                    TlsSetupError::Tls(source) => UpstreamError::Tls {
+                        url: url.clone(),
+                        source,
+                    },
+                    TlsSetupError::Credentials(message) => credentials_error(message),
+                },
+            )?)),
         };
         Ok(UpstreamProxy {
             base: upstream.url.clone(),
             transport,
             timeout: upstream.timeout,
+            identity: IdentityHeaders::new(upstream, credential_headers)
+                .map_err(credentials_error)?,
         })
+    }
+}
+
+enum TlsSetupError {
+    Tls(rustls::Error),
+    Credentials(String),
+}
+
+impl TlsTransport {
+    fn new(upstream: &Upstream) -> Result<Self, TlsSetupError> {
+        let roots = upstream
+            .ca
+            .clone()
+            .unwrap_or_else(|| Arc::new(rustls::RootCertStore::empty()));
+        let client_cert = match &upstream.credentials.client_cert {
+            Some(files) => Some(
+                Watched::new(
+                    vec![files.cert.clone(), files.key.clone()],
+                    read_client_cert,
+                )
+                .map_err(TlsSetupError::Credentials)?,
+            ),
+            None => None,
+        };
+        let cert = client_cert.as_ref().map(|watched| watched.current().0);
+        let client = tls_client(&roots, cert.as_deref()).map_err(TlsSetupError::Tls)?;
+        Ok(TlsTransport {
+            url: upstream.url.to_string(),
+            roots,
+            client_cert,
+            client: Mutex::new((0, Arc::new(client))),
+        })
+    }
+
+    /// The client to send with: made again first when the client
+    /// certificate's files changed.
+    fn client(&self) -> Arc<TlsClient> {
+        let current = self.client_cert.as_ref().map(Watched::current);
+        let mut client = self.client.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((cert, generation)) = current
+            && generation != client.0
+        {
+            match tls_client(&self.roots, Some(&cert)) {
+                Ok(fresh) => *client = (generation, Arc::new(fresh)),
+                Err(error) => {
+                    tracing::warn!(upstream = %self.url, %error, "the new client certificate cannot be used; the last one stays");
+                    client.0 = generation;
+                }
+            }
+        }
+        Arc::clone(&client.1)
+    }
+}
+
+fn read_client_cert(paths: &[std::path::PathBuf]) -> Result<ClientCert, String> {
+    match paths {
+        [cert, key] => load_client_cert(&ClientCertFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        }),
+        _ => Err("a client certificate is read from a certificate and a key file".to_owned()),
     }
 }
 
@@ -110,21 +212,16 @@ fn plain_transport(authority: &Authority) -> Option<Transport> {
 }
 
 fn tls_client(
-    upstream: &Upstream,
-) -> Result<Client<HttpsConnector<HttpConnector>, Body>, UpstreamError> {
-    let roots = upstream
-        .ca
-        .as_deref()
-        .cloned()
-        .unwrap_or_else(rustls::RootCertStore::empty);
-    let tls = rustls::ClientConfig::builder_with_provider(crate::crypto::provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|source| UpstreamError::Tls {
-            url: upstream.url.to_string(),
-            source,
-        })?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    roots: &Arc<rustls::RootCertStore>,
+    client_cert: Option<&ClientCert>,
+) -> Result<TlsClient, rustls::Error> {
+    let builder = rustls::ClientConfig::builder_with_provider(crate::crypto::provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(Arc::clone(roots));
+    let tls = match client_cert {
+        Some((chain, key)) => builder.with_client_auth_cert(chain.clone(), key.clone_key())?,
+        None => builder.with_no_client_auth(),
+    };
     let connector = HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
@@ -165,7 +262,7 @@ impl UpstreamProxy {
                 let response = pool.send(request).await?;
                 Ok(response.map(Body::wrap))
             }
-            Transport::Tls(client) => match client.request(request).await {
+            Transport::Tls(tls) => match tls.client().request(request).await {
                 Ok(response) => Ok(response.map(Body::wrap)),
                 Err(error) if error.is_connect() => Err(ExchangeError::Connect(error.into())),
                 Err(error) => Err(ExchangeError::Exchange(error.into())),
@@ -178,6 +275,7 @@ impl UpstreamProxy {
         let path_and_query = self.target_path(&parts.uri)?;
         parts.version = Version::HTTP_11;
         headers::prepare_request_headers(&mut parts.headers, &parts.extensions);
+        self.identity.apply(&mut parts.headers, &parts.extensions)?;
         let headers = &mut parts.headers;
         match &self.transport {
             // The pool sends the URI as it is: origin-form.

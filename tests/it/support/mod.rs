@@ -15,7 +15,8 @@
 //! - [`audit`]: JSON-lines audit logs read back;
 //! - [`jwt`]: throw-away signing keys and tokens;
 //! - [`kube`]: kube's clients (`kubectl` with a kubeconfig, other programs)
-//!   run with no proxy and no user configuration.
+//!   run with no proxy and no user configuration;
+//! - [`etcd`]: a real etcd (Debian's `etcd-server`) on loopback ports.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 pub mod audit;
 pub mod certs;
 pub mod clients;
+pub mod etcd;
 pub mod filters;
 pub mod gateway;
 pub mod jwt;
