@@ -8,6 +8,7 @@
 //! docs/architecture.md follows a request through the code and maps the
 //! modules in their layers, bottom-up: each imports only from below it.
 
+mod aggregator;
 pub mod body;
 mod chain;
 pub mod cli;
@@ -22,6 +23,7 @@ mod flow_control;
 pub mod handler;
 pub mod health;
 mod metrics;
+mod openapi;
 pub mod reload_trigger;
 pub mod request_info;
 pub mod request_target;

@@ -132,6 +132,13 @@ pub enum GatewayError {
     /// The route does not take the method (405).
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed,
+    /// The client accepts none of the media types the resource is served in
+    /// (406).
+    #[error("{message}")]
+    NotAcceptable {
+        /// The Status message: the media types that are served.
+        message: String,
+    },
     /// The body is over the limit (413).
     #[error("the request body is too large: limit is {limit} bytes")]
     RequestEntityTooLarge {
@@ -215,6 +222,7 @@ impl GatewayError {
             GatewayError::Denied { code, reason, .. } => (*code, reason.as_str()),
             GatewayError::NotFound => (StatusCode::NOT_FOUND, "NotFound"),
             GatewayError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed"),
+            GatewayError::NotAcceptable { .. } => (StatusCode::NOT_ACCEPTABLE, "NotAcceptable"),
             GatewayError::RequestEntityTooLarge { .. } => {
                 (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge")
             }

@@ -236,6 +236,8 @@ pub(crate) struct Route {
     pub escaped_slashes: Option<Spanned<String>>,
     /// The client's credentials reach the upstream (default false).
     pub forward_credentials: Option<Spanned<bool>>,
+    /// The upstream's discovery and OpenAPI are merged (default false).
+    pub aggregate: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
