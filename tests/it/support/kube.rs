@@ -9,11 +9,10 @@ use super::{bounded, require_program};
 
 pub const KUBECTL: &str = "/usr/bin/kubectl";
 
-/// Runs `program args...` with no proxy and no user configuration leaking
-/// in, killed (by PID, on drop) if it outlives the bound.
-pub async fn run_client(program: &str, args: &[&str], home: &Path) -> (bool, String, String) {
-    let program = require_program(program);
-    let mut command = tokio::process::Command::new(&program);
+/// `program args...` with no proxy and no user configuration leaking in,
+/// killed (by PID) when dropped.
+fn client_command(program: &Path, args: &[&str], home: &Path) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(program);
     command
         .args(args)
         .env("HOME", home)
@@ -27,6 +26,14 @@ pub async fn run_client(program: &str, args: &[&str], home: &Path) -> (bool, Str
         .env_remove("all_proxy")
         .stdin(Stdio::null())
         .kill_on_drop(true);
+    command
+}
+
+/// Runs `program args...` (see [`client_command`]), killed if it outlives
+/// the bound.
+pub async fn run_client(program: &str, args: &[&str], home: &Path) -> (bool, String, String) {
+    let program = require_program(program);
+    let mut command = client_command(&program, args, home);
     let output = bounded(
         &format!("{} {}", program.display(), args.join(" ")),
         command.output(),
@@ -66,6 +73,19 @@ impl Kubectl {
         let mut all = vec!["--kubeconfig", kubeconfig];
         all.extend_from_slice(args);
         run_client(KUBECTL, &all, &self.home).await
+    }
+
+    /// `kubectl args...` left running (a watch), its stdout piped; killed
+    /// when dropped.
+    pub fn spawn(&self, args: &[&str]) -> tokio::process::Child {
+        let kubeconfig = self.kubeconfig.to_str().expect("a UTF-8 path");
+        let mut all = vec!["--kubeconfig", kubeconfig];
+        all.extend_from_slice(args);
+        client_command(&require_program(KUBECTL), &all, &self.home)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start kubectl")
     }
 
     /// The same, failing the test unless kubectl succeeds; its stdout.

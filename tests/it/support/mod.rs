@@ -16,6 +16,8 @@
 //! - [`jwt`]: throw-away signing keys and tokens;
 //! - [`kube`]: kube's clients (`kubectl` with a kubeconfig, other programs)
 //!   run with no proxy and no user configuration;
+//! - [`kube_api`]: a small kube-like API server (ConfigMaps, a custom
+//!   resource, discovery, OpenAPI) to stand where a kube-apiserver would;
 //! - [`etcd`]: a real etcd (Debian's `etcd-server`) on loopback ports.
 
 use std::future::Future;
@@ -29,6 +31,7 @@ pub mod filters;
 pub mod gateway;
 pub mod jwt;
 pub mod kube;
+pub mod kube_api;
 pub mod process;
 pub mod raw;
 pub mod upstream;
@@ -40,6 +43,7 @@ pub use filters::*;
 pub use gateway::*;
 pub use jwt::*;
 pub use kube::*;
+pub use kube_api::*;
 pub use process::*;
 pub use raw::*;
 pub use upstream::*;
