@@ -36,7 +36,7 @@ mod health;
 mod hostile_headers;
 mod hostile_paths;
 mod identity;
-mod kubectl;
+mod kube_clients;
 mod languages;
 mod lifecycle;
 mod limits;

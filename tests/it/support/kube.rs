@@ -95,3 +95,81 @@ impl Kubectl {
         stdout
     }
 }
+
+/// The Python `kubernetes` client this test suite pins (client 32 is kube
+/// 1.32's, as the machine's kubectl).
+pub const PYTHON_KUBERNETES_VERSION: &str = "32.0.1";
+
+/// The interpreter of a venv with the Python `kubernetes` client, installed
+/// once (with pip, from PyPI) into the tool cache as filters/build.sh
+/// installs its tools: `$WASMGATE_TOOLS_DIR` or
+/// `~/.cache/wasmgate/tools`, `python-kubernetes-<version>/`. An flock on
+/// a lock file beside it serialises test binaries that install it at once;
+/// a `.installed` marker written last says the venv is complete.
+pub fn python_kubernetes() -> PathBuf {
+    static INSTALLED: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let installed = INSTALLED.get_or_init(install_python_kubernetes);
+    match installed {
+        Ok(python) => python.clone(),
+        Err(message) => panic!("{message}"),
+    }
+}
+
+fn install_python_kubernetes() -> Result<PathBuf, String> {
+    use std::os::fd::AsRawFd;
+    let tools = match std::env::var_os("WASMGATE_TOOLS_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").ok_or("HOME is not set")?)
+            .join(".cache/wasmgate/tools"),
+    };
+    std::fs::create_dir_all(&tools).map_err(|error| format!("{}: {error}", tools.display()))?;
+    let venv = tools.join(format!("python-kubernetes-{PYTHON_KUBERNETES_VERSION}"));
+    let python = venv.join("bin/python");
+    let marker = venv.join(".installed");
+    let lock = std::fs::File::create(tools.join("python-kubernetes.lock"))
+        .map_err(|error| format!("the install lock: {error}"))?;
+    // SAFETY: flock on a descriptor this function owns; released when
+    // `lock` is closed.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err("cannot take the install lock".to_owned());
+    }
+    if marker.exists() {
+        return Ok(python);
+    }
+    let run = |program: &Path, args: &[&str]| -> Result<(), String> {
+        let output = std::process::Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|error| format!("cannot run {}: {error}", program.display()))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} {} failed: {}",
+                program.display(),
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr)
+            ))
+        }
+    };
+    let _ = std::fs::remove_dir_all(&venv);
+    let venv_arg = venv.to_str().ok_or("the tool cache path is not UTF-8")?;
+    run(Path::new("python3"), &["-m", "venv", venv_arg])?;
+    let requirement = format!("kubernetes=={PYTHON_KUBERNETES_VERSION}");
+    run(
+        &python,
+        &[
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-input",
+            &requirement,
+        ],
+    )?;
+    std::fs::write(&marker, PYTHON_KUBERNETES_VERSION)
+        .map_err(|error| format!("the install marker: {error}"))?;
+    Ok(python)
+}

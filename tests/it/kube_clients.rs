@@ -1,11 +1,12 @@
-//! kubectl through the gateway to a kube-like API server, as a user would
-//! run it: the gateway, over TLS with token-authn and rbac-authz, routes
+//! kubectl and the Python `kubernetes` client through the gateway to a
+//! kube-like API server, as a user would run them: the gateway, over TLS with token-authn and rbac-authz, routes
 //! `/api/` and the widgets API to the server (`aggregate = true`, identity
 //! by request headers) and serves `/apis`, `/api` (legacy and aggregated),
 //! `/openapi/v2` and `/openapi/v3` merged from what the server answers its
 //! background refresh. `get`, `create -f`, `apply -f` (twice),
-//! `explain`, `get -w`, `auth can-i` and `auth whoami` work; the OpenAPI
-//! documents answer with kube-openapi's caching headers.
+//! `explain`, `get -w`, `auth can-i` and `auth whoami` work, and so do the
+//! Python client's `VersionApi`, `CoreV1Api` and `CustomObjectsApi` calls;
+//! the OpenAPI documents answer with kube-openapi's caching headers.
 
 use std::time::{Duration, Instant};
 
@@ -324,4 +325,67 @@ async fn openapi_and_aggregated_discovery_answer_as_kube_does() {
     let legacy = send(authorized("/apis")).await;
     assert_eq!(legacy.json()["kind"], "APIGroupList");
     assert_eq!(legacy.json()["groups"][0]["name"], "demo.example.io");
+}
+
+/// The Python client's calls a new user makes first, through the gateway.
+const PYTHON_CLIENT: &str = r#"
+import json, sys
+from kubernetes import client
+
+configuration = client.Configuration()
+configuration.host = sys.argv[1]
+configuration.ssl_ca_cert = sys.argv[2]
+configuration.api_key = {"authorization": sys.argv[3]}
+configuration.api_key_prefix = {"authorization": "Bearer"}
+api = client.ApiClient(configuration)
+
+version = client.VersionApi(api).get_code()
+config_maps = client.CoreV1Api(api).list_namespaced_config_map("default")
+custom = client.CustomObjectsApi(api)
+widget = {"apiVersion": "demo.example.io/v1", "kind": "Widget",
+          "metadata": {"name": "from-python"}, "spec": {"size": 3}}
+created = custom.create_namespaced_custom_object("demo.example.io", "v1", "default", "widgets", widget)
+widgets = custom.list_namespaced_custom_object("demo.example.io", "v1", "default", "widgets")
+print(json.dumps({
+    "gitVersion": version.git_version,
+    "configMaps": [item.metadata.name for item in config_maps.items],
+    "created": created["metadata"]["name"],
+    "widgets": [item["spec"]["size"] for item in widgets["items"]],
+}))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_reads_the_version_config_maps_and_custom_objects() {
+    let python = tokio::task::spawn_blocking(python_kubernetes)
+        .await
+        .expect("the Python client installed");
+    let setup = setup().await;
+    setup
+        .kube
+        .create_config_map("default", "for-python", json!({"k": "v"}));
+    let script = setup.write("client.py", PYTHON_CLIENT);
+    let server = format!("https://localhost:{}", setup.gateway.addr.port());
+    let ca = setup.dir.join("ca.crt");
+    let (ok, out, err) = run_client(
+        python.to_str().expect("UTF-8"),
+        &[&script, &server, ca.to_str().expect("UTF-8"), "alice-token"],
+        &setup.alice.home,
+    )
+    .await;
+    assert!(ok, "the Python client failed: {err}");
+    let answer: Value = serde_json::from_str(out.trim()).expect("the script's JSON");
+    assert_eq!(
+        answer,
+        json!({
+            "gitVersion": format!("v{}", env!("CARGO_PKG_VERSION")),
+            "configMaps": ["for-python"],
+            "created": "from-python",
+            "widgets": [3],
+        })
+    );
+    let stored = setup
+        .kube
+        .object("widgets", "default", "from-python")
+        .expect("the widget at the server");
+    assert_eq!(stored["spec"]["size"], 3);
 }
