@@ -485,3 +485,38 @@ async fn fetch(
         .await
         .unwrap_or_else(|_| Fetched::Failed(format!("no answer within {FETCH_TIMEOUT:?}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{Fetched, keep};
+
+    #[test]
+    fn a_failed_fetch_keeps_the_last_good_copy_and_an_absent_one_forgets_it() {
+        let mut kept = None;
+        keep(&mut kept, Fetched::Served(json!({"a": 1})), "up", "/apis");
+        assert_eq!(kept, Some(json!({"a": 1})));
+        keep(
+            &mut kept,
+            Fetched::Failed("answered 500".to_owned()),
+            "up",
+            "/apis",
+        );
+        assert_eq!(kept, Some(json!({"a": 1})));
+        keep(&mut kept, Fetched::Absent, "up", "/apis");
+        assert_eq!(kept, None);
+    }
+
+    #[test]
+    fn only_an_aggregated_content_type_is_aggregated_discovery() {
+        let answered = |content_type: &str| {
+            Fetched::Served((bytes::Bytes::new(), Some(content_type.to_owned()))).aggregated()
+        };
+        assert!(matches!(
+            answered("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"),
+            Fetched::Served(_)
+        ));
+        assert!(matches!(answered("application/json"), Fetched::Absent));
+    }
+}

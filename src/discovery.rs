@@ -536,3 +536,61 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod catalog_tests {
+    use serde_json::{Value, json};
+
+    use super::{Catalog, Documents};
+
+    fn names(documents: &Documents) -> Vec<String> {
+        let list: Value =
+            serde_json::from_slice(&documents.legacy["/apis"]).expect("the group list");
+        list["groups"]
+            .as_array()
+            .expect("groups")
+            .iter()
+            .map(|group| group["name"].as_str().unwrap_or("").to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn upstream_groups_keep_their_order_and_only_what_is_routed_is_listed() {
+        let mut catalog = Catalog::default();
+        let upstream = json!({"groups": [
+            {"name": "zeta.example.io", "versions": [{"version": "v1"}]},
+            {"name": "apps", "versions": [{"version": "v1"}]},
+            {"name": "hidden.example.io", "versions": [{"version": "v1"}]},
+        ]});
+        catalog.add_group_list(&upstream, |path| !path.contains("hidden"));
+        catalog.add_root("/apis/apps/v1beta1", None);
+        let documents = Documents::new(&catalog);
+        assert_eq!(names(&documents), ["zeta.example.io", "apps"]);
+        let apps: Value = serde_json::from_slice(&documents.legacy["/apis/apps"]).expect("JSON");
+        assert_eq!(apps["preferredVersion"]["version"], "v1");
+        // v1 of apps has no known resources: no aggregated document.
+        assert!(documents.aggregated_groups.is_none());
+    }
+
+    #[test]
+    fn a_resource_list_becomes_aggregated_resources_with_subresources() {
+        let mut catalog = Catalog::default();
+        let list = json!({"resources": [
+            {"name": "widgets", "singularName": "widget", "namespaced": true, "kind": "Widget", "verbs": ["get"]},
+            {"name": "widgets/status", "namespaced": true, "kind": "Widget", "verbs": ["get", "patch"]},
+        ]});
+        catalog.add_root("/apis/demo.example.io/v1", Some(&list));
+        let documents = Documents::new(&catalog);
+        let items = documents
+            .aggregated_groups
+            .expect("every version described");
+        let resource = &items[0]["versions"][0]["resources"][0];
+        assert_eq!(resource["resource"], "widgets");
+        assert_eq!(resource["scope"], "Namespaced");
+        assert_eq!(
+            resource["responseKind"],
+            json!({"group": "demo.example.io", "version": "v1", "kind": "Widget"})
+        );
+        assert_eq!(resource["subresources"][0]["subresource"], "status");
+    }
+}

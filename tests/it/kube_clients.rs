@@ -1,6 +1,6 @@
 //! kubectl and the Python `kubernetes` client through the gateway to a
-//! kube-like API server, as a user would run them: the gateway, over TLS with token-authn and rbac-authz, routes
-//! `/api/` and the widgets API to the server (`aggregate = true`, identity
+//! kube-like API server, as a user would run them: the gateway, over TLS
+//! with token-authn and rbac-authz, routes `/api/` and the widgets API to the server (`aggregate = true`, identity
 //! by request headers) and serves `/apis`, `/api` (legacy and aggregated),
 //! `/openapi/v2` and `/openapi/v3` merged from what the server answers its
 //! background refresh. `get`, `create -f`, `apply -f` (twice),
