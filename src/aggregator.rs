@@ -16,12 +16,13 @@
 //! no such document; any other failure keeps the last good copy and is
 //! logged (a warning naming the upstream and the document). The refresh
 //! ends when the handlers that serve its documents are dropped (a reload).
+//! Until its first round has published, those handlers wait for it, for at
+//! most [`crate::published::FIRST_PUBLICATION_WAIT`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{Method, StatusCode};
@@ -35,6 +36,7 @@ use crate::director::{RouteTable, Routes};
 use crate::discovery::{Catalog, Documents, GROUPS_ROOT, LEGACY_ROOT};
 use crate::handler::SharedHandler;
 use crate::openapi::{Specs, merge_v2};
+use crate::published::Published;
 
 /// How often the upstreams are asked again (kube's OpenAPI controllers
 /// re-download every minute).
@@ -133,10 +135,20 @@ impl Sources {
     }
 }
 
+/// Whether the upstreams are asked at all.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refresh {
+    /// In the background, for a configuration that serves.
+    Background,
+    /// Never: a configuration only checked, or whose routes report
+    /// themselves (`wasmgate check`, `wasmgate try`).
+    Never,
+}
+
 /// The merged documents, and what keeps them current.
 pub(crate) struct Aggregated {
-    pub(crate) discovery: Arc<ArcSwap<Documents>>,
-    pub(crate) openapi: Arc<ArcSwap<Specs>>,
+    pub(crate) discovery: Arc<Published<Documents>>,
+    pub(crate) openapi: Arc<Published<Specs>>,
     /// Held by the handlers: the refresh stops when the last one is dropped.
     pub(crate) refresh: Arc<dyn Send + Sync>,
 }
@@ -152,23 +164,27 @@ impl Drop for RefreshTask {
     }
 }
 
-/// The documents as the API routes alone describe them, then, when
-/// `live`, kept current by a background task on the current runtime.
-pub(crate) fn start(mut sources: Sources, live: bool) -> Aggregated {
+/// The documents as the API routes alone describe them, then, with
+/// [`Refresh::Background`], kept current by a task on the current runtime.
+pub(crate) fn start(mut sources: Sources, refresh: Refresh) -> Aggregated {
     // The gateway's own groups in name order, after the upstreams'.
     sources.roots.sort_by(|(a, _), (b, _)| a.cmp(b));
     let mut catalog = Catalog::default();
     for (root, _) in &sources.roots {
         catalog.add_root(root, None);
     }
-    let discovery = Arc::new(ArcSwap::from_pointee(Documents::new(&catalog)));
-    let openapi = Arc::new(ArcSwap::from_pointee(Specs::empty()));
+    let discovery = Arc::new(Published::new(Documents::new(&catalog)));
+    let openapi = Arc::new(Published::new(Specs::empty()));
     let task = match tokio::runtime::Handle::try_current() {
-        Ok(runtime) if live => {
-            let refresh = Refresh::new(sources, Arc::clone(&discovery), Arc::clone(&openapi));
-            Some(runtime.spawn(refresh.run()).abort_handle())
+        Ok(runtime) if refresh == Refresh::Background => {
+            let refresher = Refresher::new(sources, Arc::clone(&discovery), Arc::clone(&openapi));
+            Some(runtime.spawn(refresher.run()).abort_handle())
         }
-        _ => None,
+        _ => {
+            discovery.settle();
+            openapi.settle();
+            None
+        }
     };
     Aggregated {
         discovery,
@@ -201,18 +217,18 @@ impl Upstream {
     }
 }
 
-struct Refresh {
+struct Refresher {
     upstreams: Vec<Upstream>,
     roots: Vec<(String, Option<SharedHandler>, Option<Value>)>,
-    discovery: Arc<ArcSwap<Documents>>,
-    openapi: Arc<ArcSwap<Specs>>,
+    discovery: Arc<Published<Documents>>,
+    openapi: Arc<Published<Specs>>,
 }
 
-impl Refresh {
+impl Refresher {
     fn new(
         sources: Sources,
-        discovery: Arc<ArcSwap<Documents>>,
-        openapi: Arc<ArcSwap<Specs>>,
+        discovery: Arc<Published<Documents>>,
+        openapi: Arc<Published<Specs>>,
     ) -> Self {
         let upstreams = sources
             .upstreams
@@ -231,7 +247,7 @@ impl Refresh {
             .into_iter()
             .map(|(root, handler)| (root, handler, None))
             .collect();
-        Refresh {
+        Refresher {
             upstreams,
             roots,
             discovery,
@@ -256,9 +272,8 @@ impl Refresh {
                 keep(kept, fetched, "API route", root);
             }
         }
-        self.discovery
-            .store(Arc::new(Documents::new(&self.catalog())));
-        self.openapi.store(Arc::new(self.specs()));
+        self.discovery.publish(Documents::new(&self.catalog()));
+        self.openapi.publish(self.specs());
     }
 
     fn catalog(&self) -> Catalog {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
-use crate::aggregator::Sources;
+use crate::aggregator::{Refresh, Sources};
 use crate::body::{Request, Response};
 use crate::config::stages::RequestHeaders;
 use crate::config::{Config, RouteHandler, RouteMatch, Server};
@@ -58,6 +58,7 @@ pub(crate) fn build(
     reload: Option<&ReloadTrigger>,
     flow_control: Option<&Arc<Controller>>,
     targets: Targets,
+    refresh: Refresh,
 ) -> Result<SharedHandler, UpstreamError> {
     let mut next: SharedHandler = Arc::new(NotFound);
     let credential_headers = credential_headers(config);
@@ -71,7 +72,11 @@ pub(crate) fn build(
             let builtin = Builtin {
                 health,
                 reload,
-                targets,
+                refresh: if targets == Targets::Live {
+                    refresh
+                } else {
+                    Refresh::Never
+                },
             };
             add_builtin_routes(&mut routes, config, &builtin, std::mem::take(&mut sources));
             if let Some(controller) = flow_control {
@@ -184,7 +189,8 @@ pub(crate) struct RoutedTo;
 struct Builtin<'a> {
     health: &'a Arc<Health>,
     reload: Option<&'a ReloadTrigger>,
-    targets: Targets,
+    /// Whether the aggregated upstreams are asked what they serve.
+    refresh: Refresh,
 }
 
 /// Health, metrics, discovery and OpenAPI, on the non-API side of the first
@@ -200,7 +206,7 @@ fn add_builtin_routes(
     let Builtin {
         health,
         reload,
-        targets,
+        refresh,
     } = *builtin;
     for endpoint in ["/healthz", "/livez", "/readyz"] {
         let handler: SharedHandler = health.clone();
@@ -238,7 +244,7 @@ fn add_builtin_routes(
         sources.add_root(&root, Some(Arc::clone(&reviews)));
         routes.api.push((root, reviews));
     }
-    let aggregated = crate::aggregator::start(sources, targets == Targets::Live);
+    let aggregated = crate::aggregator::start(sources, refresh);
     let discovery = Arc::new(Discovery::new(
         aggregated.discovery,
         config.listen.address.to_string(),

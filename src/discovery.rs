@@ -24,7 +24,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use futures_util::future::BoxFuture;
 use http::header::{ACCEPT, CONTENT_TYPE, VARY};
 use http::{HeaderMap, HeaderValue, Method};
@@ -33,6 +32,7 @@ use serde_json::{Map, Value, json};
 use crate::body::{Body, Request, Response};
 use crate::context::ClientOrigin;
 use crate::handler::Handler;
+use crate::published::{FIRST_PUBLICATION_WAIT, Published};
 use crate::status::GatewayError;
 
 /// The path of kube's legacy `APIVersions` document.
@@ -198,7 +198,7 @@ impl Documents {
 }
 
 pub(crate) struct Discovery {
-    documents: Arc<ArcSwap<Documents>>,
+    documents: Arc<Published<Documents>>,
     /// The address `/api` names when the request named no host.
     listen_address: String,
     /// Keeps the background refresh alive as long as the handler is.
@@ -207,7 +207,7 @@ pub(crate) struct Discovery {
 
 impl Discovery {
     pub(crate) fn new(
-        documents: Arc<ArcSwap<Documents>>,
+        documents: Arc<Published<Documents>>,
         listen_address: String,
         refresh: Arc<dyn Send + Sync>,
     ) -> Self {
@@ -290,10 +290,11 @@ impl Discovery {
 
 impl Handler for Discovery {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-        let response = self
-            .answer(&request)
-            .unwrap_or_else(GatewayError::into_response);
-        Box::pin(async move { response })
+        Box::pin(async move {
+            self.documents.first(FIRST_PUBLICATION_WAIT).await;
+            self.answer(&request)
+                .unwrap_or_else(GatewayError::into_response)
+        })
     }
 }
 

@@ -24,6 +24,7 @@ pub mod handler;
 pub mod health;
 mod metrics;
 mod openapi;
+mod published;
 pub mod reload_trigger;
 pub mod request_info;
 pub mod request_target;

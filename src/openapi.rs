@@ -22,7 +22,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_TYPE, ETAG, IF_NONE_MATCH, LOCATION, VARY};
@@ -32,6 +31,7 @@ use sha2::{Digest, Sha512};
 
 use crate::body::{Body, Request, Response};
 use crate::handler::Handler;
+use crate::published::{FIRST_PUBLICATION_WAIT, Published};
 use crate::status::GatewayError;
 
 /// The prefix every OpenAPI path of the gateway is under.
@@ -144,13 +144,13 @@ pub(crate) fn merge_v2(specs: &[Value]) -> Option<Value> {
 
 /// The handler of everything under `/openapi/`, reading the latest specs.
 pub(crate) struct OpenApi {
-    specs: Arc<ArcSwap<Specs>>,
+    specs: Arc<Published<Specs>>,
     /// Keeps the background refresh alive as long as the handler is.
     _refresh: Arc<dyn Send + Sync>,
 }
 
 impl OpenApi {
-    pub(crate) fn new(specs: Arc<ArcSwap<Specs>>, refresh: Arc<dyn Send + Sync>) -> Self {
+    pub(crate) fn new(specs: Arc<Published<Specs>>, refresh: Arc<dyn Send + Sync>) -> Self {
         OpenApi {
             specs,
             _refresh: refresh,
@@ -194,10 +194,11 @@ impl OpenApi {
 
 impl Handler for OpenApi {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-        let response = self
-            .answer(&request)
-            .unwrap_or_else(GatewayError::into_response);
-        Box::pin(async move { response })
+        Box::pin(async move {
+            self.specs.first(FIRST_PUBLICATION_WAIT).await;
+            self.answer(&request)
+                .unwrap_or_else(GatewayError::into_response)
+        })
     }
 }
 
