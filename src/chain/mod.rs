@@ -149,6 +149,7 @@ pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> C
     chain.wrap("timeout", |next| {
         Arc::new(timeout::Timeout {
             request_timeout: limits.request_timeout,
+            min_request_timeout: limits.min_request_timeout,
             next,
         })
     });

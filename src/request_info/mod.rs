@@ -144,6 +144,36 @@ impl RequestInfo {
     }
 }
 
+/// The one long-running predicate (kube's `LongRunningFunc`, built by
+/// `BasicLongRunningRequestCheck` in
+/// `staging/src/k8s.io/apiserver/pkg/server/filters/longrunning.go`): the
+/// request info's verbs and subresources ([`RequestInfo::is_long_running`]),
+/// and any HTTP/1.1 upgrade, which becomes a tunnel of unbounded length (kube
+/// serves upgrades only on those subresources). The timeout, max-in-flight
+/// and audit steps ask it, and so may any step that must not hold a slot or
+/// a deadline for the life of a stream.
+pub fn is_long_running<B>(request: &http::Request<B>) -> bool {
+    is_upgrade(request)
+        || request
+            .extensions()
+            .get::<RequestInfo>()
+            .is_some_and(RequestInfo::is_long_running)
+}
+
+/// True for an HTTP/1.1 request asking to switch protocols (`Connection:
+/// Upgrade` with an `Upgrade` header: WebSocket, kubectl's `SPDY/3.1`).
+pub fn is_upgrade<B>(request: &http::Request<B>) -> bool {
+    let headers = request.headers();
+    request.version() == http::Version::HTTP_11
+        && headers.contains_key(http::header::UPGRADE)
+        && headers
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .any(|token| token.trim().eq_ignore_ascii_case("upgrade"))
+}
+
 /// A resolver with configurable API prefixes (kube's `RequestInfoFactory`).
 ///
 /// Prefixes are given without leading or trailing slashes. A prefix that is in

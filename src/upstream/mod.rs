@@ -5,11 +5,14 @@
 //! rewritten in [`headers`]: hop-by-hop ones dropped both ways, the client's
 //! identity headers dropped, the forwarding headers set from the request's
 //! origin.
+//! An upgrade request goes to the upstream on a connection of its own and,
+//! once both sides switched, becomes a tunnel ([`upgrade`]).
 //! Failures become Status responses: unreachable 503, no answer in time
 //! 504, a broken answer 502, a request body over the limit 413.
 
 mod headers;
 mod pool;
+mod upgrade;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +28,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use self::pool::Http1Pool;
+use self::upgrade::TunnelTarget;
 use crate::body::{Body, BodyError, MaxRequestBody, Request, Response, is_body_limit_error};
 use crate::config::Upstream;
 use crate::handler::Handler;
@@ -61,6 +65,8 @@ pub(crate) enum ExchangeError {
 pub struct UpstreamProxy {
     base: Uri,
     transport: Transport,
+    /// Where upgrade requests go, on connections of their own.
+    tunnel: TunnelTarget,
     timeout: Option<Duration>,
 }
 
@@ -78,17 +84,25 @@ enum Transport {
 
 impl UpstreamProxy {
     pub fn new(upstream: &Upstream) -> Result<Self, UpstreamError> {
-        let transport = match upstream.url.authority() {
-            Some(authority) if upstream.url.scheme() != Some(&Scheme::HTTPS) => {
-                plain_transport(authority).ok_or_else(|| UpstreamError::Authority {
-                    url: upstream.url.to_string(),
-                })?
+        let no_authority = || UpstreamError::Authority {
+            url: upstream.url.to_string(),
+        };
+        let (transport, tunnel) = match upstream.url.authority() {
+            Some(authority) if upstream.url.scheme() != Some(&Scheme::HTTPS) => (
+                plain_transport(authority).ok_or_else(no_authority)?,
+                TunnelTarget::new(&upstream.url, None).ok_or_else(no_authority)?,
+            ),
+            _ => {
+                let tls = tls_config(upstream)?;
+                let tunnel =
+                    TunnelTarget::new(&upstream.url, Some(&tls)).ok_or_else(no_authority)?;
+                (Transport::Tls(Box::new(tls_client(tls))), tunnel)
             }
-            _ => Transport::Tls(Box::new(tls_client(upstream)?)),
         };
         Ok(UpstreamProxy {
             base: upstream.url.clone(),
             transport,
+            tunnel,
             timeout: upstream.timeout,
         })
     }
@@ -109,9 +123,7 @@ fn plain_transport(authority: &Authority) -> Option<Transport> {
     })
 }
 
-fn tls_client(
-    upstream: &Upstream,
-) -> Result<Client<HttpsConnector<HttpConnector>, Body>, UpstreamError> {
+fn tls_config(upstream: &Upstream) -> Result<rustls::ClientConfig, UpstreamError> {
     let roots = upstream
         .ca
         .as_deref()
@@ -125,24 +137,40 @@ fn tls_client(
         })?
         .with_root_certificates(roots)
         .with_no_client_auth();
+    Ok(tls)
+}
+
+fn tls_client(tls: rustls::ClientConfig) -> Client<HttpsConnector<HttpConnector>, Body> {
     let connector = HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
         .enable_http2()
         .build();
-    Ok(Client::builder(TokioExecutor::new())
+    Client::builder(TokioExecutor::new())
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(IDLE_TIMEOUT)
         .timer(TokioTimer::new())
-        .build(connector))
+        .build(connector)
 }
 
 impl UpstreamProxy {
-    async fn forward(&self, request: Request) -> Result<Response, GatewayError> {
+    async fn forward(&self, mut request: Request) -> Result<Response, GatewayError> {
         let body_limit = request.extensions().get::<MaxRequestBody>().copied();
+        let asked = crate::request_info::is_upgrade(&request)
+            .then(|| upgrade::Asked::take(&mut request))
+            .flatten();
         let outgoing = self.outgoing_request(request)?;
-        let exchange = self.exchange(outgoing);
+        let exchange = async {
+            match asked {
+                Some(asked) => upgrade::exchange(&self.tunnel, asked, origin_form(outgoing)?).await,
+                None => {
+                    let mut response = self.exchange(outgoing).await?;
+                    headers::remove_hop_by_hop(response.headers_mut());
+                    Ok(response)
+                }
+            }
+        };
         // Without a route timeout of its own, the request's deadline is
         // already enforced around the whole chain (the timeout filter).
         let result =
@@ -154,9 +182,7 @@ impl UpstreamProxy {
                 })?,
                 None => exchange.await,
             };
-        let mut response = result.map_err(|error| self.classify(&error, body_limit))?;
-        headers::remove_hop_by_hop(response.headers_mut());
-        Ok(response)
+        result.map_err(|error| self.classify(&error, body_limit))
     }
 
     async fn exchange(&self, request: Request) -> Result<Response, ExchangeError> {
@@ -257,6 +283,24 @@ impl Handler for UpstreamProxy {
                 .unwrap_or_else(GatewayError::into_response)
         })
     }
+}
+
+/// `request` with an origin-form target and the `Host` its absolute one
+/// named, as a connection of the proxy's own sends it.
+fn origin_form(request: Request) -> Result<Request, ExchangeError> {
+    let (mut parts, body) = request.into_parts();
+    if let Some(authority) = parts.uri.authority() {
+        let host = HeaderValue::from_str(authority.as_str())
+            .map_err(|error| ExchangeError::Exchange(error.into()))?;
+        parts.headers.insert(header::HOST, host);
+        let target = parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        parts.uri = Uri::from(target);
+    }
+    Ok(http::Request::from_parts(parts, body))
 }
 
 /// An error reading the client's request body while it is forwarded: the

@@ -32,6 +32,7 @@ mod scaffold;
 mod self_signed;
 mod tls;
 mod try_cli;
+mod upgrades;
 mod upstream;
 mod wasi_grants;
 mod wasm_budgets;

@@ -75,22 +75,7 @@ impl Upstream {
 
     /// An https upstream serving `cert` (ALPN h2 and http/1.1).
     pub async fn start_tls(cert: &CertAndKey) -> Upstream {
-        use rustls_pki_types::pem::PemObject;
-        let chain = rustls_pki_types::CertificateDer::pem_slice_iter(cert.cert_pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .expect("a certificate");
-        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes())
-            .expect("a key");
-        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .expect("a TLS config");
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        Self::start_with(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+        Self::start_with(Some(tls_acceptor(cert))).await
     }
 
     async fn start_with(tls: Option<tokio_rustls::TlsAcceptor>) -> Upstream {
@@ -188,6 +173,26 @@ impl Upstream {
     pub fn release(&self, permits: usize) {
         self.state.release.add_permits(permits);
     }
+}
+
+/// A TLS acceptor serving `cert`, offering h2 and http/1.1 by ALPN.
+pub fn tls_acceptor(cert: &CertAndKey) -> tokio_rustls::TlsAcceptor {
+    use rustls_pki_types::pem::PemObject;
+    let chain = rustls_pki_types::CertificateDer::pem_slice_iter(cert.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .expect("a certificate");
+    let key =
+        rustls_pki_types::PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).expect("a key");
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .expect("a TLS config");
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
 }
 
 fn full(body: impl Into<Bytes>) -> UpstreamBody {
