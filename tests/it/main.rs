@@ -30,6 +30,7 @@ mod reload;
 mod routing;
 mod scaffold;
 mod self_signed;
+mod systemd;
 mod tls;
 mod try_cli;
 mod upgrades;
