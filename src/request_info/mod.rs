@@ -148,8 +148,9 @@ impl RequestInfo {
 /// `BasicLongRunningRequestCheck` in
 /// `staging/src/k8s.io/apiserver/pkg/server/filters/longrunning.go`): the
 /// request info's verbs and subresources ([`RequestInfo::is_long_running`]),
-/// and any HTTP/1.1 upgrade, which becomes a tunnel of unbounded length (kube
-/// serves upgrades only on those subresources). The timeout, max-in-flight
+/// and any upgrade (HTTP/1.1 `Upgrade`, HTTP/2 extended CONNECT), which
+/// becomes a tunnel of unbounded length (kube serves upgrades only on those
+/// subresources). The timeout, max-in-flight
 /// and audit steps ask it, and so may any step that must not hold a slot or
 /// a deadline for the life of a stream.
 pub fn is_long_running<B>(request: &http::Request<B>) -> bool {
@@ -160,9 +161,25 @@ pub fn is_long_running<B>(request: &http::Request<B>) -> bool {
             .is_some_and(RequestInfo::is_long_running)
 }
 
-/// True for an HTTP/1.1 request asking to switch protocols (`Connection:
-/// Upgrade` with an `Upgrade` header: WebSocket, kubectl's `SPDY/3.1`).
+/// True for a request asking to switch protocols: HTTP/1.1's `Connection:
+/// Upgrade` with an `Upgrade` header (WebSocket, kubectl's `SPDY/3.1`), or
+/// HTTP/2's extended CONNECT for a WebSocket ([`is_websocket_over_h2`]).
 pub fn is_upgrade<B>(request: &http::Request<B>) -> bool {
+    is_websocket_over_h2(request) || is_http1_upgrade(request)
+}
+
+/// RFC 8441: an HTTP/2 `CONNECT` with `:protocol = websocket`, which stands
+/// for the `GET` that opens a WebSocket over HTTP/1.1 (request info resolves
+/// it as that `GET`).
+pub fn is_websocket_over_h2<B>(request: &http::Request<B>) -> bool {
+    request.method() == Method::CONNECT
+        && request
+            .extensions()
+            .get::<hyper::ext::Protocol>()
+            .is_some_and(|protocol| protocol.as_str().eq_ignore_ascii_case("websocket"))
+}
+
+fn is_http1_upgrade<B>(request: &http::Request<B>) -> bool {
     let headers = request.headers();
     request.version() == http::Version::HTTP_11
         && headers.contains_key(http::header::UPGRADE)

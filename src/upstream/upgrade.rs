@@ -7,7 +7,13 @@
 //! sides have switched, bytes are copied both ways until both sides have
 //! closed (each side's end of stream is passed on to the other), or until
 //! the shutdown closes the connections (`shutdown_delay` after it began).
-//! Any other answer of the upstream is passed on as it is. This is kube's
+//! Any other answer of the upstream is passed on as it is.
+//!
+//! A WebSocket over HTTP/2 (RFC 8441's extended CONNECT, `:protocol =
+//! websocket`) goes to the upstream as the HTTP/1.1 `GET` it stands for,
+//! with a `Sec-WebSocket-Key` of the gateway's (tungstenite's), whose
+//! `Sec-WebSocket-Accept` the upstream must answer rightly (502 otherwise);
+//! the client is answered `200`, and the stream is the tunnel. This is kube's
 //! `UpgradeAwareHandler`
 //! (`staging/src/k8s.io/apimachinery/pkg/util/proxy/upgradeaware.go`).
 
@@ -98,11 +104,18 @@ pub(super) struct Asked {
     upgrade: HeaderValue,
     client: OnUpgrade,
     closing: CancellationToken,
+    /// For a WebSocket over HTTP/2: the key sent upstream.
+    websocket_key: Option<String>,
 }
 
 impl Asked {
     pub fn take(request: &mut Request) -> Option<Asked> {
-        let upgrade = request.headers().get(header::UPGRADE)?.clone();
+        let (upgrade, websocket_key) = if crate::request_info::is_websocket_over_h2(request) {
+            let key = tungstenite::handshake::client::generate_key();
+            (HeaderValue::from_static("websocket"), Some(key))
+        } else {
+            (request.headers().get(header::UPGRADE)?.clone(), None)
+        };
         let closing = request
             .extensions()
             .get::<crate::context::ConnectionControl>()
@@ -112,6 +125,7 @@ impl Asked {
             upgrade,
             client: hyper::upgrade::on(request),
             closing,
+            websocket_key,
         })
     }
 }
@@ -127,6 +141,16 @@ pub(super) async fn exchange(
     let headers = outgoing.headers_mut();
     headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     headers.insert(header::UPGRADE, asked.upgrade);
+    if let Some(key) = &asked.websocket_key {
+        *outgoing.method_mut() = http::Method::GET;
+        let headers = outgoing.headers_mut();
+        let key =
+            HeaderValue::from_str(key).map_err(|error| ExchangeError::Exchange(error.into()))?;
+        headers.insert(header::SEC_WEBSOCKET_KEY, key);
+        headers
+            .entry(header::SEC_WEBSOCKET_VERSION)
+            .or_insert(HeaderValue::from_static("13"));
+    }
     let mut sender = target.connect().await?;
     let mut response = sender
         .send_request(outgoing)
@@ -140,11 +164,26 @@ pub(super) async fn exchange(
     let upstream = hyper::upgrade::on(&mut response);
     let (mut parts, _) = response.into_parts();
     super::headers::remove_hop_by_hop(&mut parts.headers);
-    parts
-        .headers
-        .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    if let Some(protocol) = switched_to {
-        parts.headers.insert(header::UPGRADE, protocol);
+    match &asked.websocket_key {
+        // HTTP/2 has no Connection or Upgrade: a 200 opens the stream.
+        Some(key) => {
+            let accept = parts.headers.remove(header::SEC_WEBSOCKET_ACCEPT);
+            let expected = tungstenite::handshake::derive_accept_key(key.as_bytes());
+            if accept.as_ref().and_then(|value| value.to_str().ok()) != Some(expected.as_str()) {
+                return Err(ExchangeError::Exchange(
+                    "the upstream's Sec-WebSocket-Accept does not answer the gateway's key".into(),
+                ));
+            }
+            parts.status = StatusCode::OK;
+        }
+        None => {
+            parts
+                .headers
+                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            if let Some(protocol) = switched_to {
+                parts.headers.insert(header::UPGRADE, protocol);
+            }
+        }
     }
     let tunnel = Tunnel::open();
     parts.extensions = http::Extensions::new();

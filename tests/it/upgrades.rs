@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
@@ -57,13 +58,7 @@ async fn setup(interval: Duration, limits: &str) -> Setup {
     std::fs::write(dir.path().join("server.crt"), &server.cert_pem).expect("write server.crt");
     std::fs::write(dir.path().join("server.key"), &server.key_pem).expect("write server.key");
     let up = upstream.url();
-    let sink = filter(
-        "audit.filters",
-        "audit-log",
-        "jsonl-audit",
-        None,
-        "sink = \"audit.jsonl\"\n",
-    );
+    let sink = audit_log_sink();
     let manifest = [
         "[listen]\naddress = \"127.0.0.1:0\"\n\n[listen.tls]\ncert = \"server.crt\"\nkey = \"server.key\"\n\n".to_owned(),
         format!("[limits]\n{limits}\n\n"),
@@ -91,6 +86,15 @@ async fn tls_connect(
     gateway: &TestGateway,
     ca: &Ca,
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    tls_connect_with_alpn(gateway, ca, &[]).await
+}
+
+/// A TLS connection to the gateway, offering `alpn`.
+async fn tls_connect_with_alpn(
+    gateway: &TestGateway,
+    ca: &Ca,
+    alpn: &[&[u8]],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     use rustls_pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca.cert_pem.as_bytes()) {
@@ -103,6 +107,8 @@ async fn tls_connect(
     .expect("TLS versions")
     .with_root_certificates(roots)
     .with_no_client_auth();
+    let mut config = config;
+    config.alpn_protocols = alpn.iter().map(|protocol| protocol.to_vec()).collect();
     let tcp = connect(gateway.addr).await;
     let name = rustls_pki_types::ServerName::try_from("127.0.0.1").expect("a name");
     bounded(
@@ -121,6 +127,19 @@ fn audit_id_of(head: &str) -> String {
                 .then(|| value.trim().to_owned())
         })
         .expect("an Audit-ID header")
+}
+
+/// Sends `message` on `socket` and reads it back.
+async fn assert_echoes<S>(socket: &mut WebSocketStream<S>, message: Message)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    socket.send(message.clone()).await.expect("send");
+    let echoed = bounded("the echo", socket.next())
+        .await
+        .expect("a message")
+        .expect("a good message");
+    assert_eq!(echoed, message);
 }
 
 /// Reads a response head (to the blank line) from `stream`.
@@ -164,12 +183,7 @@ async fn a_websocket_passes_the_chain_and_echoes_over_tls() {
         Message::text("hello through the gateway"),
         Message::binary(vec![0u8, 1, 2, 255]),
     ] {
-        socket.send(message.clone()).await.expect("send");
-        let echoed = bounded("the echo", socket.next())
-            .await
-            .expect("a message")
-            .expect("a good message");
-        assert_eq!(echoed, message);
+        assert_echoes(&mut socket, message).await;
     }
     let seen = setup.upstream.next_seen().await;
     assert_eq!(
@@ -273,8 +287,8 @@ async fn an_upgrade_authorization_refuses_is_403_before_any_upgrade() {
 }
 
 /// A watch whose upstream writes one event a second: each event reaches the
-/// client as written (within 100 ms of the one before plus a second), for
-/// longer than `request_timeout`, which does not apply to it.
+/// client within 100 ms of being written, for longer than
+/// `request_timeout`, which does not apply to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_events_are_flushed_as_written_past_the_request_timeout() {
     let setup = setup(Duration::from_secs(1), "request_timeout = \"500ms\"").await;
@@ -290,25 +304,23 @@ async fn watch_events_are_flushed_as_written_past_the_request_timeout() {
     .expect("a watch");
     assert_eq!(response.status(), 200);
     let mut body = response.bytes_stream();
-    let mut arrivals = Vec::new();
     let mut text = String::new();
-    while arrivals.len() < 4 {
-        let chunk = bounded("a watch event", body.next())
-            .await
-            .expect("the watch goes on")
-            .expect("a chunk");
-        text.push_str(std::str::from_utf8(&chunk).expect("UTF-8"));
-        while text.lines().count() > arrivals.len() && text.ends_with('\n') {
-            arrivals.push(Instant::now());
+    for event in 0..4 {
+        let written = setup.upstream.next_written().await;
+        while text.lines().count() <= event || !text.ends_with('\n') {
+            let chunk = bounded("a watch event", body.next())
+                .await
+                .expect("the watch goes on")
+                .expect("a chunk");
+            text.push_str(std::str::from_utf8(&chunk).expect("UTF-8"));
         }
-    }
-    for pair in arrivals.windows(2) {
-        let gap = pair[1] - pair[0];
+        let late = written.elapsed();
         assert!(
-            gap >= Duration::from_millis(900) && gap <= Duration::from_millis(1100),
-            "events {gap:?} apart, written 1 s apart: {text}"
+            late <= Duration::from_millis(100),
+            "event {event} reached the client {late:?} after it was written: {text}"
         );
     }
+    assert_eq!(text.lines().count(), 4, "{text}");
     assert!(
         text.lines().all(|line| line.contains("\"ADDED\"")),
         "{text}"
@@ -372,4 +384,67 @@ async fn the_shutdown_closes_a_watch_after_shutdown_delay() {
     );
     let drained = bounded("the drain", shutdown).await.expect("the shutdown");
     assert_eq!(drained, wasmgate::server::Drained::Complete);
+}
+
+/// RFC 8441: a WebSocket over HTTP/2 (extended CONNECT, `:protocol =
+/// websocket`) is judged as the `GET` it stands for, goes to the upstream
+/// as an HTTP/1.1 WebSocket upgrade, and is answered 200; messages echo.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_over_http2_extended_connect_echoes() {
+    use http_body_util::Empty;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use tokio_tungstenite::tungstenite::protocol::Role;
+
+    let setup = setup(Duration::from_secs(1), "").await;
+    let stream = tls_connect_with_alpn(&setup.gateway, &setup.ca, &[b"h2"]).await;
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .handshake::<_, Empty<bytes::Bytes>>(TokioIo::new(stream))
+        .await
+        .expect("an HTTP/2 connection");
+    tokio::spawn(connection);
+    // One exchange first, so the gateway's SETTINGS (with
+    // ENABLE_CONNECT_PROTOCOL) have arrived.
+    let first = http::Request::get(format!("https://{}/healthz", setup.gateway.addr))
+        .body(Empty::new())
+        .expect("a request");
+    sender.send_request(first).await.expect("an answer");
+
+    // RFC 8441's request: CONNECT with `:protocol = websocket`.
+    let websocket_connect = |token: &str| {
+        let mut request = http::Request::builder()
+            .method(http::Method::CONNECT)
+            .uri(format!("https://{}{EXEC}", setup.gateway.addr))
+            .header("authorization", format!("Bearer {token}"))
+            .header("sec-websocket-version", "13")
+            .body(Empty::new())
+            .expect("a CONNECT request");
+        request
+            .extensions_mut()
+            .insert(hyper::ext::Protocol::from_static("websocket"));
+        request
+    };
+    let request = websocket_connect("alice-token");
+    let response = bounded("the CONNECT's answer", sender.send_request(request))
+        .await
+        .expect("an answer");
+    assert_eq!(response.status(), 200);
+    let upgraded = bounded("the stream", hyper::upgrade::on(response))
+        .await
+        .expect("the stream is a tunnel");
+    let mut socket =
+        WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Client, None).await;
+    let message = Message::text("hello over HTTP/2");
+    assert_echoes(&mut socket, message).await;
+    let seen = setup.upstream.next_seen().await;
+    assert_eq!(
+        (seen.method.as_str(), seen.target.as_str(), seen.version),
+        ("GET", EXEC, http::Version::HTTP_11)
+    );
+    assert_eq!(seen.upgrade.as_deref(), Some("websocket"));
+
+    // Bob may not: 403 on the stream, no tunnel, nothing upstream.
+    let refused = websocket_connect("bob-token");
+    let response = sender.send_request(refused).await.expect("an answer");
+    assert_eq!(response.status(), 403);
+    assert!(setup.upstream.try_seen().await.is_none());
 }

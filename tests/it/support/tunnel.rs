@@ -2,10 +2,11 @@
 //! echoes every message, switches to kubectl's `SPDY/3.1` (answering the
 //! first `X-Stream-Protocol-Version` offered) and echoes every byte, and
 //! answers any other request with a watch stream of one event every
-//! `interval`. It records the head of each request it got.
+//! `interval`. It records the head of each request it got, and when it
+//! wrote each watch event.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -38,6 +39,7 @@ pub struct Seen {
 pub struct TunnelUpstream {
     pub addr: SocketAddr,
     seen: tokio::sync::Mutex<mpsc::UnboundedReceiver<Seen>>,
+    written: tokio::sync::Mutex<mpsc::UnboundedReceiver<Instant>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -57,6 +59,7 @@ impl TunnelUpstream {
         let addr = listener.local_addr().expect("an address");
         let acceptor = tls_acceptor(cert);
         let (seen_tx, seen_rx) = mpsc::unbounded_channel();
+        let (written_tx, written_rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -64,14 +67,17 @@ impl TunnelUpstream {
                 };
                 let acceptor = acceptor.clone();
                 let seen = seen_tx.clone();
+                let written = written_tx.clone();
                 tokio::spawn(async move {
                     let Ok(stream) = acceptor.accept(stream).await else {
                         return;
                     };
                     let service = service_fn(move |request| {
-                        let seen = seen.clone();
+                        let (seen, written) = (seen.clone(), written.clone());
                         async move {
-                            Ok::<_, std::convert::Infallible>(answer(request, &seen, interval))
+                            Ok::<_, std::convert::Infallible>(answer(
+                                request, &seen, written, interval,
+                            ))
                         }
                     });
                     let _ = auto::Builder::new(TokioExecutor::new())
@@ -83,6 +89,7 @@ impl TunnelUpstream {
         TunnelUpstream {
             addr,
             seen: tokio::sync::Mutex::new(seen_rx),
+            written: tokio::sync::Mutex::new(written_rx),
             task,
         }
     }
@@ -93,15 +100,12 @@ impl TunnelUpstream {
 
     /// The next request the upstream got (bounded wait).
     pub async fn next_seen(&self) -> Seen {
-        super::bounded("a request at the tunnel upstream", async {
-            self.seen
-                .lock()
-                .await
-                .recv()
-                .await
-                .expect("the upstream runs")
-        })
-        .await
+        next_of("a request at the tunnel upstream", &self.seen).await
+    }
+
+    /// When the upstream wrote its next watch event (bounded wait).
+    pub async fn next_written(&self) -> Instant {
+        next_of("a watch event written", &self.written).await
     }
 
     /// The request the upstream got, if one came.
@@ -110,9 +114,23 @@ impl TunnelUpstream {
     }
 }
 
+/// The next value `receiver` gets, waited for at most [`super::BOUND`].
+async fn next_of<T>(what: &str, receiver: &tokio::sync::Mutex<mpsc::UnboundedReceiver<T>>) -> T {
+    super::bounded(what, async {
+        receiver
+            .lock()
+            .await
+            .recv()
+            .await
+            .expect("the upstream runs")
+    })
+    .await
+}
+
 fn answer(
     mut request: hyper::Request<Incoming>,
     seen: &mpsc::UnboundedSender<Seen>,
+    written: mpsc::UnboundedSender<Instant>,
     interval: Duration,
 ) -> hyper::Response<WatchBody> {
     let header = |name: &str| {
@@ -178,14 +196,18 @@ fn answer(
                 .expect("a 101")
         }
         _ => {
-            let events = futures_util::stream::unfold(0u64, move |n| async move {
-                if n > 0 {
-                    tokio::time::sleep(interval).await;
+            let events = futures_util::stream::unfold(0u64, move |n| {
+                let written = written.clone();
+                async move {
+                    if n > 0 {
+                        tokio::time::sleep(interval).await;
+                    }
+                    let _ = written.send(Instant::now());
+                    let event = format!(
+                        "{{\"type\":\"ADDED\",\"object\":{{\"kind\":\"Widget\",\"metadata\":{{\"name\":\"w{n}\"}}}}}}\n"
+                    );
+                    Some((Ok(Frame::data(Bytes::from(event))), n + 1))
                 }
-                let event = format!(
-                    "{{\"type\":\"ADDED\",\"object\":{{\"kind\":\"Widget\",\"metadata\":{{\"name\":\"w{n}\"}}}}}}\n"
-                );
-                Some((Ok(Frame::data(Bytes::from(event))), n + 1))
             });
             hyper::Response::builder()
                 .header("content-type", "application/json")
