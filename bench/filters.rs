@@ -11,6 +11,12 @@
 //!
 //! Criterion prints each measurement; a table of ratios follows at the end.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark harness: a setup that fails stops the run with its message"
+)]
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,6 +5,12 @@
 //!
 //!     cargo bench --bench reload
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark harness: a setup that fails stops the run with its message"
+)]
+
 use std::path::Path;
 use std::time::Duration;
 

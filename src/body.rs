@@ -10,20 +10,24 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full, combinators::UnsyncBoxBody};
 
 /// The error a body stream can end with.
-pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A streaming body of bytes.
 #[derive(Debug)]
 pub struct Body(UnsyncBoxBody<Bytes, BodyError>);
 
+/// A request whose body is the gateway's [`Body`].
 pub type Request = http::Request<Body>;
+/// A response whose body is the gateway's [`Body`].
 pub type Response = http::Response<Body>;
 
 impl Body {
+    /// A body with no bytes.
     pub fn empty() -> Self {
         Body(Empty::new().map_err(|never| match never {}).boxed_unsync())
     }
 
+    /// A body of these bytes, whole.
     pub fn full(bytes: impl Into<Bytes>) -> Self {
         Body(
             Full::new(bytes.into())
@@ -33,7 +37,7 @@ impl Body {
     }
 
     /// Wraps any body whose errors convert into [`BodyError`].
-    pub fn wrap<B>(body: B) -> Self
+    pub(crate) fn wrap<B>(body: B) -> Self
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<BodyError>,
@@ -45,7 +49,7 @@ impl Body {
 impl Body {
     /// Keeps `guard` alive until this body has been sent or dropped (an
     /// in-flight slot, a connection's activity count).
-    pub fn with_guard<G: Send + 'static>(self, guard: G) -> Self {
+    pub(crate) fn with_guard<G: Send + 'static>(self, guard: G) -> Self {
         Body::wrap(Guarded {
             body: self,
             _guard: guard,
@@ -87,13 +91,14 @@ impl<G> http_body::Body for Guarded<G> {
 /// completion, the request's place in the shutdown's drain) is kept until
 /// the tunnel closes instead.
 #[derive(Clone)]
-pub struct Tunnel(Arc<Mutex<Option<Vec<Held>>>>);
+pub(crate) struct Tunnel(Arc<Mutex<Option<Vec<Held>>>>);
 
 /// A guard a tunnel keeps; None in the tunnel's slot once it has closed.
 type Held = Box<dyn Send>;
 
 impl Tunnel {
-    pub fn open() -> Self {
+    /// A tunnel holding nothing yet.
+    pub(crate) fn open() -> Self {
         Tunnel(Arc::new(Mutex::new(Some(Vec::new()))))
     }
 
@@ -106,7 +111,7 @@ impl Tunnel {
     }
 
     /// Drops every guard held.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         let held = self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
         drop(held);
     }
@@ -114,7 +119,7 @@ impl Tunnel {
 
 /// Keeps `guard` alive until `response` is done: its body sent or dropped,
 /// or, for an upgraded response, its tunnel closed.
-pub fn keep_until_done<G: Send + 'static>(response: Response, guard: G) -> Response {
+pub(crate) fn keep_until_done<G: Send + 'static>(response: Response, guard: G) -> Response {
     match response.extensions().get::<Tunnel>() {
         Some(tunnel) => {
             tunnel.hold(guard);
@@ -125,7 +130,7 @@ pub fn keep_until_done<G: Send + 'static>(response: Response, guard: G) -> Respo
 }
 
 /// True when `error`, or any error in its chain of sources, is an `E`.
-pub fn caused_by<E: std::error::Error + 'static>(
+pub(crate) fn caused_by<E: std::error::Error + 'static>(
     error: &(dyn std::error::Error + 'static),
 ) -> bool {
     std::iter::successors(Some(error), |error| error.source()).any(|error| error.is::<E>())
@@ -135,11 +140,11 @@ pub fn caused_by<E: std::error::Error + 'static>(
 /// request by the chain's body-limit step for the handler that reads the
 /// body, so its 413 names it.
 #[derive(Debug, Clone, Copy)]
-pub struct MaxRequestBody(pub u64);
+pub(crate) struct MaxRequestBody(pub u64);
 
 /// True when a body error came from the body limit, so the handler that hit
 /// it answers 413 rather than a generic failure.
-pub fn is_body_limit_error(error: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn is_body_limit_error(error: &(dyn std::error::Error + 'static)) -> bool {
     caused_by::<http_body_util::LengthLimitError>(error)
 }
 

@@ -162,17 +162,24 @@ fn describe_filter(filter: &FilterSpec) -> String {
 /// Why `wasmgate try`'s arguments do not make a request.
 #[derive(Debug, thiserror::Error)]
 pub enum TrialArgumentError {
+    /// `--method` is not an HTTP method.
     #[error("{0:?} is not an HTTP method")]
     Method(String),
+    /// A `--header` has no `:` between name and value.
     #[error("{0:?} is not a `Name: value` header")]
     Header(String),
+    /// A `--header`'s name is not a valid header name.
     #[error("{0:?} is not a header name")]
     HeaderName(String),
+    /// A `--header`'s value is not a valid header value.
     #[error("{0:?} is not a header value")]
     HeaderValue(String),
+    /// The `--body` file could not be read.
     #[error("cannot read {}: {source}", path.display())]
     Body {
+        /// The file named by `--body`.
         path: PathBuf,
+        /// Why it could not be read.
         #[source]
         source: std::io::Error,
     },

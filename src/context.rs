@@ -15,7 +15,7 @@ use rustls_pki_types::CertificateDer;
 /// The connection a request arrived on.
 #[derive(Debug, Clone)]
 pub struct ConnectionInfo {
-    pub remote_addr: SocketAddr,
+    pub(crate) remote_addr: SocketAddr,
     /// The client's IP address as the upstream proxy's `X-Forwarded-For`
     /// names it, rendered once per connection rather than per request.
     pub client_ip: HeaderValue,
@@ -30,6 +30,7 @@ pub struct ConnectionInfo {
 }
 
 impl ConnectionInfo {
+    /// The connection's peer, the listener's address and whether it is TLS.
     pub fn new(
         remote_addr: SocketAddr,
         tls: bool,
@@ -54,7 +55,7 @@ impl ConnectionInfo {
 /// `sourceIPs` are both read from here, so what the gateway tells the
 /// upstream and what it records are the same belief.
 #[derive(Debug, Clone)]
-pub struct ClientOrigin {
+pub(crate) struct ClientOrigin {
     /// The one valid host the client asked for (`Host`, or the request
     /// target's authority), when it named one (HTTP/1.0 need not).
     pub host: Option<HeaderValue>,
@@ -72,7 +73,7 @@ pub struct ClientOrigin {
 
 impl ClientOrigin {
     /// The origin of a request with `headers` that came on `connection`.
-    pub fn new(
+    pub(crate) fn new(
         connection: &ConnectionInfo,
         headers: &HeaderMap,
         host: Option<HeaderValue>,
@@ -107,7 +108,7 @@ impl ClientOrigin {
     /// kube's `utilnet.SourceIPs`: the believed `X-Forwarded-For` addresses,
     /// then a believed `X-Real-IP` not already among them, then the peer
     /// unless it is already the last; the peer alone when it is not trusted.
-    pub fn source_ips(&self) -> Vec<String> {
+    pub(crate) fn source_ips(&self) -> Vec<String> {
         match &self.believed_source_ips {
             Some(ips) => ips.clone(),
             // Untrusted, `forwarded_for` is the peer's address alone.
@@ -144,11 +145,12 @@ fn source_ips(headers: &HeaderMap, peer: IpAddr) -> Vec<String> {
 
 /// The request's audit ID, from the client's `Audit-ID` header or generated.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditId(pub String);
+pub(crate) struct AuditId(pub String);
 
 /// When the request arrived (kube's request-received timestamp).
 #[derive(Debug, Clone, Copy)]
-pub struct ReceivedAt {
+pub(crate) struct ReceivedAt {
+    /// For waits measured from arrival (flow control's queue deadline).
     pub instant: Instant,
     pub wall: SystemTime,
 }
@@ -156,20 +158,24 @@ pub struct ReceivedAt {
 /// The latest moment the request may finish at; handlers that wait on
 /// others (the upstream proxy) stop waiting then.
 #[derive(Debug, Clone, Copy)]
-pub struct Deadline(pub Instant);
+pub(crate) struct Deadline(pub Instant);
 
 /// Who is making the request (kube's user.Info).
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
 pub struct UserInfo {
+    /// The user's name (kube's `user.Info.GetName`).
     pub name: String,
+    /// A unique ID for the user, empty when the authenticator gives none.
     pub uid: String,
+    /// The groups the user belongs to.
     pub groups: Vec<String>,
+    /// Further attributes, as key and values, in the authenticator's order.
     pub extra: Vec<(String, Vec<String>)>,
 }
 
 impl UserInfo {
     /// kube's anonymous user: `system:anonymous` in `system:unauthenticated`.
-    pub fn anonymous() -> Self {
+    pub(crate) fn anonymous() -> Self {
         UserInfo {
             name: "system:anonymous".to_owned(),
             groups: vec!["system:unauthenticated".to_owned()],
@@ -178,10 +184,16 @@ impl UserInfo {
     }
 }
 
+/// The `Authorization` values the authentication stage took off a request
+/// it authenticated, kept for an upstream route that forwards credentials
+/// (`forward_credentials = true`).
+#[derive(Debug, Clone, Default)]
+pub struct ClientCredentials(pub Vec<HeaderValue>);
+
 /// What the flow may do to the connection a request came on, and what the
 /// gateway did to it (set by the listener).
 #[derive(Debug, Clone)]
-pub struct ConnectionControl {
+pub(crate) struct ConnectionControl {
     /// Cancelling it closes the connection at once: how a response past its
     /// deadline is cut. HTTP/1.x requests only: an HTTP/2 connection carries
     /// other requests' streams, and a stream is reset through its body.

@@ -7,6 +7,6 @@ use std::sync::Arc;
 use rustls::crypto::CryptoProvider;
 
 /// ring's provider, shared by every TLS configuration of the gateway.
-pub fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }

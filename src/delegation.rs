@@ -3,8 +3,9 @@
 //! what it does not serve to the next, and a 404 Status at the end.
 //!
 //! The first server also carries the gateway's own endpoints: health
-//! (`/healthz`, `/livez`, `/readyz`), `/metrics`, `/debug/reload` and discovery (`/api`, `/apis`,
-//! `/apis/<group>`), which describe every server behind it. Only the first
+//! (`/healthz`, `/livez`, `/readyz`), `/metrics`, `/debug/reload`, the
+//! flow-control dumps (`/debug/api_priority_and_fairness/`) and discovery
+//! (`/api`, `/apis`, `/apis/<group>`), which describe every server behind it. Only the first
 //! server is wrapped by the handler chain, so no filter runs twice.
 
 use std::sync::Arc;
@@ -12,9 +13,11 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 
 use crate::body::{Request, Response};
+use crate::config::stages::RequestHeaders;
 use crate::config::{Config, RouteHandler, RouteMatch, Server};
 use crate::director::{Director, Routes};
 use crate::discovery::Discovery;
+use crate::flow_control::Controller;
 use crate::handler::{Handler, SharedHandler};
 use crate::health::Health;
 use crate::metrics::MetricsEndpoint;
@@ -24,7 +27,7 @@ use crate::status::GatewayError;
 use crate::upstream::{UpstreamError, UpstreamProxy};
 
 /// The end of the chain: kube's not-found handler.
-pub struct NotFound;
+pub(crate) struct NotFound;
 
 impl Handler for NotFound {
     fn call(&self, _request: Request) -> BoxFuture<'_, Response> {
@@ -34,7 +37,7 @@ impl Handler for NotFound {
 
 /// What the routes lead to.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Targets {
+pub(crate) enum Targets {
     /// The real handlers: upstreams are proxied, static routes answered.
     Live,
     /// Every route answers with a description of itself instead (`wasmgate
@@ -43,30 +46,59 @@ pub enum Targets {
 }
 
 /// Builds the servers back to front, so each director knows its delegate.
-pub fn build(
+pub(crate) fn build(
     config: &Config,
     health: &Arc<Health>,
     reload: Option<&ReloadTrigger>,
+    flow_control: Option<&Arc<Controller>>,
     targets: Targets,
 ) -> Result<SharedHandler, UpstreamError> {
     let mut next: SharedHandler = Arc::new(NotFound);
+    let credential_headers = credential_headers(config);
     for (index, server) in config.servers.iter().enumerate().rev() {
-        let mut routes = server_routes(server, targets)?;
+        let mut routes = server_routes(server, targets, &credential_headers)?;
         if index == 0 {
             add_builtin_routes(&mut routes, config, health, reload);
+            if let Some(controller) = flow_control {
+                routes
+                    .exact
+                    .extend(crate::flow_control::debug::endpoints(controller));
+            }
         }
         next = Arc::new(Director::new(routes, next));
     }
     Ok(next)
 }
 
-fn server_routes(server: &Server, targets: Targets) -> Result<Routes, UpstreamError> {
+/// Every header an authenticator names in its `headers` list: the client's
+/// credentials, which no upstream gets unless its route forwards them.
+fn credential_headers(config: &Config) -> Vec<http::HeaderName> {
+    let mut names: Vec<http::HeaderName> = Vec::new();
+    for filter in &config.stages.authentication.filters {
+        if let RequestHeaders::Only(listed) = &filter.headers {
+            names.extend(
+                listed
+                    .iter()
+                    .filter(|name| !names.contains(name))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+        }
+    }
+    names
+}
+
+fn server_routes(
+    server: &Server,
+    targets: Targets,
+    credential_headers: &[http::HeaderName],
+) -> Result<Routes, UpstreamError> {
     let mut routes = Routes::default();
     for route in &server.routes {
         let handler: SharedHandler = match (&route.handler, targets) {
             (_, Targets::Report) => Arc::new(RouteReport::new(server, route)),
             (RouteHandler::Upstream(upstream), Targets::Live) => {
-                Arc::new(UpstreamProxy::new(upstream)?)
+                Arc::new(UpstreamProxy::new(upstream, credential_headers)?)
             }
             (RouteHandler::Static(fixed), Targets::Live) => Arc::new(Static(fixed.clone())),
         };
@@ -115,7 +147,7 @@ impl Handler for RouteReport {
 /// Marks a response as a [`RouteReport`]'s, so `wasmgate try` can tell the
 /// director's choice from an answer the chain wrote itself.
 #[derive(Debug, Clone, Copy)]
-pub struct RoutedTo;
+pub(crate) struct RoutedTo;
 
 /// Health, metrics and discovery, on the non-API side of the first server. A user's
 /// API route for `/api` or `/apis` is checked first and so takes precedence

@@ -14,14 +14,14 @@ use futures_util::future::BoxFuture;
 use crate::body::{Request, Response};
 use crate::handler::{Handler, SharedHandler};
 
-pub struct Director {
+pub(crate) struct Director {
     routes: RouteTable<SharedHandler>,
     /// The next server of the delegation chain, or the not-found end.
     delegate: SharedHandler,
 }
 
 /// The routes of one server, gathered before the director is built.
-pub struct Routes<T = SharedHandler> {
+pub(crate) struct Routes<T = SharedHandler> {
     pub api: Vec<(String, T)>,
     pub exact: Vec<(String, T)>,
     pub prefixes: Vec<(String, T)>,
@@ -41,7 +41,7 @@ impl<T> Default for Routes<T> {
 /// to a `T`: a handler for the director, or what else must be known of the
 /// route a path reaches (the canonical request target asks whether it keeps
 /// escaped slashes).
-pub struct RouteTable<T> {
+pub(crate) struct RouteTable<T> {
     /// API roots, longest first so a version root wins over its group root.
     api: Vec<(String, T)>,
     exact: HashMap<String, T>,
@@ -50,7 +50,7 @@ pub struct RouteTable<T> {
 }
 
 impl<T> RouteTable<T> {
-    pub fn new(routes: Routes<T>) -> Self {
+    pub(crate) fn new(routes: Routes<T>) -> Self {
         let Routes {
             mut api,
             exact,
@@ -71,7 +71,7 @@ impl<T> RouteTable<T> {
     }
 
     /// What the route of `path` leads to, if a route takes it.
-    pub fn route(&self, path: &str) -> Option<&T> {
+    pub(crate) fn route(&self, path: &str) -> Option<&T> {
         if let Some((_, target)) = self
             .api
             .iter()
@@ -90,7 +90,7 @@ impl<T> RouteTable<T> {
 }
 
 impl Director {
-    pub fn new(routes: Routes, delegate: SharedHandler) -> Self {
+    pub(crate) fn new(routes: Routes, delegate: SharedHandler) -> Self {
         Director {
             routes: RouteTable::new(routes),
             delegate,

@@ -15,13 +15,13 @@ use crate::config::{Config, RouteMatch};
 use crate::handler::Handler;
 use crate::status::GatewayError;
 
-pub struct Discovery {
+pub(crate) struct Discovery {
     /// Path -> JSON body, computed once when the chain is built.
     documents: BTreeMap<String, bytes::Bytes>,
 }
 
 impl Discovery {
-    pub fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Config) -> Self {
         let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut legacy_versions = Vec::new();
         let roots = config
@@ -63,7 +63,7 @@ impl Discovery {
     }
 
     /// Every path this handler answers (with and without a trailing `/`).
-    pub fn paths(&self) -> Vec<String> {
+    pub(crate) fn paths(&self) -> Vec<String> {
         self.documents
             .keys()
             .flat_map(|path| [path.clone(), format!("{path}/")])

@@ -10,6 +10,7 @@ use futures_util::future::BoxFuture;
 
 use crate::body::{Request, Response};
 
+/// One stage of request handling: the chain's filters, the delegation servers and the handlers they route to.
 pub trait Handler: Send + Sync {
     /// Serves one request. Errors are already responses: a handler turns its
     /// [`crate::status::GatewayError`] into a Status before returning.

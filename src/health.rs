@@ -7,6 +7,9 @@
 //! Checks: `ping` (always ok), `log` (the log is being flushed), and for
 //! readyz only `shutdown` (fails once shutdown began) and one
 //! `poststarthook/<name>` per post-start hook, failing until it finished.
+//! A gateway run from the fleet's etcd adds `config-revision`, which passes
+//! and, under `?verbose`, names the revision it serves and where from
+//! ([`Check::reporting`]): `[+]config-revision ok (revision 42 from etcd)`.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -22,17 +25,26 @@ use crate::body::{Body, Request, Response};
 use crate::handler::Handler;
 use crate::status::GatewayError;
 
-/// One named check.
+/// One named check: passing with a detail to show under `?verbose` (empty
+/// for most), or failing with a reason for the log.
 #[derive(Clone)]
 pub struct Check {
     name: String,
-    probe: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
+    probe: Arc<dyn Fn() -> Result<String, String> + Send + Sync>,
 }
 
 impl Check {
-    pub fn new(
+    pub(crate) fn new(
         name: impl Into<String>,
         probe: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        Self::reporting(name, move || probe().map(|()| String::new()))
+    }
+
+    /// A check whose pass carries a detail that `?verbose` shows.
+    pub(crate) fn reporting(
+        name: impl Into<String>,
+        probe: impl Fn() -> Result<String, String> + Send + Sync + 'static,
     ) -> Self {
         Check {
             name: name.into(),
@@ -40,11 +52,11 @@ impl Check {
         }
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
-    fn run(&self) -> Result<(), String> {
+    fn run(&self) -> Result<String, String> {
         (self.probe)()
     }
 }
@@ -52,21 +64,21 @@ impl Check {
 /// A flag a check reads: set when something has happened (shutdown began, a
 /// hook finished).
 #[derive(Debug, Default, Clone)]
-pub struct Flag(Arc<AtomicBool>);
+pub(crate) struct Flag(Arc<AtomicBool>);
 
 impl Flag {
-    pub fn set(&self) {
+    pub(crate) fn set(&self) {
         self.0.store(true, Ordering::Release);
     }
 
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
 }
 
 /// The log check's evidence: when stderr was last flushed successfully.
 #[derive(Debug, Clone)]
-pub struct LogFlushes(Arc<AtomicU64>);
+pub(crate) struct LogFlushes(Arc<AtomicU64>);
 
 /// How stale the last flush may be before the `log` check fails.
 const LOG_FLUSH_MAX_AGE: Duration = Duration::from_secs(60);
@@ -79,7 +91,7 @@ impl LogFlushes {
 
     /// Flushes stderr every few seconds on a blocking thread, recording each
     /// success; a log that blocks (a full pipe nobody reads) stops them.
-    pub fn spawn_flusher(&self) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn spawn_flusher(&self) -> tokio::task::JoinHandle<()> {
         let last = self.0.clone();
         tokio::spawn(async move {
             loop {
@@ -110,7 +122,7 @@ fn unix_seconds() -> u64 {
 }
 
 /// The three endpoints and their checks.
-pub struct Health {
+pub(crate) struct Health {
     healthz: Vec<Check>,
     livez: Vec<Check>,
     readyz: Vec<Check>,
@@ -119,7 +131,7 @@ pub struct Health {
 
 impl Health {
     /// The default checks; `shutdown` fails once `shutting_down` is set.
-    pub fn new(shutting_down: Flag) -> Self {
+    pub(crate) fn new(shutting_down: Flag) -> Self {
         let log_flushes = LogFlushes::new();
         let log = {
             let flushes = log_flushes.clone();
@@ -142,7 +154,7 @@ impl Health {
     }
 
     /// Adds a readiness check (post-start hooks, later the config reloader).
-    pub fn add_readyz_check(&mut self, check: Check) {
+    pub(crate) fn add_readyz_check(&mut self, check: Check) {
         self.readyz.push(check);
     }
 
@@ -216,8 +228,11 @@ fn all_checks(endpoint: &str, checks: &[Check], query: &Query) -> Response {
             continue;
         }
         match check.run() {
-            Ok(()) => {
+            Ok(detail) if detail.is_empty() => {
                 let _ = writeln!(report, "[+]{} ok", check.name());
+            }
+            Ok(detail) => {
+                let _ = writeln!(report, "[+]{} ok ({detail})", check.name());
             }
             Err(reason) => {
                 failed = true;
@@ -248,7 +263,7 @@ fn all_checks(endpoint: &str, checks: &[Check], query: &Query) -> Response {
 /// kube's `adaptCheckToHandler`: one check, its error shown.
 fn one_check(check: &Check) -> Response {
     match check.run() {
-        Ok(()) => text(StatusCode::OK, "ok".to_owned()),
+        Ok(_) => text(StatusCode::OK, "ok".to_owned()),
         Err(reason) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("internal server error: {reason}\n"),

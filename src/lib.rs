@@ -9,24 +9,26 @@
 //! modules in their layers, bottom-up: each imports only from below it.
 
 pub mod body;
-pub mod chain;
+mod chain;
 pub mod cli;
 pub mod config;
 pub mod context;
-pub mod crypto;
-pub mod delegation;
-pub mod director;
-pub mod discovery;
+mod crypto;
+mod delegation;
+mod director;
+mod discovery;
+pub mod fleet;
+mod flow_control;
 pub mod handler;
 pub mod health;
-pub mod metrics;
+mod metrics;
 pub mod reload_trigger;
 pub mod request_info;
 pub mod request_target;
 pub mod scaffold;
 pub mod server;
-pub mod static_response;
+mod static_response;
 pub mod status;
 pub mod try_request;
-pub mod upstream;
+mod upstream;
 pub mod wasm;

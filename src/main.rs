@@ -2,11 +2,13 @@
 //! the manifest, build the gateway, run it until a signal asks it to stop.
 //! What the commands print and read beyond their flags is `wasmgate::cli`.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use wasmgate::config::source::{FileSource, ManifestSource};
 use wasmgate::config::{self, Config};
 use wasmgate::server::{Drained, Gateway};
 
@@ -30,6 +32,42 @@ struct Cli {
     command: Command,
 }
 
+/// TLS to the fleet's etcd, as etcd's own clients take it.
+#[derive(clap::Args, Clone, Default)]
+struct EtcdArgs {
+    /// The CA that signed etcd's certificate (makes the connection TLS).
+    #[arg(long)]
+    etcd_cafile: Option<PathBuf>,
+    /// A client certificate for etcd, with --etcd-keyfile.
+    #[arg(long)]
+    etcd_certfile: Option<PathBuf>,
+    #[arg(long)]
+    etcd_keyfile: Option<PathBuf>,
+}
+
+impl EtcdArgs {
+    fn target(self, url: &str) -> Result<wasmgate::fleet::Target, wasmgate::fleet::FleetError> {
+        let tls = wasmgate::fleet::EtcdTls {
+            ca_file: self.etcd_cafile,
+            cert_file: self.etcd_certfile,
+            key_file: self.etcd_keyfile,
+        };
+        wasmgate::fleet::Target::parse(url, tls)
+    }
+}
+
+/// A gateway of a fleet (`run --config etcd://...`).
+#[derive(clap::Args, Clone)]
+struct MemberArgs {
+    /// Where the last good manifest and its components are kept, to start
+    /// from while etcd is away (default: ./wasmgate-state).
+    #[arg(long, default_value = "wasmgate-state")]
+    state_dir: PathBuf,
+    /// This gateway's name in the fleet status (default: HOSTNAME-PORT).
+    #[arg(long)]
+    gateway_id: Option<String>,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum LogFormat {
     Text,
@@ -40,14 +78,55 @@ enum LogFormat {
 enum Command {
     /// Serve the gateway described by a manifest.
     Run {
-        /// The TOML manifest.
+        /// The TOML manifest, or the fleet's etcd: etcd://HOST:PORT/PREFIX.
         #[arg(long, short)]
-        config: PathBuf,
+        config: String,
         /// Threads serving requests (default: one per core). With 1, a
         /// single-threaded runtime serves everything: no work stealing, no
         /// cross-thread wake-ups.
         #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
         workers: Option<u16>,
+        /// Listen here instead of the manifest's `[listen] address`.
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+        #[command(flatten)]
+        member: MemberArgs,
+        #[command(flatten)]
+        etcd: EtcdArgs,
+    },
+    /// Validate a manifest as `check` does, upload its components to the
+    /// fleet's etcd by digest and make it the fleet's manifest.
+    Push {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The fleet: etcd://HOST:PORT/PREFIX.
+        #[arg(long)]
+        to: String,
+        #[command(flatten)]
+        etcd: EtcdArgs,
+    },
+    /// Push an earlier revision of the fleet's manifest again.
+    Rollback {
+        /// The revision to go back to (`wasmgate status` and the gateways name them).
+        #[arg(long = "to")]
+        revision: i64,
+        /// The fleet: etcd://HOST:PORT/PREFIX.
+        #[arg(long)]
+        etcd: String,
+        #[command(flatten)]
+        tls: EtcdArgs,
+    },
+    /// Print the fleet: which gateway runs which revision, who refused
+    /// what, who is gone.
+    Status {
+        /// The fleet: etcd://HOST:PORT/PREFIX.
+        #[arg(long)]
+        to: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        etcd: EtcdArgs,
     },
     /// Load, complete and validate a manifest without serving: every problem
     /// with its file:line:column, or a summary of the chain.
@@ -95,7 +174,39 @@ fn main() -> ExitCode {
     init_logging(cli.log_format);
     match cli.command {
         Command::Check { config } => check(&config),
-        Command::Run { config, workers } => run(&config, workers),
+        Command::Run {
+            config,
+            workers,
+            listen,
+            member,
+            etcd,
+        } => run(&config, workers, listen, member, etcd),
+        Command::Push { config, to, etcd } => fleet_command(etcd.target(&to), |store| async move {
+            let pushed = wasmgate::fleet::push::push(&config, &store).await?;
+            Ok(format!(
+                "pushed revision {} to {to} ({} components uploaded, {} already stored)",
+                pushed.revision, pushed.uploaded, pushed.reused
+            ))
+        }),
+        Command::Rollback {
+            revision,
+            etcd,
+            tls,
+        } => fleet_command(tls.target(&etcd), |store| async move {
+            let pushed = wasmgate::fleet::push::rollback(revision, &store).await?;
+            Ok(format!(
+                "rolled back to revision {revision}: pushed as revision {}",
+                pushed.revision
+            ))
+        }),
+        Command::Status { to, json, etcd } => fleet_command(etcd.target(&to), |store| async move {
+            let fleet = wasmgate::fleet::status::fleet(&store, to).await?;
+            Ok(if json {
+                serde_json::to_string_pretty(&fleet).unwrap_or_default()
+            } else {
+                fleet.to_string().trim_end().to_owned()
+            })
+        }),
         Command::Try {
             config,
             method,
@@ -258,12 +369,84 @@ fn try_request(
     })
 }
 
-fn run(path: &std::path::Path, workers: Option<u16>) -> ExitCode {
-    let config = match config::load(path) {
-        Ok(config) => config,
+/// Runs one fleet command (push, rollback, status) against its etcd and
+/// prints what it says.
+fn fleet_command<F, Fut>(
+    target: Result<wasmgate::fleet::Target, wasmgate::fleet::FleetError>,
+    command: F,
+) -> ExitCode
+where
+    F: FnOnce(wasmgate::fleet::store::Store) -> Fut,
+    Fut: std::future::Future<Output = Result<String, wasmgate::fleet::push::PushError>>,
+{
+    let target = match target {
+        Ok(target) => target,
         Err(error) => {
             eprintln!("{error}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("cannot start the runtime: {error}");
             return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let store = match wasmgate::fleet::store::Store::open(&target).await {
+            Ok(store) => store,
+            Err(error) => {
+                eprintln!("{error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        match command(store).await {
+            Ok(said) => {
+                println!("{said}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("{error}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+fn run(
+    config: &str,
+    workers: Option<u16>,
+    listen: Option<SocketAddr>,
+    member: MemberArgs,
+    etcd: EtcdArgs,
+) -> ExitCode {
+    let manifest = if wasmgate::fleet::Target::is_etcd_url(config) {
+        match etcd.target(config) {
+            Ok(target) => Manifest::Fleet(wasmgate::fleet::watch::Options {
+                target,
+                state_dir: member.state_dir,
+                listen,
+            }),
+            Err(error) => {
+                eprintln!("{error}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        let source = FileSource {
+            path: PathBuf::from(config),
+            listen,
+        };
+        match source.load() {
+            Ok(loaded) => Manifest::File(Box::new(loaded), source),
+            Err(error) => {
+                eprintln!("{error}");
+                return ExitCode::FAILURE;
+            }
         }
     };
     let mut runtime = match workers {
@@ -282,10 +465,19 @@ fn run(path: &std::path::Path, workers: Option<u16>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(serve(config))
+    runtime.block_on(serve(manifest, member.gateway_id))
 }
 
-async fn serve(config: Config) -> ExitCode {
+/// Where `run` takes its manifest from.
+enum Manifest {
+    File(Box<Config>, FileSource),
+    Fleet(wasmgate::fleet::watch::Options),
+}
+
+/// How long a stopping gateway waits for its fleet status to be taken out.
+const FLEET_LEAVE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+async fn serve(manifest: Manifest, gateway_id: Option<String>) -> ExitCode {
     // Installed before anything listens: a signal that arrives once the
     // gateway serves must start a graceful shutdown, never kill the process.
     let signals = match Signals::install() {
@@ -295,7 +487,23 @@ async fn serve(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let gateway = match Gateway::new(config) {
+    let (built, member) = match manifest {
+        Manifest::File(config, source) => (
+            Gateway::with_source(*config, std::sync::Arc::new(source), Vec::new()),
+            None,
+        ),
+        Manifest::Fleet(options) => match wasmgate::fleet::watch::Member::join(&options).await {
+            Ok((member, config)) => (
+                Gateway::with_source(config, member.source(), vec![member.readyz_check()]),
+                Some(member),
+            ),
+            Err(error) => {
+                tracing::error!(%error, "cannot join the fleet");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let gateway = match built {
         Ok(gateway) => gateway,
         Err(error) => {
             tracing::error!(%error, "cannot build the gateway");
@@ -309,12 +517,30 @@ async fn serve(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let following = match (member, running.reload_trigger()) {
+        (Some(member), Some(trigger)) => {
+            let id = gateway_id.unwrap_or_else(|| default_gateway_id(running.local_addr));
+            Some(member.follow(id, running.local_addr, trigger))
+        }
+        _ => None,
+    };
     let signal = signals.wait_for_stop(&running).await;
     tracing::info!(signal, "stop requested");
+    if let Some(following) = following {
+        following.stop(FLEET_LEAVE_LIMIT).await;
+    }
     match running.shutdown().await {
         Drained::Complete => ExitCode::SUCCESS,
         Drained::TimedOut { .. } => ExitCode::SUCCESS,
     }
+}
+
+/// `HOSTNAME-PORT`: stable across restarts, distinct for gateways of one host.
+fn default_gateway_id(listening: SocketAddr) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .unwrap_or_else(|_| "gateway".to_owned());
+    format!("{host}-{}", listening.port())
 }
 
 /// The signals the gateway answers: SIGTERM and SIGINT stop it, SIGHUP reloads.

@@ -19,30 +19,30 @@ use crate::handler::Handler;
 use crate::status::GatewayError;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FilterOutcome {
+pub(crate) struct FilterOutcome {
     pub filter: String,
     /// `answer`, `error`, `trap`, `timeout` or `exhausted`.
     pub outcome: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FilterName {
+pub(crate) struct FilterName {
     pub filter: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct Source {
+pub(crate) struct Source {
     /// `compiled`, `memory` or `disk`.
     pub source: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReloadResult {
+pub(crate) struct ReloadResult {
     /// `success` or `failure`.
     pub result: String,
 }
 
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     pub filter_calls: Family<FilterOutcome, Counter>,
     pub filter_duration: Family<FilterName, Histogram>,
@@ -50,6 +50,8 @@ pub struct Metrics {
     pub audit_events_dropped: Counter,
     pub config_reloads: Family<ReloadResult, Counter>,
     pub config_last_reload_success: Gauge,
+    /// The etcd revision of the manifest in force (0 for a manifest file).
+    pub config_revision: Gauge,
 }
 
 fn filter_duration_histogram() -> Histogram {
@@ -58,7 +60,7 @@ fn filter_duration_histogram() -> Histogram {
 }
 
 /// The process's metrics.
-pub fn metrics() -> &'static Metrics {
+pub(crate) fn metrics() -> &'static Metrics {
     static METRICS: OnceLock<Metrics> = OnceLock::new();
     METRICS.get_or_init(|| {
         let mut registry = Registry::with_prefix("wasmgate");
@@ -100,6 +102,12 @@ pub fn metrics() -> &'static Metrics {
             "When the configuration was last loaded successfully (Unix time)",
             config_last_reload_success.clone(),
         );
+        let config_revision = Gauge::default();
+        registry.register(
+            "config_revision",
+            "The etcd revision of the manifest in force, for a gateway run from the fleet's etcd (0 for a manifest file)",
+            config_revision.clone(),
+        );
         Metrics {
             registry,
             filter_calls,
@@ -108,15 +116,21 @@ pub fn metrics() -> &'static Metrics {
             audit_events_dropped,
             config_reloads,
             config_last_reload_success,
+            config_revision,
         }
     })
 }
 
 impl Metrics {
-    /// The text exposition of every metric.
-    pub fn encode(&self) -> String {
+    /// The text exposition of every metric: the gateway's, then kube's
+    /// flow-control series (`crate::flow_control::metrics`).
+    pub(crate) fn encode(&self) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut text = String::new();
-        if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
+        let encoded = encode_registry(&mut text, &self.registry)
+            .and_then(|()| crate::flow_control::metrics::encode(&mut text))
+            .and_then(|()| encode_eof(&mut text));
+        if encoded.is_err() {
             tracing::error!("cannot encode the metrics");
         }
         text
@@ -124,7 +138,7 @@ impl Metrics {
 }
 
 /// The `/metrics` endpoint.
-pub struct MetricsEndpoint;
+pub(crate) struct MetricsEndpoint;
 
 impl Handler for MetricsEndpoint {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {

@@ -17,6 +17,7 @@ use crate::status::{GatewayError, Status};
 pub enum ReloadOutcome {
     /// The new chain is in force.
     Swapped {
+        /// The generation of the configuration now served.
         generation: u64,
         /// Settings that changed but take effect only after a restart.
         restart_required: Vec<String>,
@@ -29,21 +30,21 @@ pub enum ReloadOutcome {
 #[derive(Clone)]
 pub struct ReloadTrigger(mpsc::UnboundedSender<Option<oneshot::Sender<ReloadOutcome>>>);
 
-pub type ReloadRequests = mpsc::UnboundedReceiver<Option<oneshot::Sender<ReloadOutcome>>>;
+pub(crate) type ReloadRequests = mpsc::UnboundedReceiver<Option<oneshot::Sender<ReloadOutcome>>>;
 
 impl ReloadTrigger {
-    pub fn new() -> (ReloadTrigger, ReloadRequests) {
+    pub(crate) fn new() -> (ReloadTrigger, ReloadRequests) {
         let (sender, receiver) = mpsc::unbounded_channel();
         (ReloadTrigger(sender), receiver)
     }
 
     /// Requests a reload without waiting for it.
-    pub fn request(&self) {
+    pub(crate) fn request(&self) {
         let _ = self.0.send(None);
     }
 
     /// Requests a reload and waits for its outcome.
-    pub async fn reload(&self) -> Option<ReloadOutcome> {
+    pub(crate) async fn reload(&self) -> Option<ReloadOutcome> {
         let (reply, outcome) = oneshot::channel();
         self.0.send(Some(reply)).ok()?;
         outcome.await.ok()
@@ -51,7 +52,7 @@ impl ReloadTrigger {
 }
 
 /// `POST /debug/reload`: reload now and answer how it went.
-pub struct ReloadEndpoint(pub ReloadTrigger);
+pub(crate) struct ReloadEndpoint(pub ReloadTrigger);
 
 impl Handler for ReloadEndpoint {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {

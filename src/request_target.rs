@@ -36,26 +36,36 @@ use crate::status::GatewayError;
 /// Why a request target has no canonical form.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TargetError {
+    /// The path does not start with `/`.
     #[error("the request path must start with \"/\"")]
     NotOriginForm,
+    /// A `%` not followed by two hex digits.
     #[error("the request path contains an invalid percent-encoding")]
     InvalidEscape,
+    /// A NUL byte, encoded or not.
     #[error("the request path contains a NUL (%00)")]
     Nul,
+    /// A backslash, encoded or not.
     #[error("the request path contains a backslash")]
     Backslash,
+    /// A `;` (path parameters).
     #[error("the request path contains \";\": path parameters are not accepted")]
     PathParameter,
+    /// Escapes that decode to bytes that are not UTF-8.
     #[error("the request path contains escapes that do not decode to UTF-8")]
     InvalidUtf8,
+    /// A `..` segment that would climb above `/`.
     #[error("the request path goes above the root with \"..\"")]
     AboveRoot,
     #[error(
         "the request path contains an encoded \"/\" or \"\\\" (%2F, %5C), which this route does not accept"
     )]
+    /// An encoded `/` or `\\` where the route does not accept one.
     EscapedSlash,
+    /// A query parameter the gateway reads, given twice.
     #[error("the query parameter {0:?} is given more than once")]
     RepeatedParameter(&'static str),
+    /// A query parameter the gateway reads, whose pair cannot be read one way only.
     #[error("the query parameter {0:?} is ambiguous: its pair holds \";\" or an invalid escape")]
     AmbiguousParameter(&'static str),
 }
@@ -271,7 +281,7 @@ impl<'a> Iterator for Pieces<'a> {
 /// The query parameters request info reads (kube's `RequestInfoFactory`
 /// and the `ListOptions` it decodes), those admission and audit depend on,
 /// and `timeout`, read by the timeout filter.
-pub const SINGLE_VALUED_PARAMETERS: [&str; 10] = [
+pub(crate) const SINGLE_VALUED_PARAMETERS: [&str; 10] = [
     "watch",
     "labelSelector",
     "fieldSelector",

@@ -25,26 +25,34 @@ use std::path::{Path, PathBuf};
 /// The languages a filter can be scaffolded in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Lang {
+    /// Rust, on the filter SDK.
     Rust,
+    /// Python, through componentize-py.
     Python,
+    /// JavaScript, through ComponentizeJS.
     Js,
+    /// C, through wit-bindgen and wasi-sdk.
     C,
 }
 
 /// The four filter worlds of `wit/filter.wit`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum FilterKind {
+    /// Says who sent the request.
     Authenticator,
+    /// Says whether the user may make the request.
     Authorizer,
+    /// Admits, denies or patches a write.
     Admission,
+    /// Records audit events.
     Auditor,
 }
 
 impl Lang {
-    pub const ALL: [Lang; 4] = [Lang::Rust, Lang::Python, Lang::Js, Lang::C];
+    pub(crate) const ALL: [Lang; 4] = [Lang::Rust, Lang::Python, Lang::Js, Lang::C];
 
     /// The folder under `filters/` (and the `--lang` value).
-    pub fn folder(self) -> &'static str {
+    pub(crate) fn folder(self) -> &'static str {
         match self {
             Lang::Rust => "rust",
             Lang::Python => "python",
@@ -76,15 +84,8 @@ impl Lang {
 }
 
 impl FilterKind {
-    pub const ALL: [FilterKind; 4] = [
-        FilterKind::Authenticator,
-        FilterKind::Authorizer,
-        FilterKind::Admission,
-        FilterKind::Auditor,
-    ];
-
     /// The kind's name, as `--kind` spells it.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             FilterKind::Authenticator => "authenticator",
             FilterKind::Authorizer => "authorizer",
@@ -94,7 +95,7 @@ impl FilterKind {
     }
 
     /// The WIT world.
-    pub fn world(self) -> String {
+    pub(crate) fn world(self) -> String {
         format!("{}-filter", self.name())
     }
 
@@ -224,7 +225,9 @@ const SDK_FILES: [(&str, &str); 6] = [
 /// What to scaffold.
 #[derive(Clone, Debug)]
 pub struct NewFilter {
+    /// The filter's language.
     pub lang: Lang,
+    /// The filter's world.
     pub kind: FilterKind,
     /// The filter's name: its folder, its crate or package, its component
     /// (`<name>.wasm`) and its name in `try.toml`.
@@ -240,7 +243,9 @@ pub struct NewFilter {
 /// What was written, and how to build and try it.
 #[derive(Clone, Debug)]
 pub struct Scaffolded {
+    /// The filter's folder.
     pub dir: PathBuf,
+    /// The files written, inside it.
     pub files: Vec<PathBuf>,
     /// Whether the folder is `<checkout>/filters/<lang>/<name>`.
     pub in_tree: bool,
@@ -254,30 +259,43 @@ pub struct Scaffolded {
     pub try_command: String,
 }
 
+/// Why a filter could not be scaffolded.
 #[derive(Debug, thiserror::Error)]
 pub enum ScaffoldError {
     #[error(
         "{0:?} is not a filter name: use lower-case letters, digits and '-', starting with a letter, at most 63 characters"
     )]
+    /// The name is not a valid filter name.
     Name(String),
     #[error(
         "no wasmgate checkout (a folder with filters/build.sh and wit/filter.wit) here or above: give --dir"
     )]
+    /// No checkout was given or found.
     NoCheckout,
+    /// The filter's folder exists and holds files.
     #[error("{} exists already and is not empty", .0.display())]
     Exists(PathBuf),
     #[error("a filter named {name:?} exists already in {}: components are named after their folders", .other.display())]
-    Taken { name: String, other: PathBuf },
+    /// Another filter of the same name exists in the tree.
+    Taken {
+        /// The name.
+        name: String,
+        /// The other filter's folder.
+        other: PathBuf,
+    },
+    /// A file could not be written.
     #[error("cannot write {}: {source}", path.display())]
     Write {
+        /// The file.
         path: PathBuf,
+        /// Why it could not be written.
         #[source]
         source: std::io::Error,
     },
 }
 
 /// Whether `name` can name a filter (a folder, a crate, a component file).
-pub fn valid_name(name: &str) -> bool {
+pub(crate) fn valid_name(name: &str) -> bool {
     name.len() <= 63
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && !name.ends_with('-')
@@ -288,7 +306,7 @@ pub fn valid_name(name: &str) -> bool {
 
 /// The wasmgate checkout at or above `start`: the first folder with
 /// `filters/build.sh` and `wit/filter.wit`.
-pub fn find_checkout(start: &Path) -> Option<PathBuf> {
+pub(crate) fn find_checkout(start: &Path) -> Option<PathBuf> {
     start
         .ancestors()
         .find(|dir| dir.join("filters/build.sh").is_file() && dir.join("wit/filter.wit").is_file())
@@ -357,25 +375,25 @@ pub fn scaffold(request: &NewFilter) -> Result<Scaffolded, ScaffoldError> {
         FilterKind::Authorizer => format!("{} ", in_checkout(FALLBACK_AUTHORIZER)),
         _ => String::new(),
     };
-    let (component, dist_in_manifest, build) = if in_tree {
-        let checkout = checkout.as_ref().expect("in-tree implies a checkout");
-        (
-            checkout.join("filters/dist").join(format!("{name}.wasm")),
-            "../../dist",
-            format!("filters/build.sh {also_built}{}", shown(&dir)),
-        )
-    } else {
-        (
-            dir.join("dist").join(format!("{name}.wasm")),
-            "dist",
-            format!(
-                "{} --dist {} {also_built}{}",
-                in_checkout("filters/build.sh"),
-                dir.join("dist").display(),
-                dir.display()
-            ),
-        )
-    };
+    let (component, dist_in_manifest, build) =
+        if let Some(checkout) = checkout.as_ref().filter(|_| in_tree) {
+            (
+                checkout.join("filters/dist").join(format!("{name}.wasm")),
+                "../../dist",
+                format!("filters/build.sh {also_built}{}", shown(&dir)),
+            )
+        } else {
+            (
+                dir.join("dist").join(format!("{name}.wasm")),
+                "dist",
+                format!(
+                    "{} --dist {} {also_built}{}",
+                    in_checkout("filters/build.sh"),
+                    dir.join("dist").display(),
+                    dir.display()
+                ),
+            )
+        };
     let manifest = dir.join("try.toml");
     let mut try_command = format!("wasmgate try --config {}", shown(&manifest));
     if kind == FilterKind::Admission {
@@ -636,7 +654,7 @@ mod tests {
         let dir =
             std::env::temp_dir().join(format!("wasmgate-scaffold-unit-{}", std::process::id()));
         for lang in Lang::ALL {
-            for kind in FilterKind::ALL {
+            for &kind in <FilterKind as clap::ValueEnum>::value_variants() {
                 let name = format!("{}-{}", lang.folder(), kind.name());
                 let made = scaffold(&NewFilter {
                     lang,

@@ -7,7 +7,7 @@ use crate::body::{Body, Request, Response};
 use crate::config::StaticResponse;
 use crate::handler::Handler;
 
-pub struct Static(pub StaticResponse);
+pub(crate) struct Static(pub StaticResponse);
 
 impl Handler for Static {
     fn call(&self, _request: Request) -> BoxFuture<'_, Response> {

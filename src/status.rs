@@ -16,34 +16,37 @@ use crate::body::{Body, Response};
 /// `metav1.Status` as kube serialises it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Status {
-    pub kind: &'static str,
+    pub(crate) kind: &'static str,
+    /// Always `v1`.
     #[serde(rename = "apiVersion")]
     pub api_version: &'static str,
-    pub metadata: Metadata,
-    pub status: &'static str,
+    pub(crate) metadata: Metadata,
+    pub(crate) status: &'static str,
+    /// The human-readable message.
     pub message: String,
     #[serde(skip_serializing_if = "str::is_empty")]
-    pub reason: String,
+    pub(crate) reason: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub details: Option<Details>,
-    pub code: u16,
+    pub(crate) details: Option<Details>,
+    pub(crate) code: u16,
 }
 
 /// Always empty; kept so the body has kube's exact shape.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-pub struct Metadata {}
+pub(crate) struct Metadata {}
 
 /// `metav1.StatusDetails`.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct Details {
+    /// The name of the object concerned (kube's `StatusDetails.Name`).
     #[serde(skip_serializing_if = "str::is_empty")]
     pub name: String,
     #[serde(skip_serializing_if = "str::is_empty")]
-    pub group: String,
+    pub(crate) group: String,
     #[serde(skip_serializing_if = "str::is_empty")]
-    pub kind: String,
+    pub(crate) kind: String,
     #[serde(rename = "retryAfterSeconds", skip_serializing_if = "Option::is_none")]
-    pub retry_after_seconds: Option<u64>,
+    pub(crate) retry_after_seconds: Option<u64>,
 }
 
 impl Status {
@@ -69,7 +72,7 @@ impl Status {
         }
     }
 
-    pub fn with_details(mut self, details: Details) -> Self {
+    pub(crate) fn with_details(mut self, details: Details) -> Self {
         self.details = Some(details);
         self
     }
@@ -96,61 +99,103 @@ impl Status {
 /// The `Display` text is the Status message the client sees.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
+    /// The request is malformed (400).
     #[error("{message}")]
-    BadRequest { message: String },
+    BadRequest {
+        /// The Status message.
+        message: String,
+    },
+    /// No authenticator recognised the request (401).
     #[error("Unauthorized")]
     Unauthorized,
+    /// The user may not make the request (403).
     #[error("{message}")]
     Forbidden {
+        /// Kube's message: who was refused what.
         message: String,
+        /// Details of the object refused, when there is one.
         details: Option<Details>,
     },
     /// A status chosen by a filter (an admission denial).
     #[error("{message}")]
     Denied {
+        /// The HTTP status the filter chose.
         code: StatusCode,
+        /// The Status `reason`.
         reason: String,
+        /// The Status `message`.
         message: String,
     },
+    /// No route matched (404).
     #[error("the server could not find the requested resource")]
     NotFound,
+    /// The route does not take the method (405).
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed,
+    /// The body is over the limit (413).
     #[error("the request body is too large: limit is {limit} bytes")]
-    RequestEntityTooLarge { limit: u64 },
+    RequestEntityTooLarge {
+        /// The limit, in bytes.
+        limit: u64,
+    },
+    /// The request is well-formed but not acceptable (422).
     #[error("{message}")]
-    Invalid { message: String },
+    Invalid {
+        /// The Status message.
+        message: String,
+    },
     /// What the request needs of the server it does not implement (an
     /// unknown transfer coding, RFC 9112 §6.1).
     #[error("{message}")]
-    NotImplemented { message: String },
+    NotImplemented {
+        /// The Status message.
+        message: String,
+    },
+    /// The gateway failed (500).
     #[error("Internal error occurred: {message}")]
-    Internal { message: String },
+    Internal {
+        /// What failed.
+        message: String,
+    },
+    /// The upstream failed or could not be reached (502).
     #[error("an error on the server ({message}) has prevented the request from succeeding")]
-    BadGateway { message: String },
+    BadGateway {
+        /// What failed.
+        message: String,
+    },
     /// The gateway had no room for the request (kube's
     /// `NewTooManyRequests`): a Status with `details.retryAfterSeconds`,
     /// and the same delay in a `Retry-After` header.
     #[error("{message}")]
     TooManyRequests {
+        /// The Status message.
         message: String,
+        /// How long the client should wait before it tries again.
         retry_after_seconds: u64,
     },
+    /// The gateway cannot serve now: shutting down, or a stage is unavailable (503).
     #[error("{message}")]
-    ServiceUnavailable { message: String },
+    ServiceUnavailable {
+        /// The Status message.
+        message: String,
+    },
+    /// The request took longer than its timeout (504).
     #[error("{message}")]
-    Timeout { message: String },
+    Timeout {
+        /// The Status message.
+        message: String,
+    },
 }
 
 impl GatewayError {
-    pub fn internal(message: impl Into<String>) -> Self {
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
         GatewayError::Internal {
             message: message.into(),
         }
     }
 
     /// The code and kube reason of this error.
-    pub fn code_and_reason(&self) -> (StatusCode, &str) {
+    pub(crate) fn code_and_reason(&self) -> (StatusCode, &str) {
         match self {
             GatewayError::BadRequest { .. } => (StatusCode::BAD_REQUEST, "BadRequest"),
             GatewayError::Unauthorized => (StatusCode::UNAUTHORIZED, "Unauthorized"),

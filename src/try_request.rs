@@ -20,34 +20,38 @@ use crate::server::Gateway;
 
 /// The request to try.
 pub struct Trial {
-    pub method: Method,
+    pub(crate) method: Method,
     /// Path and query (`/apis/g/v1/namespaces/ns/things?watch=1`).
     pub path: String,
-    pub headers: Vec<(HeaderName, HeaderValue)>,
-    pub body: Vec<u8>,
+    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
+    pub(crate) body: Vec<u8>,
 }
 
+/// What one request did in the chain: the request info, each filter's call, the user, the route and the response.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
-    pub request_info: RequestInfo,
-    pub filters: Vec<TraceEntry>,
-    pub user: Option<UserInfo>,
+    pub(crate) request_info: RequestInfo,
+    pub(crate) filters: Vec<TraceEntry>,
+    pub(crate) user: Option<UserInfo>,
     /// `routed` when the request reached a route, else `answered` (the chain
     /// or the gateway answered itself: a denial, health, 404).
     pub decision: &'static str,
     /// The route the director chose, when it was reached.
     pub route: Option<Value>,
-    pub status: u16,
-    pub body: Value,
+    pub(crate) status: u16,
+    pub(crate) body: Value,
     /// The steps of the chain, outermost first, as `chain::build` installed them.
     pub chain: Vec<&'static str>,
 }
 
+/// Why a trial could not be run.
 #[derive(Debug, thiserror::Error)]
 pub enum TrialError {
+    /// The path is not a request target.
     #[error("{0:?} is not a valid request path")]
     Path(String),
+    /// The response's body could not be read whole.
     #[error("the response body could not be read: {0}")]
     Body(String),
 }

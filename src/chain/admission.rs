@@ -28,7 +28,7 @@ use crate::wasm::{LoadedFilter, Outcome, convert};
 
 const STAGE: &str = "admission";
 
-pub struct Admission {
+pub(crate) struct Admission {
     pub mutating: Vec<LoadedFilter<AdmissionKind>>,
     pub validating: Vec<LoadedFilter<AdmissionKind>>,
     pub next: SharedHandler,

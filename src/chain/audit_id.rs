@@ -17,12 +17,12 @@ use crate::context::AuditId;
 use crate::handler::{Handler, SharedHandler};
 use crate::status::GatewayError;
 
-pub const AUDIT_ID_HEADER: &str = "audit-id";
+pub(crate) const AUDIT_ID_HEADER: &str = "audit-id";
 
 /// kube's `maxAuditIDLength`.
 const MAX_AUDIT_ID_LENGTH: usize = 256;
 
-pub struct AuditIdFilter {
+pub(crate) struct AuditIdFilter {
     pub next: SharedHandler,
 }
 

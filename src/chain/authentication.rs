@@ -20,7 +20,7 @@ use super::audit::FailedAuthenticationAudit;
 use super::stage::{self, Failure, FilterTrace};
 use crate::body::{Request, Response};
 use crate::config::stages::RequestHeaders;
-use crate::context::UserInfo;
+use crate::context::{ClientCredentials, UserInfo};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
@@ -30,7 +30,7 @@ use crate::wasm::{LoadedFilter, Outcome, convert};
 
 const STAGE: &str = "authentication";
 
-pub struct Authentication {
+pub(crate) struct Authentication {
     pub filters: Vec<LoadedFilter<Authenticator>>,
     /// Unrecognised requests go on as `system:anonymous` rather than 401.
     pub anonymous: bool,
@@ -143,13 +143,13 @@ impl Handler for Authentication {
             } else {
                 match self.identify(&parts).await {
                     Identified::User(user) => {
-                        remove_credentials(&mut parts.headers);
+                        remove_credentials(&mut parts);
                         user
                     }
                     // kube's anonymous authenticator is the union's last
                     // member: its success removes the credentials too.
                     Identified::Nobody if self.anonymous => {
-                        remove_credentials(&mut parts.headers);
+                        remove_credentials(&mut parts);
                         UserInfo::anonymous()
                     }
                     Identified::Nobody | Identified::Rejected => {
@@ -188,7 +188,19 @@ impl Authentication {
 
 /// The credentials an authenticator consumed go no further (kube removes
 /// `Authorization` and the request-header authenticator's headers).
-fn remove_credentials(headers: &mut HeaderMap) {
+/// The `Authorization` values removed are kept in the request's extensions
+/// as [`ClientCredentials`], for a route that forwards them.
+fn remove_credentials(parts: &mut http::request::Parts) {
+    let authorization: Vec<_> = parts
+        .headers
+        .get_all(AUTHORIZATION)
+        .iter()
+        .cloned()
+        .collect();
+    if !authorization.is_empty() {
+        parts.extensions.insert(ClientCredentials(authorization));
+    }
+    let headers = &mut parts.headers;
     headers.remove(AUTHORIZATION);
     headers.remove("x-remote-user");
     headers.remove("x-remote-group");

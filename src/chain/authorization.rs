@@ -24,12 +24,12 @@ use crate::wasm::{LoadedFilter, Outcome, convert};
 const STAGE: &str = "authorization";
 
 /// The union of authorizer filters.
-pub struct Authorizers {
+pub(crate) struct Authorizers {
     pub filters: Vec<LoadedFilter<Authorizer>>,
 }
 
 /// The union's conclusion.
-pub enum Verdict {
+pub(crate) enum Verdict {
     Allow,
     /// Denied, with the reason of the filter that denied (or of all that had
     /// no opinion).
@@ -38,7 +38,7 @@ pub enum Verdict {
 }
 
 impl Authorizers {
-    pub async fn decide(
+    pub(crate) async fn decide(
         &self,
         user: &UserInfo,
         info: &RequestInfo,
@@ -95,7 +95,7 @@ fn describe(decision: &Decision) -> String {
     }
 }
 
-pub struct Authorization {
+pub(crate) struct Authorization {
     pub authorizers: Arc<Authorizers>,
     pub next: SharedHandler,
 }
@@ -137,7 +137,7 @@ impl Handler for Authorization {
 /// kube's 403: `<resource>.<group> "<name>" is forbidden: User "alice" cannot
 /// <verb> resource "<resource>" in API group "<group>" in the namespace
 /// "<ns>"[: <reason>]`, or `forbidden: User "alice" cannot get path "/x"`.
-pub fn forbidden(user: &UserInfo, info: &RequestInfo, reason: &str) -> GatewayError {
+pub(crate) fn forbidden(user: &UserInfo, info: &RequestInfo, reason: &str) -> GatewayError {
     let mut cause = if info.is_resource_request {
         let resource = if info.subresource.is_empty() {
             info.resource.clone()

@@ -13,7 +13,7 @@ use crate::body::{Body, MaxRequestBody, Request, Response};
 use crate::handler::{Handler, SharedHandler};
 use crate::status::GatewayError;
 
-pub struct BodyLimit {
+pub(crate) struct BodyLimit {
     pub max_request_body: u64,
     pub next: SharedHandler,
 }

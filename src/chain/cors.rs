@@ -20,7 +20,7 @@ const ALLOWED_METHODS: &str = "POST, GET, OPTIONS, PUT, DELETE, PATCH";
 const ALLOWED_HEADERS: &str = "Content-Type, Content-Length, Accept-Encoding, X-CSRF-Token, Authorization, X-Requested-With, If-Modified-Since";
 const EXPOSED_HEADERS: &str = "Date";
 
-pub struct Cors {
+pub(crate) struct Cors {
     pub allowed_origins: Vec<Regex>,
     pub next: SharedHandler,
 }

@@ -10,7 +10,7 @@ use http::header::{CACHE_CONTROL, STRICT_TRANSPORT_SECURITY, X_CONTENT_TYPE_OPTI
 use crate::body::{Request, Response};
 use crate::handler::{Handler, SharedHandler};
 
-pub struct Hsts {
+pub(crate) struct Hsts {
     pub directives: HeaderValue,
     pub next: SharedHandler,
 }
@@ -27,7 +27,7 @@ impl Handler for Hsts {
     }
 }
 
-pub struct CacheControl {
+pub(crate) struct CacheControl {
     pub next: SharedHandler,
 }
 
@@ -50,7 +50,7 @@ impl Handler for CacheControl {
 /// health endpoints, `staging/src/k8s.io/apiserver/pkg/server/healthz/healthz.go`,
 /// and every plain-text error through Go's `http.Error`); as a gateway's
 /// outermost step it covers every answer, at the cost of one header insert.
-pub struct NoSniff {
+pub(crate) struct NoSniff {
     pub next: SharedHandler,
 }
 

@@ -11,7 +11,7 @@ use crate::context::{AuditId, UserInfo};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 
-pub struct HttpLog {
+pub(crate) struct HttpLog {
     pub next: SharedHandler,
 }
 

@@ -26,7 +26,7 @@ const UID: &str = "impersonate-uid";
 const EXTRA_PREFIX: &str = "impersonate-extra-";
 const IMPERSONATE_PREFIX: &str = "impersonate-";
 
-pub struct Impersonation {
+pub(crate) struct Impersonation {
     /// None when authorization allows everything.
     pub authorizers: Option<Arc<Authorizers>>,
     pub next: SharedHandler,

@@ -17,7 +17,7 @@ use crate::body::{Body, Request, Response};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 
-pub struct MaxInFlight {
+pub(crate) struct MaxInFlight {
     /// None when the limit is 0 (unlimited).
     pub read_only: Option<Arc<Semaphore>>,
     pub mutating: Option<Arc<Semaphore>>,
@@ -25,7 +25,7 @@ pub struct MaxInFlight {
 }
 
 impl MaxInFlight {
-    pub fn new(read_only: usize, mutating: usize, next: SharedHandler) -> Self {
+    pub(crate) fn new(read_only: usize, mutating: usize, next: SharedHandler) -> Self {
         let semaphore = |limit: usize| (limit > 0).then(|| Arc::new(Semaphore::new(limit)));
         MaxInFlight {
             read_only: semaphore(read_only),

@@ -9,35 +9,35 @@
 //! installed, except authentication, which then makes every request
 //! `system:anonymous`.
 
-pub mod admission;
-pub mod audit;
+pub(crate) mod admission;
+pub(crate) mod audit;
 mod audit_id;
-pub mod authentication;
-pub mod authorization;
-pub mod body_limit;
+pub(crate) mod authentication;
+pub(crate) mod authorization;
+pub(crate) mod body_limit;
 mod cors;
 mod headers;
 mod http_log;
 mod impersonation;
 mod max_in_flight;
 mod panic_recovery;
+pub(crate) mod priority_and_fairness;
 mod request_headers;
 mod request_info;
 mod request_target;
-pub mod stage;
+pub(crate) mod stage;
 mod timeout;
 
 use std::sync::Arc;
 
-pub use audit_id::AUDIT_ID_HEADER;
-
 use crate::config::Config;
+use crate::flow_control::Controller;
 use crate::handler::SharedHandler;
 use crate::wasm::LoadedStages;
 
 /// The built chain, what it is made of, and the audit backend to flush at
 /// shutdown.
-pub struct Chain {
+pub(crate) struct Chain {
     pub handler: SharedHandler,
     /// The names of the steps installed, outermost first: the order a request
     /// meets them, as `wasmgate check` and `wasmgate try` show it.
@@ -65,7 +65,13 @@ impl Layers {
 /// stages, innermost first: each step below puts one filter *outside*
 /// everything above it, so the request meets them bottom to top. The name
 /// given with each step is the one [`Chain::steps`] records.
-pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> Chain {
+/// `flow_control` is the configuration's API Priority and Fairness, when on.
+pub(crate) fn build(
+    config: &Config,
+    stages: LoadedStages,
+    flow_control: Option<Arc<Controller>>,
+    servers: SharedHandler,
+) -> Chain {
     let limits = &config.limits;
     let mut chain = Layers {
         handler: servers,
@@ -94,13 +100,21 @@ pub fn build(config: &Config, stages: LoadedStages, servers: SharedHandler) -> C
             })
         });
     }
-    chain.wrap("max-in-flight", |next| {
-        Arc::new(max_in_flight::MaxInFlight::new(
-            limits.max_requests_in_flight,
-            limits.max_mutating_requests_in_flight,
-            next,
-        ))
-    });
+    // kube's either/or: priority and fairness when configured, else the
+    // two in-flight limits.
+    if let Some(controller) = flow_control {
+        chain.wrap("priority-and-fairness", |next| {
+            Arc::new(priority_and_fairness::PriorityAndFairness { controller, next })
+        });
+    } else {
+        chain.wrap("max-in-flight", |next| {
+            Arc::new(max_in_flight::MaxInFlight::new(
+                limits.max_requests_in_flight,
+                limits.max_mutating_requests_in_flight,
+                next,
+            ))
+        });
+    }
     // Impersonation asks the authorization union, so it needs authentication
     // (the requester) outside it and runs before max-in-flight counts it.
     chain.wrap("impersonation", |next| {

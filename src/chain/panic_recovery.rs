@@ -11,7 +11,7 @@ use crate::body::{Request, Response};
 use crate::handler::{Handler, SharedHandler};
 use crate::status::GatewayError;
 
-pub struct PanicRecovery {
+pub(crate) struct PanicRecovery {
     pub next: SharedHandler,
 }
 

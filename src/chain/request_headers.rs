@@ -17,7 +17,7 @@ use crate::context::{ClientOrigin, ConnectionInfo};
 use crate::handler::{Handler, SharedHandler};
 use crate::status::GatewayError;
 
-pub struct RequestHeaders {
+pub(crate) struct RequestHeaders {
     pub trusted_proxies: TrustedProxies,
     pub next: SharedHandler,
 }

@@ -11,7 +11,7 @@ use crate::context::ReceivedAt;
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 
-pub struct RequestInfoFilter {
+pub(crate) struct RequestInfoFilter {
     pub next: SharedHandler,
 }
 

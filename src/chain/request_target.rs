@@ -16,7 +16,7 @@ use crate::handler::{Handler, SharedHandler};
 use crate::request_target::{TargetError, canonicalize, check_query};
 use crate::status::GatewayError;
 
-pub struct CanonicalTarget {
+pub(crate) struct CanonicalTarget {
     /// Each server's routes that keep escaped slashes, in delegation order;
     /// `None` when no route does (every escaped slash is refused).
     keeps_escaped_slashes: Option<Vec<RouteTable<EscapedSlashes>>>,
@@ -24,7 +24,7 @@ pub struct CanonicalTarget {
 }
 
 impl CanonicalTarget {
-    pub fn new(servers: &[Server], next: SharedHandler) -> Self {
+    pub(crate) fn new(servers: &[Server], next: SharedHandler) -> Self {
         let any_keeps = servers
             .iter()
             .flat_map(|server| &server.routes)

@@ -19,10 +19,10 @@ use crate::wasm::Outcome;
 /// A record of every filter call of one request; present only when someone
 /// asked for it (`wasmgate try`), so serving requests pays nothing for it.
 #[derive(Clone, Default)]
-pub struct FilterTrace(pub Arc<Mutex<Vec<TraceEntry>>>);
+pub(crate) struct FilterTrace(pub Arc<Mutex<Vec<TraceEntry>>>);
 
 #[derive(Debug, Clone, Serialize)]
-pub struct TraceEntry {
+pub(crate) struct TraceEntry {
     pub stage: &'static str,
     pub filter: String,
     /// `answer`, `error`, `trap`, `timeout`, `exhausted`, or `skipped`
@@ -34,7 +34,7 @@ pub struct TraceEntry {
 }
 
 impl FilterTrace {
-    pub fn entries(&self) -> Vec<TraceEntry> {
+    pub(crate) fn entries(&self) -> Vec<TraceEntry> {
         self.0
             .lock()
             .map(|entries| entries.clone())
@@ -43,7 +43,7 @@ impl FilterTrace {
 }
 
 /// True when every non-empty list of the filter's `match` admits the request.
-pub fn selects(matcher: &FilterMatch, info: &RequestInfo) -> bool {
+pub(crate) fn selects(matcher: &FilterMatch, info: &RequestInfo) -> bool {
     let listed = |list: &[String], value: &str| {
         list.is_empty() || list.iter().any(|item| item == "*" || item == value)
     };
@@ -59,7 +59,7 @@ pub fn selects(matcher: &FilterMatch, info: &RequestInfo) -> bool {
 }
 
 /// Logs one call's outcome, with the filter's name, and traces it when asked.
-pub fn observe<T>(
+pub(crate) fn observe<T>(
     stage: &'static str,
     spec: &FilterSpec,
     outcome: &Outcome<T>,
@@ -110,7 +110,7 @@ pub fn observe<T>(
 /// were left out since the last one logged; the rest are only counted, in
 /// `wasmgate_filter_calls_total`. A faulting filter under load thus writes
 /// a few lines a minute, not one per request.
-pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 static THROTTLE: LogThrottle = LogThrottle(OnceLock::new());
 
@@ -146,7 +146,7 @@ impl LogThrottle {
 }
 
 /// Notes in the trace that a filter's `match` left it out.
-pub fn skipped(stage: &'static str, spec: &FilterSpec, trace: Option<&FilterTrace>) {
+pub(crate) fn skipped(stage: &'static str, spec: &FilterSpec, trace: Option<&FilterTrace>) {
     record(
         trace,
         stage,
@@ -179,14 +179,18 @@ fn record(
 /// What a failed filter (its own error where the stage treats that as a
 /// failure, a trap, a timeout) or one there was no room to run does to the
 /// request.
-pub enum Failure {
+pub(crate) enum Failure {
     /// fail-open: go on as if the filter were not there.
     Skip,
     /// fail-closed: the request ends with this Status.
     Fail(GatewayError),
 }
 
-pub fn on_failure<T>(stage: &'static str, spec: &FilterSpec, outcome: &Outcome<T>) -> Failure {
+pub(crate) fn on_failure<T>(
+    stage: &'static str,
+    spec: &FilterSpec,
+    outcome: &Outcome<T>,
+) -> Failure {
     // The gateway's capacity, not the filter's failure: its failure policy
     // does not apply. A monitor filter, never obeyed, is skipped below.
     if let (Outcome::Exhausted(_), Mode::Enforce) = (outcome, spec.mode) {

@@ -39,9 +39,9 @@ use crate::status::GatewayError;
 
 /// What the client is told, and what audit records, when the deadline
 /// passes before the response head.
-pub const TIMEOUT_MESSAGE: &str = "request did not complete within the allotted timeout";
+pub(crate) const TIMEOUT_MESSAGE: &str = "request did not complete within the allotted timeout";
 
-pub struct Timeout {
+pub(crate) struct Timeout {
     pub request_timeout: Duration,
     pub min_request_timeout: Duration,
     pub next: SharedHandler,
@@ -206,7 +206,7 @@ fn requested_timeout(query: Option<&str>) -> Result<Option<Duration>, String> {
 /// How a response cut at its deadline ends, for hyper and the logs.
 #[derive(Debug, thiserror::Error)]
 #[error("the response did not complete within the request timeout")]
-pub struct ResponseDeadlinePassed;
+pub(crate) struct ResponseDeadlinePassed;
 
 /// A response body that ends at the request's deadline. Most bodies are
 /// over at their first poll (a Status, a small JSON object) and cost one

@@ -14,56 +14,78 @@ const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(60 * 60);
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 
-pub const KIB: u64 = 1024;
-pub const MIB: u64 = 1024 * KIB;
-pub const GIB: u64 = 1024 * MIB;
-pub const TIB: u64 = 1024 * GIB;
+pub(crate) const KIB: u64 = 1024;
+pub(crate) const MIB: u64 = 1024 * KIB;
+pub(crate) const GIB: u64 = 1024 * MIB;
+pub(crate) const TIB: u64 = 1024 * GIB;
 
 // ---- durations ----
 
-pub const REQUEST_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=DAY;
-pub const MIN_REQUEST_TIMEOUT: RangeInclusive<Duration> = SECOND..=DAY;
-pub const READ_HEADER_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=HOUR;
-pub const IDLE_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=DAY;
-pub const SHUTDOWN_DELAY: RangeInclusive<Duration> = Duration::ZERO..=HOUR;
-pub const SHUTDOWN_TIMEOUT: RangeInclusive<Duration> = Duration::ZERO..=DAY;
-pub const HOOK_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=HOUR;
-pub const UPSTREAM_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=DAY;
+pub(crate) const REQUEST_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=DAY;
+pub(crate) const MIN_REQUEST_TIMEOUT: RangeInclusive<Duration> = SECOND..=DAY;
+pub(crate) const READ_HEADER_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=HOUR;
+pub(crate) const IDLE_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=DAY;
+pub(crate) const SHUTDOWN_DELAY: RangeInclusive<Duration> = Duration::ZERO..=HOUR;
+pub(crate) const SHUTDOWN_TIMEOUT: RangeInclusive<Duration> = Duration::ZERO..=DAY;
+pub(crate) const HOOK_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=HOUR;
+pub(crate) const UPSTREAM_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=DAY;
 /// A filter runs inside a request: minutes are already far more than any
 /// request should wait for one decision.
-pub const FILTER_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=Duration::from_secs(10 * 60);
+pub(crate) const FILTER_TIMEOUT: RangeInclusive<Duration> =
+    MILLISECOND..=Duration::from_secs(10 * 60);
 
 // ---- counts ----
 
 /// `0` means unlimited; beyond a million, a limit limits nothing.
-pub const REQUESTS_IN_FLIGHT: RangeInclusive<i64> = 0..=1_000_000;
+pub(crate) const REQUESTS_IN_FLIGHT: RangeInclusive<i64> = 0..=1_000_000;
 /// The engine's instance pool holds this many instances.
-pub const FILTER_INSTANCES: RangeInclusive<i64> = 1..=super::MAX_FILTER_INSTANCES as i64;
+pub(crate) const FILTER_INSTANCES: RangeInclusive<i64> = 1..=super::MAX_FILTER_INSTANCES as i64;
 /// kube's default batch buffer is 10 000 events.
-pub const AUDIT_QUEUE_SIZE: RangeInclusive<i64> = 1..=1_000_000;
+pub(crate) const AUDIT_QUEUE_SIZE: RangeInclusive<i64> = 1..=1_000_000;
+
+// ---- [flow_control] (kube's ranges, `pkg/apis/flowcontrol/validation`) ----
+
+pub(crate) const CONCURRENCY_SHARES: RangeInclusive<i64> = 0..=1_000_000;
+pub(crate) const PERCENT: RangeInclusive<i64> = 0..=100;
+/// Borrowing may multiply a level's nominal seats 10 000 times at most.
+pub(crate) const BORROWING_PERCENT: RangeInclusive<i64> = 0..=1_000_000;
+/// Queues cost memory whether they are used or not.
+pub(crate) const QUEUES: RangeInclusive<i64> = 1..=65_536;
+/// The largest hand: more cards than this need more than the 60 bits of
+/// entropy kube allows a deal (`util/shufflesharding/shufflesharding.go`).
+pub(crate) const MAX_HAND: usize = 15;
+/// A larger hand needs more than the 60 bits of hash a deal may use.
+pub(crate) const HAND_SIZE: RangeInclusive<i64> = 1..=MAX_HAND as i64;
+pub(crate) const QUEUE_LENGTH_LIMIT: RangeInclusive<i64> = 1..=100_000;
+pub(crate) const MATCHING_PRECEDENCE: RangeInclusive<i64> = 1..=10_000;
 
 // ---- sizes ----
 
-pub const MAX_REQUEST_BODY: RangeInclusive<u64> = 1..=16 * GIB;
+pub(crate) const MAX_REQUEST_BODY: RangeInclusive<u64> = 1..=16 * GIB;
 /// Every connection may buffer this much while it reads headers.
-pub const MAX_HEADER_BYTES: RangeInclusive<u64> = KIB..=16 * MIB;
+pub(crate) const MAX_HEADER_BYTES: RangeInclusive<u64> = KIB..=16 * MIB;
 /// From one Wasm page to what the engine's instance pool holds.
-pub const FILTER_MEMORY: RangeInclusive<u64> = 64 * KIB..=super::stages::MAX_FILTER_MEMORY;
+pub(crate) const FILTER_MEMORY: RangeInclusive<u64> = 64 * KIB..=super::stages::MAX_FILTER_MEMORY;
 /// All filters' instances together (`[limits] filter_memory`).
-pub const FILTER_MEMORY_TOTAL: RangeInclusive<u64> = MIB..=super::MAX_FILTER_MEMORY_TOTAL;
+pub(crate) const FILTER_MEMORY_TOTAL: RangeInclusive<u64> = MIB..=super::MAX_FILTER_MEMORY_TOTAL;
 
 // ---- files ----
 
-pub const MANIFEST_FILE: u64 = 16 * MIB;
+pub(crate) const MANIFEST_FILE: u64 = 16 * MIB;
 /// A certificate, key or CA bundle (a system CA bundle is a few hundred KiB).
-pub const PEM_FILE: u64 = 16 * MIB;
+pub(crate) const PEM_FILE: u64 = 16 * MIB;
+/// A bearer token file (`bearer_token_file`): a service account token is
+/// about 1 KiB.
+pub(crate) const TOKEN_FILE: u64 = 64 * KIB;
+/// A request-header name or prefix (`identity_headers`).
+pub(crate) const IDENTITY_HEADER_NAME: usize = 256;
 /// A Wasm component (an interpreter built in, as the Python filters have,
 /// is tens of MiB).
-pub const COMPONENT_FILE: u64 = 256 * MIB;
+pub(crate) const COMPONENT_FILE: u64 = 256 * MIB;
 
 /// `16MiB`, `64KiB`, `1GiB`, `1TiB`, or a number of bytes: a size as the manifest
 /// writes it.
-pub fn show_size(bytes: u64) -> String {
+pub(crate) fn show_size(bytes: u64) -> String {
     for (unit, size) in [("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)] {
         if bytes >= size && bytes.is_multiple_of(size) {
             return format!("{}{unit}", bytes / size);
@@ -73,7 +95,7 @@ pub fn show_size(bytes: u64) -> String {
 }
 
 /// `24h`, `10m`, `1s`, `1ms`: a duration as the manifest writes it.
-pub fn show_duration(duration: Duration) -> String {
+pub(crate) fn show_duration(duration: Duration) -> String {
     let (seconds, millis) = (duration.as_secs(), duration.subsec_millis());
     if millis != 0 || seconds == 0 {
         return format!("{}ms", duration.as_millis());
@@ -88,7 +110,7 @@ pub fn show_duration(duration: Duration) -> String {
 }
 
 /// Why `value` is outside `range`, in the manifest's words; `None` inside.
-pub fn outside<T: PartialOrd + Copy>(
+pub(crate) fn outside<T: PartialOrd + Copy>(
     value: T,
     range: &RangeInclusive<T>,
     show: impl Fn(T) -> String,

@@ -50,6 +50,9 @@ pub(super) fn complete(
         manifest.admission,
         manifest.audit,
     );
+    let flow_control = manifest
+        .flow_control
+        .and_then(|section| c.flow_control(&section, &limits));
     let servers = c.servers(manifest.servers);
     if stages.all_filters().next().is_some() {
         c.filter_instances_cover_in_flight(&manifest.limits, &limits);
@@ -63,6 +66,7 @@ pub(super) fn complete(
             cors_allowed_origins,
             hooks,
             stages,
+            flow_control,
             servers,
         }),
         _ => Err(c.problems),
@@ -248,7 +252,7 @@ impl Completer<'_> {
 }
 
 /// `60s`, `1m30s`, `500ms`, `1h`: Go-style durations, as kube's flags take.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text)
         .map_err(|_| format!("{text:?} is not a duration like \"60s\", \"1m30s\" or \"500ms\""))
 }

@@ -9,22 +9,26 @@ use std::path::PathBuf;
 /// One problem found in a manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
+    /// Where in the manifest, when the problem has a place.
     pub location: Option<Location>,
     /// The dotted key the problem is about (`servers[0].routes[1].upstream`).
     pub key: String,
+    /// What is wrong, in the words the user reads.
     pub message: String,
 }
 
 /// A 1-based line and column in the manifest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Location {
+    /// The line, from 1.
     pub line: usize,
+    /// The column, from 1.
     pub column: usize,
 }
 
 impl Location {
     /// The line and column of a byte offset into `source`.
-    pub fn of_offset(source: &str, offset: usize) -> Location {
+    pub(crate) fn of_offset(source: &str, offset: usize) -> Location {
         let before = source.get(..offset.min(source.len())).unwrap_or(source);
         let line = before.matches('\n').count() + 1;
         let line_start = before.rfind('\n').map_or(0, |i| i + 1);
@@ -32,7 +36,7 @@ impl Location {
         Location { line, column }
     }
 
-    pub fn of_span(source: &str, span: &Range<usize>) -> Location {
+    pub(crate) fn of_span(source: &str, span: &Range<usize>) -> Location {
         Location::of_offset(source, span.start)
     }
 }
@@ -40,27 +44,23 @@ impl Location {
 /// Why a manifest could not be turned into a configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The manifest could not be read.
     #[error("{}: cannot read the manifest: {source}", path.display())]
     Read {
+        /// The manifest's path.
         path: PathBuf,
+        /// Why it could not be read.
         #[source]
         source: std::io::Error,
     },
+    /// The manifest was read but is not a valid configuration.
     #[error("{}", render(path, problems))]
     Invalid {
+        /// The manifest's path.
         path: PathBuf,
+        /// Every problem found, in the order of the manifest.
         problems: Vec<Problem>,
     },
-}
-
-impl ConfigError {
-    /// The problems found, empty when the file could not be read at all.
-    pub fn problems(&self) -> &[Problem] {
-        match self {
-            ConfigError::Read { .. } => &[],
-            ConfigError::Invalid { problems, .. } => problems,
-        }
-    }
 }
 
 /// The dotted key (`limits.max_requests_in_flight`, `servers[1].routes[0].path`)

@@ -33,12 +33,12 @@ impl From<FileError> for std::io::Error {
 
 /// Checks, without opening it, that `path` (or what a symlink there points
 /// to) is a regular file of at most `limit` bytes.
-pub fn check_regular(path: &Path, limit: u64) -> Result<(), FileError> {
+pub(crate) fn check_regular(path: &Path, limit: u64) -> Result<(), FileError> {
     admissible(&std::fs::metadata(path)?, limit)
 }
 
 /// The whole content of the regular file at `path`, at most `limit` bytes.
-pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, FileError> {
+pub(crate) fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, FileError> {
     check_regular(path, limit)?;
     // Non-blocking, so that a FIFO put in the file's place since the check
     // does not block the open; what was opened is checked again.

@@ -15,7 +15,7 @@ use super::manifest as m;
 /// A lifecycle hook: a command run after the listener is up or when
 /// shutdown begins.
 #[derive(Debug, Clone)]
-pub struct Hook {
+pub(crate) struct Hook {
     pub name: Name,
     pub phase: HookPhase,
     /// The program and its arguments; run without a shell.
@@ -26,7 +26,7 @@ pub struct Hook {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HookPhase {
+pub(crate) enum HookPhase {
     PostStart,
     PreShutdown,
 }

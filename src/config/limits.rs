@@ -15,16 +15,17 @@ pub struct Limits {
     pub max_requests_in_flight: usize,
     /// Mutating requests in flight at once; 0 means unlimited.
     pub max_mutating_requests_in_flight: usize,
+    /// How long a request may take before the gateway answers it with a 504.
     pub request_timeout: Duration,
     /// kube's `--min-request-timeout`: a watch without `timeoutSeconds`
     /// lasts a random time between this and twice this.
-    pub min_request_timeout: Duration,
-    pub max_request_body: u64,
-    pub max_header_bytes: usize,
-    pub read_header_timeout: Duration,
-    pub idle_timeout: Duration,
-    pub shutdown_delay: Duration,
-    pub shutdown_timeout: Duration,
+    pub(crate) min_request_timeout: Duration,
+    pub(crate) max_request_body: u64,
+    pub(crate) max_header_bytes: usize,
+    pub(crate) read_header_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) shutdown_delay: Duration,
+    pub(crate) shutdown_timeout: Duration,
     /// Wasm instances alive at once (in calls and idle in pools), at most
     /// [`MAX_FILTER_INSTANCES`]; at least the two in-flight limits' sum
     /// when the manifest has filters, so every request max-in-flight admits
@@ -35,17 +36,17 @@ pub struct Limits {
 }
 
 /// The engine's instance pool holds this many component instances.
-pub const MAX_FILTER_INSTANCES: usize = 1000;
+pub(crate) const MAX_FILTER_INSTANCES: usize = 1000;
 
 /// The default `filter_memory`: on a machine of 24 GiB and 2 cores, room for
 /// the default 600 in-flight requests each running a filter of about 1 MiB
 /// (the shipped Rust filters) three times over (filters with a larger
 /// runtime, JavaScript or Python, proportionally fewer at once), and a
 /// bound on the memory filters keep after a burst.
-pub const DEFAULT_FILTER_MEMORY: u64 = 2 << 30;
+pub(crate) const DEFAULT_FILTER_MEMORY: u64 = 2 << 30;
 
 /// The largest `filter_memory`.
-pub const MAX_FILTER_MEMORY_TOTAL: u64 = 1 << 40;
+pub(crate) const MAX_FILTER_MEMORY_TOTAL: u64 = 1 << 40;
 
 impl Default for Limits {
     /// kube-apiserver's defaults.

@@ -19,23 +19,23 @@ use super::{bounds, files};
 pub struct Listen {
     pub address: SocketAddr,
     pub transport: Transport,
-    pub trusted_proxies: TrustedProxies,
+    pub(crate) trusted_proxies: TrustedProxies,
 }
 
 /// The peers whose forwarding headers (`X-Forwarded-For`, `Forwarded`,
 /// `X-Real-IP`) are believed: `listen.trusted_proxies`. Empty by default:
 /// no peer is trusted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TrustedProxies(Vec<ipnet::IpNet>);
+pub(crate) struct TrustedProxies(Vec<ipnet::IpNet>);
 
 impl TrustedProxies {
-    pub fn new(networks: Vec<ipnet::IpNet>) -> Self {
+    pub(crate) fn new(networks: Vec<ipnet::IpNet>) -> Self {
         TrustedProxies(networks)
     }
 
     /// True when `peer` is in one of the networks. An IPv4 peer that reached
     /// an IPv6 socket (`::ffff:a.b.c.d`) is matched as the IPv4 address it is.
-    pub fn contains(&self, peer: IpAddr) -> bool {
+    pub(crate) fn contains(&self, peer: IpAddr) -> bool {
         let peer = peer.to_canonical();
         self.0.iter().any(|network| network.contains(&peer))
     }
@@ -50,11 +50,14 @@ pub enum Transport {
     Tls(Arc<TlsMaterial>),
     /// TLS with a self-signed certificate kept in this directory, generated
     /// at start when absent, as kube-apiserver does with `--cert-dir`.
-    SelfSigned { cert_dir: PathBuf },
+    SelfSigned {
+        /// The folder the generated certificate and key are kept in.
+        cert_dir: PathBuf,
+    },
 }
 
 /// The generated certificate and its key, in `cert_dir`.
-pub const SELF_SIGNED_FILES: [&str; 2] = ["wasmgate.crt", "wasmgate.key"];
+pub(crate) const SELF_SIGNED_FILES: [&str; 2] = ["wasmgate.crt", "wasmgate.key"];
 
 /// Loaded serving certificate, key and optional client CA.
 #[derive(Debug)]

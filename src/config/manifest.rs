@@ -10,7 +10,7 @@ use toml::Spanned;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Manifest {
+pub(crate) struct Manifest {
     pub listen: Spanned<Listen>,
     #[serde(default)]
     pub limits: Limits,
@@ -22,13 +22,14 @@ pub struct Manifest {
     pub authorization: Option<Authorization>,
     pub admission: Option<Admission>,
     pub audit: Option<Audit>,
+    pub flow_control: Option<Spanned<super::flow_control::written::FlowControl>>,
     #[serde(default)]
     pub servers: Vec<Spanned<Server>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Authentication {
+pub(crate) struct Authentication {
     #[serde(default)]
     pub anonymous: bool,
     #[serde(default)]
@@ -37,7 +38,7 @@ pub struct Authentication {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Authorization {
+pub(crate) struct Authorization {
     pub always_allow: Option<Spanned<bool>>,
     #[serde(default)]
     pub filters: Vec<Spanned<Filter>>,
@@ -45,7 +46,7 @@ pub struct Authorization {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Admission {
+pub(crate) struct Admission {
     #[serde(default)]
     pub mutating: Vec<Spanned<Filter>>,
     #[serde(default)]
@@ -54,7 +55,7 @@ pub struct Admission {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Audit {
+pub(crate) struct Audit {
     pub mode: Option<Spanned<String>>,
     pub queue_size: Option<Spanned<i64>>,
     #[serde(default)]
@@ -66,7 +67,7 @@ pub struct Audit {
 /// One kube audit policy rule.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AuditRule {
+pub(crate) struct AuditRule {
     pub level: Spanned<String>,
     #[serde(default)]
     pub users: Vec<String>,
@@ -86,7 +87,7 @@ pub struct AuditRule {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AuditResources {
+pub(crate) struct AuditResources {
     #[serde(default)]
     pub group: String,
     #[serde(default)]
@@ -96,7 +97,7 @@ pub struct AuditResources {
 /// One Wasm filter of any stage.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Filter {
+pub(crate) struct Filter {
     pub name: Spanned<String>,
     pub component: Spanned<String>,
     pub sha256: Option<Spanned<String>>,
@@ -114,11 +115,14 @@ pub struct Filter {
     /// What of WASI the filter may use; nothing when absent.
     pub wasi: Option<Spanned<WasiGrant>>,
     pub config: Option<toml::Table>,
+    /// Keys of `config` whose values are files: the gateway reads each and
+    /// hands the filter its text in place of the path.
+    pub config_files: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct WasiGrant {
+pub(crate) struct WasiGrant {
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     #[serde(default)]
@@ -129,7 +133,7 @@ pub struct WasiGrant {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct WasiDir {
+pub(crate) struct WasiDir {
     pub host: String,
     pub guest: String,
     #[serde(default)]
@@ -138,7 +142,7 @@ pub struct WasiDir {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FilterMatch {
+pub(crate) struct FilterMatch {
     #[serde(default)]
     pub path_prefixes: Vec<String>,
     #[serde(default)]
@@ -153,7 +157,7 @@ pub struct FilterMatch {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Listen {
+pub(crate) struct Listen {
     pub address: Spanned<String>,
     pub tls: Option<Spanned<Tls>>,
     pub plaintext: Option<Spanned<bool>>,
@@ -166,7 +170,7 @@ pub struct Listen {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Tls {
+pub(crate) struct Tls {
     pub cert: Spanned<String>,
     pub key: Spanned<String>,
     pub client_ca: Option<Spanned<String>>,
@@ -174,7 +178,7 @@ pub struct Tls {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Limits {
+pub(crate) struct Limits {
     pub max_requests_in_flight: Option<Spanned<i64>>,
     pub max_mutating_requests_in_flight: Option<Spanned<i64>>,
     pub request_timeout: Option<Spanned<String>>,
@@ -191,19 +195,19 @@ pub struct Limits {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Hsts {
+pub(crate) struct Hsts {
     pub directives: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Cors {
+pub(crate) struct Cors {
     pub allowed_origins: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Hook {
+pub(crate) struct Hook {
     pub name: Spanned<String>,
     pub phase: Spanned<String>,
     pub command: Spanned<Vec<String>>,
@@ -212,7 +216,7 @@ pub struct Hook {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Server {
+pub(crate) struct Server {
     pub name: Spanned<String>,
     #[serde(default)]
     pub routes: Vec<Spanned<Route>>,
@@ -220,7 +224,7 @@ pub struct Server {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Route {
+pub(crate) struct Route {
     pub api: Option<Spanned<String>>,
     pub path: Option<Spanned<String>>,
     pub prefix: Option<Spanned<String>>,
@@ -231,19 +235,53 @@ pub struct Route {
     pub static_response: Option<Spanned<Static>>,
     /// `"reject"` (the default) or `"keep"`.
     pub escaped_slashes: Option<Spanned<String>>,
+    /// The client's credentials reach the upstream (default false).
+    pub forward_credentials: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct UpstreamTable {
+pub(crate) struct UpstreamTable {
     pub url: String,
     pub ca: Option<String>,
     pub timeout: Option<String>,
+    /// `"none"` (the default), `"request-header"` or `"impersonate"`.
+    pub identity: Option<String>,
+    /// request-header mode's header names.
+    pub identity_headers: Option<IdentityHeadersTable>,
+    pub client_cert: Option<String>,
+    pub client_key: Option<String>,
+    pub bearer_token_file: Option<String>,
+}
+
+impl UpstreamTable {
+    /// `upstream = "<url>"`: the URL and every default.
+    pub(super) fn of_url(url: String) -> Self {
+        UpstreamTable {
+            url,
+            ca: None,
+            timeout: None,
+            identity: None,
+            identity_headers: None,
+            client_cert: None,
+            client_key: None,
+            bearer_token_file: None,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Static {
+pub(super) struct IdentityHeadersTable {
+    pub user: Option<String>,
+    pub uid: Option<String>,
+    pub group: Option<String>,
+    pub extra_prefix: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Static {
     pub status: Option<u16>,
     pub content_type: Option<String>,
     pub body: Option<String>,

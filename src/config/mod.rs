@@ -4,7 +4,9 @@
 //! starts. Every problem is collected and reported with its place
 //! ([`error`]); a half-valid manifest never reaches the server.
 //!
-//! `wasmgate check`, start-up and (later) a reload all go through [`load`].
+//! `wasmgate check`, start-up and a reload all go through [`load`] (a file)
+//! or [`parse`] (text fetched from the fleet's etcd), by way of a
+//! [`source::ManifestSource`].
 //!
 //! # Layout
 //!
@@ -24,25 +26,30 @@
 //! gateway accepts beside docs/manifest.md; a section's file names its
 //! input as `m::Listen`, one step away.
 
-pub mod bounds;
+pub(crate) mod bounds;
 mod complete;
 mod cors;
-pub mod error;
-pub mod files;
+pub(crate) mod error;
+pub(crate) mod files;
+pub(crate) mod flow_control;
 mod hooks;
 mod hsts;
+pub(crate) mod identity;
 mod limits;
 mod listen;
 mod manifest;
 mod servers;
+pub mod source;
 pub mod stages;
 
-pub use complete::parse_duration;
+pub(crate) use complete::parse_duration;
 pub use error::{ConfigError, Location, Problem};
-pub use hooks::{Hook, HookPhase};
-pub use limits::{DEFAULT_FILTER_MEMORY, Limits, MAX_FILTER_INSTANCES, MAX_FILTER_MEMORY_TOTAL};
-pub use listen::{Listen, SELF_SIGNED_FILES, TlsMaterial, Transport, TrustedProxies};
-pub use servers::{
+pub(crate) use hooks::{Hook, HookPhase};
+pub use limits::Limits;
+pub(crate) use limits::{MAX_FILTER_INSTANCES, MAX_FILTER_MEMORY_TOTAL};
+pub use listen::Transport;
+pub(crate) use listen::{Listen, SELF_SIGNED_FILES, TlsMaterial, TrustedProxies};
+pub(crate) use servers::{
     EscapedSlashes, Route, RouteHandler, RouteMatch, Server, StaticResponse, Upstream,
 };
 
@@ -56,18 +63,21 @@ use regex::Regex;
 pub struct Config {
     /// The manifest file this came from.
     pub source: PathBuf,
+    /// The listener: address, transport and the proxies trusted for client addresses.
     pub listen: Listen,
-    pub limits: Limits,
+    pub(crate) limits: Limits,
     /// HSTS directives (`max-age=31536000`, `includeSubDomains`); none means
     /// no `Strict-Transport-Security` header.
     pub hsts: Option<HeaderValue>,
     /// Allowed CORS origins; empty means CORS is off.
     pub cors_allowed_origins: Vec<Regex>,
-    pub hooks: Vec<Hook>,
+    pub(crate) hooks: Vec<Hook>,
     /// The Wasm filters of the four stages.
     pub stages: stages::Stages,
+    /// API Priority and Fairness; `None` means max-in-flight limits instead.
+    pub flow_control: Option<flow_control::FlowControl>,
     /// The delegation chain, in order: never empty.
-    pub servers: Vec<Server>,
+    pub(crate) servers: Vec<Server>,
 }
 
 /// A name that is a DNS-1123 label: lower-case letters, digits and `-`,
@@ -76,6 +86,7 @@ pub struct Config {
 pub struct Name(String);
 
 impl Name {
+    /// Checks `text` as a name (a DNS label), or says why it is not one.
     pub fn parse(text: &str) -> Result<Name, String> {
         let valid_chars = text
             .chars()
@@ -90,7 +101,7 @@ impl Name {
         Ok(Name(text.to_owned()))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }

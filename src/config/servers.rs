@@ -15,17 +15,18 @@ use toml::Spanned;
 use super::Name;
 use super::bounds;
 use super::complete::Completer;
+use super::identity::{GatewayCredentials, Identity};
 use super::manifest as m;
 
 /// One server of the delegation chain.
 #[derive(Debug)]
-pub struct Server {
+pub(crate) struct Server {
     pub name: Name,
     pub routes: Vec<Route>,
 }
 
 #[derive(Debug)]
-pub struct Route {
+pub(crate) struct Route {
     pub matcher: RouteMatch,
     pub handler: RouteHandler,
     pub escaped_slashes: EscapedSlashes,
@@ -34,7 +35,7 @@ pub struct Route {
 /// What a route does with a path holding an escaped `/` or `\` (`%2F`,
 /// `%5C`): Envoy's `path_with_escaped_slashes_action`, per route.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum EscapedSlashes {
+pub(crate) enum EscapedSlashes {
     /// 400: the path has no single reading (kube decodes `%2F` into a
     /// separator, other servers keep it as data).
     #[default]
@@ -47,7 +48,7 @@ pub enum EscapedSlashes {
 
 /// Where a route applies (kube's director: API roots, exact paths, prefixes).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum RouteMatch {
+pub(crate) enum RouteMatch {
     /// An API root (`/api`, `/apis`, `/apis/<group>`, `/apis/<group>/<version>`):
     /// the root itself and everything below `<root>/`.
     Api(String),
@@ -58,14 +59,14 @@ pub enum RouteMatch {
 }
 
 #[derive(Debug)]
-pub enum RouteHandler {
+pub(crate) enum RouteHandler {
     Upstream(Upstream),
     Static(StaticResponse),
 }
 
 /// A reverse-proxy target.
 #[derive(Debug)]
-pub struct Upstream {
+pub(crate) struct Upstream {
     /// `http://` or `https://`, authority and optional base path.
     pub url: http::Uri,
     /// Roots to verify an `https://` upstream with; the system's web PKI
@@ -73,11 +74,18 @@ pub struct Upstream {
     pub ca: Option<Arc<RootCertStore>>,
     /// How long to wait for the upstream's response headers.
     pub timeout: Option<Duration>,
+    /// What of the user the upstream is told.
+    pub identity: Identity,
+    /// The gateway's own credentials towards the upstream.
+    pub credentials: GatewayCredentials,
+    /// The route's `forward_credentials`: the client's `Authorization` and
+    /// the headers its authenticators read reach the upstream.
+    pub forward_credentials: bool,
 }
 
 /// A fixed response.
 #[derive(Debug, Clone)]
-pub struct StaticResponse {
+pub(crate) struct StaticResponse {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: bytes::Bytes,
@@ -217,9 +225,21 @@ impl Completer<'_> {
         key: &str,
         span: Range<usize>,
     ) -> Option<RouteHandler> {
+        let forward_credentials = route.forward_credentials.as_ref().map(Spanned::get_ref);
+        if let (Some(given), Some(_)) = (&route.forward_credentials, &route.static_response) {
+            self.at(
+                given,
+                &format!("{key}.forward_credentials"),
+                "only a route with an upstream forwards credentials",
+            );
+        }
         match (route.upstream, route.static_response) {
             (Some(upstream), None) => self
                 .upstream(upstream, &format!("{key}.upstream"))
+                .map(|upstream| Upstream {
+                    forward_credentials: forward_credentials.copied().unwrap_or(false),
+                    ..upstream
+                })
                 .map(RouteHandler::Upstream),
             (None, Some(fixed)) => self
                 .static_response(fixed, &format!("{key}.static"))
@@ -233,10 +253,10 @@ impl Completer<'_> {
 
     fn upstream(&mut self, upstream: Spanned<toml::Value>, key: &str) -> Option<Upstream> {
         let span = upstream.span();
-        let (url, ca, timeout) = match upstream.into_inner() {
-            toml::Value::String(url) => (url, None, None),
+        let table = match upstream.into_inner() {
+            toml::Value::String(url) => m::UpstreamTable::of_url(url),
             toml::Value::Table(table) => match table.try_into::<m::UpstreamTable>() {
-                Ok(table) => (table.url, table.ca, table.timeout),
+                Ok(table) => table,
                 Err(error) => {
                     self.problem(Some(span), key, error.message().trim().to_owned());
                     return None;
@@ -246,12 +266,13 @@ impl Completer<'_> {
                 self.problem(
                     Some(span),
                     key,
-                    "must be a URL string or a table { url, ca, timeout }",
+                    "must be a URL string or a table { url, ca, timeout, identity, ... }",
                 );
                 return None;
             }
         };
         let spanned = |text: String| Spanned::new(span.clone(), text);
+        let url = table.url.clone();
         let uri = match url.parse::<http::Uri>() {
             Ok(uri)
                 if matches!(uri.scheme_str(), Some("http" | "https"))
@@ -278,7 +299,11 @@ impl Completer<'_> {
                 None
             }
         };
-        let ca = match ca {
+        let https = uri
+            .as_ref()
+            .is_some_and(|uri| uri.scheme_str() == Some("https"));
+        let (identity, credentials) = self.identity(&table, https, &span, key);
+        let ca = match table.ca {
             Some(file) => Some(Arc::new(self.roots(&spanned(file), &format!("{key}.ca"))?)),
             None => None,
         };
@@ -292,7 +317,7 @@ impl Completer<'_> {
                 "an https upstream needs `ca`, the CA bundle to verify it with",
             );
         }
-        let timeout = timeout.map(|text| {
+        let timeout = table.timeout.map(|text| {
             self.duration(
                 &Some(spanned(text)),
                 &format!("{key}.timeout"),
@@ -304,6 +329,9 @@ impl Completer<'_> {
             url: uri?,
             ca,
             timeout,
+            identity,
+            credentials,
+            forward_credentials: false,
         })
     }
 
@@ -409,6 +437,7 @@ fn non_canonical(path: &str) -> Option<String> {
 fn reserved_path(path: &str) -> bool {
     path == "/metrics"
         || path == "/debug/reload"
+        || path.starts_with(super::flow_control::DEBUG_PREFIX)
         || ["/healthz", "/livez", "/readyz"]
             .iter()
             .any(|endpoint| path == *endpoint || path.starts_with(&format!("{endpoint}/")))

@@ -17,15 +17,16 @@ use super::manifest as m;
 /// Every stage's filters, in manifest order.
 #[derive(Debug, Default)]
 pub struct Stages {
-    pub authentication: Authentication,
+    pub(crate) authentication: Authentication,
+    /// The authorization stage.
     pub authorization: Authorization,
-    pub admission: Admission,
-    pub audit: Audit,
+    pub(crate) admission: Admission,
+    pub(crate) audit: Audit,
 }
 
 impl Stages {
     /// Every filter of every stage, in request order.
-    pub fn all_filters(&self) -> impl Iterator<Item = &FilterSpec> {
+    pub(crate) fn all_filters(&self) -> impl Iterator<Item = &FilterSpec> {
         self.authentication
             .filters
             .iter()
@@ -37,28 +38,29 @@ impl Stages {
 }
 
 #[derive(Debug, Default)]
-pub struct Authentication {
+pub(crate) struct Authentication {
     /// Requests no authenticator recognises go on as `system:anonymous`
     /// (else they get a 401).
     pub anonymous: bool,
     pub filters: Vec<FilterSpec>,
 }
 
+/// The authorization stage: its authorizers, asked in order, and kube's `AlwaysAllow` fallback.
 #[derive(Debug, Default)]
 pub struct Authorization {
     /// Explicitly allow everything when no authorizer is configured.
     pub always_allow: bool,
-    pub filters: Vec<FilterSpec>,
+    pub(crate) filters: Vec<FilterSpec>,
 }
 
 #[derive(Debug, Default)]
-pub struct Admission {
+pub(crate) struct Admission {
     pub mutating: Vec<FilterSpec>,
     pub validating: Vec<FilterSpec>,
 }
 
 #[derive(Debug, Default)]
-pub struct Audit {
+pub(crate) struct Audit {
     pub mode: AuditMode,
     /// Batch mode: events queued at most; beyond, events are dropped and
     /// counted.
@@ -69,7 +71,7 @@ pub struct Audit {
 
 /// How audit events reach the audit filters (kube's backend modes).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub enum AuditMode {
+pub(crate) enum AuditMode {
     /// The request waits for its events to be written.
     Blocking,
     /// Events are queued and written by a background task.
@@ -79,7 +81,7 @@ pub enum AuditMode {
 
 /// kube audit levels, in increasing detail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum AuditLevel {
+pub(crate) enum AuditLevel {
     None,
     Metadata,
     Request,
@@ -88,7 +90,7 @@ pub enum AuditLevel {
 
 /// kube audit stages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuditStage {
+pub(crate) enum AuditStage {
     RequestReceived,
     ResponseStarted,
     ResponseComplete,
@@ -97,7 +99,7 @@ pub enum AuditStage {
 
 /// One rule of the audit policy; empty lists match everything.
 #[derive(Debug, Clone)]
-pub struct AuditRule {
+pub(crate) struct AuditRule {
     pub level: AuditLevel,
     pub users: Vec<String>,
     pub groups: Vec<String>,
@@ -113,18 +115,25 @@ pub struct AuditRule {
 /// One Wasm filter, as configured.
 #[derive(Debug, Clone)]
 pub struct FilterSpec {
+    /// The filter's name, unique in the manifest.
     pub name: Name,
+    /// The component's path, resolved against the manifest's folder.
     pub component: PathBuf,
     /// Where `component` is written in the manifest, for load errors.
     pub location: Option<Location>,
     /// A pinned digest: the component must hash to it.
     pub sha256: Option<[u8; 32]>,
+    /// Whether an instance serves one request or is pooled.
     pub isolation: Isolation,
+    /// How long one call may take.
     pub timeout: Duration,
     /// Linear memory cap in bytes.
     pub memory: u64,
+    /// What a failed call (an error, a trap, a timeout) means for the request.
     pub failure_policy: FailurePolicy,
+    /// Whether the filter's decision is enforced or only logged.
     pub mode: Mode,
+    /// Which requests the filter sees.
     pub matcher: FilterMatch,
     /// The `config` table, as JSON, handed to the filter.
     pub config_json: String,
@@ -149,7 +158,7 @@ pub enum RequestHeaders {
 }
 
 impl RequestHeaders {
-    pub fn includes(&self, name: &http::HeaderName) -> bool {
+    pub(crate) fn includes(&self, name: &http::HeaderName) -> bool {
         match self {
             RequestHeaders::All => true,
             RequestHeaders::Only(names) => names.contains(name),
@@ -163,13 +172,13 @@ pub struct WasiGrants {
     /// Environment variables the filter sees.
     pub env: Vec<(String, String)>,
     /// Host folders the filter may open, under a guest path.
-    pub dirs: Vec<GrantedDir>,
+    pub(crate) dirs: Vec<GrantedDir>,
     /// The filter's standard output and error go to the gateway's.
     pub stdio: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GrantedDir {
+pub(crate) struct GrantedDir {
     pub host: PathBuf,
     pub guest: String,
     pub writable: bool,
@@ -196,6 +205,7 @@ pub enum FailurePolicy {
 /// Whether an authorization or admission filter's decision is enforced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// The decision is enforced.
     Enforce,
     /// The decision is logged, never enforced; the filter's failures are
     /// skipped whatever its failure policy.
@@ -205,25 +215,27 @@ pub enum Mode {
 /// Which requests a filter runs for; every non-empty list must match.
 #[derive(Debug, Clone, Default)]
 pub struct FilterMatch {
-    pub path_prefixes: Vec<String>,
-    pub api_groups: Vec<String>,
-    pub resources: Vec<String>,
-    pub verbs: Vec<String>,
-    pub namespaces: Vec<String>,
+    pub(crate) path_prefixes: Vec<String>,
+    pub(crate) api_groups: Vec<String>,
+    pub(crate) resources: Vec<String>,
+    pub(crate) verbs: Vec<String>,
+    pub(crate) namespaces: Vec<String>,
 }
 
 /// Where an audit filter's records go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sink {
+    /// The gateway's standard output.
     Stdout,
+    /// A file, appended to.
     File(PathBuf),
 }
 
-pub const DEFAULT_FILTER_TIMEOUT: Duration = Duration::from_millis(500);
-pub const DEFAULT_FILTER_MEMORY: u64 = 64 * 1024 * 1024;
+pub(crate) const DEFAULT_FILTER_TIMEOUT: Duration = Duration::from_millis(500);
+pub(crate) const DEFAULT_FILTER_MEMORY: u64 = 64 * 1024 * 1024;
 /// The largest linear memory the engine's instance pool holds.
-pub const MAX_FILTER_MEMORY: u64 = 1 << 30;
-pub const DEFAULT_AUDIT_QUEUE: usize = 10_000;
+pub(crate) const MAX_FILTER_MEMORY: u64 = 1 << 30;
+pub(crate) const DEFAULT_AUDIT_QUEUE: usize = 10_000;
 
 /// The stage a filter belongs to decides its defaults and which keys it may use.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -522,10 +534,8 @@ impl Completer<'_> {
             .as_ref()
             .map(|grant| self.wasi_grants(grant, &format!("{key}.wasi")))
             .unwrap_or_default();
-        let config_json = match &filter.config {
-            Some(table) => serde_json::to_string(table).unwrap_or_else(|_| "{}".to_owned()),
-            None => "{}".to_owned(),
-        };
+        let config = self.config_with_files(filter, key);
+        let config_json = serde_json::to_string(&config).unwrap_or_else(|_| "{}".to_owned());
         Some(FilterSpec {
             name: name?,
             component: self.resolve(filter.component.get_ref()),
@@ -542,6 +552,43 @@ impl Completer<'_> {
             headers,
             wasi,
         })
+    }
+
+    /// The filter's `config` table, each key `config_files` names holding
+    /// the text of the file its value names (resolved against the
+    /// manifest's folder, read within [`bounds::PEM_FILE`]): a filter has no
+    /// filesystem, so a CA bundle reaches it as text.
+    fn config_with_files(&mut self, filter: &m::Filter, key: &str) -> toml::Table {
+        let mut config = filter.config.clone().unwrap_or_default();
+        let Some(files) = &filter.config_files else {
+            return config;
+        };
+        let files_key = format!("{key}.config_files");
+        for name in files.get_ref() {
+            let Some(toml::Value::String(path)) = config.get(name) else {
+                self.at(
+                    files,
+                    &files_key,
+                    format!("config.{name} must be a file name (a string)"),
+                );
+                continue;
+            };
+            let file = Spanned::new(files.span(), path.clone());
+            let Some(bytes) = self.read_file(&file, &format!("{key}.config.{name}")) else {
+                continue;
+            };
+            match String::from_utf8(bytes) {
+                Ok(text) => {
+                    config.insert(name.clone(), toml::Value::String(text));
+                }
+                Err(_) => self.at(
+                    files,
+                    &files_key,
+                    format!("the file of config.{name} is not UTF-8 text"),
+                ),
+            }
+        }
+        config
     }
 
     fn request_headers(

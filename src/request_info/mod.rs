@@ -49,11 +49,11 @@ use path::{decode_path, is_valid_path_segment_name, split_path};
 use query::{ListOptionsError, decode_list_options, first_value, go_parse_query};
 
 /// The API prefixes kube's generic server recognises by default.
-pub const DEFAULT_API_PREFIXES: &[&str] = &["api", "apis"];
+pub(crate) const DEFAULT_API_PREFIXES: &[&str] = &["api", "apis"];
 
 /// The default prefixes whose paths carry no API group segment (`/api/v1/...`).
 /// Every other API prefix is grouped (`/apis/{group}/{version}/...`).
-pub const DEFAULT_GROUPLESS_API_PREFIXES: &[&str] = &["api"];
+pub(crate) const DEFAULT_GROUPLESS_API_PREFIXES: &[&str] = &["api"];
 
 /// Leading path segments that set the verb themselves (deprecated kube forms).
 const SPECIAL_VERBS: &[&str] = &["proxy", "watch"];
@@ -87,9 +87,12 @@ pub struct RequestInfo {
     /// The kube verb (`get`, `list`, `watch`, `create`, ...) for resource requests;
     /// the lower-cased HTTP method for non-resource requests.
     pub verb: String,
+    /// The API prefix (`api`, `apis`), empty for a non-resource request.
     pub api_prefix: String,
-    pub api_group: String,
+    pub(crate) api_group: String,
+    /// The API version (`v1`).
     pub api_version: String,
+    /// The namespace, empty for a cluster-scoped request.
     pub namespace: String,
     /// The resource (`pods`), not the kind.
     pub resource: String,
@@ -132,14 +135,14 @@ impl RequestInfo {
     /// kube's `BasicLongRunningRequestCheck` also exempts non-resource paths under
     /// `/debug/pprof/`, which it serves itself. A gateway forwards such paths, so
     /// exempting them would let any client hold unbounded requests; they are not.
-    pub fn is_long_running(&self) -> bool {
+    pub(crate) fn is_long_running(&self) -> bool {
         LONG_RUNNING_VERBS.contains(&self.verb.as_str())
             || (self.is_resource_request
                 && LONG_RUNNING_SUBRESOURCES.contains(&self.subresource.as_str()))
     }
 
     /// true for get, list, watch (kube's read-only verbs for max-in-flight).
-    pub fn is_read_only(&self) -> bool {
+    pub(crate) fn is_read_only(&self) -> bool {
         READ_ONLY_VERBS.contains(&self.verb.as_str())
     }
 }
@@ -211,7 +214,7 @@ impl Default for RequestInfoFactory {
 }
 
 impl RequestInfoFactory {
-    pub fn new<I, J, S, T>(api_prefixes: I, groupless_api_prefixes: J) -> Self
+    pub(crate) fn new<I, J, S, T>(api_prefixes: I, groupless_api_prefixes: J) -> Self
     where
         I: IntoIterator<Item = S>,
         J: IntoIterator<Item = T>,
@@ -224,16 +227,9 @@ impl RequestInfoFactory {
         }
     }
 
-    /// Like [`RequestInfo::resolve`], with this factory's prefixes.
-    pub fn resolve(&self, method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
-        match self.try_resolve(method, path, query) {
-            Ok(info) => info,
-            Err(e) => *e.partial,
-        }
-    }
-
-    /// Like [`RequestInfoFactory::resolve`], but reports kube's one error case
-    /// (kube's request-info filter answers it with a 500).
+    /// Like [`RequestInfo::resolve`], with this factory's prefixes, but
+    /// reports kube's one error case (kube's request-info filter answers it
+    /// with a 500).
     pub fn try_resolve(
         &self,
         method: &Method,
@@ -255,6 +251,7 @@ impl RequestInfoFactory {
 /// resource after it. Carries what was known before the failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnresolvableRequest {
+    /// What kube had resolved before it gave up.
     pub partial: Box<RequestInfo>,
 }
 
@@ -832,7 +829,9 @@ mod tests {
     #[test]
     fn custom_prefixes() {
         let factory = RequestInfoFactory::new(["api", "apis", "custom"], ["api", "custom"]);
-        let got = factory.resolve(&Method::GET, "/custom/v1/widgets/w", None);
+        let got = factory
+            .try_resolve(&Method::GET, "/custom/v1/widgets/w", None)
+            .expect("a resource path resolves");
         assert!(got.is_resource_request);
         assert_eq!(
             (got.api_prefix.as_str(), got.api_group.as_str()),
@@ -842,11 +841,14 @@ mod tests {
         let none = RequestInfoFactory::new(Vec::<String>::new(), Vec::<String>::new());
         assert!(
             !none
-                .resolve(&Method::GET, "/api/v1/pods", None)
+                .try_resolve(&Method::GET, "/api/v1/pods", None)
+                .expect("a path resolves")
                 .is_resource_request
         );
         assert_eq!(
-            RequestInfoFactory::default().resolve(&Method::GET, "/apis/g/v/r", None),
+            RequestInfoFactory::default()
+                .try_resolve(&Method::GET, "/apis/g/v/r", None)
+                .expect("a resource path resolves"),
             resolve("GET", "/apis/g/v/r")
         );
     }

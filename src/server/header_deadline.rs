@@ -29,7 +29,7 @@ use tokio::time::Sleep;
 /// [`HeaderDeadlineIo`]) and its requests (the listener's service). One
 /// atomic: nanoseconds from `opened` to the deadline of the head being
 /// read, or one of the markers below.
-pub struct HeaderClock {
+pub(crate) struct HeaderClock {
     opened: Instant,
     timeout: Duration,
     state: AtomicU64,
@@ -45,7 +45,7 @@ const WAITING: u64 = u64::MAX - 2;
 impl HeaderClock {
     /// A clock for a connection that starts now: the first head is due
     /// within `timeout`.
-    pub fn new(timeout: Duration) -> Self {
+    pub(crate) fn new(timeout: Duration) -> Self {
         HeaderClock {
             opened: Instant::now(),
             timeout,
@@ -54,7 +54,7 @@ impl HeaderClock {
     }
 
     /// A request's head has been read.
-    pub fn request_started(&self, version: http::Version) {
+    pub(crate) fn request_started(&self, version: http::Version) {
         if version >= http::Version::HTTP_2 {
             self.stop();
         } else {
@@ -68,14 +68,14 @@ impl HeaderClock {
     }
 
     /// The connection has no request left in flight.
-    pub fn requests_done(&self) {
+    pub(crate) fn requests_done(&self) {
         let _ = self
             .state
             .compare_exchange(SERVING, WAITING, Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// No header deadline from now on (HTTP/2, or the connection upgraded).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.state.store(OFF, Ordering::Release);
     }
 
@@ -110,7 +110,7 @@ fn below_markers(duration: Duration) -> u64 {
 /// A connection's transport with the header deadline on its reads: a read
 /// past the deadline fails with `TimedOut`, and a read waiting for bytes
 /// wakes at the deadline to fail. Writes pass through untouched.
-pub struct HeaderDeadlineIo<IO> {
+pub(crate) struct HeaderDeadlineIo<IO> {
     io: IO,
     clock: std::sync::Arc<HeaderClock>,
     /// Re-armed whenever the deadline moves; it only ever wakes the
@@ -119,7 +119,7 @@ pub struct HeaderDeadlineIo<IO> {
 }
 
 impl<IO> HeaderDeadlineIo<IO> {
-    pub fn new(io: IO, clock: std::sync::Arc<HeaderClock>) -> Self {
+    pub(crate) fn new(io: IO, clock: std::sync::Arc<HeaderClock>) -> Self {
         HeaderDeadlineIo {
             io,
             clock,

@@ -13,7 +13,7 @@ use crate::health::Flag;
 
 /// Why a hook did not succeed.
 #[derive(Debug, thiserror::Error)]
-pub enum HookError {
+pub(crate) enum HookError {
     #[error("cannot start {program:?}: {source}")]
     Spawn {
         program: String,
@@ -31,7 +31,7 @@ pub enum HookError {
 
 /// Runs one hook to completion, in the manifest's folder. The hook sees the
 /// gateway's address in `WASMGATE_ADDRESS` and its own name in `WASMGATE_HOOK`.
-pub async fn run_hook(hook: &Hook, address: SocketAddr) -> Result<(), HookError> {
+pub(crate) async fn run_hook(hook: &Hook, address: SocketAddr) -> Result<(), HookError> {
     let Some((program, args)) = hook.command.split_first() else {
         return Ok(());
     };
@@ -69,7 +69,7 @@ pub async fn run_hook(hook: &Hook, address: SocketAddr) -> Result<(), HookError>
 
 /// Starts every post-start hook in the background; each sets its flag when
 /// it succeeded.
-pub fn spawn_post_start_hooks(hooks: Vec<(Hook, Flag)>, address: SocketAddr) {
+pub(crate) fn spawn_post_start_hooks(hooks: Vec<(Hook, Flag)>, address: SocketAddr) {
     for (hook, done) in hooks {
         tokio::spawn(async move {
             match run_hook(&hook, address).await {
@@ -85,7 +85,7 @@ pub fn spawn_post_start_hooks(hooks: Vec<(Hook, Flag)>, address: SocketAddr) {
 
 /// Runs the pre-shutdown hooks one after another; failures are logged and
 /// shutdown goes on.
-pub async fn run_pre_shutdown_hooks(hooks: &[Hook], address: SocketAddr) {
+pub(crate) async fn run_pre_shutdown_hooks(hooks: &[Hook], address: SocketAddr) {
     for hook in hooks {
         match run_hook(hook, address).await {
             Ok(()) => tracing::info!(hook = %hook.name, "pre-shutdown hook finished"),

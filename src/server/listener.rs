@@ -34,14 +34,14 @@ use crate::context::{ConnectionControl, ConnectionInfo};
 use crate::health::Flag;
 
 /// What the listener needs to serve.
-pub struct Listener {
+pub(crate) struct Listener {
     pub tcp: TcpListener,
     pub live: Live,
 }
 
 /// Handles to stop a running listener.
 #[derive(Clone)]
-pub struct Drain {
+pub(crate) struct Drain {
     /// Set when shutdown begins: from then on every response asks its
     /// client to close the connection.
     pub shutting_down: Flag,
@@ -60,7 +60,7 @@ pub struct Drain {
 impl Drain {
     /// Once both trackers are closed: waits until every connection has
     /// closed and every request has ended.
-    pub async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         self.connections.wait().await;
         self.requests.wait().await;
     }
@@ -68,7 +68,7 @@ impl Drain {
 
 impl Listener {
     /// Accepts until `drain.stop_accepting` is cancelled.
-    pub async fn run(self, drain: Drain) {
+    pub(crate) async fn run(self, drain: Drain) {
         loop {
             let accepted = tokio::select! {
                 accepted = self.tcp.accept() => accepted,

@@ -10,9 +10,9 @@ mod header_deadline;
 mod lifecycle;
 mod listener;
 pub mod reload;
-pub mod snapshot;
+pub(crate) mod snapshot;
 mod systemd;
-pub mod tls;
+pub(crate) mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,12 +23,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::config::source::{FileSource, ManifestSource};
 use crate::config::{Config, Hook, HookPhase, Transport};
 use crate::delegation::Targets;
 use crate::handler::SharedHandler;
 use crate::health::{Check, Flag, Health};
 use crate::reload_trigger::{ReloadOutcome, ReloadRequests, ReloadTrigger};
-pub use error::StartError;
+pub(crate) use error::StartError;
 use reload::{Bound, Reloader};
 use snapshot::{Live, Purpose, Shared, Snapshot};
 
@@ -42,7 +43,9 @@ const CUT_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// What [`Gateway::check`] built: the configuration, and the steps of its
 /// chain, outermost first.
 pub struct Checked {
+    /// The configuration, completed.
     pub config: Config,
+    /// The steps of the chain `chain::build` installed, outermost first.
     pub steps: Vec<&'static str>,
 }
 
@@ -53,12 +56,30 @@ pub struct Gateway {
     reload_requests: ReloadRequests,
     shutting_down: Flag,
     post_start: Vec<(Hook, Flag)>,
+    /// Where reloads load the manifest from.
+    source: Arc<dyn ManifestSource>,
 }
 
 impl Gateway {
     /// Builds the whole request flow for `config`.
     pub fn new(config: Config) -> Result<Gateway, StartError> {
         Self::build(config, Targets::Live, Purpose::Serve, |servers| servers)
+    }
+
+    /// Like [`Gateway::new`] for a manifest that reloads from `source` (a
+    /// file with `run --listen`, the fleet's etcd) rather than from the file
+    /// `config` names, with readiness checks that report on that source.
+    pub fn with_source(
+        config: Config,
+        source: Arc<dyn ManifestSource>,
+        readyz: Vec<Check>,
+    ) -> Result<Gateway, StartError> {
+        let mut gateway =
+            Self::build_with(config, readyz, Targets::Live, Purpose::Serve, |servers| {
+                servers
+            })?;
+        gateway.source = source;
+        Ok(gateway)
     }
 
     /// Like [`Gateway::new`], with a hook to replace what the handler chain
@@ -92,7 +113,7 @@ impl Gateway {
     }
 
     /// The steps of the chain, outermost first, as `chain::build` installed them.
-    pub fn steps(&self) -> &[&'static str] {
+    pub(crate) fn steps(&self) -> &[&'static str] {
         &self.snapshot.steps
     }
 
@@ -110,8 +131,21 @@ impl Gateway {
         purpose: Purpose,
         center: impl FnOnce(SharedHandler) -> SharedHandler,
     ) -> Result<Gateway, StartError> {
+        Self::build_with(config, Vec::new(), targets, purpose, center)
+    }
+
+    fn build_with(
+        config: Config,
+        readyz: Vec<Check>,
+        targets: Targets,
+        purpose: Purpose,
+        center: impl FnOnce(SharedHandler) -> SharedHandler,
+    ) -> Result<Gateway, StartError> {
         let shutting_down = Flag::default();
         let mut health = Health::new(shutting_down.clone());
+        for check in readyz {
+            health.add_readyz_check(check);
+        }
         let mut post_start = Vec::new();
         for hook in config
             .hooks
@@ -134,6 +168,10 @@ impl Gateway {
         }
         let (trigger, reload_requests) = ReloadTrigger::new();
         let shared = Arc::new(Shared::new(Arc::new(health), Some(trigger)));
+        let source = Arc::new(FileSource {
+            path: config.source.clone(),
+            listen: None,
+        });
         let snapshot = snapshot::build(config, &shared, targets, purpose, center)?;
         Ok(Gateway {
             snapshot,
@@ -141,6 +179,7 @@ impl Gateway {
             reload_requests,
             shutting_down,
             post_start,
+            source,
         })
     }
 
@@ -163,7 +202,6 @@ impl Gateway {
         } else {
             "http"
         };
-        let source = config.source.clone();
         let pre_shutdown = config
             .hooks
             .iter()
@@ -173,7 +211,7 @@ impl Gateway {
         let live: Live = Arc::new(ArcSwap::from_pointee(self.snapshot));
         let bound = Bound::of(&live.load().config);
         let reloader = Reloader {
-            path: source,
+            source: self.source,
             live: live.clone(),
             shared: self.shared.clone(),
             bound,
@@ -214,6 +252,7 @@ impl Gateway {
 
 /// A listening gateway.
 pub struct RunningGateway {
+    /// The address the listener is bound to (the port chosen, for port 0).
     pub local_addr: SocketAddr,
     live: Live,
     shared: Arc<Shared>,
@@ -234,7 +273,10 @@ pub enum Drained {
     /// Every connection finished its requests.
     Complete,
     /// `shutdown_timeout` passed with this many connections still open.
-    TimedOut { open_connections: usize },
+    TimedOut {
+        /// The connections still open when the grace period ended.
+        open_connections: usize,
+    },
 }
 
 impl RunningGateway {
@@ -248,6 +290,11 @@ impl RunningGateway {
     /// Reloads now and says how it went.
     pub async fn reload(&self) -> Option<ReloadOutcome> {
         self.shared.reload.as_ref()?.reload().await
+    }
+
+    /// What asks this gateway's reloader for a reload (the fleet's watch).
+    pub fn reload_trigger(&self) -> Option<ReloadTrigger> {
+        self.shared.reload.clone()
     }
 
     /// The generation of the snapshot in force (1 at start, one more per

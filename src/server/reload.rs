@@ -29,6 +29,7 @@ use tokio::task::JoinHandle;
 use super::error::StartError;
 use super::snapshot::{self, Live, Purpose, Shared};
 use super::tls;
+use crate::config::source::ManifestSource;
 use crate::config::{self, Config, Transport};
 use crate::delegation::Targets;
 use crate::metrics::{ReloadResult, metrics};
@@ -51,8 +52,9 @@ const RENEWAL_CHECK: std::ops::RangeInclusive<Duration> =
     Duration::from_secs(60 * 60)..=Duration::from_secs(12 * 60 * 60);
 
 /// Rebuilds and swaps the snapshot of one gateway.
-pub struct Reloader {
-    pub path: PathBuf,
+pub(crate) struct Reloader {
+    /// Where the manifest is loaded from: its file, or the fleet's etcd.
+    pub(crate) source: Arc<dyn ManifestSource>,
     pub live: Live,
     pub shared: Arc<Shared>,
     /// The settings of the configuration the gateway started with that only
@@ -63,14 +65,14 @@ pub struct Reloader {
 /// What the gateway bound at start: the socket, whether it speaks TLS, the
 /// hooks. A reload is compared with these, not with the previous reload,
 /// since none of them changes until a restart.
-pub struct Bound {
+pub(crate) struct Bound {
     address: SocketAddr,
     plaintext: bool,
     hooks: Vec<(String, Vec<String>)>,
 }
 
 impl Bound {
-    pub fn of(config: &Config) -> Bound {
+    pub(crate) fn of(config: &Config) -> Bound {
         Bound {
             address: config.listen.address,
             plaintext: matches!(config.listen.transport, Transport::Plaintext),
@@ -87,7 +89,7 @@ impl Reloader {
     /// Starts the watcher now (so that a change made once the gateway has
     /// started is seen), then serves reload requests on a task of its own,
     /// until every trigger is gone or the task is aborted.
-    pub fn spawn(self, requests: ReloadRequests) -> JoinHandle<()> {
+    pub(crate) fn spawn(self, requests: ReloadRequests) -> JoinHandle<()> {
         record_success();
         let watch = self.watch();
         tokio::spawn(self.run(watch, requests))
@@ -153,10 +155,8 @@ impl Reloader {
 
     fn watch(&self) -> Option<FileWatch> {
         let trigger = self.shared.reload.clone()?;
-        if !self.path.is_file() {
-            return None;
-        }
-        let started = FileWatch::start(&self.path, trigger).and_then(|mut watch| {
+        let path = self.source.watched_file().filter(|path| path.is_file())?;
+        let started = FileWatch::start(path, trigger).and_then(|mut watch| {
             watch.follow(&self.live.load().config)?;
             Ok(watch)
         });
@@ -169,17 +169,17 @@ impl Reloader {
         }
     }
 
-    /// Builds a new snapshot from the manifest on disk and swaps it in, or
+    /// Builds a new snapshot from the manifest's source and swaps it in, or
     /// changes nothing and says why.
-    pub async fn reload(&self) -> ReloadOutcome {
+    pub(crate) async fn reload(&self) -> ReloadOutcome {
         let started = Instant::now();
         let cache_before = crate::wasm::WasmHost::shared()
             .map(|host| host.cache_stats())
             .ok();
-        let (path, shared) = (self.path.clone(), self.shared.clone());
+        let (source, shared) = (self.source.clone(), self.shared.clone());
         // Loading compiles what changed: CPU work, kept off the async workers.
         let built = tokio::task::spawn_blocking(move || {
-            let config = config::load(&path).map_err(|error| error.to_string())?;
+            let config = source.load().map_err(|error| error.to_string())?;
             snapshot::build(config, &shared, Targets::Live, Purpose::Serve, |servers| {
                 servers
             })

@@ -23,7 +23,7 @@ use crate::handler::SharedHandler;
 use crate::health::Health;
 use crate::reload_trigger::ReloadTrigger;
 
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// 1 for the configuration the gateway started with, then one more per
     /// successful reload.
     pub generation: u64,
@@ -37,18 +37,18 @@ pub struct Snapshot {
 }
 
 /// The snapshot in force, shared by the listener and the reloader.
-pub type Live = Arc<ArcSwap<Snapshot>>;
+pub(crate) type Live = Arc<ArcSwap<Snapshot>>;
 
 /// What survives reloads: the health checks (with the post-start hooks'
 /// state), the reload trigger `/debug/reload` uses, the generation count.
-pub struct Shared {
+pub(crate) struct Shared {
     pub health: Arc<Health>,
     pub reload: Option<ReloadTrigger>,
     generations: AtomicU64,
 }
 
 impl Shared {
-    pub fn new(health: Arc<Health>, reload: Option<ReloadTrigger>) -> Self {
+    pub(crate) fn new(health: Arc<Health>, reload: Option<ReloadTrigger>) -> Self {
         Shared {
             health,
             reload,
@@ -59,7 +59,7 @@ impl Shared {
 
 /// How far to build: everything for serving, or what a check verifies.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Purpose {
+pub(crate) enum Purpose {
     Serve,
     /// No files written: a self-signed certificate is not generated.
     Check,
@@ -67,7 +67,7 @@ pub enum Purpose {
 
 /// Builds a snapshot: components loaded (from the cache when unchanged),
 /// upstream clients, TLS, the chain. Nothing is swapped here.
-pub fn build(
+pub(crate) fn build(
     config: Config,
     shared: &Shared,
     targets: Targets,
@@ -76,9 +76,20 @@ pub fn build(
 ) -> Result<Snapshot, StartError> {
     let stages = crate::wasm::load_stages(&config)?;
     let tls = tls_acceptor(&config, purpose)?;
-    let servers =
-        crate::delegation::build(&config, &shared.health, shared.reload.as_ref(), targets)?;
-    let chain = crate::chain::build(&config, stages, center(servers));
+    // Each snapshot has its own flow control: requests queued under one
+    // configuration finish under it.
+    let flow_control = config
+        .flow_control
+        .as_ref()
+        .map(crate::flow_control::Controller::new);
+    let servers = crate::delegation::build(
+        &config,
+        &shared.health,
+        shared.reload.as_ref(),
+        flow_control.as_ref(),
+        targets,
+    )?;
+    let chain = crate::chain::build(&config, stages, flow_control, center(servers));
     let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
     Ok(Snapshot {
         generation,
@@ -106,7 +117,7 @@ fn tls_acceptor(config: &Config, purpose: Purpose) -> Result<Option<TlsAcceptor>
 
 /// hyper's smallest HTTP/1.1 read buffer: header limits below it are ours
 /// to count (the listener does).
-pub const HYPER_MIN_HEADER_BUFFER: usize = 8192;
+pub(crate) const HYPER_MIN_HEADER_BUFFER: usize = 8192;
 
 fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());

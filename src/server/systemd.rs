@@ -19,12 +19,12 @@ fn notify(states: &[NotifyState]) {
 }
 
 /// The gateway serves: `READY=1`.
-pub fn ready() {
+pub(crate) fn ready() {
     notify(&[NotifyState::Ready]);
 }
 
 /// A reload begins: `RELOADING=1` with the monotonic time it began.
-pub fn reloading() {
+pub(crate) fn reloading() {
     match NotifyState::monotonic_usec_now() {
         Ok(now) => notify(&[NotifyState::Reloading, now]),
         Err(error) => tracing::warn!(%error, "cannot read the monotonic clock for RELOADING=1"),
@@ -32,14 +32,14 @@ pub fn reloading() {
 }
 
 /// Shutdown begins: `STOPPING=1`.
-pub fn stopping() {
+pub(crate) fn stopping() {
     notify(&[NotifyState::Stopping]);
 }
 
 /// When the service manager set a watchdog (`WATCHDOG_USEC`, for this
 /// process), a task that sends `WATCHDOG=1` every half of it, as
 /// `sd_watchdog_enabled(3)` advises; stopped at shutdown.
-pub fn spawn_watchdog() -> Option<JoinHandle<()>> {
+pub(crate) fn spawn_watchdog() -> Option<JoinHandle<()>> {
     let period = sd_notify::watchdog_enabled()?.checked_div(2)?;
     if period.is_zero() {
         return None;

@@ -38,7 +38,7 @@ pub enum TlsError {
 }
 
 /// The rustls server configuration for loaded material.
-pub fn server_config(material: &TlsMaterial) -> Result<Arc<ServerConfig>, TlsError> {
+pub(crate) fn server_config(material: &TlsMaterial) -> Result<Arc<ServerConfig>, TlsError> {
     let builder = ServerConfig::builder_with_provider(crate::crypto::provider())
         .with_safe_default_protocol_versions()?;
     let builder = match &material.client_ca {
@@ -63,9 +63,9 @@ const KEY_FILE: &str = SELF_SIGNED_FILES[1];
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 /// kube's self-signed serving certificates are valid a year
 /// (`duration365d` in `staging/src/k8s.io/client-go/util/cert/cert.go`).
-pub const VALIDITY: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+pub(crate) const VALIDITY: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 /// A kept certificate that expires sooner than this is replaced.
-pub const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+pub(crate) const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 /// Valid from a little before now, for clients whose clock lags (kube
 /// back-dates its own by an hour for the same reason).
 const BACKDATE: Duration = Duration::from_secs(60 * 60);
@@ -78,7 +78,7 @@ const BACKDATE: Duration = Duration::from_secs(60 * 60);
 /// `<host>@<unix time>`, for the host, localhost, the loopback addresses and
 /// the listen address. Unlike kube's, it is its own issuer (no separate CA),
 /// so the certificate file is what a client trusts.
-pub fn self_signed(cert_dir: &Path, listen: SocketAddr) -> Result<TlsMaterial, TlsError> {
+pub(crate) fn self_signed(cert_dir: &Path, listen: SocketAddr) -> Result<TlsMaterial, TlsError> {
     let cert_path = cert_dir.join(CERT_FILE);
     let key_path = cert_dir.join(KEY_FILE);
     match kept(&cert_path, &key_path) {
@@ -96,7 +96,7 @@ pub fn self_signed(cert_dir: &Path, listen: SocketAddr) -> Result<TlsMaterial, T
 
 /// When the certificate kept in `cert_dir` stops being valid; `None` when
 /// there is none that can be read.
-pub fn kept_until(cert_dir: &Path) -> Option<SystemTime> {
+pub(crate) fn kept_until(cert_dir: &Path) -> Option<SystemTime> {
     let pem = read_limited(&cert_dir.join(CERT_FILE), PEM_FILE).ok()?;
     let der = CertificateDer::pem_slice_iter(&pem).next()?.ok()?;
     not_after(&der)

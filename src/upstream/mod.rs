@@ -4,33 +4,40 @@
 //! client). Bodies stream both ways; nothing is buffered. Headers are
 //! rewritten in [`headers`]: hop-by-hop ones dropped both ways, the client's
 //! identity headers dropped, the forwarding headers set from the request's
-//! origin.
+//! origin. The user's identity and the gateway's credentials are attached
+//! in [`identity`], from files kept current by [`credentials`].
 //! An upgrade request goes to the upstream on a connection of its own and,
-//! once both sides switched, becomes a tunnel ([`upgrade`]).
+//! once both sides switched, becomes a tunnel ([`upgrade`]); it is rewritten
+//! as any other request first, identity included.
 //! Failures become Status responses: unreachable 503, no answer in time
 //! 504, a broken answer 502, a request body over the limit 413.
 
+mod credentials;
 mod headers;
+mod identity;
 mod pool;
 mod upgrade;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use http::header;
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{HeaderValue, Uri, Version};
+use http::{HeaderName, HeaderValue, Uri, Version};
 use http_body_util::BodyExt;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use self::credentials::Watched;
+use self::identity::IdentityHeaders;
 use self::pool::Http1Pool;
 use self::upgrade::TunnelTarget;
 use crate::body::{Body, BodyError, MaxRequestBody, Request, Response, is_body_limit_error};
 use crate::config::Upstream;
+use crate::config::identity::{ClientCert, ClientCertFiles, load_client_cert};
 use crate::handler::Handler;
 use crate::status::GatewayError;
 
@@ -45,6 +52,8 @@ pub enum UpstreamError {
         #[source]
         source: rustls::Error,
     },
+    #[error("upstream {url}: {message}")]
+    Credentials { url: String, message: String },
 }
 
 /// How long an unused keep-alive connection to an upstream is kept.
@@ -62,12 +71,13 @@ pub(crate) enum ExchangeError {
     Exchange(#[source] BodyError),
 }
 
-pub struct UpstreamProxy {
+pub(crate) struct UpstreamProxy {
     base: Uri,
     transport: Transport,
     /// Where upgrade requests go, on connections of their own.
     tunnel: TunnelTarget,
     timeout: Option<Duration>,
+    identity: IdentityHeaders,
 }
 
 enum Transport {
@@ -79,32 +89,127 @@ enum Transport {
         host: HeaderValue,
     },
     /// `https://`: hyper-util's pooled client, TLS with HTTP/2 by ALPN.
-    Tls(Box<Client<HttpsConnector<HttpConnector>, Body>>),
+    Tls(Box<TlsTransport>),
+}
+
+type TlsClient = Client<HttpsConnector<HttpConnector>, Body>;
+
+/// An https upstream's client, made again (with a new pool) when the client
+/// certificate it presents changes, so that no connection keeps presenting
+/// the old one (client-go closes its connections on a rotation too).
+struct TlsTransport {
+    url: String,
+    roots: Arc<rustls::RootCertStore>,
+    client_cert: Option<Watched<ClientCert>>,
+    /// The clients and the certificate generation they were made with.
+    clients: Mutex<(u64, TlsClients)>,
+}
+
+/// What sends to an https upstream with one client certificate: the pooled
+/// client, and the connector of upgraded requests' own connections.
+#[derive(Clone)]
+struct TlsClients {
+    pooled: Arc<TlsClient>,
+    tunnel: tokio_rustls::TlsConnector,
 }
 
 impl UpstreamProxy {
-    pub fn new(upstream: &Upstream) -> Result<Self, UpstreamError> {
-        let no_authority = || UpstreamError::Authority {
-            url: upstream.url.to_string(),
+    /// The proxy to `upstream`; `credential_headers` are the headers the
+    /// authenticators read, never forwarded unless the route says so.
+    pub(crate) fn new(
+        upstream: &Upstream,
+        credential_headers: &[HeaderName],
+    ) -> Result<Self, UpstreamError> {
+        let url = upstream.url.to_string();
+        let credentials_error = |message| UpstreamError::Credentials {
+            url: url.clone(),
+            message,
         };
-        let (transport, tunnel) = match upstream.url.authority() {
-            Some(authority) if upstream.url.scheme() != Some(&Scheme::HTTPS) => (
-                plain_transport(authority).ok_or_else(no_authority)?,
-                TunnelTarget::new(&upstream.url, None).ok_or_else(no_authority)?,
-            ),
-            _ => {
-                let tls = tls_config(upstream)?;
-                let tunnel =
-                    TunnelTarget::new(&upstream.url, Some(&tls)).ok_or_else(no_authority)?;
-                (Transport::Tls(Box::new(tls_client(tls))), tunnel)
+        let no_authority = || UpstreamError::Authority { url: url.clone() };
+        let tunnel = TunnelTarget::new(&upstream.url).ok_or_else(no_authority)?;
+        let transport = match upstream.url.authority() {
+            Some(authority) if upstream.url.scheme() != Some(&Scheme::HTTPS) => {
+                plain_transport(authority).ok_or_else(no_authority)?
             }
+            _ => Transport::Tls(Box::new(TlsTransport::new(upstream).map_err(
+                |error| match error {
+                    TlsSetupError::Tls(source) => UpstreamError::Tls {
+                        url: url.clone(),
+                        source,
+                    },
+                    TlsSetupError::Credentials(message) => credentials_error(message),
+                },
+            )?)),
         };
         Ok(UpstreamProxy {
             base: upstream.url.clone(),
             transport,
             tunnel,
             timeout: upstream.timeout,
+            identity: IdentityHeaders::new(upstream, credential_headers)
+                .map_err(credentials_error)?,
         })
+    }
+}
+
+enum TlsSetupError {
+    Tls(rustls::Error),
+    Credentials(String),
+}
+
+impl TlsTransport {
+    fn new(upstream: &Upstream) -> Result<Self, TlsSetupError> {
+        let roots = upstream
+            .ca
+            .clone()
+            .unwrap_or_else(|| Arc::new(rustls::RootCertStore::empty()));
+        let client_cert = match &upstream.credentials.client_cert {
+            Some(files) => Some(
+                Watched::new(
+                    vec![files.cert.clone(), files.key.clone()],
+                    read_client_cert,
+                )
+                .map_err(TlsSetupError::Credentials)?,
+            ),
+            None => None,
+        };
+        let cert = client_cert.as_ref().map(|watched| watched.current().0);
+        let clients = tls_clients(&roots, cert.as_deref()).map_err(TlsSetupError::Tls)?;
+        Ok(TlsTransport {
+            url: upstream.url.to_string(),
+            roots,
+            client_cert,
+            clients: Mutex::new((0, clients)),
+        })
+    }
+
+    /// The clients to send with: made again first when the client
+    /// certificate's files changed.
+    fn clients(&self) -> TlsClients {
+        let current = self.client_cert.as_ref().map(Watched::current);
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((cert, generation)) = current
+            && generation != clients.0
+        {
+            match tls_clients(&self.roots, Some(&cert)) {
+                Ok(fresh) => *clients = (generation, fresh),
+                Err(error) => {
+                    tracing::warn!(upstream = %self.url, %error, "the new client certificate cannot be used; the last one stays");
+                    clients.0 = generation;
+                }
+            }
+        }
+        clients.1.clone()
+    }
+}
+
+fn read_client_cert(paths: &[std::path::PathBuf]) -> Result<ClientCert, String> {
+    match paths {
+        [cert, key] => load_client_cert(&ClientCertFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        }),
+        _ => Err("a client certificate is read from a certificate and a key file".to_owned()),
     }
 }
 
@@ -123,35 +228,36 @@ fn plain_transport(authority: &Authority) -> Option<Transport> {
     })
 }
 
-fn tls_config(upstream: &Upstream) -> Result<rustls::ClientConfig, UpstreamError> {
-    let roots = upstream
-        .ca
-        .as_deref()
-        .cloned()
-        .unwrap_or_else(rustls::RootCertStore::empty);
-    let tls = rustls::ClientConfig::builder_with_provider(crate::crypto::provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|source| UpstreamError::Tls {
-            url: upstream.url.to_string(),
-            source,
-        })?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(tls)
-}
-
-fn tls_client(tls: rustls::ClientConfig) -> Client<HttpsConnector<HttpConnector>, Body> {
+fn tls_clients(
+    roots: &Arc<rustls::RootCertStore>,
+    client_cert: Option<&ClientCert>,
+) -> Result<TlsClients, rustls::Error> {
+    let builder = rustls::ClientConfig::builder_with_provider(crate::crypto::provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(Arc::clone(roots));
+    let tls = match client_cert {
+        Some((chain, key)) => builder.with_client_auth_cert(chain.clone(), key.clone_key())?,
+        None => builder.with_no_client_auth(),
+    };
+    // An upgraded request's connection speaks HTTP/1.1 whatever the
+    // upstream offers.
+    let mut tunnel = tls.clone();
+    tunnel.alpn_protocols = vec![b"http/1.1".to_vec()];
     let connector = HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
         .enable_http2()
         .build();
-    Client::builder(TokioExecutor::new())
+    let pooled = Client::builder(TokioExecutor::new())
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(IDLE_TIMEOUT)
         .timer(TokioTimer::new())
-        .build(connector)
+        .build(connector);
+    Ok(TlsClients {
+        pooled: Arc::new(pooled),
+        tunnel: tokio_rustls::TlsConnector::from(Arc::new(tunnel)),
+    })
 }
 
 impl UpstreamProxy {
@@ -163,7 +269,13 @@ impl UpstreamProxy {
         let outgoing = self.outgoing_request(request)?;
         let exchange = async {
             match asked {
-                Some(asked) => upgrade::exchange(&self.tunnel, asked, origin_form(outgoing)?).await,
+                Some(asked) => {
+                    let tls = match &self.transport {
+                        Transport::Plain { .. } => None,
+                        Transport::Tls(tls) => Some(tls.clients().tunnel),
+                    };
+                    upgrade::exchange(&self.tunnel, tls, asked, origin_form(outgoing)?).await
+                }
                 None => {
                     let mut response = self.exchange(outgoing).await?;
                     headers::remove_hop_by_hop(response.headers_mut());
@@ -191,7 +303,7 @@ impl UpstreamProxy {
                 let response = pool.send(request).await?;
                 Ok(response.map(Body::wrap))
             }
-            Transport::Tls(client) => match client.request(request).await {
+            Transport::Tls(tls) => match tls.clients().pooled.request(request).await {
                 Ok(response) => Ok(response.map(Body::wrap)),
                 Err(error) if error.is_connect() => Err(ExchangeError::Connect(error.into())),
                 Err(error) => Err(ExchangeError::Exchange(error.into())),
@@ -204,6 +316,7 @@ impl UpstreamProxy {
         let path_and_query = self.target_path(&parts.uri)?;
         parts.version = Version::HTTP_11;
         headers::prepare_request_headers(&mut parts.headers, &parts.extensions);
+        self.identity.apply(&mut parts.headers, &parts.extensions)?;
         let headers = &mut parts.headers;
         match &self.transport {
             // The pool sends the URI as it is: origin-form.

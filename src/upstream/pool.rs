@@ -36,7 +36,7 @@ use crate::body::{Body, Request};
 const MAX_IDLE_CONNECTIONS: usize = 1024;
 
 /// Idle keep-alive connections to one upstream address.
-pub struct Http1Pool {
+pub(crate) struct Http1Pool {
     host: String,
     port: u16,
     idle_timeout: Duration,
@@ -51,7 +51,7 @@ struct IdleConnection {
 impl Http1Pool {
     /// A pool for `host:port`; `host` is a name, an IPv4 address or an IPv6
     /// address with or without its brackets.
-    pub fn new(host: &str, port: u16, idle_timeout: Duration) -> Arc<Self> {
+    pub(crate) fn new(host: &str, port: u16, idle_timeout: Duration) -> Arc<Self> {
         Arc::new(Http1Pool {
             host: host
                 .trim_start_matches('[')
@@ -65,7 +65,7 @@ impl Http1Pool {
 
     /// Sends `request` (origin-form URI, `Host` set) on an idle connection,
     /// or on a new one when none is idle.
-    pub async fn send(
+    pub(crate) async fn send(
         self: &Arc<Self>,
         mut request: Request,
     ) -> Result<http::Response<PooledBody>, ExchangeError> {
@@ -175,7 +175,7 @@ impl Http1Pool {
 
 /// An upstream response body that returns its connection to the pool once it
 /// has been read to the end.
-pub struct PooledBody {
+pub(crate) struct PooledBody {
     body: Incoming,
     connection: Option<(SendRequest<Body>, Arc<Http1Pool>)>,
 }

@@ -17,8 +17,6 @@
 //! `UpgradeAwareHandler`
 //! (`staging/src/k8s.io/apimachinery/pkg/util/proxy/upgradeaware.go`).
 
-use std::sync::Arc;
-
 use http::header::{self, HeaderValue};
 use http::{StatusCode, Uri};
 use hyper::client::conn::http1::{self, SendRequest};
@@ -27,6 +25,7 @@ use hyper_util::rt::TokioIo;
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 use tokio_util::sync::CancellationToken;
 
 use super::ExchangeError;
@@ -34,51 +33,47 @@ use crate::body::{Body, Request, Response, Tunnel};
 
 /// Where an upgraded request's connection goes.
 pub(super) struct TunnelTarget {
-    pub host: String,
-    pub port: u16,
-    /// `https://` upstreams: TLS offering only HTTP/1.1.
-    pub tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
+    host: String,
+    port: u16,
+    /// The name the certificate of an `https://` upstream must carry.
+    server_name: Option<ServerName<'static>>,
 }
 
 impl TunnelTarget {
-    /// The target of `url`, with `tls` (the upstream's client configuration)
-    /// for an `https://` one.
-    pub fn new(url: &Uri, tls: Option<&rustls::ClientConfig>) -> Option<TunnelTarget> {
+    /// The target of `url`.
+    pub(super) fn new(url: &Uri) -> Option<TunnelTarget> {
         let host = url.host()?.trim_start_matches('[').trim_end_matches(']');
-        let tls = match tls {
-            Some(config) => {
-                let mut config = config.clone();
-                config.alpn_protocols = vec![b"http/1.1".to_vec()];
-                let name = ServerName::try_from(host.to_owned()).ok()?;
-                Some((tokio_rustls::TlsConnector::from(Arc::new(config)), name))
-            }
-            None => None,
+        let https = url.scheme() == Some(&http::uri::Scheme::HTTPS);
+        let server_name = match https {
+            true => Some(ServerName::try_from(host.to_owned()).ok()?),
+            false => None,
         };
-        let port = url
-            .port_u16()
-            .unwrap_or(if tls.is_some() { 443 } else { 80 });
+        let port = url.port_u16().unwrap_or(if https { 443 } else { 80 });
         Some(TunnelTarget {
             host: host.to_owned(),
             port,
-            tls,
+            server_name,
         })
     }
 
-    async fn connect(&self) -> Result<SendRequest<Body>, ExchangeError> {
+    /// A connection to the target, through `tls` (the upstream's current
+    /// client configuration, HTTP/1.1 only) for an `https://` one.
+    async fn connect(&self, tls: Option<TlsConnector>) -> Result<SendRequest<Body>, ExchangeError> {
         let connect_error = |error: std::io::Error| ExchangeError::Connect(error.into());
         let tcp = TcpStream::connect((self.host.as_str(), self.port))
             .await
             .map_err(connect_error)?;
         tcp.set_nodelay(true).map_err(connect_error)?;
-        match &self.tls {
-            None => handshake(tcp).await,
-            Some((connector, name)) => {
+        match (tls, &self.server_name) {
+            (Some(connector), Some(name)) => {
                 let stream = connector
                     .connect(name.clone(), tcp)
                     .await
                     .map_err(connect_error)?;
                 handshake(stream).await
             }
+            // http:// (an https:// target always has its name: `new`).
+            _ => handshake(tcp).await,
         }
     }
 }
@@ -109,7 +104,7 @@ pub(super) struct Asked {
 }
 
 impl Asked {
-    pub fn take(request: &mut Request) -> Option<Asked> {
+    pub(super) fn take(request: &mut Request) -> Option<Asked> {
         let (upgrade, websocket_key) = if crate::request_info::is_websocket_over_h2(request) {
             let key = tungstenite::handshake::client::generate_key();
             (HeaderValue::from_static("websocket"), Some(key))
@@ -135,6 +130,7 @@ impl Asked {
 /// does; a `101` starts the tunnel.
 pub(super) async fn exchange(
     target: &TunnelTarget,
+    tls: Option<TlsConnector>,
     asked: Asked,
     mut outgoing: Request,
 ) -> Result<Response, ExchangeError> {
@@ -151,7 +147,7 @@ pub(super) async fn exchange(
             .entry(header::SEC_WEBSOCKET_VERSION)
             .or_insert(HeaderValue::from_static("13"));
     }
-    let mut sender = target.connect().await?;
+    let mut sender = target.connect(tls).await?;
     let mut response = sender
         .send_request(outgoing)
         .await

@@ -25,14 +25,16 @@ use super::state::FilterState;
 /// What a call found exhausted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Exhausted {
+    /// Every instance slot is taken.
     #[error("every filter instance slot was in use (limits.filter_instances)")]
     Instances,
+    /// The memory budget has no room for another instance.
     #[error("the filters' linear memory was at its cap (limits.filter_memory)")]
     Memory,
 }
 
 /// Idle instances a waiting call may have dropped to make room.
-pub trait IdleInstances: Send + Sync {
+pub(crate) trait IdleInstances: Send + Sync {
     /// Drops one idle instance; false when there was none.
     fn release_one(&self) -> bool;
 }
@@ -111,7 +113,7 @@ impl Capacity {
     }
 
     /// Lets waiting calls drop `pool`'s idle instances.
-    pub fn register_idle(&self, pool: Weak<dyn IdleInstances>) {
+    pub(crate) fn register_idle(&self, pool: Weak<dyn IdleInstances>) {
         if let Ok(mut idle) = self.idle.lock() {
             idle.retain(|pool| pool.strong_count() > 0);
             idle.push(pool);
@@ -120,13 +122,8 @@ impl Capacity {
 
     /// True while some call waits for room: an instance that finished its
     /// call is then dropped rather than kept idle.
-    pub fn under_pressure(&self) -> bool {
+    pub(crate) fn under_pressure(&self) -> bool {
         self.waiting.load(Ordering::Relaxed) > 0
-    }
-
-    /// Linear memory charged now, in bytes.
-    pub fn memory_in_use(&self) -> usize {
-        self.memory.used.load(Ordering::Acquire)
     }
 
     /// A slot and a memory share for a new instance expected to need
@@ -274,7 +271,7 @@ impl Drop for MemoryShare {
 /// configuration's filter memory, which the store's resource limiter
 /// charges before the filter's own `memory` cap is consulted.
 pub struct StoreData {
-    pub state: FilterState,
+    pub(crate) state: FilterState,
     memory: MemoryShare,
     /// The filter's own cap: growth past it is the filter's failure (a
     /// trap), so it is left to the filter's budget and never charged.
@@ -282,6 +279,7 @@ pub struct StoreData {
 }
 
 impl StoreData {
+    /// A store's data: the filter's state, its share of the memory budget and the filter's own memory cap in bytes.
     pub fn new(state: FilterState, memory: MemoryShare, filter_cap: u64) -> Self {
         StoreData {
             state,
@@ -291,13 +289,13 @@ impl StoreData {
     }
 
     /// The total size of the store's linear memories, in bytes.
-    pub fn memory_size(&self) -> usize {
+    pub(crate) fn memory_size(&self) -> usize {
         self.memory.grown
     }
 
     /// Whether a growth was refused for the total's cap since the last
     /// call to this; a call that then failed ran out of capacity.
-    pub fn take_memory_refused(&mut self) -> bool {
+    pub(crate) fn take_memory_refused(&mut self) -> bool {
         std::mem::take(&mut self.memory.refused)
     }
 }

@@ -46,6 +46,7 @@ fn client_certificate(connection: &ConnectionInfo) -> Option<types::ClientCertif
     })
 }
 
+/// The request info as the WIT record filters receive.
 pub fn request_info(info: &RequestInfo) -> types::RequestInfo {
     types::RequestInfo {
         is_resource_request: info.is_resource_request,
@@ -64,6 +65,7 @@ pub fn request_info(info: &RequestInfo) -> types::RequestInfo {
     }
 }
 
+/// The user as the WIT record filters receive.
 pub fn user_to_wit(user: &UserInfo) -> types::UserInfo {
     types::UserInfo {
         name: user.name.clone(),
@@ -80,7 +82,7 @@ pub fn user_to_wit(user: &UserInfo) -> types::UserInfo {
     }
 }
 
-pub fn user_from_wit(user: types::UserInfo) -> UserInfo {
+pub(crate) fn user_from_wit(user: types::UserInfo) -> UserInfo {
     UserInfo {
         name: user.name,
         uid: user.uid,

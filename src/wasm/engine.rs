@@ -22,7 +22,7 @@ use crate::config::files::read_limited;
 
 /// How often the epoch advances: the resolution of filter timeouts, and how
 /// often a long-running filter yields to other requests.
-pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(1);
 
 /// Pool sizing: the most component instances alive at once, in every
 /// configuration together; [`WasmHost::slots`] hands them out, so a call
@@ -63,7 +63,9 @@ pub enum LoadError {
 /// The engine, the linker every filter is instantiated with, the engine
 /// pool's instance slots, and the compiled-component cache.
 pub struct WasmHost {
+    /// The wasmtime engine every filter is compiled for.
     pub engine: Engine,
+    /// The linker with the host's imports (the filter interfaces and WASI).
     pub linker: Linker<StoreData>,
     /// One permit per component instance the pool holds, taken before an
     /// instance is made and given back after it is dropped.
@@ -118,6 +120,7 @@ impl WasmHost {
         })
     }
 
+    /// How many components were compiled, read from the disk cache and found in memory, since start.
     pub fn cache_stats(&self) -> CacheStats {
         self.stats.lock().map(|s| *s).unwrap_or_default()
     }

@@ -64,7 +64,7 @@ impl<T> Outcome<T> {
     }
 
     /// A short word for logs, metrics and `wasmgate try`.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         OUTCOME_KINDS[self.index()]
     }
 }
@@ -99,10 +99,15 @@ const MAX_IDLE_INSTANCES: usize = 32;
 
 /// A filter world: how its exports are pre-instantiated and instantiated.
 pub trait Kind: Send + Sync + 'static {
+    /// The world's pre-instantiated component (bindgen's `...Pre`).
     type Pre: Send + Sync;
+    /// The world's instantiated exports.
     type Exports: Send;
+    /// The world's name in `wit/filter.wit`.
     const WORLD: &'static str;
+    /// Pre-instantiates a component for this world.
     fn pre(pre: InstancePre<StoreData>) -> wasmtime::Result<Self::Pre>;
+    /// Instantiates the world's exports in `store`.
     fn instantiate(
         pre: &Self::Pre,
         store: &mut Store<StoreData>,
@@ -111,6 +116,7 @@ pub trait Kind: Send + Sync + 'static {
 
 macro_rules! filter_kind {
     ($kind:ident, $module:ident, $world:ident, $pre:ident, $name:literal) => {
+        #[doc = concat!("The `", $name, "` world of `wit/filter.wit`.")]
         pub struct $kind;
         impl Kind for $kind {
             type Pre = $module::$pre<StoreData>;
@@ -214,7 +220,7 @@ impl FilterMetrics {
 
 /// A filter ready to be called.
 pub struct LoadedFilter<K: Kind> {
-    pub spec: FilterSpec,
+    pub(crate) spec: FilterSpec,
     identity: Arc<FilterIdentity>,
     metrics: FilterMetrics,
     engine: wasmtime::Engine,
@@ -284,7 +290,7 @@ impl<K: Kind> LoadedFilter<K> {
         })
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         self.spec.name.as_str()
     }
 
@@ -455,6 +461,7 @@ fn classify(error: wasmtime::Error, memory_refused: bool) -> Unanswered {
 }
 
 impl LoadedFilter<Authenticator> {
+    /// Calls the authenticator's `authenticate` on the request.
     pub async fn authenticate(&self, request: &types::RequestView) -> Outcome<AuthnResult> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
@@ -476,6 +483,7 @@ impl LoadedFilter<Authenticator> {
 }
 
 impl LoadedFilter<Authorizer> {
+    /// Calls the authorizer's `authorize` on the request's attributes.
     pub async fn authorize(&self, attributes: &Attributes) -> Outcome<Decision> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
@@ -492,6 +500,7 @@ impl LoadedFilter<Authorizer> {
 }
 
 impl LoadedFilter<Admission> {
+    /// Calls the admission filter's `admit` on a write.
     pub async fn admit(&self, request: &AdmissionRequest) -> Outcome<AdmissionResponse> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
@@ -507,7 +516,7 @@ impl LoadedFilter<Admission> {
 
 impl LoadedFilter<Auditor> {
     /// Writes out what the filter's sink has buffered.
-    pub fn flush_sink(&self) {
+    pub(crate) fn flush_sink(&self) {
         if let Some(sink) = &self.identity.sink
             && let Err(error) = sink.flush()
         {
@@ -515,6 +524,7 @@ impl LoadedFilter<Auditor> {
         }
     }
 
+    /// Calls the auditor's `audit` with one event.
     pub async fn audit(&self, event: &Event) -> Outcome<()> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {

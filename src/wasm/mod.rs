@@ -10,12 +10,14 @@
 pub mod bindings;
 pub mod capacity;
 pub mod convert;
-pub mod engine;
+pub(crate) mod engine;
 pub mod filter;
 pub mod state;
 
-pub use engine::{CacheStats, LoadError, WasmHost};
-pub use filter::{LoadedFilter, Outcome};
+pub(crate) use engine::LoadError;
+pub use engine::WasmHost;
+pub use filter::LoadedFilter;
+pub(crate) use filter::Outcome;
 
 use std::sync::Arc;
 
@@ -27,11 +29,11 @@ use filter::{Admission, Auditor, Authenticator, Authorizer, Kind};
 /// Every filter of every stage, loaded and pre-instantiated.
 #[derive(Default)]
 pub struct LoadedStages {
-    pub authenticators: Vec<LoadedFilter<Authenticator>>,
-    pub authorizers: Vec<LoadedFilter<Authorizer>>,
-    pub mutating: Vec<LoadedFilter<Admission>>,
-    pub validating: Vec<LoadedFilter<Admission>>,
-    pub auditors: Vec<LoadedFilter<Auditor>>,
+    pub(crate) authenticators: Vec<LoadedFilter<Authenticator>>,
+    pub(crate) authorizers: Vec<LoadedFilter<Authorizer>>,
+    pub(crate) mutating: Vec<LoadedFilter<Admission>>,
+    pub(crate) validating: Vec<LoadedFilter<Admission>>,
+    pub(crate) auditors: Vec<LoadedFilter<Auditor>>,
 }
 
 /// Loads every component the configuration names (compiling only what the

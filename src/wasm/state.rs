@@ -26,9 +26,13 @@ use crate::config::stages::{Sink, WasiGrants};
 /// Who a filter is, shared by all its instances.
 #[derive(Debug)]
 pub struct FilterIdentity {
+    /// The filter's name in the manifest.
     pub name: String,
+    /// The filter's `config` table, as JSON.
     pub config_json: String,
+    /// Where an auditor's `sink` writes, for an audit filter.
     pub sink: Option<SinkWriter>,
+    /// The directories and environment the filter is granted.
     pub wasi: WasiGrants,
 }
 
@@ -39,7 +43,9 @@ pub struct FilterIdentity {
 /// `write(2)` per batch of events rather than one per event.
 #[derive(Debug)]
 pub enum SinkWriter {
+    /// The gateway's standard output.
     Stdout,
+    /// A file, buffered.
     File(Mutex<BufWriter<std::fs::File>>),
 }
 
@@ -47,7 +53,7 @@ pub enum SinkWriter {
 const SINK_BUFFER_BYTES: usize = 64 * 1024;
 
 impl SinkWriter {
-    pub fn open(sink: &Sink) -> std::io::Result<SinkWriter> {
+    pub(crate) fn open(sink: &Sink) -> std::io::Result<SinkWriter> {
         match sink {
             Sink::Stdout => Ok(SinkWriter::Stdout),
             Sink::File(path) => {
@@ -80,7 +86,7 @@ impl SinkWriter {
     }
 
     /// Writes out what the buffer holds.
-    pub fn flush(&self) -> std::io::Result<()> {
+    pub(crate) fn flush(&self) -> std::io::Result<()> {
         match self {
             SinkWriter::Stdout => std::io::stdout().lock().flush(),
             SinkWriter::File(file) => match file.lock() {
@@ -97,7 +103,7 @@ fn poisoned() -> std::io::Error {
 
 /// A store's memory cap (the manifest's `memory`), and how far its
 /// linear memories have grown towards it.
-pub struct MemoryBudget {
+pub(crate) struct MemoryBudget {
     limits: StoreLimits,
     cap: usize,
     /// The size of the store's largest linear memory.
@@ -117,12 +123,12 @@ impl MemoryBudget {
     /// instance that keeps growing (a guest heap that fragments, a leak)
     /// would otherwise reach the cap mid-call and trap; a pooled one this
     /// full is retired instead of reused.
-    pub fn nearly_spent(&self) -> bool {
+    pub(crate) fn nearly_spent(&self) -> bool {
         self.largest > self.cap / 4 * 3
     }
 
     /// The size of the store's largest linear memory, in bytes.
-    pub fn largest(&self) -> usize {
+    pub(crate) fn largest(&self) -> usize {
         self.largest
     }
 }
@@ -181,7 +187,7 @@ const STDERR_TAIL_BYTES: usize = 4096;
 /// dropped), so a chatty filter never fails for it; a call that writes
 /// nothing costs one atomic load.
 #[derive(Clone, Default)]
-pub struct StderrTail(Arc<TailBuffer>);
+pub(crate) struct StderrTail(Arc<TailBuffer>);
 
 #[derive(Default)]
 struct TailBuffer {
@@ -294,8 +300,8 @@ pub struct FilterState {
     /// its WASI context.
     stderr: Option<StderrTail>,
     table: ResourceTable,
-    pub memory: MemoryBudget,
-    pub identity: Arc<FilterIdentity>,
+    pub(crate) memory: MemoryBudget,
+    pub(crate) identity: Arc<FilterIdentity>,
     /// When the current call must be finished by; checked at every epoch tick.
     pub deadline: Instant,
 }
@@ -321,7 +327,7 @@ impl FilterState {
     }
 
     /// Forgets what the previous call wrote to stderr.
-    pub fn forget_stderr(&self) {
+    pub(crate) fn forget_stderr(&self) {
         if let Some(stderr) = &self.stderr {
             stderr.forget();
         }
@@ -329,7 +335,7 @@ impl FilterState {
 
     /// A trap's message with the last bytes the call wrote to stderr (an
     /// interpreter's traceback, the filter's own prints), when it wrote any.
-    pub fn explain_trap(&self, message: String) -> String {
+    pub(crate) fn explain_trap(&self, message: String) -> String {
         match self.stderr.as_ref().and_then(StderrTail::text) {
             Some(stderr) => format!("{message}\n\nthe filter's stderr (last bytes):\n{stderr}"),
             None => message,

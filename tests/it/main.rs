@@ -7,6 +7,20 @@
 //!
 //! `cargo test --test it MODULE::` runs one module's tests.
 
+// This binary is test code throughout, helpers included (clippy's
+// allow-*-in-tests covers only `#[test]` functions): a failed `expect` is a
+// failed test. Its helpers are `pub` for the modules that share them; no
+// other crate sees them, so `pub(crate)` would say nothing more.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a panic is a failed test, with the message saying what was expected"
+)]
+#![allow(
+    unreachable_pub,
+    reason = "one test binary: its helpers are pub to its modules and reachable from no other crate"
+)]
+
 mod support;
 
 mod audit;
@@ -16,9 +30,12 @@ mod check;
 mod clients;
 mod deadlines;
 mod filter_units;
+mod fleet;
+mod flow_control;
 mod health;
 mod hostile_headers;
 mod hostile_paths;
+mod identity;
 mod languages;
 mod lifecycle;
 mod limits;

@@ -15,7 +15,7 @@ use crate::wasm::filter::{Auditor, Event};
 use crate::wasm::{LoadedFilter, Outcome};
 
 /// Where events go: the audit filters, directly or through the queue.
-pub struct AuditBackend {
+pub(crate) struct AuditBackend {
     filters: Arc<Vec<LoadedFilter<Auditor>>>,
     queue: Option<mpsc::Sender<Event>>,
     /// Events accepted and not yet written by every filter.
@@ -25,7 +25,7 @@ pub struct AuditBackend {
 
 impl AuditBackend {
     /// A backend; in batch mode its writer task starts here.
-    pub fn new(
+    pub(crate) fn new(
         filters: Vec<LoadedFilter<Auditor>>,
         mode: AuditMode,
         queue_size: usize,
@@ -93,13 +93,8 @@ impl AuditBackend {
         }
     }
 
-    /// Events dropped because the batch queue was full, since start.
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
-    }
-
     /// Waits (up to `limit`) until every queued event has been written.
-    pub async fn flush(&self, limit: Duration) -> bool {
+    pub(crate) async fn flush(&self, limit: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
         while self.pending.load(Ordering::Acquire) > 0 {
             if tokio::time::Instant::now() >= deadline {

@@ -20,7 +20,7 @@ use crate::wasm::filter::{Annotation, Event, Level, ObjectReference, Stage};
 /// Filled in by the stages inside audit (authorization's decision, the
 /// impersonated user) and read when the later events are made.
 #[derive(Clone, Default)]
-pub struct AuditContext(Arc<Mutex<AuditNotes>>);
+pub(crate) struct AuditContext(Arc<Mutex<AuditNotes>>);
 
 #[derive(Default)]
 struct AuditNotes {
@@ -29,13 +29,13 @@ struct AuditNotes {
 }
 
 impl AuditContext {
-    pub fn annotate(&self, key: &str, value: &str) {
+    pub(crate) fn annotate(&self, key: &str, value: &str) {
         if let Ok(mut notes) = self.0.lock() {
             notes.annotations.push((key.to_owned(), value.to_owned()));
         }
     }
 
-    pub fn impersonating(&self, user: &UserInfo) {
+    pub(crate) fn impersonating(&self, user: &UserInfo) {
         if let Ok(mut notes) = self.0.lock() {
             notes.impersonated = Some(user.clone());
         }

@@ -19,14 +19,14 @@ use super::policy::policy_level;
 /// the policy gives an unknown user (rules naming users or groups do not
 /// match it), in one event at stage ResponseStarted (kube's stage for it)
 /// with the response's status and the kinds of credentials tried.
-pub struct FailedAuthenticationAudit {
+pub(crate) struct FailedAuthenticationAudit {
     pub policy: Vec<AuditRule>,
     pub backend: Arc<AuditBackend>,
 }
 
 impl FailedAuthenticationAudit {
     /// Audits `request`, refused with `status`.
-    pub async fn record(&self, request: Request, status: http::StatusCode) {
+    pub(crate) async fn record(&self, request: Request, status: http::StatusCode) {
         let Some(info) = request.extensions().get::<RequestInfo>() else {
             return;
         };

@@ -25,9 +25,9 @@ mod event;
 mod failed_authentication;
 mod policy;
 
-pub use backend::AuditBackend;
-pub use event::AuditContext;
-pub use failed_authentication::FailedAuthenticationAudit;
+pub(crate) use backend::AuditBackend;
+pub(crate) use event::AuditContext;
+pub(crate) use failed_authentication::FailedAuthenticationAudit;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -48,7 +48,7 @@ use crate::wasm::filter::{Event, Stage};
 use event::{base_event, buffer_request_object, buffer_response_object, stamped, status_record};
 use policy::policy_level;
 
-pub struct Audit {
+pub(crate) struct Audit {
     pub policy: Vec<AuditRule>,
     pub backend: Arc<AuditBackend>,
     pub next: SharedHandler,

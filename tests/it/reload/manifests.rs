@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::support::{component_path, plaintext};
+use crate::support::{component_path, plaintext, which_route};
 
 /// How long a change seen only through the file watcher may take to be
 /// served (the watcher debounces for 200 ms; a loaded machine is slower).
@@ -18,14 +18,6 @@ pub const RELOAD_SUCCESSES: &str = r#"wasmgate_config_reload_total{result="succe
 pub const RELOAD_FAILURES: &str = r#"wasmgate_config_reload_total{result="failure"}"#;
 pub const LAST_RELOAD_SUCCESS: &str = "wasmgate_config_last_reload_success_timestamp_seconds";
 pub const COMPONENTS_FROM_MEMORY: &str = r#"wasmgate_components_loaded_total{source="memory"}"#;
-
-/// The static route every reload test reads: `GET /which` answers `which`
-/// as its body and in the `x-chain` header (from the static headers table).
-pub fn which_route(which: &str) -> String {
-    format!(
-        "[[servers.routes]]\npath = \"/which\"\nstatic = {{ body = \"{which}\", headers = {{ x-chain = \"{which}\" }} }}\n"
-    )
-}
 
 /// A plaintext gateway on 127.0.0.1:0 whose chain answers `which`.
 pub fn chain(which: &str) -> String {

@@ -202,3 +202,11 @@ static = {{ body = "static" }}
 "#
     ))
 }
+
+/// The static route the reload and fleet tests read: `GET /which` answers `which`
+/// as its body and in the `x-chain` header (from the static headers table).
+pub fn which_route(which: &str) -> String {
+    format!(
+        "[[servers.routes]]\npath = \"/which\"\nstatic = {{ body = \"{which}\", headers = {{ x-chain = \"{which}\" }} }}\n"
+    )
+}

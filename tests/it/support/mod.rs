@@ -15,7 +15,8 @@
 //! - [`filters`]: the components built once per run by `filters/build.sh`
 //!   and manifest pieces that use them;
 //! - [`audit`]: JSON-lines audit logs read back;
-//! - [`jwt`]: throw-away signing keys and tokens.
+//! - [`jwt`]: throw-away signing keys and tokens;
+//! - [`etcd`]: a real etcd (Debian's `etcd-server`) on loopback ports.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 pub mod audit;
 pub mod certs;
 pub mod clients;
+pub mod etcd;
 pub mod filters;
 pub mod gateway;
 pub mod jwt;

@@ -407,6 +407,19 @@ pub fn echoed_header(echo: &Value, name: &str) -> Option<String> {
     values[0].as_str().map(str::to_owned)
 }
 
+/// Every value of header `name` the upstream received, in order.
+pub fn echoed_values(echo: &Value, name: &str) -> Vec<String> {
+    echo["headers"][name]
+        .as_array()
+        .map(|values| {
+            values
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The body the upstream received, parsed as JSON.
 pub fn echoed_body(echo: &Value) -> Value {
     let body = echo["body"].as_str().expect("an echoed body");

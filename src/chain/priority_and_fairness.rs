@@ -1,0 +1,100 @@
+//! API Priority and Fairness (kube's `WithPriorityAndFairness`,
+//! `staging/src/k8s.io/apiserver/pkg/server/filters/priority-and-fairness.go`),
+//! installed instead of max-in-flight when `[flow_control]` is on: the
+//! request is classified into a flow of a priority level, waits for its
+//! seats there ([`crate::flow_control`]), and holds them until its response
+//! body has been sent. A watch holds its seat only until its response head
+//! is ready (its set-up); other long-running requests are not tracked, as in
+//! kube. Every answer, the 429 included, names the flow schema and priority
+//! level that judged it by UID.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::future::BoxFuture;
+use http::HeaderName;
+
+use crate::body::{Request, Response};
+use crate::context::{Deadline, ReceivedAt, UserInfo};
+use crate::flow_control::{Controller, RequestDetail, queue_deadline, width};
+use crate::handler::{Handler, SharedHandler};
+use crate::request_info::RequestInfo;
+use crate::status::GatewayError;
+
+pub(crate) const FLOW_SCHEMA_UID: HeaderName =
+    HeaderName::from_static("x-kubernetes-pf-flowschema-uid");
+pub(crate) const PRIORITY_LEVEL_UID: HeaderName =
+    HeaderName::from_static("x-kubernetes-pf-prioritylevel-uid");
+
+pub(crate) struct PriorityAndFairness {
+    pub controller: Arc<Controller>,
+    pub next: SharedHandler,
+}
+
+impl Handler for PriorityAndFairness {
+    fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+        let tracked = request
+            .extensions()
+            .get::<RequestInfo>()
+            .map(|info| info.verb == "watch" || !info.is_long_running());
+        match tracked {
+            Some(true) => Box::pin(self.admit_then_serve(request)),
+            Some(false) => self.next.call(request),
+            None => Box::pin(async {
+                GatewayError::internal("the request reached flow control without request info")
+                    .into_response()
+            }),
+        }
+    }
+}
+
+impl PriorityAndFairness {
+    async fn admit_then_serve(&self, request: Request) -> Response {
+        let admitted = {
+            let extensions = request.extensions();
+            let info = extensions.get::<RequestInfo>();
+            let anonymous;
+            let user = match extensions.get::<UserInfo>() {
+                Some(user) => user,
+                None => {
+                    anonymous = UserInfo::anonymous();
+                    &anonymous
+                }
+            };
+            let default_info = RequestInfo::default();
+            let info = info.unwrap_or(&default_info);
+            let flow = self.controller.classify(info, user);
+            let uids = self.controller.uids(&flow);
+            let seats = width::seats(info, request.uri().query());
+            let received = extensions
+                .get::<ReceivedAt>()
+                .map_or_else(Instant::now, |r| r.instant);
+            let until = queue_deadline(received, extensions.get::<Deadline>().map(|d| d.0));
+            let detail = || RequestDetail::new(&flow, info, user);
+            let admitted = self.controller.admit(&flow, seats, until, detail).await;
+            (admitted, uids, info.verb == "watch")
+        };
+        let (admitted, (schema_uid, level_uid), watch) = admitted;
+        let mut response = match admitted {
+            Ok(seat) if watch => {
+                let response = self.next.call(request).await;
+                drop(seat);
+                response
+            }
+            Ok(seat) => self
+                .next
+                .call(request)
+                .await
+                .map(|body| body.with_guard(seat)),
+            Err(rejection) => GatewayError::TooManyRequests {
+                message: "Too many requests, please try again later.".to_owned(),
+                retry_after_seconds: rejection.retry_after_seconds,
+            }
+            .into_response(),
+        };
+        let headers = response.headers_mut();
+        headers.insert(FLOW_SCHEMA_UID, schema_uid);
+        headers.insert(PRIORITY_LEVEL_UID, level_uid);
+        response
+    }
+}

@@ -1,0 +1,414 @@
+//! A gateway run from the fleet's etcd: the first revision loaded (from
+//! etcd, or from the disk copy when etcd is away), then the manifest
+//! watched. Each new revision is parsed, its missing components fetched
+//! into the state folder (by digest: one already there is neither fetched
+//! nor, thanks to the engine's cache, compiled again), and handed to the
+//! reloader as the [`FleetSource`]'s next candidate: the same complete,
+//! validate, compile, swap as a file reload. A revision refused at any step
+//! leaves the last good chain serving and is reported in the fleet status.
+//!
+//! When etcd goes away the watch fails; the gateway serves on, tries again
+//! with a growing pause ([`BACKOFF`]), and resumes the watch just after the
+//! last revision it saw, so no revision is missed and none is applied twice.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{EventType, WatchOptions};
+use tokio::sync::watch as channel;
+
+use super::disk::StateDir;
+use super::status::{AppliedFrom, GatewayStatus, Refusal};
+use super::store::{Store, StoredManifest};
+use super::{FleetError, Revision, Target};
+use crate::config::source::{ManifestSource, with_listen};
+use crate::config::{self, Config, ConfigError};
+use crate::health::Check;
+use crate::metrics::metrics;
+use crate::reload_trigger::{ReloadOutcome, ReloadTrigger};
+
+/// The pause before watching again after etcd failed, doubled each time.
+const BACKOFF: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(100)..=Duration::from_secs(5);
+
+/// How `run --config etcd://...` was asked to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The fleet's etcd.
+    pub target: Target,
+    /// `--state-dir`: where the last good manifest and components are kept.
+    pub state_dir: PathBuf,
+    /// `run --listen`: the address that replaces `[listen] address`.
+    pub listen: Option<SocketAddr>,
+}
+
+/// A manifest revision: what the reloader loads.
+#[derive(Debug, Clone)]
+struct Candidate {
+    revision: Revision,
+    /// Where its problems are reported and its relative paths resolve.
+    path: PathBuf,
+    text: String,
+}
+
+/// The fleet's revision as a manifest source: the reloader loads the
+/// candidate the watch put in place.
+pub struct FleetSource {
+    listen: Option<SocketAddr>,
+    candidate: Mutex<Candidate>,
+}
+
+impl ManifestSource for FleetSource {
+    fn load(&self) -> Result<Config, ConfigError> {
+        let candidate = self
+            .candidate
+            .lock()
+            .map(|candidate| candidate.clone())
+            .map_err(|_| ConfigError::Read {
+                path: PathBuf::from("etcd"),
+                source: std::io::Error::other("the candidate revision is poisoned"),
+            })?;
+        config::parse(&candidate.path, &candidate.text)
+            .map(|config| with_listen(config, self.listen))
+    }
+
+    fn watched_file(&self) -> Option<&std::path::Path> {
+        None
+    }
+}
+
+impl FleetSource {
+    fn set(&self, candidate: Candidate) {
+        if let Ok(mut current) = self.candidate.lock() {
+            *current = candidate;
+        }
+    }
+}
+
+/// One gateway of the fleet: its store, its state folder, what it runs.
+pub struct Member {
+    store: Store,
+    state: StateDir,
+    url: String,
+    source: Arc<FleetSource>,
+    /// The revision in force and its text (to fall back to).
+    applied: Candidate,
+    status: channel::Sender<GatewayStatus>,
+}
+
+impl Member {
+    /// Loads the first revision: etcd's current one, or, when etcd cannot
+    /// be reached or that revision is refused, the disk copy. Returns the
+    /// member and the configuration to start with.
+    pub async fn join(options: &Options) -> Result<(Member, Config), FleetError> {
+        let state = StateDir::open(&options.state_dir)?;
+        let store = Store::open(&options.target).await?;
+        let url = options.target.url();
+        let (first, from, refused) = match store.manifest().await {
+            Ok(Some(manifest)) => match fetch(&store, &state, &manifest).await {
+                Ok(candidate) => (candidate, AppliedFrom::Etcd, None),
+                Err(problems) => {
+                    let refusal = Refusal {
+                        revision: manifest.revision,
+                        error: problems,
+                    };
+                    tracing::error!(
+                        revision = refusal.revision,
+                        "the fleet's revision is refused, starting from the disk copy:\n{}",
+                        refusal.error
+                    );
+                    (from_disk(&state, &url)?, AppliedFrom::Disk, Some(refusal))
+                }
+            },
+            Ok(None) => {
+                return Err(FleetError::Missing(format!(
+                    "{url}/manifest (push one with `wasmgate push --to {url}`)"
+                )));
+            }
+            Err(error) => {
+                let candidate = from_disk(&state, &url)?;
+                tracing::warn!(%error, revision = candidate.revision, "etcd cannot be reached: starting from the disk copy of the last good revision");
+                (candidate, AppliedFrom::Disk, None)
+            }
+        };
+        let source = Arc::new(FleetSource {
+            listen: options.listen,
+            candidate: Mutex::new(first.clone()),
+        });
+        let config = match source.load() {
+            Ok(config) => config,
+            Err(error) => return Err(FleetError::Disk(error.to_string())),
+        };
+        let status = GatewayStatus {
+            gateway: String::new(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            started_at: super::status::unix_now(),
+            listen: String::new(),
+            applied: first.revision,
+            applied_from: from,
+            refused,
+        };
+        let member = Member {
+            store,
+            state,
+            url,
+            source,
+            applied: first,
+            status: channel::Sender::new(status),
+        };
+        Ok((member, config))
+    }
+
+    /// What the reloader loads from.
+    pub fn source(&self) -> Arc<dyn ManifestSource> {
+        self.source.clone()
+    }
+
+    /// `config-revision` for `/readyz?verbose`: the revision serving and
+    /// where it came from, and the last one refused.
+    pub fn readyz_check(&self) -> Check {
+        let status = self.status.subscribe();
+        let url = self.url.clone();
+        Check::reporting("config-revision", move || {
+            let status = status.borrow();
+            let from = match status.applied_from {
+                AppliedFrom::Etcd => url.clone(),
+                AppliedFrom::Disk => "the disk copy (etcd was away at start)".to_owned(),
+            };
+            let mut detail = format!("revision {} from {from}", status.applied);
+            if let Some(refused) = &status.refused {
+                detail.push_str(&format!("; revision {} refused", refused.revision));
+            }
+            Ok(detail)
+        })
+    }
+
+    /// Once the gateway listens: keeps the disk copy of the first revision,
+    /// reports this gateway's status as `gateway` on `listen`, and follows
+    /// the manifest until the returned task is aborted or the status
+    /// reporter is told to stop (by dropping the returned sender).
+    pub fn follow(self, gateway: String, listen: SocketAddr, trigger: ReloadTrigger) -> Following {
+        self.status.send_modify(|status| {
+            status.gateway = gateway;
+            status.listen = listen.to_string();
+        });
+        metrics().config_revision.set(self.applied.revision);
+        if self.status.borrow().applied_from == AppliedFrom::Etcd {
+            self.keep_on_disk();
+        }
+        let reporting = tokio::spawn(super::status::report(
+            self.store.clone(),
+            self.status.subscribe(),
+        ));
+        let watching = tokio::spawn(async move { self.watch(trigger).await });
+        Following {
+            watching,
+            reporting,
+        }
+    }
+
+    fn keep_on_disk(&self) {
+        if let Err(error) = self
+            .state
+            .keep_manifest(self.applied.revision, &self.applied.text)
+        {
+            tracing::warn!(%error, "cannot keep the disk copy of the revision in force");
+        }
+    }
+
+    /// Watches the manifest from just after the last revision seen, again
+    /// after every failure, forever.
+    async fn watch(mut self, trigger: ReloadTrigger) {
+        let mut seen = self.applied.revision.max(
+            self.status
+                .borrow()
+                .refused
+                .as_ref()
+                .map_or(0, |r| r.revision),
+        );
+        let mut pause = *BACKOFF.start();
+        loop {
+            match self.watch_from(&mut seen, &trigger).await {
+                Ok(()) => pause = *BACKOFF.start(),
+                Err(error) => {
+                    tracing::warn!(%error, retry_in_ms = pause.as_millis() as u64, "the fleet's etcd is away: serving on the last good chain");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(*BACKOFF.end());
+                }
+            }
+        }
+    }
+
+    /// One watch: returns when it ends (etcd compacted past `seen`: the
+    /// current revision is applied first), fails when etcd does.
+    async fn watch_from(
+        &mut self,
+        seen: &mut Revision,
+        trigger: &ReloadTrigger,
+    ) -> Result<(), FleetError> {
+        let key = self.store.manifest_key();
+        let options = WatchOptions::new().with_start_revision(*seen + 1);
+        let mut stream = self
+            .store
+            .client()
+            .watch(key.as_str(), Some(options))
+            .await?;
+        if self.status.borrow().applied_from == AppliedFrom::Disk {
+            // Revisions pushed since the disk copy arrive through this watch.
+            tracing::info!(
+                revision = *seen,
+                "etcd answers again: following the fleet's manifest"
+            );
+            self.status
+                .send_modify(|status| status.applied_from = AppliedFrom::Etcd);
+        }
+        while let Some(response) = stream.message().await? {
+            if response.canceled() {
+                if response.compact_revision() > 0 {
+                    if let Some(current) =
+                        self.store.manifest().await?.filter(|m| m.revision > *seen)
+                    {
+                        *seen = current.revision;
+                        self.apply(current, trigger).await;
+                    }
+                    return Ok(());
+                }
+                return Err(FleetError::Missing(format!(
+                    "the watch of {key}: {}",
+                    response.cancel_reason()
+                )));
+            }
+            // A response's events are in revision order; the last put is
+            // what is in force (earlier ones in the same response were
+            // replaced within one etcd batch).
+            let last = response
+                .events()
+                .iter()
+                .filter(|event| event.event_type() == EventType::Put)
+                .filter_map(|event| event.kv())
+                .next_back();
+            if response
+                .events()
+                .iter()
+                .any(|event| event.event_type() == EventType::Delete)
+            {
+                tracing::warn!(
+                    "the fleet's manifest was deleted from etcd: serving on the last good chain"
+                );
+            }
+            if let Some(kv) = last {
+                *seen = kv.mod_revision();
+                let manifest = StoredManifest {
+                    revision: kv.mod_revision(),
+                    text: String::from_utf8_lossy(kv.value()).into_owned(),
+                };
+                self.apply(manifest, trigger).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies one revision, or refuses it and keeps the last good one.
+    async fn apply(&mut self, manifest: StoredManifest, trigger: &ReloadTrigger) {
+        let revision = manifest.revision;
+        let candidate = match fetch(&self.store, &self.state, &manifest).await {
+            Ok(candidate) => candidate,
+            Err(problems) => return self.refuse(revision, problems),
+        };
+        self.source.set(candidate.clone());
+        match trigger.reload().await {
+            Some(ReloadOutcome::Swapped { .. }) => {
+                tracing::info!(revision, "the fleet's revision is in force");
+                self.applied = candidate;
+                self.keep_on_disk();
+                metrics().config_revision.set(revision);
+                self.status.send_modify(|status| {
+                    status.applied = revision;
+                    status.applied_from = AppliedFrom::Etcd;
+                    status.refused = None;
+                });
+            }
+            Some(ReloadOutcome::Rejected(problems)) => self.refuse(revision, problems),
+            None => self.refuse(revision, "the reloader is not running".to_owned()),
+        }
+    }
+
+    fn refuse(&mut self, revision: Revision, error: String) {
+        tracing::error!(
+            revision,
+            "the fleet's revision is refused: the last good chain serves on:\n{error}"
+        );
+        self.source.set(self.applied.clone());
+        self.status
+            .send_modify(|status| status.refused = Some(Refusal { revision, error }));
+    }
+}
+
+/// The tasks a member runs once its gateway listens.
+pub struct Following {
+    watching: tokio::task::JoinHandle<()>,
+    reporting: tokio::task::JoinHandle<()>,
+}
+
+impl Following {
+    /// Stops watching, and takes this gateway's status out of the fleet
+    /// (its lease revoked), waiting for that at most `limit`.
+    pub async fn stop(self, limit: Duration) {
+        // The watch task owns the member and with it the status's sender:
+        // aborting it drops the sender, which tells the reporter to stop.
+        self.watching.abort();
+        let _ = self.watching.await;
+        let _ = tokio::time::timeout(limit, self.reporting).await;
+    }
+}
+
+/// The candidate for `manifest`, its components fetched into the state
+/// folder; or the problems that refuse it.
+async fn fetch(
+    store: &Store,
+    state: &StateDir,
+    manifest: &StoredManifest,
+) -> Result<Candidate, String> {
+    let candidate = Candidate {
+        revision: manifest.revision,
+        path: state.manifest_path(manifest.revision),
+        text: manifest.text.clone(),
+    };
+    let config =
+        config::parse(&candidate.path, &candidate.text).map_err(|error| error.to_string())?;
+    for filter in config.stages.all_filters() {
+        let Some(digest) = filter.sha256 else {
+            continue;
+        };
+        let file = state.component_path(&digest);
+        if filter.component != file || file.is_file() {
+            continue;
+        }
+        let bytes = store
+            .component(&digest)
+            .await
+            .map_err(|error| format!("filter {:?}: {error}", filter.name.as_str()))?;
+        state
+            .keep_component(&digest, &bytes)
+            .map_err(|error| error.to_string())?;
+    }
+    Ok(candidate)
+}
+
+/// The last good revision kept on disk.
+fn from_disk(state: &StateDir, url: &str) -> Result<Candidate, FleetError> {
+    let last = state.last_good().ok_or_else(|| {
+        FleetError::Disk(format!(
+            "{url} cannot be used and no disk copy of a good revision is kept"
+        ))
+    })?;
+    let text = std::fs::read_to_string(&last.manifest)
+        .map_err(|error| FleetError::Disk(format!("{}: {error}", last.manifest.display())))?;
+    Ok(Candidate {
+        revision: last.revision,
+        path: last.manifest,
+        text,
+    })
+}

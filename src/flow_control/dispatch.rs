@@ -1,0 +1,618 @@
+//! Priority levels at work: the server's seats split among the limited
+//! levels by their shares, borrowing between them every 10 s, and a
+//! request's way through its level's queues to a [`Seat`] or a
+//! [`Rejection`] (kube's `apf_controller.go`, `conc_alloc.go` and
+//! `dropped_requests_tracker.go`; the queue wait limit of
+//! `pkg/server/filters/priority-and-fairness.go`).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use http::HeaderValue;
+use tokio::sync::oneshot;
+
+use super::Controller;
+use super::classify::Flow;
+use super::metrics::LevelMetrics;
+use super::queueset::{Arrival, Executing, QueueSet, QueuedAt, RejectReason};
+use crate::config::flow_control::{FlowControl, LevelKind, LimitResponse};
+use crate::context::UserInfo;
+use crate::request_info::RequestInfo;
+
+/// How often borrowing moves seats between levels (kube's
+/// `borrowingAdjustmentPeriod`).
+pub(crate) const BORROWING_PERIOD: Duration = Duration::from_secs(10);
+/// kube's `seatDemandSmoothingCoefficient`.
+const SMOOTHING: f64 = 0.977;
+/// A request without a deadline waits at most this long (kube's default
+/// request wait limit), and none longer than [`MAX_QUEUE_WAIT`].
+const DEFAULT_QUEUE_WAIT: Duration = Duration::from_secs(15);
+const MAX_QUEUE_WAIT: Duration = Duration::from_secs(60);
+/// kube's `maxRetryAfter`.
+const MAX_RETRY_AFTER: u64 = 32;
+
+pub(super) struct Level {
+    pub name: String,
+    pub uid: HeaderValue,
+    pub limit: LevelLimit,
+}
+
+pub(super) enum LevelLimit {
+    Exempt { executing: AtomicUsize },
+    Limited(Box<Limited>),
+}
+
+pub(super) struct Limited {
+    pub state: Mutex<LevelState>,
+    /// kube's NominalCL, and the least and most borrowing may leave it.
+    pub nominal: usize,
+    pub min: usize,
+    pub max: usize,
+    metrics: LevelMetrics,
+}
+
+impl Limited {
+    pub(super) fn lock(&self) -> MutexGuard<'_, LevelState> {
+        // The state is consistent between calls: nothing in it panics.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+pub(super) struct LevelState {
+    pub queues: QueueSet<Ticket>,
+    drops: DroppedRequests,
+    smoothed_demand: f64,
+}
+
+/// A waiting request: how to wake it, and what the dumps show of it.
+pub(super) struct Ticket {
+    wake: oneshot::Sender<Executing>,
+    pub detail: RequestDetail,
+}
+
+/// What `dump_requests` shows of a waiting request.
+pub(crate) struct RequestDetail {
+    pub schema: usize,
+    pub distinguisher: String,
+    pub arrived: SystemTime,
+    pub user: String,
+    pub verb: String,
+    pub path: String,
+    pub namespace: String,
+    pub name: String,
+    /// `group/version`, or `version` for the core group.
+    pub api_version: String,
+    pub resource: String,
+    pub subresource: String,
+}
+
+impl RequestDetail {
+    pub(crate) fn new(flow: &Flow<'_>, info: &RequestInfo, user: &UserInfo) -> Self {
+        let api_version = if info.api_group.is_empty() {
+            info.api_version.clone()
+        } else {
+            format!("{}/{}", info.api_group, info.api_version)
+        };
+        RequestDetail {
+            schema: flow.schema,
+            distinguisher: flow.distinguisher.to_owned(),
+            arrived: SystemTime::now(),
+            user: user.name.clone(),
+            verb: info.verb.clone(),
+            path: info.path.clone(),
+            namespace: info.namespace.clone(),
+            name: info.name.clone(),
+            api_version,
+            resource: info.resource.clone(),
+            subresource: info.subresource.clone(),
+        }
+    }
+}
+
+/// Why a request gets a 429, and when to come back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Rejection {
+    pub reason: RejectReason,
+    pub retry_after_seconds: u64,
+}
+
+/// The levels of a configuration, their seats split by shares.
+pub(super) fn levels(config: &FlowControl) -> Vec<Level> {
+    let now = Instant::now();
+    let shares: u64 = config
+        .levels
+        .iter()
+        .map(|level| match &level.kind {
+            LevelKind::Limited(limited) => u64::from(limited.nominal_concurrency_shares),
+            LevelKind::Exempt => 0,
+        })
+        .sum();
+    let server = config.server_concurrency_limit as u64;
+    config
+        .levels
+        .iter()
+        .map(|level| {
+            let limit = match &level.kind {
+                LevelKind::Exempt => LevelLimit::Exempt {
+                    executing: AtomicUsize::new(0),
+                },
+                LevelKind::Limited(limited) => {
+                    let share = u64::from(limited.nominal_concurrency_shares);
+                    // kube: NominalCL = ceil(ServerCL * shares / sum of shares).
+                    let nominal = (server * share).div_ceil(shares.max(1)) as usize;
+                    let percent = |p: u32| (nominal as f64 * f64::from(p) / 100.0).round() as usize;
+                    let lendable = percent(limited.lendable_percent).min(nominal);
+                    let max = match limited.borrowing_limit_percent {
+                        Some(p) => nominal.saturating_add(percent(p)),
+                        None => usize::MAX,
+                    };
+                    let queuing = match limited.limit_response {
+                        LimitResponse::Queue(queuing) => Some(queuing),
+                        LimitResponse::Reject => None,
+                    };
+                    LevelLimit::Limited(Box::new(Limited {
+                        state: Mutex::new(LevelState {
+                            queues: QueueSet::new(queuing, nominal, now),
+                            drops: DroppedRequests::default(),
+                            smoothed_demand: 0.0,
+                        }),
+                        nominal,
+                        min: nominal - lendable,
+                        max,
+                        metrics: LevelMetrics::new(level.name.as_str(), nominal),
+                    }))
+                }
+            };
+            Level {
+                name: level.name.as_str().to_owned(),
+                uid: super::uid("prioritylevel", level.name.as_str()),
+                limit,
+            }
+        })
+        .collect()
+}
+
+/// When a request arriving at `received` with `deadline` stops waiting in
+/// its queue: a quarter of its time, at most a minute (kube's
+/// `getRequestWaitContext`).
+pub(crate) fn queue_deadline(received: Instant, deadline: Option<Instant>) -> Instant {
+    let wait = deadline.map_or(DEFAULT_QUEUE_WAIT, |deadline| {
+        deadline.saturating_duration_since(received) / 4
+    });
+    received + wait.min(MAX_QUEUE_WAIT)
+}
+
+/// What a request holds while it executes; dropping it frees its seats.
+pub(crate) struct Seat {
+    controller: Arc<Controller>,
+    schema: usize,
+    /// `None` on an exempt level.
+    executing: Option<Executing>,
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let controller = &self.controller;
+        let schema = &controller.schemas[self.schema];
+        schema.metrics.executing.dec();
+        match (&controller.levels[schema.level].limit, self.executing) {
+            (LevelLimit::Exempt { executing }, _) => {
+                executing.fetch_sub(1, Ordering::Relaxed);
+            }
+            (LevelLimit::Limited(limited), Some(executing)) => {
+                let now = Instant::now();
+                let mut state = limited.lock();
+                let mut unclaimed = Vec::new();
+                state.queues.finish(now, executing, &mut |ticket, e| {
+                    wake(ticket, e, &mut unclaimed)
+                });
+                settle(&mut state, now, unclaimed);
+            }
+            (LevelLimit::Limited(_), None) => {}
+        }
+    }
+}
+
+/// Tells a waiting request it runs; if it is gone, its seats are handed
+/// back by [`settle`].
+fn wake(ticket: Ticket, executing: Executing, unclaimed: &mut Vec<Executing>) {
+    if ticket.wake.send(executing).is_err() {
+        unclaimed.push(executing);
+    }
+}
+
+/// Finishes requests that were dispatched to no one.
+fn settle(state: &mut LevelState, now: Instant, mut unclaimed: Vec<Executing>) {
+    while let Some(executing) = unclaimed.pop() {
+        let mut more = Vec::new();
+        state
+            .queues
+            .finish(now, executing, &mut |ticket, e| wake(ticket, e, &mut more));
+        unclaimed.extend(more);
+    }
+}
+
+impl Controller {
+    /// Waits for a seat on the flow's level for a request of `seats`, until
+    /// `queue_deadline` at the latest.
+    pub(crate) async fn admit(
+        self: &Arc<Self>,
+        flow: &Flow<'_>,
+        seats: usize,
+        queue_deadline: Instant,
+        detail: impl FnOnce() -> RequestDetail,
+    ) -> Result<Seat, Rejection> {
+        let schema = &self.schemas[flow.schema];
+        let limited = match &self.levels[schema.level].limit {
+            LevelLimit::Exempt { executing } => {
+                executing.fetch_add(1, Ordering::Relaxed);
+                return Ok(self.seat(flow.schema, None, Duration::ZERO));
+            }
+            LevelLimit::Limited(limited) => limited,
+        };
+        let arrived = Instant::now();
+        let mut receiver = None;
+        let at = {
+            let mut state = limited.lock();
+            let mut unclaimed = Vec::new();
+            let make_ticket = || {
+                let (wake, woken) = oneshot::channel();
+                receiver = Some(woken);
+                Ticket {
+                    wake,
+                    detail: detail(),
+                }
+            };
+            let arrival =
+                state
+                    .queues
+                    .arrive(arrived, flow.hash, seats, make_ticket, &mut |t, e| {
+                        wake(t, e, &mut unclaimed)
+                    });
+            settle(&mut state, arrived, unclaimed);
+            match arrival {
+                Arrival::Executing(executing) => {
+                    return Ok(self.seat(flow.schema, Some(executing), Duration::ZERO));
+                }
+                Arrival::Rejected(reason) => {
+                    return Err(self.rejected(&mut state, flow.schema, reason, arrived, arrived));
+                }
+                Arrival::Queued(at) => at,
+            }
+        };
+        let Some(receiver) = receiver else {
+            // A queued request always has its ticket made.
+            return Err(Rejection {
+                reason: RejectReason::TimeOut,
+                retry_after_seconds: 1,
+            });
+        };
+        schema.metrics.in_queue.inc();
+        let mut waiting = Waiting {
+            controller: self,
+            limited,
+            schema: flow.schema,
+            at,
+            arrived,
+            receiver,
+            settled: false,
+        };
+        let woken = tokio::time::timeout_at(queue_deadline.into(), &mut waiting.receiver).await;
+        waiting.settled = true;
+        schema.metrics.in_queue.dec();
+        if let Ok(Ok(executing)) = woken {
+            return Ok(self.seat(flow.schema, Some(executing), arrived.elapsed()));
+        }
+        let now = Instant::now();
+        let mut state = limited.lock();
+        match state.queues.remove(now, at, RejectReason::TimeOut) {
+            Some(_) => {
+                Err(self.rejected(&mut state, flow.schema, RejectReason::TimeOut, arrived, now))
+            }
+            // Dispatched as the wait ended: it runs.
+            None => match waiting.receiver.try_recv() {
+                Ok(executing) => Ok(self.seat(flow.schema, Some(executing), arrived.elapsed())),
+                Err(_) => {
+                    Err(self.rejected(&mut state, flow.schema, RejectReason::TimeOut, arrived, now))
+                }
+            },
+        }
+    }
+
+    fn seat(
+        self: &Arc<Self>,
+        schema: usize,
+        executing: Option<Executing>,
+        waited: Duration,
+    ) -> Seat {
+        let metrics = &self.schemas[schema].metrics;
+        metrics.executing.inc();
+        metrics.dispatched.inc();
+        metrics.waited_to_execute.observe(waited.as_secs_f64());
+        Seat {
+            controller: self.clone(),
+            schema,
+            executing,
+        }
+    }
+
+    fn rejected(
+        &self,
+        state: &mut LevelState,
+        schema: usize,
+        reason: RejectReason,
+        arrived: Instant,
+        now: Instant,
+    ) -> Rejection {
+        let metrics = &self.schemas[schema].metrics;
+        metrics.rejected(reason).inc();
+        metrics
+            .waited_in_vain
+            .observe(now.saturating_duration_since(arrived).as_secs_f64());
+        let second = now.saturating_duration_since(self.started).as_secs();
+        state.drops.record(second);
+        Rejection {
+            reason,
+            retry_after_seconds: state.drops.retry_after,
+        }
+    }
+
+    /// Moves seats between the limited levels by their recent demand
+    /// (kube's `updateBorrowingLocked`).
+    pub(super) fn adjust_limits(&self, now: Instant) {
+        let limited: Vec<&Limited> = self
+            .levels
+            .iter()
+            .filter_map(|level| match &level.limit {
+                LevelLimit::Limited(limited) => Some(&**limited),
+                LevelLimit::Exempt { .. } => None,
+            })
+            .collect();
+        let required: usize = limited.iter().map(|l| l.nominal).sum();
+        let items: Vec<Bounds> = limited
+            .iter()
+            .map(|level| {
+                let mut state = level.lock();
+                let demand = state.queues.take_demand(now);
+                let envelope = demand.average + demand.deviation;
+                state.smoothed_demand =
+                    envelope.max(SMOOTHING * state.smoothed_demand + (1.0 - SMOOTHING) * envelope);
+                let lower =
+                    (level.min as f64).max((level.nominal as f64).min(demand.high_watermark));
+                Bounds {
+                    target: lower.max(state.smoothed_demand),
+                    lower,
+                    upper: (level.max.min(required) as f64).max(lower),
+                }
+            })
+            .collect();
+        let allocations = allocate(required as f64, &items);
+        for (level, allocation) in limited.iter().zip(allocations) {
+            let limit = allocation.round() as usize;
+            let mut state = level.lock();
+            let mut unclaimed = Vec::new();
+            state
+                .queues
+                .set_concurrency_limit(now, limit, &mut |t, e| wake(t, e, &mut unclaimed));
+            settle(&mut state, now, unclaimed);
+            level
+                .metrics
+                .current_limit
+                .set(i64::try_from(limit).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+/// A request waiting in its queue. If its client goes away (the future is
+/// dropped), it leaves the queue, or gives back the seats it was just given.
+struct Waiting<'a> {
+    controller: &'a Controller,
+    limited: &'a Limited,
+    schema: usize,
+    at: QueuedAt,
+    arrived: Instant,
+    receiver: oneshot::Receiver<Executing>,
+    settled: bool,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let now = Instant::now();
+        let metrics = &self.controller.schemas[self.schema].metrics;
+        metrics.in_queue.dec();
+        let mut state = self.limited.lock();
+        if state
+            .queues
+            .remove(now, self.at, RejectReason::Cancelled)
+            .is_some()
+        {
+            metrics.rejected(RejectReason::Cancelled).inc();
+            metrics
+                .waited_in_vain
+                .observe(now.saturating_duration_since(self.arrived).as_secs_f64());
+        } else if let Ok(executing) = self.receiver.try_recv() {
+            settle(&mut state, now, vec![executing]);
+        }
+    }
+}
+
+/// One level's place in the allocation problem of `conc_alloc.go`.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    target: f64,
+    lower: f64,
+    upper: f64,
+}
+
+/// kube's `computeConcurrencyAllocation`: allocations summing to
+/// `required`, each within its bounds and otherwise proportional to its
+/// target by one common factor. Found here by bisection on that factor
+/// (the sum is monotone in it).
+fn allocate(required: f64, items: &[Bounds]) -> Vec<f64> {
+    let lower: f64 = items.iter().map(|i| i.lower).sum();
+    let upper: f64 = items.iter().map(|i| i.upper).sum();
+    if required <= lower {
+        return items.iter().map(|i| i.lower).collect();
+    }
+    if required >= upper {
+        return items.iter().map(|i| i.upper).collect();
+    }
+    let target = |i: &Bounds| i.target.max(0.001);
+    let at = |factor: f64| -> Vec<f64> {
+        items
+            .iter()
+            .map(|i| (factor * target(i)).clamp(i.lower, i.upper))
+            .collect()
+    };
+    let (mut low, mut high) = (
+        0.0,
+        items
+            .iter()
+            .map(|i| i.upper / target(i))
+            .fold(0.0, f64::max),
+    );
+    for _ in 0..100 {
+        let middle = (low + high) / 2.0;
+        if at(middle).iter().sum::<f64>() < required {
+            low = middle;
+        } else {
+            high = middle;
+        }
+    }
+    at(high)
+}
+
+/// kube's Retry-After for a level's rejections: doubled (to 32 s at most)
+/// when at least three times as many requests as its seconds were dropped in
+/// the last `retry_after` seconds, at most once per `retry_after`; one less
+/// when fewer than that many were.
+#[derive(Debug)]
+struct DroppedRequests {
+    /// Drops per second, the last [`MAX_RETRY_AFTER`] seconds.
+    history: VecDeque<(u64, u64)>,
+    second: u64,
+    count: u64,
+    retry_after: u64,
+    raised_at: Option<u64>,
+}
+
+impl Default for DroppedRequests {
+    fn default() -> Self {
+        DroppedRequests {
+            history: VecDeque::new(),
+            second: 0,
+            count: 0,
+            retry_after: 1,
+            raised_at: None,
+        }
+    }
+}
+
+impl DroppedRequests {
+    fn record(&mut self, second: u64) {
+        if second == self.second {
+            self.count += 1;
+            return;
+        }
+        self.history.push_back((self.second, self.count));
+        while self
+            .history
+            .front()
+            .is_some_and(|(s, _)| second.saturating_sub(*s) > MAX_RETRY_AFTER)
+        {
+            self.history.pop_front();
+        }
+        self.second = second;
+        self.count = 1;
+        self.update(second);
+    }
+
+    fn update(&mut self, second: u64) {
+        let window = self.retry_after;
+        let dropped: u64 = self
+            .history
+            .iter()
+            .filter(|(s, _)| *s < second && second - s <= window)
+            .map(|(_, count)| count)
+            .sum();
+        let may_raise = self.raised_at.is_none_or(|at| second - at >= window);
+        if may_raise && dropped >= 3 * window {
+            self.retry_after = (window * 2).min(MAX_RETRY_AFTER);
+            self.raised_at = Some(second);
+        } else if dropped < window && window > 1 {
+            self.retry_after = window - 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seats_go_where_the_demand_is_within_each_levels_bounds() {
+        // Two levels of 10 nominal seats, one lending all, one idle.
+        let busy = Bounds {
+            target: 30.0,
+            lower: 10.0,
+            upper: 20.0,
+        };
+        let idle = Bounds {
+            target: 0.0,
+            lower: 0.0,
+            upper: 20.0,
+        };
+        let allocation = allocate(20.0, &[busy, idle]);
+        assert!((allocation[0] - 20.0).abs() < 0.01, "{allocation:?}");
+        assert!(allocation[1] < 0.01, "{allocation:?}");
+        assert!((allocation[0] + allocation[1] - 20.0).abs() < 1e-6);
+        // Equal demand: equal seats.
+        let even = Bounds {
+            target: 8.0,
+            lower: 2.0,
+            upper: 20.0,
+        };
+        let allocation = allocate(20.0, &[even, even]);
+        assert!((allocation[0] - 10.0).abs() < 1e-6, "{allocation:?}");
+        // Nothing can go below its lower bound.
+        let allocation = allocate(5.0, &[busy, idle]);
+        assert_eq!(allocation, [10.0, 0.0]);
+    }
+
+    #[test]
+    fn retry_after_doubles_under_drops_and_decays_after() {
+        let mut drops = DroppedRequests::default();
+        for second in 1..=3 {
+            for _ in 0..10 {
+                drops.record(second);
+            }
+        }
+        assert!(drops.retry_after >= 2, "{drops:?}");
+        let raised = drops.retry_after;
+        for second in 40..80 {
+            drops.record(second * 2);
+        }
+        assert!(drops.retry_after < raised, "{drops:?}");
+        assert!(drops.retry_after <= MAX_RETRY_AFTER);
+    }
+
+    #[test]
+    fn a_request_waits_a_quarter_of_its_time_in_queue_at_most_a_minute() {
+        let now = Instant::now();
+        let wait = |deadline: Option<Duration>| {
+            queue_deadline(now, deadline.map(|d| now + d)).duration_since(now)
+        };
+        assert_eq!(wait(Some(Duration::from_secs(60))), Duration::from_secs(15));
+        assert_eq!(
+            wait(Some(Duration::from_secs(2))),
+            Duration::from_millis(500)
+        );
+        assert_eq!(wait(Some(Duration::from_secs(3600))), MAX_QUEUE_WAIT);
+        assert_eq!(wait(None), DEFAULT_QUEUE_WAIT);
+    }
+}

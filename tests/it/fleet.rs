@@ -1,0 +1,625 @@
+//! A fleet of gateways on one chain through a real etcd (Debian's
+//! `etcd-server`, started per test on loopback ports, `support/etcd.rs`):
+//! `wasmgate push`, `rollback` and `status` run as the binary, three
+//! `wasmgate run --config etcd://...` processes follow the pushes under a
+//! steady load, a revision refused by push and by every gateway, etcd
+//! stopped for 10 s, two pushes racing, a component chunked past etcd's
+//! request limit. Loads are bounded in count and time.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::support::etcd::{Etcd, free_port};
+use crate::support::*;
+
+/// How soon every gateway must serve a pushed revision.
+const APPLY_BOUND: Duration = Duration::from_secs(1);
+
+// ---------------------------------------------------------------------------
+// Manifests, the binary, the gateways
+// ---------------------------------------------------------------------------
+
+/// Chain `which`: token `t1` is user `chain-<which>` (token-authn), every
+/// request to `/which` is audited (jsonl-audit, blocking, into `audit.log`
+/// beside the manifest: a gateway's own state folder once pushed), and
+/// `/which` answers `which`.
+fn chain(which: &str) -> String {
+    plaintext(&format!(
+        "[authentication]\nanonymous = false\n\n\
+         [[authentication.filters]]\nname = \"tokens\"\ncomponent = \"{tokens}\"\n\
+         config = {{ tokens = [{{ token = \"t1\", user = \"chain-{lower}\" }}] }}\n\n\
+         [authorization]\nalways_allow = true\n\n\
+         [audit]\nmode = \"blocking\"\n\n[[audit.policy]]\nlevel = \"Metadata\"\nnon_resource_urls = [\"/which\"]\n\n\
+         [[audit.filters]]\nname = \"log\"\ncomponent = \"{audit}\"\nsink = \"audit.log\"\n\
+         config = {{ omit_stages = [\"RequestReceived\"] }}\n\n\
+         [[servers]]\nname = \"main\"\n\n{route}",
+        tokens = component_path("token-authn").display(),
+        audit = component_path("jsonl-audit").display(),
+        lower = which.to_ascii_lowercase(),
+        route = which_route(which),
+    ))
+}
+
+/// Writes the manifests of chains A and B into `dir`.
+fn write_chains(dir: &Path) -> (PathBuf, PathBuf) {
+    let (a, b) = (dir.join("a.toml"), dir.join("b.toml"));
+    std::fs::write(&a, chain("A")).expect("write chain A");
+    std::fs::write(&b, chain("B")).expect("write chain B");
+    (a, b)
+}
+
+fn wasmgate(args: &[&str]) -> Output {
+    Command::new(binary())
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the wasmgate binary")
+}
+
+/// `wasmgate push`, which must succeed; the revision it wrote.
+fn push(manifest: &Path, url: &str) -> i64 {
+    let output = wasmgate(&["push", "--config", &manifest.to_string_lossy(), "--to", url]);
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "push failed: {}{said}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    said.strip_prefix("pushed revision ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|number| number.parse().ok())
+        .unwrap_or_else(|| panic!("no revision in {said:?}"))
+}
+
+/// `wasmgate status --json`.
+fn fleet_status(url: &str) -> serde_json::Value {
+    let output = wasmgate(&["status", "--to", url, "--json"]);
+    assert!(
+        output.status.success(),
+        "status failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("status --json prints JSON")
+}
+
+/// A gateway of the fleet, as a child process, with its state folder.
+struct Member {
+    process: GatewayProcess,
+    state: PathBuf,
+    id: String,
+}
+
+fn join(url: &str, state: &Path, id: &str, port: u16) -> Member {
+    let listen = format!("127.0.0.1:{port}");
+    let process = GatewayProcess::spawn_with_args(
+        Path::new(url),
+        &[
+            "--listen",
+            &listen,
+            "--state-dir",
+            &state.to_string_lossy(),
+            "--gateway-id",
+            id,
+        ],
+    );
+    assert_eq!(process.addr.port(), port, "--listen is where it listens");
+    Member {
+        process,
+        state: state.to_owned(),
+        id: id.to_owned(),
+    }
+}
+
+/// Three gateways on `url`, each with a state folder in `dir`.
+fn three(url: &str, dir: &Path) -> Vec<Member> {
+    (1..=3)
+        .map(|n| {
+            join(
+                url,
+                &dir.join(format!("gw{n}")),
+                &format!("gw{n}"),
+                free_port(),
+            )
+        })
+        .collect()
+}
+
+/// `GET path` as user t1 (the chains let no anonymous request in, not to
+/// `/metrics` or `/readyz` either): status and body.
+async fn get_as_t1(client: &reqwest::Client, member: &Member, path: &str) -> Option<(u16, String)> {
+    let response = client
+        .get(member.process.url(path))
+        .bearer_auth("t1")
+        .send()
+        .await
+        .ok()?;
+    let status = response.status().as_u16();
+    Some((status, response.text().await.ok()?))
+}
+
+/// The revision a gateway serves, from `wasmgate_config_revision`.
+async fn revision_of(client: &reqwest::Client, member: &Member) -> Option<i64> {
+    let (_, text) = get_as_t1(client, member, "/metrics").await?;
+    metric(&text, "wasmgate_config_revision").map(|value| value as i64)
+}
+
+/// `/readyz?verbose` of a gateway.
+async fn readyz(client: &reqwest::Client, member: &Member) -> String {
+    let (status, text) = get_as_t1(client, member, "/readyz?verbose")
+        .await
+        .expect("readyz answers");
+    assert_eq!(status, 200, "{text}");
+    text
+}
+
+/// Waits until every gateway serves `revision`; how long the last took.
+async fn all_apply(
+    client: &reqwest::Client,
+    members: &[Member],
+    revision: i64,
+    bound: Duration,
+) -> Duration {
+    let start = Instant::now();
+    for member in members {
+        loop {
+            if revision_of(client, member).await == Some(revision) {
+                break;
+            }
+            assert!(
+                start.elapsed() < bound,
+                "{} did not apply revision {revision} within {bound:?} (serves {:?})",
+                member.id,
+                revision_of(client, member).await
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    start.elapsed()
+}
+
+/// GET /which with token t1 and a fresh Audit-ID: the chain that answered.
+async fn ask(client: &reqwest::Client, base: &str, audit_id: &str) -> Result<String, String> {
+    let response = client
+        .get(format!("{base}/which"))
+        .bearer_auth("t1")
+        .header("Audit-ID", audit_id)
+        .send()
+        .await
+        .map_err(|error| error_chain(&error))?;
+    let status = response.status().as_u16();
+    let body = response.text().await.map_err(|error| error.to_string())?;
+    if status != 200 || !(body == "A" || body == "B") {
+        return Err(format!("{status} {body}"));
+    }
+    Ok(body)
+}
+
+/// A steady load through `bases`, one request after another per worker,
+/// round robin, until stopped: what each Audit-ID got, and the failures.
+struct Load {
+    stop: Arc<AtomicBool>,
+    workers: Vec<tokio::task::JoinHandle<Worked>>,
+}
+
+/// One load worker's (Audit-ID, chain) answers and its failures.
+type Worked = (Vec<(String, String)>, Vec<String>);
+
+const LOAD_WORKERS: usize = 3;
+
+/// No load runs longer than this, whatever the test does.
+const LOAD_LIMIT: Duration = Duration::from_secs(90);
+
+impl Load {
+    fn start(bases: Vec<String>) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let counter = Arc::new(AtomicUsize::new(0));
+        let workers = (0..LOAD_WORKERS)
+            .map(|worker| {
+                let (stop, counter, bases) = (stop.clone(), counter.clone(), bases.clone());
+                tokio::spawn(async move {
+                    let client = http_client();
+                    let (mut answers, mut failures) = (Vec::new(), Vec::new());
+                    let started = Instant::now();
+                    while !stop.load(Ordering::Relaxed) && started.elapsed() < LOAD_LIMIT {
+                        let n = counter.fetch_add(1, Ordering::Relaxed);
+                        let base = &bases[(n + worker) % bases.len()];
+                        let audit_id = format!("load-{n}");
+                        match ask(&client, base, &audit_id).await {
+                            Ok(chain) => answers.push((audit_id, chain)),
+                            Err(error) => failures.push(format!("{base} {audit_id}: {error}")),
+                        }
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    (answers, failures)
+                })
+            })
+            .collect();
+        Load { stop, workers }
+    }
+
+    /// Stops the load: every answer by Audit-ID; fails on any failure.
+    async fn finish(self) -> HashMap<String, String> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut answers = HashMap::new();
+        let mut failures = Vec::new();
+        for worker in self.workers {
+            let (got, failed) = bounded("the load to stop", worker)
+                .await
+                .expect("a load worker");
+            answers.extend(got);
+            failures.extend(failed);
+        }
+        assert!(
+            failures.is_empty(),
+            "{} requests failed: {:#?}",
+            failures.len(),
+            &failures[..failures.len().min(10)]
+        );
+        answers
+    }
+}
+
+/// The user each request's ResponseComplete event names, by Audit-ID, from
+/// the whole lines of a gateway's audit log.
+fn audited_users(state: &Path) -> HashMap<String, String> {
+    let text = std::fs::read_to_string(state.join("audit.log")).unwrap_or_default();
+    text.split_inclusive('\n')
+        .filter(|line| line.ends_with('\n'))
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event["stage"] == "ResponseComplete")
+        .filter_map(|event| {
+            Some((
+                event["auditID"].as_str()?.to_owned(),
+                event["user"]["username"].as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// etcd, chains A and B written, A pushed, three gateways serving it.
+struct Fleet {
+    etcd: Etcd,
+    url: String,
+    dir: tempfile::TempDir,
+    a: PathBuf,
+    b: PathBuf,
+    first: i64,
+    members: Vec<Member>,
+    client: reqwest::Client,
+}
+
+async fn three_on_chain_a() -> Fleet {
+    let etcd = Etcd::start();
+    let url = etcd.url("fleet");
+    let dir = new_dir();
+    let (a, b) = write_chains(dir.path());
+    let first = push(&a, &url);
+    let members = three(&url, dir.path());
+    let client = http_client();
+    all_apply(&client, &members, first, BOUND).await;
+    Fleet {
+        etcd,
+        url,
+        dir,
+        a,
+        b,
+        first,
+        members,
+        client,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The tests
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_gateways_follow_twenty_pushes_under_load_each_request_on_one_chain() {
+    let Fleet {
+        etcd: _etcd,
+        url,
+        dir: _dir,
+        a,
+        b,
+        first: _,
+        members,
+        client,
+    } = three_on_chain_a().await;
+    let load = Load::start(members.iter().map(|m| m.process.url("")).collect());
+    let mut slowest = Duration::ZERO;
+    for round in 0..20 {
+        let manifest = if round % 2 == 0 { &b } else { &a };
+        let revision = push(manifest, &url);
+        slowest = slowest.max(all_apply(&client, &members, revision, APPLY_BOUND).await);
+    }
+    let answers = load.finish().await;
+    assert!(
+        answers.len() > 100,
+        "the load made only {} requests",
+        answers.len()
+    );
+    let mut audited = HashMap::new();
+    for member in &members {
+        audited.extend(audited_users(&member.state));
+    }
+    let (mut a_answers, mut b_answers) = (0, 0);
+    for (audit_id, chain) in &answers {
+        let user = audited
+            .get(audit_id)
+            .unwrap_or_else(|| panic!("{audit_id} was not audited"));
+        assert_eq!(
+            user,
+            &format!("chain-{}", chain.to_ascii_lowercase()),
+            "{audit_id} answered by chain {chain}"
+        );
+        if chain == "A" {
+            a_answers += 1
+        } else {
+            b_answers += 1
+        }
+    }
+    assert!(
+        a_answers > 0 && b_answers > 0,
+        "both chains served ({a_answers} A, {b_answers} B)"
+    );
+    let status = fleet_status(&url);
+    let gateways = status["gateways"].as_array().expect("gateways");
+    assert_eq!(gateways.len(), 3, "{status:#}");
+    for gateway in gateways {
+        assert_eq!(gateway["up"], true, "{status:#}");
+        assert_eq!(gateway["applied"], status["revision"], "{status:#}");
+    }
+    eprintln!(
+        "slowest apply of 20 pushes to 3 gateways: {slowest:?}; {} requests",
+        answers.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_manifest_is_refused_by_push_as_check_does_and_by_every_gateway() {
+    let etcd = Etcd::start();
+    let url = etcd.url("fleet");
+    let dir = new_dir();
+    let (a, _) = write_chains(dir.path());
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        chain("A").replace("anonymous = false", "anonymous = false\nanonymus = true"),
+    )
+    .expect("write");
+    let pushed = wasmgate(&["push", "--config", &bad.to_string_lossy(), "--to", &url]);
+    let checked = wasmgate(&["check", "--config", &bad.to_string_lossy()]);
+    assert!(!pushed.status.success() && !checked.status.success());
+    let problems = String::from_utf8_lossy(&checked.stderr);
+    assert!(
+        problems.contains("bad.toml:7:1: authentication.anonymus"),
+        "check names the place: {problems}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&pushed.stderr),
+        problems,
+        "push says what check says"
+    );
+
+    let good = push(&a, &url);
+    let members = three(&url, dir.path());
+    let client = http_client();
+    all_apply(&client, &members, good, BOUND).await;
+    // Written by hand, bypassing push: a route to an ftp:// upstream.
+    let text = format!(
+        "{}\n[[servers.routes]]\nprefix = \"/bad/\"\nupstream = \"ftp://127.0.0.1:21\"\n",
+        chain("B")
+    );
+    let mut raw =
+        etcd_client::Client::connect([format!("http://127.0.0.1:{}", etcd.client_port)], None)
+            .await
+            .expect("an etcd client");
+    let written = raw
+        .put("/fleet/manifest", text, None)
+        .await
+        .expect("put by hand");
+    let refused = written.header().expect("a header").revision();
+    let status = eventually("every gateway to report the refusal", || async {
+        let status = fleet_status(&url);
+        let gateways = status["gateways"].as_array()?.clone();
+        (gateways.len() == 3 && gateways.iter().all(|g| g["refused"]["revision"] == refused))
+            .then_some(status)
+    })
+    .await;
+    for gateway in status["gateways"].as_array().expect("gateways") {
+        assert_eq!(gateway["applied"], good, "{status:#}");
+        let error = gateway["refused"]["error"]
+            .as_str()
+            .expect("the refusal's error");
+        assert!(
+            error.contains(&format!("manifest-{refused}.toml:")) && error.contains("ftp"),
+            "{error}"
+        );
+    }
+    for member in &members {
+        assert_eq!(
+            ask(&client, &member.process.url(""), "after-refusal")
+                .await
+                .as_deref(),
+            Ok("A")
+        );
+        let readyz = readyz(&client, member).await;
+        assert!(
+            readyz.contains(&format!(
+                "[+]config-revision ok (revision {good} from {url}; revision {refused} refused)"
+            )),
+            "{readyz}"
+        );
+    }
+    let table = String::from_utf8_lossy(&wasmgate(&["status", "--to", &url]).stdout).into_owned();
+    assert!(table.contains(&format!("refused {refused}:")), "{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_away_for_ten_seconds_fails_no_request_and_a_restart_starts_from_disk() {
+    let Fleet {
+        mut etcd,
+        url,
+        dir,
+        a: _,
+        b,
+        first,
+        mut members,
+        client,
+    } = three_on_chain_a().await;
+    // The load goes through the two gateways that keep running.
+    let load = Load::start(members[..2].iter().map(|m| m.process.url("")).collect());
+    etcd.stop();
+    let away = Instant::now();
+    let restarted = members.pop().expect("a third gateway");
+    let port = restarted.process.addr.port();
+    drop(restarted);
+    let restarted = join(&url, &dir.path().join("gw3"), "gw3", port);
+    assert!(
+        restarted
+            .process
+            .log_text()
+            .contains("starting from the disk copy"),
+        "{}",
+        restarted.process.log_text()
+    );
+    let readyz = readyz(&client, &restarted).await;
+    assert!(
+        readyz.contains(&format!("revision {first} from the disk copy")),
+        "{readyz}"
+    );
+    assert_eq!(
+        ask(&client, &restarted.process.url(""), "from-disk")
+            .await
+            .as_deref(),
+        Ok("A")
+    );
+    members.push(restarted);
+    tokio::time::sleep(Duration::from_secs(10).saturating_sub(away.elapsed())).await;
+    etcd.resume();
+    let answers = load.finish().await;
+    assert!(
+        answers.values().all(|chain| chain == "A"),
+        "only chain A was in force"
+    );
+    let next = push(&b, &url);
+    all_apply(&client, &members, next, BOUND).await;
+    for member in &members {
+        assert_eq!(
+            ask(&client, &member.process.url(""), "after-etcd")
+                .await
+                .as_deref(),
+            Ok("B")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_to_an_earlier_revision_reaches_all_three() {
+    let Fleet {
+        etcd: _etcd,
+        url,
+        dir: _dir,
+        a: _,
+        b,
+        first,
+        members,
+        client,
+    } = three_on_chain_a().await;
+    let second = push(&b, &url);
+    all_apply(&client, &members, second, BOUND).await;
+    let output = wasmgate(&["rollback", "--to", &first.to_string(), "--etcd", &url]);
+    let said = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let revision: i64 = said
+        .rsplit(' ')
+        .next()
+        .and_then(|number| number.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no revision in {said:?}"));
+    assert!(revision > second, "{said}");
+    all_apply(&client, &members, revision, BOUND).await;
+    for member in &members {
+        assert_eq!(
+            ask(&client, &member.process.url(""), "rolled-back")
+                .await
+                .as_deref(),
+            Ok("A")
+        );
+    }
+    let missing = wasmgate(&["rollback", "--to", "99999", "--etcd", &url]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("not in the kept history"));
+}
+
+#[tokio::test]
+async fn of_two_pushes_from_one_revision_the_second_is_told_to_push_again() {
+    let etcd = Etcd::start();
+    let dir = new_dir();
+    let (a, b) = write_chains(dir.path());
+    let target =
+        wasmgate::fleet::Target::parse(&etcd.url("race"), Default::default()).expect("a target");
+    let store = wasmgate::fleet::store::Store::open(&target)
+        .await
+        .expect("a store");
+    let first = wasmgate::fleet::push::prepare(&a, &store)
+        .await
+        .expect("prepared");
+    let second = wasmgate::fleet::push::prepare(&b, &store)
+        .await
+        .expect("prepared");
+    wasmgate::fleet::push::commit(first, &store)
+        .await
+        .expect("the first wins");
+    let lost = wasmgate::fleet::push::commit(second, &store)
+        .await
+        .expect_err("the second loses");
+    assert!(lost.to_string().contains("push again"), "{lost}");
+    let current = store.manifest().await.expect("read").expect("a manifest");
+    assert!(current.text.contains("chain-a"), "the winner is in force");
+}
+
+#[tokio::test]
+async fn a_component_larger_than_an_etcd_request_is_chunked_and_checked_on_read() {
+    let etcd = Etcd::start();
+    let target =
+        wasmgate::fleet::Target::parse(&etcd.url("big"), Default::default()).expect("a target");
+    let store = wasmgate::fleet::store::Store::open(&target)
+        .await
+        .expect("a store");
+    let python = component_path("abac-authz");
+    let bytes = std::fs::read(&python).expect("read the Python component");
+    assert!(
+        bytes.len() > 3 * 1024 * 1024 / 2,
+        "the Python component is {} bytes",
+        bytes.len()
+    );
+    let digest: [u8; 32] =
+        sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(&bytes)).into();
+    store
+        .put_component(&digest, &bytes)
+        .await
+        .expect("stored in chunks");
+    assert_eq!(store.component(&digest).await.expect("read back"), bytes);
+    let mut raw =
+        etcd_client::Client::connect([format!("http://127.0.0.1:{}", etcd.client_port)], None)
+            .await
+            .expect("an etcd client");
+    let chunk = format!("/big/components/sha256-{}/1", hex::encode(digest));
+    raw.put(chunk, vec![0u8; 16], None)
+        .await
+        .expect("damage one chunk");
+    let damaged = store
+        .component(&digest)
+        .await
+        .expect_err("a damaged component is refused");
+    assert!(damaged.to_string().contains("damaged"), "{damaged}");
+}

@@ -1,0 +1,713 @@
+//! API Priority and Fairness over real sockets: a real gateway with the
+//! token-authn component telling users apart, a real upstream that sleeps
+//! or holds responses, reqwest clients. Fairness under a flood (and
+//! starvation under max-in-flight, for contrast), the exempt level, kube's
+//! 429, the response headers, the debug dumps, the metrics, watches, LIST
+//! width, the suggested configuration and a reload under load.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::support::*;
+
+const WIDGETS: &str = "/apis/demo.example.io/v1/namespaces/default/widgets";
+const SCHEMA_UID: &str = "x-kubernetes-pf-flowschema-uid";
+const LEVEL_UID: &str = "x-kubernetes-pf-prioritylevel-uid";
+
+/// noisy and quiet are tenants; root is in `system:masters` (exempt).
+fn tokens() -> String {
+    filter(
+        "authentication.filters",
+        "tokens",
+        "token-authn",
+        Some(json!({"tokens": [
+            {"token": "noisy", "user": "noisy"},
+            {"token": "quiet", "user": "quiet"},
+            {"token": "root", "user": "root", "groups": ["system:masters"]},
+        ]})),
+        "",
+    )
+}
+
+/// One level `tenants` for every authenticated user, a flow per user, 8
+/// seats in all (4 + 4), queues of `queue_length_limit`; the manifest's
+/// 8 s request timeout lets a request wait 2 s in its queue at most.
+fn tenants(queue_length_limit: usize) -> String {
+    format!(
+        r#"
+[flow_control]
+
+[[flow_control.priority_levels]]
+name = "tenants"
+nominal_concurrency_shares = 100
+queuing = {{ queues = 64, hand_size = 6, queue_length_limit = {queue_length_limit} }}
+
+[[flow_control.flow_schemas]]
+name = "tenants"
+priority_level = "tenants"
+matching_precedence = 500
+distinguisher = "by_user"
+
+[[flow_control.flow_schemas.rules]]
+groups = ["system:authenticated"]
+resource_rules = [{{ verbs = ["*"], api_groups = ["*"], resources = ["*"], namespaces = ["*"], cluster_scope = true }}]
+non_resource_rules = [{{ verbs = ["*"], non_resource_urls = ["*"] }}]
+"#
+    )
+}
+
+fn manifest(upstream: &Upstream, flow_control: &str) -> String {
+    let up = upstream.url();
+    plaintext(&format!(
+        r#"
+[limits]
+max_requests_in_flight = 4
+max_mutating_requests_in_flight = 4
+request_timeout = "8s"
+
+[authorization]
+always_allow = true
+{tokens}
+{flow_control}
+
+[[servers]]
+name = "gw"
+
+[[servers.routes]]
+api = "/apis/demo.example.io/v1"
+upstream = "{up}"
+"#,
+        tokens = tokens(),
+    ))
+}
+
+fn as_user(request: reqwest::RequestBuilder, user: &str) -> reqwest::RequestBuilder {
+    request.bearer_auth(user)
+}
+
+/// Starts a request whose body the upstream holds until released; returns
+/// once its headers have arrived.
+async fn hold(client: &reqwest::Client, url: &str, user: &str) -> reqwest::Response {
+    let response = bounded(
+        "a held response's head",
+        as_user(client.get(url), user).header(MODE, "stream").send(),
+    )
+    .await
+    .expect("a response");
+    assert_eq!(response.status(), 200);
+    response
+}
+
+/// Takes all 8 seats of `tenants` with held requests of `user`.
+async fn take_every_seat(
+    client: &reqwest::Client,
+    url: &str,
+    user: &str,
+) -> Vec<reqwest::Response> {
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(hold(client, url, user).await);
+    }
+    held
+}
+
+/// Lets the held responses end, then answers what waited.
+async fn drain(
+    upstream: &Upstream,
+    held: Vec<reqwest::Response>,
+    waiting: Vec<tokio::task::JoinHandle<Answer>>,
+) -> Vec<Answer> {
+    upstream.release(held.len());
+    for response in held {
+        bounded("a held body", response.text())
+            .await
+            .expect("a body");
+    }
+    let mut answers = Vec::new();
+    for task in waiting {
+        answers.push(bounded("a queued request", task).await.expect("its answer"));
+    }
+    answers
+}
+
+/// Requests that wait in their queue: sent, not answered yet.
+fn queue_up(
+    client: &reqwest::Client,
+    url: &str,
+    user: &str,
+    count: usize,
+) -> Vec<tokio::task::JoinHandle<Answer>> {
+    (0..count)
+        .map(|_| {
+            let request = as_user(client.get(url), user).header(MODE, "slow:1");
+            tokio::spawn(async move { send(request).await })
+        })
+        .collect()
+}
+
+async fn dump(client: &reqwest::Client, gateway: &TestGateway, which: &str) -> String {
+    let answer = send(as_user(
+        client.get(gateway.url(&format!("/debug/api_priority_and_fairness/{which}"))),
+        "root",
+    ))
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.body
+}
+
+/// The row of `level` in `dump_priority_levels`, as its cells.
+fn level_row(dump: &str, level: &str) -> Vec<String> {
+    dump.lines()
+        .map(|line| {
+            line.split(',')
+                .map(|c| c.trim().to_owned())
+                .collect::<Vec<_>>()
+        })
+        .find(|cells| cells[0] == level)
+        .unwrap_or_else(|| panic!("no row for {level} in\n{dump}"))
+}
+
+/// Waits until `level` has `waiting` requests queued and `executing` running.
+async fn settled(
+    client: &reqwest::Client,
+    gateway: &TestGateway,
+    level: &str,
+    waiting: usize,
+    executing: usize,
+) {
+    eventually("the level to settle", || async {
+        let row = level_row(&dump(client, gateway, "dump_priority_levels").await, level);
+        (row[4] == waiting.to_string() && row[5] == executing.to_string()).then_some(())
+    })
+    .await;
+}
+
+fn assert_rejected_by_flow_control(answer: &Answer) {
+    let status = answer.assert_status(429, "TooManyRequests");
+    let retry_after: u64 = answer
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .expect("seconds");
+    assert!((1..=32).contains(&retry_after), "{retry_after}");
+    assert_eq!(status["details"]["retryAfterSeconds"], json!(retry_after));
+    assert!(answer.header(SCHEMA_UID).is_some());
+    assert!(answer.header(LEVEL_UID).is_some());
+}
+
+/// `quiet`'s latencies over `count` requests one at a time, and how many
+/// were not 200.
+async fn quiet_latencies(
+    client: &reqwest::Client,
+    url: &str,
+    count: usize,
+) -> (Vec<Duration>, usize) {
+    let mut latencies = Vec::new();
+    let mut refused = 0;
+    for _ in 0..count {
+        let start = Instant::now();
+        let answer = send(as_user(client.get(url), "quiet").header(MODE, "slow:100")).await;
+        latencies.push(start.elapsed());
+        if answer.status != 200 {
+            refused += 1;
+        }
+    }
+    latencies.sort();
+    (latencies, refused)
+}
+
+/// The nearest-rank 99th percentile.
+fn p99(sorted: &[Duration]) -> Duration {
+    let rank = (sorted.len() * 99).div_ceil(100).max(1);
+    sorted[rank - 1]
+}
+
+struct Flood {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<(usize, usize)>>,
+}
+
+/// 64 connections of `noisy`, each sending as fast as its answers come
+/// (after a 429, 25 ms later: the queues stay full without spinning the
+/// test's own cores), for at most `bound`.
+fn flood(url: &str, bound: Duration) -> Flood {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rejected_well = Arc::new(AtomicUsize::new(0));
+    let tasks = (0..64)
+        .map(|_| {
+            let client = http_client();
+            let url = url.to_owned();
+            let stop = stop.clone();
+            let rejected_well = rejected_well.clone();
+            tokio::spawn(async move {
+                let (mut served, mut rejected) = (0, 0);
+                let start = Instant::now();
+                while !stop.load(Ordering::Relaxed) && start.elapsed() < bound {
+                    let request = as_user(client.get(&url), "noisy").header(MODE, "slow:100");
+                    let Ok(response) = request.send().await else {
+                        continue;
+                    };
+                    let answer = Answer::of(response).await;
+                    if answer.status == 200 {
+                        served += 1;
+                    } else {
+                        assert_eq!(answer.status, 429, "{}", answer.body);
+                        if answer.header("retry-after").is_some() {
+                            rejected_well.fetch_add(1, Ordering::Relaxed);
+                        }
+                        rejected += 1;
+                        tokio::time::sleep(Duration::from_millis(25)).await;
+                    }
+                }
+                (served, rejected)
+            })
+        })
+        .collect();
+    Flood { stop, tasks }
+}
+
+impl Flood {
+    async fn end(self) -> (usize, usize) {
+        self.stop.store(true, Ordering::Relaxed);
+        let (mut served, mut rejected) = (0, 0);
+        for task in self.tasks {
+            let (s, r) = bounded("a flooding connection to stop", task)
+                .await
+                .expect("the flood task");
+            served += s;
+            rejected += r;
+        }
+        (served, rejected)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flood_from_one_user_does_not_starve_another_but_max_in_flight_does() {
+    let upstream = Upstream::start().await;
+    let url_of = |gateway: &TestGateway| gateway.url(WIDGETS);
+
+    // With priority and fairness.
+    let gateway = TestGateway::start(&manifest(&upstream, &tenants(4))).await;
+    let client = http_client();
+    let url = url_of(&gateway);
+    let (alone, refused) = quiet_latencies(&client, &url, 20).await;
+    assert_eq!(refused, 0);
+    let flooding = flood(&url, Duration::from_secs(15));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (under_flood, refused) = quiet_latencies(&client, &url, 30).await;
+    let (noisy_served, noisy_rejected) = flooding.end().await;
+    eprintln!(
+        "quiet's p99 alone {:?}, under the flood {:?}; noisy served {noisy_served}, rejected {noisy_rejected}",
+        p99(&alone),
+        p99(&under_flood)
+    );
+    assert_eq!(refused, 0, "quiet got 429s under priority and fairness");
+    assert!(
+        p99(&under_flood) <= p99(&alone) * 3,
+        "quiet's p99 went from {:?} alone to {:?} under the flood",
+        p99(&alone),
+        p99(&under_flood)
+    );
+    assert!(noisy_served > 0);
+    assert!(
+        noisy_rejected > 0,
+        "noisy got no 429 ({noisy_served} served)"
+    );
+    gateway.shutdown().await;
+
+    // The same flood under max-in-flight (4 read-only requests at once).
+    let gateway = TestGateway::start(&manifest(&upstream, "")).await;
+    let url = url_of(&gateway);
+    let flooding = flood(&url, Duration::from_secs(15));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, refused) = quiet_latencies(&client, &url, 30).await;
+    flooding.end().await;
+    eprintln!("under max-in-flight quiet was refused {refused} of 30 times");
+    assert!(
+        refused >= 10,
+        "quiet was refused only {refused} of 30 times"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exempt_requests_are_never_queued_and_full_queues_answer_kubes_429() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, &tenants(2))).await;
+    let client = http_client();
+    let url = gateway.url(WIDGETS);
+    // Every seat taken: 8 held requests of noisy.
+    let held = take_every_seat(&client, &url, "noisy").await;
+    // Its queue fills (hand of 6, 2 per queue: the shortest is chosen).
+    let waiting = queue_up(&client, &url, "noisy", 12);
+    settled(&client, &gateway, "tenants", 12, 8).await;
+    // One more finds every queue of its hand full.
+    let full = send(as_user(client.get(&url), "noisy")).await;
+    assert_rejected_by_flow_control(&full);
+    // The exempt level runs at once, level saturated or not.
+    for _ in 0..5 {
+        let start = Instant::now();
+        let answer = send(as_user(client.get(&url), "root").header(MODE, "slow:1")).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert!(start.elapsed() < Duration::from_millis(500));
+        assert_ne!(answer.header(LEVEL_UID), full.header(LEVEL_UID));
+    }
+    let levels = dump(&client, &gateway, "dump_priority_levels").await;
+    assert_eq!(level_row(&levels, "exempt")[1], "<none>");
+    // Queued requests wait a quarter of the 8 s timeout, then get a 429.
+    for task in waiting {
+        let answer = bounded("a queued request", task).await.expect("its answer");
+        assert_rejected_by_flow_control(&answer);
+    }
+    let levels = dump(&client, &gateway, "dump_priority_levels").await;
+    let row = level_row(&levels, "tenants");
+    assert_eq!(row[8], "12", "timed out: {row:?}");
+    drop(held);
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_name_their_flow_schema_and_priority_level() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, &tenants(4))).await;
+    let client = http_client();
+    let url = gateway.url(WIDGETS);
+    let noisy = send(as_user(client.get(&url), "noisy")).await;
+    let quiet = send(as_user(client.get(&url), "quiet")).await;
+    let root = send(as_user(client.get(&url), "root")).await;
+    for answer in [&noisy, &quiet, &root] {
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        let uid = answer.header(SCHEMA_UID).expect("a flow schema UID");
+        assert!(uuid_like(uid), "{uid}");
+        assert!(uuid_like(answer.header(LEVEL_UID).expect("a level UID")));
+    }
+    assert_eq!(noisy.header(SCHEMA_UID), quiet.header(SCHEMA_UID));
+    assert_eq!(noisy.header(LEVEL_UID), quiet.header(LEVEL_UID));
+    assert_ne!(noisy.header(SCHEMA_UID), root.header(SCHEMA_UID));
+    // Unauthenticated: 401 before flow control, so no headers.
+    let anonymous = send(client.get(&url)).await;
+    assert_eq!(anonymous.status, 401);
+    assert_eq!(anonymous.header(SCHEMA_UID), None);
+    gateway.shutdown().await;
+}
+
+fn uuid_like(text: &str) -> bool {
+    text.len() == 36 && text.chars().filter(|c| *c == '-').count() == 4
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dumps_have_kubes_columns_and_show_the_queues() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, &tenants(4))).await;
+    let client = http_client();
+    let url = gateway.url(WIDGETS);
+    let held = take_every_seat(&client, &url, "noisy").await;
+    let waiting = queue_up(&client, &url, "quiet", 2);
+    settled(&client, &gateway, "tenants", 2, 8).await;
+
+    let levels = dump(&client, &gateway, "dump_priority_levels").await;
+    let header = levels.lines().next().expect("a header");
+    assert_eq!(
+        header,
+        "PriorityLevelName, ActiveQueues, IsIdle, IsQuiescing, WaitingRequests, \
+         ExecutingRequests, DispatchedRequests, RejectedRequests, TimedoutRequests, \
+         CancelledRequests"
+    );
+    // Columns are aligned: every row's cells start where the header's do.
+    let starts = |line: &str| {
+        line.match_indices(", ")
+            .map(|(i, _)| line[i + 1..].find(|c: char| c != ' ').unwrap_or(0) + i + 1)
+            .collect::<Vec<_>>()
+    };
+    for line in levels.lines().skip(1) {
+        assert_eq!(starts(line), starts(header), "{levels}");
+    }
+    let row = level_row(&levels, "tenants");
+    // quiet's two requests: each joined the shortest queue of its hand.
+    assert_eq!(&row[1..6], ["2", "false", "false", "2", "8"], "{levels}");
+    assert_eq!(level_row(&levels, "catch-all")[2], "true");
+
+    let queues = dump(&client, &gateway, "dump_queues").await;
+    // Go's tabwriter pads "Index," to its minimum width of 8.
+    assert!(
+        queues.starts_with(
+            "PriorityLevelName, Index,  PendingRequests, ExecutingRequests, SeatsInUse, \
+             NextDispatchR, InitialSeatsSum, MaxSeatsSum, TotalWorkSum\n"
+        ),
+        "{queues}"
+    );
+    let tenant_queues: Vec<Vec<String>> = queues
+        .lines()
+        .map(|l| {
+            l.split(',')
+                .map(|c| c.trim().to_owned())
+                .collect::<Vec<_>>()
+        })
+        .filter(|cells| cells[0] == "tenants")
+        .collect();
+    assert_eq!(tenant_queues.len(), 64);
+    let seats: usize = tenant_queues
+        .iter()
+        .map(|q| q[4].parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(seats, 8);
+    assert!(tenant_queues.iter().all(|q| q[5].ends_with("ss")));
+
+    let requests = dump(&client, &gateway, "dump_requests?includeRequestDetails=1").await;
+    let mut lines = requests.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').map(str::trim).collect();
+    assert_eq!(
+        header,
+        [
+            "PriorityLevelName",
+            "FlowSchemaName",
+            "QueueIndex",
+            "RequestIndexInQueue",
+            "FlowDistingsher",
+            "ArriveTime",
+            "InitialSeats",
+            "FinalSeats",
+            "AdditionalLatency",
+            "UserName",
+            "Verb",
+            "APIPath",
+            "Namespace",
+            "Name",
+            "APIVersion",
+            "Resource",
+            "SubResource"
+        ]
+    );
+    let rows: Vec<Vec<&str>> = lines
+        .map(|l| l.split(',').map(str::trim).collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{requests}");
+    for row in &rows {
+        assert_eq!(row[0..2], ["tenants", "tenants"]);
+        assert_eq!(row[4], "quiet");
+        assert!(row[5].ends_with('Z'), "{row:?}");
+        assert_eq!(row[6..12], ["1", "0", "0s", "quiet", "list", WIDGETS]);
+        assert_eq!(
+            row[12..],
+            ["default", "", "demo.example.io/v1", "widgets", ""]
+        );
+    }
+    let brief = dump(&client, &gateway, "dump_requests").await;
+    assert_eq!(brief.lines().next().unwrap().split(',').count(), 9);
+
+    for answer in drain(&upstream, held, waiting).await {
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubes_metrics_are_on_the_metrics_endpoint() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, &tenants(1))).await;
+    let client = http_client();
+    let url = gateway.url(WIDGETS);
+    let held = take_every_seat(&client, &url, "noisy").await;
+    let waiting = queue_up(&client, &url, "noisy", 1);
+    settled(&client, &gateway, "tenants", 1, 8).await;
+    let text = send(as_user(client.get(gateway.url("/metrics")), "root"))
+        .await
+        .body;
+    let series = |name: &str| {
+        let prefix = format!("{name}{{priority_level=\"tenants\",flow_schema=\"tenants\"");
+        text.lines()
+            .find(|line| line.starts_with(&prefix))
+            .and_then(|line| line.rsplit(' ').next())
+            .and_then(|value| value.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+    };
+    // Gauges and counters are process-wide: other tests' requests count too.
+    assert!(series("apiserver_flowcontrol_current_executing_requests") >= 8.0);
+    assert!(series("apiserver_flowcontrol_current_inqueue_requests") >= 1.0);
+    assert!(series("apiserver_flowcontrol_dispatched_requests_total") >= 8.0);
+    assert!(series("apiserver_flowcontrol_request_wait_duration_seconds_count") >= 8.0);
+    assert!(
+        text.contains("apiserver_flowcontrol_nominal_limit_seats{priority_level=\"tenants\"} 8")
+    );
+    assert!(text.contains("apiserver_flowcontrol_current_limit_seats{priority_level=\"tenants\"}"));
+    // One more than the queue holds.
+    assert_rejected_by_flow_control(&send(as_user(client.get(&url), "noisy")).await);
+    let text = send(as_user(client.get(gateway.url("/metrics")), "root"))
+        .await
+        .body;
+    assert!(
+        text.lines().any(|line| line.starts_with(
+            "apiserver_flowcontrol_rejected_requests_total{priority_level=\"tenants\",\
+             flow_schema=\"tenants\",reason=\"queue-full\"}"
+        )),
+        "{text}"
+    );
+    assert!(text.ends_with("# EOF\n"));
+    drain(&upstream, held, waiting).await;
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_hold_no_seat_once_set_up_and_lists_weigh_by_their_limit() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, &tenants(4))).await;
+    let client = http_client();
+    // Twelve watches streaming: more than the 8 seats.
+    let mut watches = Vec::new();
+    for _ in 0..12 {
+        watches.push(
+            hold(
+                &client,
+                &format!("{}?watch=true", gateway.url(WIDGETS)),
+                "noisy",
+            )
+            .await,
+        );
+    }
+    settled(&client, &gateway, "tenants", 0, 0).await;
+    let answer = send(as_user(client.get(gateway.url(WIDGETS)), "quiet")).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+
+    // A LIST of limit=500 takes 5 of the 8 seats: a second one waits.
+    let list = format!("{}?limit=500", gateway.url(WIDGETS));
+    let first = hold(&client, &list, "noisy").await;
+    let queues = dump(&client, &gateway, "dump_queues").await;
+    let in_use: usize = queues
+        .lines()
+        .filter(|l| l.starts_with("tenants,"))
+        .map(|l| {
+            l.split(',')
+                .nth(4)
+                .unwrap()
+                .trim()
+                .parse::<usize>()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(in_use, 5, "{queues}");
+    let second = queue_up(&client, &list, "quiet", 1);
+    settled(&client, &gateway, "tenants", 1, 1).await;
+    let requests = dump(&client, &gateway, "dump_requests").await;
+    assert_eq!(
+        requests
+            .lines()
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .nth(6)
+            .unwrap()
+            .trim(),
+        "5"
+    );
+    upstream.release(20);
+    bounded("the first list", first.text())
+        .await
+        .expect("a body");
+    for task in second {
+        assert_eq!(bounded("the second list", task).await.unwrap().status, 200);
+    }
+    drop(watches);
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enabled_without_schemas_is_kubes_suggested_configuration() {
+    let upstream = Upstream::start().await;
+    let gateway =
+        TestGateway::start(&manifest(&upstream, "[flow_control]\nenabled = true\n")).await;
+    let client = http_client();
+    let levels = dump(&client, &gateway, "dump_priority_levels").await;
+    let names: Vec<&str> = levels
+        .lines()
+        .skip(1)
+        .map(|line| line.split(',').next().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "exempt",
+            "system",
+            "leader-election",
+            "workload-high",
+            "workload-low",
+            "global-default",
+            "catch-all"
+        ]
+    );
+    // An authenticated user is global-default's; system:masters exempt.
+    let user = send(as_user(client.get(gateway.url(WIDGETS)), "quiet")).await;
+    let root = send(as_user(client.get(gateway.url(WIDGETS)), "root")).await;
+    assert_ne!(user.header(LEVEL_UID), root.header(LEVEL_UID));
+    let text = send(as_user(client.get(gateway.url("/metrics")), "root"))
+        .await
+        .body;
+    // 8 seats split by shares 30:10:40:100:20:5, each rounded up.
+    for (level, seats) in [
+        ("system", 2),
+        ("leader-election", 1),
+        ("workload-high", 2),
+        ("workload-low", 4),
+        ("global-default", 1),
+        ("catch-all", 1),
+    ] {
+        let line = format!(
+            "apiserver_flowcontrol_nominal_limit_seats{{priority_level=\"{level}\"}} {seats}"
+        );
+        assert!(text.contains(&line), "no {line} in\n{text}");
+    }
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_under_load_lets_queued_requests_finish_on_their_configuration() {
+    let upstream = Upstream::start().await;
+    // Long enough a wait (a quarter of 40 s) for the reload to settle.
+    let manifest =
+        |flow_control: &str| manifest(&upstream, flow_control).replace("\"8s\"", "\"40s\"");
+    let gateway = ReloadGateway::start(&manifest(&tenants(4))).await;
+    let client = http_client();
+    let url = gateway.url(WIDGETS);
+    let before = send(as_user(client.get(&url), "quiet")).await;
+    let held = take_every_seat(&client, &url, "noisy").await;
+    let waiting = queue_up(&client, &url, "quiet", 3);
+    // Wait until they are queued (the old configuration's dump).
+    eventually("three queued requests", || async {
+        let body = send(as_user(
+            client.get(gateway.url("/debug/api_priority_and_fairness/dump_priority_levels")),
+            "root",
+        ))
+        .await
+        .body;
+        (level_row(&body, "tenants")[4] == "3").then_some(())
+    })
+    .await;
+
+    // A changed [flow_control] is checked like the rest: a bad one is
+    // refused and the running one stays.
+    let broken = tenants(4).replace("hand_size = 6", "hand_size = 65");
+    std::fs::write(&gateway.path, manifest(&broken)).expect("write the manifest");
+    let problems = gateway.rejected().await;
+    assert!(problems.contains("hand_size"), "{problems}");
+    let renamed = tenants(4)
+        .replace("name = \"tenants\"\nnominal", "name = \"renamed\"\nnominal")
+        .replace(
+            "priority_level = \"tenants\"",
+            "priority_level = \"renamed\"",
+        );
+    std::fs::write(&gateway.path, manifest(&renamed)).expect("write the manifest");
+    gateway.swapped().await;
+
+    // New requests meet the new levels: fresh seats, another level.
+    let after = send(as_user(client.get(&url), "quiet")).await;
+    assert_eq!(after.status, 200, "{}", after.body);
+    assert_ne!(after.header(LEVEL_UID), before.header(LEVEL_UID));
+    // The old queues drain on the old configuration.
+    for answer in drain(&upstream, held, waiting).await {
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(answer.header(LEVEL_UID), before.header(LEVEL_UID));
+    }
+    gateway.shutdown().await;
+}

@@ -1,0 +1,325 @@
+//! The identity reaches the upstream (issue 12, section 1): each `identity`
+//! mode's headers at an echo upstream, the client's credentials stripped
+//! (and forwarded where a route says so), and two gateways over real TLS,
+//! the front one in request-header mode with a proxy client certificate,
+//! the back one trusting it through `requestheader-authn`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::certs::{Ca, CertAndKey};
+use crate::support::clients::{http_client, send, tls_client, tls_client_with_identity};
+use crate::support::filters::{build_filters, filter, rbac_with, tokens_with};
+use crate::support::gateway::{TestGateway, plaintext};
+use crate::support::upstream::{Upstream, echo, echoed_header, echoed_values};
+use crate::support::{eventually, new_dir};
+
+const WIDGETS: &str = "/apis/demo.example.io/v1/namespaces/default/widgets";
+
+fn users() -> Value {
+    json!({"tokens": [
+        {"token": "alice-token", "user": "alice", "uid": "1001", "groups": ["dev"]},
+        {"token": "front-token", "user": "front-gw", "groups": ["gateways"]},
+    ]})
+}
+
+/// alice administers widgets, front-gw may impersonate anyone, everyone may
+/// use `/open/*`.
+fn rbac_rules() -> Value {
+    json!({
+        "roles": [
+            {"name": "widget-admin", "rules": [{"verbs": ["*"], "apiGroups": ["demo.example.io"], "resources": ["widgets"]}]},
+            {"name": "open", "rules": [{"verbs": ["*"], "nonResourceURLs": ["/open/*"]}]},
+            {"name": "impersonator", "rules": [{"verbs": ["impersonate"], "apiGroups": ["", "authentication.k8s.io"], "resources": ["*"]}]},
+        ],
+        "bindings": [
+            {"role": "widget-admin", "users": ["alice"]},
+            {"role": "open", "groups": ["system:authenticated", "system:unauthenticated"]},
+            {"role": "impersonator", "users": ["front-gw", "alice"]},
+        ],
+    })
+}
+
+fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::write(dir.join(name), text).expect("write a test file");
+}
+
+fn write_pair(dir: &Path, stem: &str, pair: &CertAndKey) {
+    write(dir, &format!("{stem}.crt"), &pair.cert_pem);
+    write(dir, &format!("{stem}.key"), &pair.key_pem);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_header_mode_names_the_user_and_strips_the_clients_credentials() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let url = upstream.url();
+    let manifest = plaintext(&format!(
+        "[authentication]\nanonymous = true\n{}{}\
+         [[servers]]\nname = \"gw\"\n\
+         [[servers.routes]]\nprefix = \"/open/rh/\"\nupstream = {{ url = \"{url}\", identity = \"request-header\" }}\n\
+         [[servers.routes]]\nprefix = \"/open/none/\"\nupstream = \"{url}\"\n\
+         [[servers.routes]]\nprefix = \"/open/forward/\"\nupstream = \"{url}\"\nforward_credentials = true\n",
+        tokens_with(users()).replace("\n\n", "\nheaders = [\"authorization\", \"x-api-key\"]\n\n"),
+        rbac_with(rbac_rules()),
+    ));
+    let gateway = TestGateway::start(&manifest).await;
+    let client = http_client();
+    let hostile = |path: &str| {
+        client
+            .get(gateway.url(path))
+            .bearer_auth("alice-token")
+            .header("x-api-key", "secret")
+            .header("x-remote-user", "admin")
+            .header("x-remote-group", "system:masters")
+    };
+
+    let seen = echo(&send(hostile("/open/rh/x")).await);
+    assert_eq!(
+        echoed_header(&seen, "x-remote-user").as_deref(),
+        Some("alice")
+    );
+    assert_eq!(
+        echoed_header(&seen, "x-remote-uid").as_deref(),
+        Some("1001")
+    );
+    assert_eq!(
+        echoed_values(&seen, "x-remote-group"),
+        ["dev", "system:authenticated"]
+    );
+    assert_eq!(echoed_header(&seen, "authorization"), None);
+    assert_eq!(echoed_header(&seen, "x-api-key"), None);
+
+    let seen = echo(&send(hostile("/open/none/x")).await);
+    for name in [
+        "x-remote-user",
+        "x-remote-group",
+        "authorization",
+        "x-api-key",
+    ] {
+        assert_eq!(
+            echoed_header(&seen, name),
+            None,
+            "{name} reached the upstream"
+        );
+    }
+
+    let seen = echo(&send(hostile("/open/forward/x")).await);
+    assert_eq!(
+        echoed_header(&seen, "authorization").as_deref(),
+        Some("Bearer alice-token")
+    );
+    assert_eq!(echoed_header(&seen, "x-api-key").as_deref(), Some("secret"));
+    assert_eq!(echoed_header(&seen, "x-remote-user"), None);
+
+    // Anonymous requests carry kube's anonymous user, as the aggregator's do.
+    let seen = echo(&send(client.get(gateway.url("/open/rh/x"))).await);
+    assert_eq!(
+        echoed_header(&seen, "x-remote-user").as_deref(),
+        Some("system:anonymous")
+    );
+    assert_eq!(
+        echoed_values(&seen, "x-remote-group"),
+        ["system:unauthenticated"]
+    );
+
+    // An impersonated user's extra key reaches the upstream escaped as
+    // client-go escapes it; the Impersonate-* headers do not.
+    let seen = echo(
+        &send(
+            client
+                .get(gateway.url("/open/rh/x"))
+                .bearer_auth("alice-token")
+                .header("impersonate-user", "bob")
+                .header("impersonate-extra-example.com%2fscopes", "read"),
+        )
+        .await,
+    );
+    assert_eq!(
+        echoed_header(&seen, "x-remote-user").as_deref(),
+        Some("bob")
+    );
+    assert_eq!(
+        echoed_header(&seen, "x-remote-extra-example.com%2fscopes").as_deref(),
+        Some("read")
+    );
+    assert!(echoed_values(&seen, "impersonate-user").is_empty());
+}
+
+/// The back gateway: TLS, trusting only the front proxy CA's client
+/// certificates, requestheader-authn and RBAC, in front of `upstream` in
+/// request-header mode.
+async fn back_gateway(upstream: &Upstream, proxy_ca: &Ca, extra_auth: &str) -> (TestGateway, Ca) {
+    let dir = new_dir();
+    let server_ca = crate::support::certs::write_server_pki(dir.path());
+    write(dir.path(), "front-proxy-ca.crt", &proxy_ca.cert_pem);
+    let requestheader = filter(
+        "authentication.filters",
+        "front-proxy",
+        "requestheader-authn",
+        Some(json!({"client_ca": "front-proxy-ca.crt", "allowed_names": ["front-proxy"]})),
+        "config_files = [\"client_ca\"]",
+    );
+    let manifest = format!(
+        "[listen]\naddress = \"127.0.0.1:0\"\n\n[listen.tls]\ncert = \"server.crt\"\nkey = \"server.key\"\nclient_ca = \"front-proxy-ca.crt\"\n\n\
+         [authentication]\nanonymous = true\n{requestheader}{extra_auth}{}\
+         [[servers]]\nname = \"back\"\n\
+         [[servers.routes]]\napi = \"/apis/demo.example.io/v1\"\nupstream = {{ url = \"{}\", identity = \"request-header\" }}\n",
+        rbac_with(rbac_rules()),
+        upstream.url(),
+    );
+    (TestGateway::start_in(dir, &manifest).await, server_ca)
+}
+
+/// The front gateway: plaintext, alice's token, everything allowed, the
+/// widgets API routed to `back` with `identity_keys` (after `url` and `ca`),
+/// in `dir` (which holds the files those keys name).
+async fn front_gateway(
+    dir: tempfile::TempDir,
+    back: &TestGateway,
+    back_ca: &Ca,
+    identity_keys: &str,
+) -> TestGateway {
+    write(dir.path(), "back-ca.crt", &back_ca.cert_pem);
+    let manifest = plaintext(&format!(
+        "[authentication]\n{}[authorization]\nalways_allow = true\n\n\
+         [[servers]]\nname = \"front\"\n\
+         [[servers.routes]]\napi = \"/apis/demo.example.io/v1\"\n\
+         upstream = {{ url = \"{}\", ca = \"back-ca.crt\", {identity_keys} }}\n",
+        tokens_with(users()),
+        back.url(""),
+    ));
+    TestGateway::start_in(dir, &manifest).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_front_gateway_tells_a_back_gateway_who_the_user_is() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let proxy_ca = Ca::new("front-proxy CA");
+    let (back, back_ca) = back_gateway(&upstream, &proxy_ca, "").await;
+
+    let front_dir = new_dir();
+    write_pair(
+        front_dir.path(),
+        "proxy",
+        &proxy_ca.client_cert("front-proxy"),
+    );
+    let front = front_gateway(
+        front_dir,
+        &back,
+        &back_ca,
+        "identity = \"request-header\", client_cert = \"proxy.crt\", client_key = \"proxy.key\"",
+    )
+    .await;
+
+    // alice's token at the front is user alice at the back, authorized there.
+    let alice = send(
+        http_client()
+            .get(front.url(WIDGETS))
+            .bearer_auth("alice-token"),
+    )
+    .await;
+    let seen = echo(&alice);
+    assert_eq!(
+        echoed_header(&seen, "x-remote-user").as_deref(),
+        Some("alice")
+    );
+    assert_eq!(
+        echoed_values(&seen, "x-remote-group"),
+        ["dev", "system:authenticated"]
+    );
+
+    // Straight to the back without the proxy's certificate, X-Remote-User is
+    // nobody's word: the request is anonymous, and RBAC refuses it.
+    let direct = tls_client(&back_ca.cert_pem)
+        .get(back.url(WIDGETS))
+        .header("x-remote-user", "alice");
+    let answer = send(direct).await;
+    let status = answer.assert_status(403, "Forbidden");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("system:anonymous"),
+        "{status}"
+    );
+
+    // A certificate of the same CA whose CN is not in allowed_names neither.
+    let mallory = tls_client_with_identity(&back_ca.cert_pem, &proxy_ca.client_cert("mallory"))
+        .get(back.url(WIDGETS))
+        .header("x-remote-user", "alice");
+    send(mallory).await.assert_status(403, "Forbidden");
+
+    // The proxy certificate is re-read when its files change: one with a CN
+    // the back does not allow makes alice anonymous there.
+    write_pair(
+        front.dir.path(),
+        "proxy",
+        &proxy_ca.client_cert("not-the-proxy"),
+    );
+    eventually("the front presents the new certificate", || async {
+        let answer = send(
+            http_client()
+                .get(front.url(WIDGETS))
+                .bearer_auth("alice-token"),
+        )
+        .await;
+        (answer.status == 403).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonate_mode_acts_as_the_user_with_the_gateways_own_token() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let unused_ca = Ca::new("unused front-proxy CA");
+    let (back, back_ca) = back_gateway(&upstream, &unused_ca, &tokens_with(users())).await;
+
+    let front_dir = new_dir();
+    write(front_dir.path(), "token", "front-token\n");
+    let front = front_gateway(
+        front_dir,
+        &back,
+        &back_ca,
+        "identity = \"impersonate\", bearer_token_file = \"token\"",
+    )
+    .await;
+    let as_alice = || async {
+        send(
+            http_client()
+                .get(front.url(WIDGETS))
+                .bearer_auth("alice-token"),
+        )
+        .await
+    };
+
+    // The back authenticates the front's token, checks that front-gw may
+    // impersonate alice, and serves alice.
+    let seen = echo(&as_alice().await);
+    assert_eq!(
+        echoed_header(&seen, "x-remote-user").as_deref(),
+        Some("alice")
+    );
+    assert_eq!(
+        echoed_header(&seen, "x-remote-uid").as_deref(),
+        Some("1001")
+    );
+
+    // The token file is re-read when it changes: a token the back does not
+    // know gets the front's requests refused, the right one served again.
+    write(front.dir.path(), "token", "revoked-token");
+    eventually("the front sends the new token", || async {
+        (as_alice().await.status == 401).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    write(front.dir.path(), "token", "front-token");
+    eventually("the front sends the restored token", || async {
+        (as_alice().await.status == 200).then_some(())
+    })
+    .await;
+}

@@ -1,0 +1,166 @@
+//! A real etcd for the fleet tests: Debian's
+//! `etcd-server`, installed with apt-get when `etcd` is not on PATH (as
+//! `filters/build.sh` installs its C tools), started on two loopback ports
+//! picked free with a data dir of its own, and stopped by PID (killed when
+//! dropped). A stopped etcd starts again on the same ports and data.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use super::process::ChildGuard;
+use super::{BOUND, new_dir};
+
+/// One etcd member on 127.0.0.1.
+pub struct Etcd {
+    process: Option<ChildGuard>,
+    pub client_port: u16,
+    peer_port: u16,
+    data: tempfile::TempDir,
+}
+
+impl Etcd {
+    pub fn start() -> Etcd {
+        let mut etcd = Etcd {
+            process: None,
+            client_port: free_port(),
+            peer_port: free_port(),
+            data: new_dir(),
+        };
+        etcd.resume();
+        etcd
+    }
+
+    /// `etcd://127.0.0.1:PORT/<prefix>`.
+    pub fn url(&self, prefix: &str) -> String {
+        format!("etcd://127.0.0.1:{}/{prefix}", self.client_port)
+    }
+
+    /// Kills the member by PID, keeping its data.
+    pub fn stop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.signal(libc::SIGKILL);
+            process.wait_exit(BOUND);
+        }
+    }
+
+    /// Starts the member (again) on its ports and data, and waits until it
+    /// answers.
+    pub fn resume(&mut self) {
+        assert!(self.process.is_none(), "etcd is running already");
+        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let child = Command::new(etcd_binary())
+            .arg("--name=fleet-test")
+            .arg(format!(
+                "--data-dir={}",
+                self.data.path().join("member").display()
+            ))
+            .arg(format!("--listen-client-urls={client}"))
+            .arg(format!("--advertise-client-urls={client}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=fleet-test={peer}"))
+            .arg("--log-level=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start etcd");
+        self.process = Some(ChildGuard::new(child));
+        self.wait_until_serving();
+    }
+
+    fn wait_until_serving(&self) {
+        let start = Instant::now();
+        let health = format!("127.0.0.1:{}", self.client_port);
+        loop {
+            // etcd answers /health once it has a leader.
+            if let Ok(answer) = http_get(&health, "/health")
+                && answer.contains("\"health\":\"true\"")
+            {
+                return;
+            }
+            assert!(
+                start.elapsed() < BOUND,
+                "etcd did not become healthy within {BOUND:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A minimal blocking HTTP/1.0 GET, enough for etcd's /health.
+fn http_get(address: &str, path: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n")?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+/// A loopback port nothing listens on now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// `etcd` from PATH, installed from Debian's `etcd-server` first when absent.
+fn etcd_binary() -> PathBuf {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = FOUND.get_or_init(|| {
+        if let Some(path) = on_path("etcd") {
+            return Ok(path);
+        }
+        let apt = [
+            "-o",
+            "DPkg::Lock::Timeout=300",
+            "-o",
+            "Dpkg::Use-Pty=0",
+            "-q",
+        ];
+        let run = |args: &[&str]| {
+            Command::new("apt-get")
+                .args(apt)
+                .args(args)
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|error| format!("cannot run apt-get: {error}"))
+                .and_then(|output| {
+                    if output.status.success() {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "apt-get {} failed: {}",
+                            args.join(" "),
+                            String::from_utf8_lossy(&output.stderr)
+                        ))
+                    }
+                })
+        };
+        run(&["update"])?;
+        run(&["install", "-y", "--no-install-recommends", "etcd-server"])?;
+        on_path("etcd").ok_or_else(|| "etcd-server installed no etcd on PATH".to_owned())
+    });
+    match found {
+        Ok(path) => path.clone(),
+        Err(message) => panic!(
+            "the fleet tests need etcd (Debian's etcd-server) and it cannot be installed: {message}"
+        ),
+    }
+}
+
+fn on_path(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|path| path.is_file())
+    })
+}
