@@ -3,7 +3,8 @@
 //! the whole chain to an echo upstream, kubectl's `SPDY/3.1` handshake
 //! passed through with bytes copied both ways, an upgrade authorization
 //! refuses answered 403 before anything is upgraded, the audit events of a
-//! tunnel; watches flushed as the upstream writes them, exempt from
+//! tunnel, the user's identity headers (and not the client's credentials)
+//! at the upstream, no priority-and-fairness seat; watches flushed as the upstream writes them, exempt from
 //! `request_timeout`, ended after `min_request_timeout` (kube's
 //! `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/get.go`) and by the
 //! shutdown after `shutdown_delay`.
@@ -22,16 +23,18 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use crate::support::*;
 
 const EXEC: &str = "/api/v1/namespaces/default/pods/p/exec?command=sh&stdin=true";
+const WIDGETS: &str = "/apis/demo.example.io/v1/namespaces/default/widgets";
+const LOG_FOLLOW: &str = "/api/v1/namespaces/default/pods/p/log?follow=true";
 const WATCH: &str = "/apis/demo.example.io/v1/namespaces/default/widgets?watch=true";
 
 /// alice may exec in `default` (GET for WebSocket, POST, kube's `create`,
-/// for SPDY) and watch widgets; bob may do nothing.
+/// for SPDY), read logs, and list and watch widgets; bob may do nothing.
 fn rbac_exec() -> String {
     rbac_with(json!({
         "roles": [
             {"name": "exec", "rules": [
-                {"verbs": ["get", "create"], "apiGroups": [""], "resources": ["pods/exec"]},
-                {"verbs": ["watch"], "apiGroups": ["demo.example.io"], "resources": ["widgets"]},
+                {"verbs": ["get", "create"], "apiGroups": [""], "resources": ["pods/exec", "pods/log"]},
+                {"verbs": ["list", "watch"], "apiGroups": ["demo.example.io"], "resources": ["widgets"]},
             ]},
         ],
         "bindings": [{"role": "exec", "namespace": "default", "users": ["alice"]}],
@@ -41,7 +44,8 @@ fn rbac_exec() -> String {
 /// A gateway over TLS with tokens, the RBAC above, a Metadata audit log in
 /// `audit.jsonl`, and `/api/` and the widgets API routed to an https
 /// [`TunnelUpstream`] writing watch events every `interval`; one CA signs
-/// both servers' certificates.
+/// both servers' certificates. `more` is more of the manifest (before the
+/// servers); `upstream_keys` more keys of both routes' upstream.
 struct Setup {
     upstream: TunnelUpstream,
     gateway: TestGateway,
@@ -50,6 +54,10 @@ struct Setup {
 }
 
 async fn setup(interval: Duration, limits: &str) -> Setup {
+    setup_with(interval, limits, "", "").await
+}
+
+async fn setup_with(interval: Duration, limits: &str, more: &str, upstream_keys: &str) -> Setup {
     let ca = Ca::new("wasmgate test CA");
     let upstream = TunnelUpstream::start(&ca.server_cert(), interval).await;
     let dir = new_dir();
@@ -66,8 +74,9 @@ async fn setup(interval: Duration, limits: &str) -> Setup {
         rbac_exec(),
         "\n[[audit.policy]]\nlevel = \"Metadata\"\n".to_owned(),
         sink,
+        more.to_owned(),
         format!(
-            "\n[[servers]]\nname = \"gw\"\n\n[[servers.routes]]\nprefix = \"/api/\"\nupstream = {{ url = \"{up}\", ca = \"ca.crt\" }}\n\n[[servers.routes]]\napi = \"/apis/demo.example.io/v1\"\nupstream = {{ url = \"{up}\", ca = \"ca.crt\" }}\n"
+            "\n[[servers]]\nname = \"gw\"\n\n[[servers.routes]]\nprefix = \"/api/\"\nupstream = {{ url = \"{up}\", ca = \"ca.crt\"{upstream_keys} }}\n\n[[servers.routes]]\napi = \"/apis/demo.example.io/v1\"\nupstream = {{ url = \"{up}\", ca = \"ca.crt\"{upstream_keys} }}\n"
         ),
     ]
     .concat();
@@ -127,6 +136,38 @@ fn audit_id_of(head: &str) -> String {
                 .then(|| value.trim().to_owned())
         })
         .expect("an Audit-ID header")
+}
+
+/// A WebSocket to `target` through the gateway over TLS, sending
+/// `headers`; asserts the 101.
+async fn websocket(
+    setup: &Setup,
+    target: &str,
+    headers: &[(&str, &str)],
+) -> WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let stream = tls_connect(&setup.gateway, &setup.ca).await;
+    let mut request = format!("wss://{}{target}", setup.gateway.addr)
+        .into_client_request()
+        .expect("a WebSocket request");
+    for (name, value) in headers {
+        let name: http::HeaderName = name.parse().expect("a header name");
+        request
+            .headers_mut()
+            .append(name, value.parse().expect("a header value"));
+    }
+    let (socket, response) = bounded(
+        "the WebSocket handshake",
+        tokio_tungstenite::client_async(request, stream),
+    )
+    .await
+    .expect("the gateway switches to WebSocket");
+    assert_eq!(response.status(), 101);
+    assert_eq!(
+        response.headers().get("x-kubernetes-pf-prioritylevel-uid"),
+        None,
+        "an upgrade is not judged by priority and fairness"
+    );
+    socket
 }
 
 /// Sends `message` on `socket` and reads it back.
@@ -447,4 +488,132 @@ async fn a_websocket_over_http2_extended_connect_echoes() {
     let response = sender.send_request(refused).await.expect("an answer");
     assert_eq!(response.status(), 403);
     assert!(setup.upstream.try_seen().await.is_none());
+}
+
+/// An upgrade is rewritten for the upstream as any proxied request is: in
+/// `request-header` mode the upstream that switches to WebSocket sees the
+/// user (`X-Remote-*`, kube's aggregator's headers), never the client's
+/// `Authorization` nor the `X-Remote-*` the client wrote itself, and
+/// the canonical target with the upstream's `Host`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_in_request_header_mode_carries_the_user_not_the_clients_credentials() {
+    let setup = setup_with(
+        Duration::from_secs(1),
+        "",
+        "",
+        ", identity = \"request-header\"",
+    )
+    .await;
+    let hostile = [
+        ("authorization", "Bearer alice-token"),
+        ("x-remote-user", "admin"),
+        ("x-remote-group", "system:masters"),
+    ];
+    let mut socket = websocket(&setup, EXEC, &hostile).await;
+    assert_echoes(&mut socket, Message::text("who am I")).await;
+
+    let seen = setup.upstream.next_seen().await;
+    assert_eq!(seen.upgrade.as_deref(), Some("websocket"));
+    assert_eq!(seen.target, EXEC);
+    let values = |name: &str| -> Vec<&str> {
+        seen.headers
+            .get_all(name)
+            .iter()
+            .map(|value| value.to_str().expect("a text header"))
+            .collect()
+    };
+    assert_eq!(values("x-remote-user"), ["alice"]);
+    assert_eq!(values("x-remote-uid"), ["1001"]);
+    assert_eq!(values("x-remote-group"), ["dev", "system:authenticated"]);
+    assert_eq!(values("host"), [setup.upstream.addr.to_string().as_str()]);
+    assert!(
+        values("authorization").is_empty(),
+        "the client's token reached the upstream"
+    );
+}
+
+/// kube's `WithPriorityAndFairness` serves long-running requests other than
+/// watches without a seat (`staging/src/k8s.io/apiserver/pkg/server/filters/priority-and-fairness.go`),
+/// as max-in-flight does: with the level's one seat held by a list, an exec
+/// upgrade still opens, and while its tunnel is open the seat is free for
+/// the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_takes_no_seat_of_priority_and_fairness() {
+    // Two server seats: ceil(2 × 1 / (1 + 5)) = 1 for `tenants` (catch-all's
+    // 5 shares lend nothing).
+    let one_seat = r#"
+[flow_control]
+
+[[flow_control.priority_levels]]
+name = "tenants"
+nominal_concurrency_shares = 1
+queuing = { queues = 1, hand_size = 1, queue_length_limit = 8 }
+
+[[flow_control.flow_schemas]]
+name = "tenants"
+priority_level = "tenants"
+matching_precedence = 500
+
+[[flow_control.flow_schemas.rules]]
+groups = ["system:authenticated"]
+resource_rules = [{ verbs = ["*"], api_groups = ["*"], resources = ["*"], namespaces = ["*"], cluster_scope = true }]
+"#;
+    let setup = setup_with(
+        Duration::from_millis(100),
+        "max_requests_in_flight = 1\nmax_mutating_requests_in_flight = 1",
+        one_seat,
+        "",
+    )
+    .await;
+    let client = tls_client(&setup.ca.cert_pem);
+    let list = || {
+        client
+            .get(setup.gateway.url(WIDGETS))
+            .bearer_auth("alice-token")
+            .send()
+    };
+    // The upstream streams the list's body until the client drops it: the
+    // seat is held until then.
+    let holder = bounded("the first list's head", list())
+        .await
+        .expect("a list");
+    assert_eq!(holder.status(), 200);
+    let waiting = tokio::spawn(list());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "the level has more than one seat");
+    waiting.abort();
+
+    // Long-running by kube's check (exec's subresource), and only by being
+    // an upgrade (a list's WebSocket): neither waits for the seat.
+    let alice = [("authorization", "Bearer alice-token")];
+    let mut tunnels = Vec::new();
+    for target in [EXEC, WIDGETS] {
+        let mut socket = websocket(&setup, target, &alice).await;
+        assert_echoes(&mut socket, Message::text("no seat needed")).await;
+        tunnels.push(socket);
+    }
+    // Long-running without an upgrade: a log that follows.
+    let follow = bounded(
+        "a followed log's head with the one seat taken",
+        client
+            .get(setup.gateway.url(LOG_FOLLOW))
+            .bearer_auth("alice-token")
+            .send(),
+    )
+    .await
+    .expect("a log");
+    assert_eq!(follow.status(), 200);
+
+    drop(holder);
+    let next = bounded("a list while the tunnels are open", list())
+        .await
+        .expect("a list");
+    assert_eq!(next.status(), 200);
+    assert!(
+        next.headers()
+            .contains_key("x-kubernetes-pf-prioritylevel-uid")
+    );
+    for socket in &mut tunnels {
+        assert_echoes(socket, Message::text("still open")).await;
+    }
 }

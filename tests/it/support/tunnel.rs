@@ -26,14 +26,15 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 use super::certs::CertAndKey;
 use super::upstream::tls_acceptor;
 
-/// What the upstream saw of a request: method, target, HTTP version and its
-/// `Upgrade` header.
+/// What the upstream saw of a request: method, target, HTTP version, its
+/// `Upgrade` header and all its headers.
 #[derive(Debug, Clone)]
 pub struct Seen {
     pub method: String,
     pub target: String,
     pub version: http::Version,
     pub upgrade: Option<String>,
+    pub headers: http::HeaderMap,
 }
 
 pub struct TunnelUpstream {
@@ -146,6 +147,7 @@ fn answer(
         target: request.uri().to_string(),
         version: request.version(),
         upgrade: upgrade.clone(),
+        headers: request.headers().clone(),
     });
     let empty = || UnsyncBoxBody::new(http_body_util::Empty::new());
     match upgrade.as_deref() {
