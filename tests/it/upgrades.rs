@@ -44,8 +44,10 @@ fn rbac_exec() -> String {
 /// A gateway over TLS with tokens, the RBAC above, a Metadata audit log in
 /// `audit.jsonl`, and `/api/` and the widgets API routed to an https
 /// [`TunnelUpstream`] writing watch events every `interval`; one CA signs
-/// both servers' certificates. `more` is more of the manifest (before the
-/// servers); `upstream_keys` more keys of both routes' upstream.
+/// both servers' certificates, and the client certificate `proxy.crt` a
+/// route may present to the upstream. `more` is more of the manifest
+/// (before the servers); `upstream_keys` more keys of both routes'
+/// upstream.
 struct Setup {
     upstream: TunnelUpstream,
     gateway: TestGateway,
@@ -59,9 +61,12 @@ async fn setup(interval: Duration, limits: &str) -> Setup {
 
 async fn setup_with(interval: Duration, limits: &str, more: &str, upstream_keys: &str) -> Setup {
     let ca = Ca::new("wasmgate test CA");
-    let upstream = TunnelUpstream::start(&ca.server_cert(), interval).await;
+    let upstream = TunnelUpstream::start(&ca.server_cert(), &ca, interval).await;
     let dir = new_dir();
     let server = ca.server_cert();
+    let proxy = ca.client_cert("front-proxy");
+    std::fs::write(dir.path().join("proxy.crt"), &proxy.cert_pem).expect("write proxy.crt");
+    std::fs::write(dir.path().join("proxy.key"), &proxy.key_pem).expect("write proxy.key");
     std::fs::write(dir.path().join("ca.crt"), &ca.cert_pem).expect("write ca.crt");
     std::fs::write(dir.path().join("server.crt"), &server.cert_pem).expect("write server.crt");
     std::fs::write(dir.path().join("server.key"), &server.key_pem).expect("write server.key");
@@ -233,6 +238,10 @@ async fn a_websocket_passes_the_chain_and_echoes_over_tls() {
         "the upstream gets the upgrade over HTTP/1.1 although it offers h2"
     );
     assert_eq!(seen.upgrade.as_deref(), Some("websocket"));
+    assert!(
+        !seen.client_cert,
+        "a route without client_cert presents none"
+    );
 
     // While the tunnel is open its event has started, not completed.
     let events = wait_for_events(&setup.log, &audit_id, 2).await;
@@ -494,14 +503,15 @@ async fn a_websocket_over_http2_extended_connect_echoes() {
 /// `request-header` mode the upstream that switches to WebSocket sees the
 /// user (`X-Remote-*`, kube's aggregator's headers), never the client's
 /// `Authorization` nor the `X-Remote-*` the client wrote itself, and
-/// the canonical target with the upstream's `Host`.
+/// the canonical target with the upstream's `Host`, over a connection that
+/// presents the route's proxy client certificate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_in_request_header_mode_carries_the_user_not_the_clients_credentials() {
     let setup = setup_with(
         Duration::from_secs(1),
         "",
         "",
-        ", identity = \"request-header\"",
+        ", identity = \"request-header\", client_cert = \"proxy.crt\", client_key = \"proxy.key\"",
     )
     .await;
     let hostile = [
@@ -515,6 +525,10 @@ async fn an_upgrade_in_request_header_mode_carries_the_user_not_the_clients_cred
     let seen = setup.upstream.next_seen().await;
     assert_eq!(seen.upgrade.as_deref(), Some("websocket"));
     assert_eq!(seen.target, EXEC);
+    assert!(
+        seen.client_cert,
+        "the tunnel presents the route's client certificate"
+    );
     let values = |name: &str| -> Vec<&str> {
         seen.headers
             .get_all(name)

@@ -2,8 +2,10 @@
 //! echoes every message, switches to kubectl's `SPDY/3.1` (answering the
 //! first `X-Stream-Protocol-Version` offered) and echoes every byte, and
 //! answers any other request with a watch stream of one event every
-//! `interval`. It records the head of each request it got, and when it
-//! wrote each watch event.
+//! `interval`. It asks clients for a certificate of the CA it is given, and
+//! records the head of each request it got, whether its connection
+//! presented a (verified) client certificate, and when it wrote each watch
+//! event.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -23,11 +25,12 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 
-use super::certs::CertAndKey;
-use super::upstream::tls_acceptor;
+use super::certs::{Ca, CertAndKey};
+use super::upstream::tls_acceptor_asking;
 
 /// What the upstream saw of a request: method, target, HTTP version, its
-/// `Upgrade` header and all its headers.
+/// `Upgrade` header, all its headers, and whether its connection presented
+/// a client certificate.
 #[derive(Debug, Clone)]
 pub struct Seen {
     pub method: String,
@@ -35,6 +38,7 @@ pub struct Seen {
     pub version: http::Version,
     pub upgrade: Option<String>,
     pub headers: http::HeaderMap,
+    pub client_cert: bool,
 }
 
 pub struct TunnelUpstream {
@@ -53,12 +57,13 @@ impl Drop for TunnelUpstream {
 type WatchBody = UnsyncBoxBody<Bytes, std::convert::Infallible>;
 
 impl TunnelUpstream {
-    /// Serves `cert` over TLS (ALPN h2 and http/1.1); watch events every
+    /// Serves `cert` over TLS (ALPN h2 and http/1.1), verifying client
+    /// certificates of `client_ca` when presented; watch events every
     /// `interval`.
-    pub async fn start(cert: &CertAndKey, interval: Duration) -> TunnelUpstream {
+    pub async fn start(cert: &CertAndKey, client_ca: &Ca, interval: Duration) -> TunnelUpstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("an address");
-        let acceptor = tls_acceptor(cert);
+        let acceptor = tls_acceptor_asking(cert, Some(&client_ca.cert_pem));
         let (seen_tx, seen_rx) = mpsc::unbounded_channel();
         let (written_tx, written_rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(async move {
@@ -73,11 +78,16 @@ impl TunnelUpstream {
                     let Ok(stream) = acceptor.accept(stream).await else {
                         return;
                     };
+                    let client_cert = stream.get_ref().1.peer_certificates().is_some();
                     let service = service_fn(move |request| {
                         let (seen, written) = (seen.clone(), written.clone());
                         async move {
                             Ok::<_, std::convert::Infallible>(answer(
-                                request, &seen, written, interval,
+                                request,
+                                client_cert,
+                                &seen,
+                                written,
+                                interval,
                             ))
                         }
                     });
@@ -130,6 +140,7 @@ async fn next_of<T>(what: &str, receiver: &tokio::sync::Mutex<mpsc::UnboundedRec
 
 fn answer(
     mut request: hyper::Request<Incoming>,
+    client_cert: bool,
     seen: &mpsc::UnboundedSender<Seen>,
     written: mpsc::UnboundedSender<Instant>,
     interval: Duration,
@@ -148,6 +159,7 @@ fn answer(
         version: request.version(),
         upgrade: upgrade.clone(),
         headers: request.headers().clone(),
+        client_cert,
     });
     let empty = || UnsyncBoxBody::new(http_body_util::Empty::new());
     match upgrade.as_deref() {
