@@ -102,6 +102,28 @@ fn quickstart_in(dir: &Path) -> String {
         .replace("\"../filters/dist/", &format!("\"{}/", dist.display()))
 }
 
+/// Runs `script` with bash, `HOME` at `home` and no proxy in the way of
+/// curl (the gateway is on 127.0.0.1).
+async fn run_curl_script(what: &str, script: &str, home: &Path) -> std::process::Output {
+    bounded(
+        what,
+        tokio::process::Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .env("HOME", home)
+            .env("NO_PROXY", "*")
+            .env_remove("HTTPS_PROXY")
+            .env_remove("https_proxy")
+            .env_remove("ALL_PROXY")
+            .env_remove("all_proxy")
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("run bash")
+}
+
 #[tokio::test]
 async fn the_readme_walkthrough_answers_as_it_says() {
     crate::support::build_filters();
@@ -134,23 +156,7 @@ async fn the_readme_walkthrough_answers_as_it_says() {
             "{command} -s -o /dev/null -w '%{{http_code}}\\n' || echo failed\n"
         ));
     }
-    let output = bounded(
-        "the walkthrough's curl lines",
-        tokio::process::Command::new("bash")
-            .arg("-c")
-            .arg(&script)
-            .env("HOME", dir.path())
-            .env("NO_PROXY", "*")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("https_proxy")
-            .env_remove("ALL_PROXY")
-            .env_remove("all_proxy")
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("run bash");
+    let output = run_curl_script("the walkthrough's curl lines", &script, dir.path()).await;
     let answers = String::from_utf8_lossy(&output.stdout);
     let codes: Vec<&str> = answers.lines().collect();
     assert_eq!(codes.len(), steps.len(), "{answers}\n{script}");
@@ -244,23 +250,8 @@ async fn the_readme_echo_upstream_sees_the_user_not_the_clients_credentials() {
     let command = walkthrough
         .curl
         .replacen("curl ", &format!("{} -s ", curl.display()), 1);
-    let output = bounded(
-        "the README's curl line",
-        tokio::process::Command::new("bash")
-            .arg("-c")
-            .arg(format!("set -u\nG={}\n{command}", gateway.url("")))
-            .env("HOME", dir.path())
-            .env("NO_PROXY", "*")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("https_proxy")
-            .env_remove("ALL_PROXY")
-            .env_remove("all_proxy")
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("run bash");
+    let script = format!("set -u\nG={}\n{command}", gateway.url(""));
+    let output = run_curl_script("the README's curl line", &script, dir.path()).await;
     assert_eq!(
         String::from_utf8_lossy(&output.stdout),
         walkthrough.answer,
