@@ -182,6 +182,7 @@ pub(crate) struct Limits {
     pub max_requests_in_flight: Option<Spanned<i64>>,
     pub max_mutating_requests_in_flight: Option<Spanned<i64>>,
     pub request_timeout: Option<Spanned<String>>,
+    pub min_request_timeout: Option<Spanned<String>>,
     pub max_request_body: Option<Spanned<String>>,
     pub max_header_bytes: Option<Spanned<String>>,
     pub read_header_timeout: Option<Spanned<String>>,

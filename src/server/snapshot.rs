@@ -135,6 +135,8 @@ fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
         .max_buf_size(limits.max_header_bytes.max(HYPER_MIN_HEADER_BUFFER));
     builder
         .http2()
+        // RFC 8441: WebSockets over HTTP/2 (`upstream/upgrade.rs`).
+        .enable_connect_protocol()
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
     builder

@@ -8,6 +8,8 @@
 //! - [`certs`]: a PKI made with rcgen, and certificates read back;
 //! - [`upstream`]: an upstream server that echoes, streams and sleeps on
 //!   request;
+//! - [`tunnel`]: an https upstream that switches to WebSocket or SPDY and
+//!   echoes, or streams watch events;
 //! - [`process`]: the `wasmgate` binary as a child process, external
 //!   programs, what `/proc` says of a process;
 //! - [`filters`]: the components built once per run by `filters/build.sh`
@@ -34,6 +36,7 @@ pub mod kube;
 pub mod kube_api;
 pub mod process;
 pub mod raw;
+pub mod tunnel;
 pub mod upstream;
 
 pub use audit::*;
@@ -46,6 +49,7 @@ pub use kube::*;
 pub use kube_api::*;
 pub use process::*;
 pub use raw::*;
+pub use tunnel::*;
 pub use upstream::*;
 
 /// The longest any single wait of a test may take before the test fails.

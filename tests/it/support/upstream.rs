@@ -148,22 +148,46 @@ impl Upstream {
     }
 }
 
-/// A TLS acceptor serving `cert` (ALPN h2 and http/1.1).
+/// A TLS acceptor serving `cert`, offering h2 and http/1.1 by ALPN.
 pub fn tls_acceptor(cert: &CertAndKey) -> tokio_rustls::TlsAcceptor {
+    tls_acceptor_asking(cert, None)
+}
+
+/// [`tls_acceptor`], asking clients for a certificate issued by the CA of
+/// `client_ca_pem` when one is given (optional: a client without one is
+/// served too, one with a certificate of another CA is refused).
+pub fn tls_acceptor_asking(
+    cert: &CertAndKey,
+    client_ca_pem: Option<&str>,
+) -> tokio_rustls::TlsAcceptor {
     use rustls_pki_types::pem::PemObject;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chain = rustls_pki_types::CertificateDer::pem_slice_iter(cert.cert_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .expect("a certificate");
     let key =
         rustls_pki_types::PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).expect("a key");
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("TLS versions")
-    .with_no_client_auth()
-    .with_single_cert(chain, key)
-    .expect("a TLS config");
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions");
+    let builder = match client_ca_pem {
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls_pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                roots.add(cert.expect("a CA certificate")).expect("a root");
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .allow_unauthenticated()
+            .build()
+            .expect("a client verifier");
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(chain, key).expect("a TLS config");
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     tokio_rustls::TlsAcceptor::from(Arc::new(config))
 }
