@@ -8,6 +8,7 @@
 //! docs/architecture.md follows a request through the code and maps the
 //! modules in their layers, bottom-up: each imports only from below it.
 
+mod aggregator;
 pub mod body;
 mod chain;
 pub mod cli;
@@ -23,15 +24,19 @@ mod flow_control;
 pub mod handler;
 pub mod health;
 mod metrics;
+mod openapi;
+mod published;
 pub mod reload_trigger;
 pub mod request_info;
 pub mod request_target;
 pub mod scaffold;
+mod self_review;
 pub mod server;
 mod static_response;
 pub mod status;
 pub mod try_request;
 mod upstream;
+mod version;
 pub mod wasm;
 
 pub use metrics::exposition as metrics_exposition;

@@ -119,6 +119,9 @@ impl Handler for Authorization {
                     if let Some(audit) = &audit {
                         audit.annotate("authorization.k8s.io/decision", "allow");
                     }
+                    // The self-subject reviews ask the same union.
+                    let mut request = request;
+                    request.extensions_mut().insert(self.authorizers.clone());
                     self.next.call(request).await
                 }
                 Verdict::Deny(reason) => {

@@ -162,6 +162,7 @@ pub(crate) fn build(
     chain.wrap("timeout", |next| {
         Arc::new(timeout::Timeout {
             request_timeout: limits.request_timeout,
+            min_request_timeout: limits.min_request_timeout,
             next,
         })
     });

@@ -9,6 +9,7 @@ use std::ops::RangeInclusive;
 use std::time::Duration;
 
 const MILLISECOND: Duration = Duration::from_millis(1);
+const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(60 * 60);
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
@@ -21,6 +22,7 @@ pub(crate) const TIB: u64 = 1024 * GIB;
 // ---- durations ----
 
 pub(crate) const REQUEST_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=DAY;
+pub(crate) const MIN_REQUEST_TIMEOUT: RangeInclusive<Duration> = SECOND..=DAY;
 pub(crate) const READ_HEADER_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=HOUR;
 pub(crate) const IDLE_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=DAY;
 pub(crate) const SHUTDOWN_DELAY: RangeInclusive<Duration> = Duration::ZERO..=HOUR;
@@ -152,6 +154,7 @@ mod tests {
     fn every_default_is_inside_its_range() {
         let limits = super::super::Limits::default();
         assert!(REQUEST_TIMEOUT.contains(&limits.request_timeout));
+        assert!(MIN_REQUEST_TIMEOUT.contains(&limits.min_request_timeout));
         assert!(READ_HEADER_TIMEOUT.contains(&limits.read_header_timeout));
         assert!(IDLE_TIMEOUT.contains(&limits.idle_timeout));
         assert!(SHUTDOWN_DELAY.contains(&limits.shutdown_delay));

@@ -228,6 +228,7 @@ pub(crate) struct Limits {
     pub max_requests_in_flight: Option<Spanned<i64>>,
     pub max_mutating_requests_in_flight: Option<Spanned<i64>>,
     pub request_timeout: Option<Spanned<String>>,
+    pub min_request_timeout: Option<Spanned<String>>,
     pub max_request_body: Option<Spanned<String>>,
     pub max_header_bytes: Option<Spanned<String>>,
     pub read_header_timeout: Option<Spanned<String>>,
@@ -282,6 +283,8 @@ pub(crate) struct Route {
     pub escaped_slashes: Option<Spanned<String>>,
     /// The client's credentials reach the upstream (default false).
     pub forward_credentials: Option<Spanned<bool>>,
+    /// The upstream's discovery and OpenAPI are merged (default false).
+    pub aggregate: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -44,6 +44,15 @@ pub fn tls_client_http1(ca_pem: &str) -> reqwest::Client {
         .expect("build a client")
 }
 
+/// A TLS client trusting `ca_pem` that reports redirects instead of
+/// following them.
+pub fn tls_client_no_redirects(ca_pem: &str) -> reqwest::Client {
+    tls_builder(ca_pem)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("build a client")
+}
+
 /// A TLS client trusting `ca_pem` that presents a client certificate.
 pub fn tls_client_with_identity(ca_pem: &str, cert: &CertAndKey) -> reqwest::Client {
     let identity =
