@@ -74,11 +74,11 @@ impl Authentication {
                 }
             };
             let started = Instant::now();
-            let outcome = filter.authenticate(&views[index].1).await;
+            let (outcome, lookup) = filter.authenticate(&views[index].1).await;
             stage::observe(
                 STAGE,
                 &filter.spec,
-                &outcome,
+                (&outcome, lookup),
                 describe,
                 started.elapsed(),
                 trace,

@@ -69,11 +69,11 @@ impl Authorizers {
                 request: convert::request_info(info),
             });
             let started = Instant::now();
-            let outcome = filter.authorize(attributes).await;
+            let (outcome, lookup) = filter.authorize(attributes).await;
             stage::observe(
                 STAGE,
                 &filter.spec,
-                &outcome,
+                (&outcome, lookup),
                 describe,
                 started.elapsed(),
                 trace,
@@ -138,6 +138,9 @@ impl Handler for Authorization {
                     if let Some(audit) = &audit {
                         audit.annotate("authorization.k8s.io/decision", "allow");
                     }
+                    // The self-subject reviews ask the same union.
+                    let mut request = request;
+                    request.extensions_mut().insert(self.authorizers.clone());
                     self.next.call(request).await
                 }
                 Verdict::Deny(reason) => {

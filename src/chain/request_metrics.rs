@@ -2,17 +2,21 @@
 //! long-running gauges, `staging/src/k8s.io/apiserver/pkg/endpoints/metrics/metrics.go`):
 //! every request that request info resolved is counted once its response
 //! body has been sent, with the bytes sent and the time since it arrived;
-//! a request is in flight until then. Labels: [`crate::metrics::request`].
+//! a request is in flight until then. An upgraded request is counted when
+//! its `101` (or, over HTTP/2, its `200`) is sent, as kube counts a
+//! CONNECT once its response has started; it stays in
+//! `apiserver_longrunning_requests` until its tunnel closes
+//! ([`crate::body::keep_until_done`]). Labels: [`crate::metrics::request`].
 
 use std::time::Instant;
 
 use futures_util::future::BoxFuture;
 
 use super::timeout::ResponseDeadlinePassed;
-use crate::body::{Request, Response, caused_by};
+use crate::body::{Request, Response, caused_by, keep_until_done};
 use crate::context::{ReceivedAt, Terminated};
 use crate::handler::{Handler, SharedHandler};
-use crate::metrics::request::{Finished, InFlight, Labeled};
+use crate::metrics::request::{Finished, Labeled};
 use crate::request_info::RequestInfo;
 
 pub(crate) struct RequestMetrics {
@@ -26,7 +30,8 @@ impl Handler for RequestMetrics {
         };
         let metrics = &crate::metrics::metrics().requests;
         let labeled = metrics.request_labels(info, &request);
-        let in_flight = metrics.start(info, &labeled.labels);
+        let long_running = crate::request_info::is_long_running(&request);
+        let in_flight = metrics.start(info, long_running, &labeled.labels);
         let started = request
             .extensions()
             .get::<ReceivedAt>()
@@ -38,9 +43,8 @@ impl Handler for RequestMetrics {
                 code: response.status().as_u16(),
                 terminated: response.extensions().get::<Terminated>().is_some(),
                 started,
-                _in_flight: in_flight,
             };
-            response.map(|body| {
+            let response = response.map(|body| {
                 body.on_end(move |bytes, error| {
                     let mut pending = pending;
                     // Cut at its deadline: the gateway ended it.
@@ -48,7 +52,8 @@ impl Handler for RequestMetrics {
                         .is_some_and(|error| caused_by::<ResponseDeadlinePassed>(error.as_ref()));
                     pending.finish(bytes);
                 })
-            })
+            });
+            keep_until_done(response, in_flight)
         })
     }
 }
@@ -59,7 +64,6 @@ struct Pending {
     code: u16,
     terminated: bool,
     started: Instant,
-    _in_flight: InFlight,
 }
 
 impl Pending {

@@ -2,7 +2,8 @@
 //! request, how an outcome is logged (distinct lines for answer, error,
 //! trap, timeout and exhaustion; the long ones, a trap's backtrace above
 //! all, at most once per filter per [`LOG_INTERVAL`]) and traced for
-//! `wasmgate try`, and how a failure policy turns a failed filter into a
+//! `wasmgate try` (with where an answer came from: the filter or its
+//! decision cache), and how a failure policy turns a failed filter into a
 //! skip or a Status.
 
 use std::collections::HashMap;
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::config::stages::{FailurePolicy, FilterMatch, FilterSpec, Mode};
+use crate::decision_cache::Lookup;
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
 use crate::wasm::Outcome;
@@ -31,6 +33,11 @@ pub(crate) struct TraceEntry {
     /// The answer or the message, in a few words.
     pub detail: String,
     pub micros: u64,
+    /// For a filter with a decision cache: `hit` (the filter was not
+    /// called), `merged` (another request's call answered), `miss`, or
+    /// `too-large` (the key material was over 10 KB: not cached).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<&'static str>,
 }
 
 impl FilterTrace {
@@ -62,11 +69,12 @@ pub(crate) fn selects(matcher: &FilterMatch, info: &RequestInfo) -> bool {
 pub(crate) fn observe<T>(
     stage: &'static str,
     spec: &FilterSpec,
-    outcome: &Outcome<T>,
+    (outcome, lookup): (&Outcome<T>, Lookup),
     answer: impl FnOnce(&T) -> String,
     elapsed: Duration,
     trace: Option<&FilterTrace>,
 ) {
+    let cache = lookup.word();
     let filter = spec.name.as_str();
     let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
     let detail = match outcome {
@@ -78,7 +86,7 @@ pub(crate) fn observe<T>(
                 return;
             }
             let detail = answer(value);
-            tracing::debug!(stage, filter, micros, answer = %detail, "filter answered");
+            tracing::debug!(stage, filter, micros, cache, answer = %detail, "filter answered");
             detail
         }
         Outcome::FilterError(message) => {
@@ -102,7 +110,7 @@ pub(crate) fn observe<T>(
             what.to_string()
         }
     };
-    record(trace, stage, spec, outcome.kind(), detail, micros);
+    record(trace, stage, spec, outcome.kind(), detail, micros, cache);
 }
 
 /// How often each filter may log a trap (a multi-line backtrace) or its
@@ -154,6 +162,7 @@ pub(crate) fn skipped(stage: &'static str, spec: &FilterSpec, trace: Option<&Fil
         "skipped",
         "not selected by match".to_owned(),
         0,
+        None,
     );
 }
 
@@ -164,6 +173,7 @@ fn record(
     outcome: &'static str,
     detail: String,
     micros: u64,
+    cache: Option<&'static str>,
 ) {
     if let Some(mut entries) = trace.and_then(|trace| trace.0.lock().ok()) {
         entries.push(TraceEntry {
@@ -172,6 +182,7 @@ fn record(
             outcome,
             detail,
             micros,
+            cache,
         });
     }
 }

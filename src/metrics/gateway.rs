@@ -1,9 +1,11 @@
 //! What a gateway adds to kube's metrics, under `wasmgate_`: upstream
 //! requests, errors and latency per server, route and upstream; upstream
-//! connections opened and idle in the pool; TLS handshakes by result; the chain's generation;
-//! each pooled filter's idle instances and retirements. Every label value
-//! comes from the manifest or is one of a few fixed words, so the series
-//! are bounded by the configuration.
+//! connections opened and idle in the pool; TLS handshakes by result; the
+//! chain's generation; each pooled filter's idle instances and retirements;
+//! each filter's decision cache (hits, misses, evictions, entries); the
+//! audit batches written. Every label value comes from the manifest or is
+//! one of a few fixed words, so the series are bounded by the
+//! configuration.
 
 use std::sync::Arc;
 
@@ -90,6 +92,11 @@ pub(crate) struct GatewayMetrics {
     pub chain_generation: Gauge,
     pub filter_idle: Family<FilterLabel, Gauge>,
     pub filter_retirements: Family<RetirementLabels, Counter>,
+    pub cache_hits: Family<FilterLabel, Counter>,
+    pub cache_misses: Family<FilterLabel, Counter>,
+    pub cache_evictions: Family<FilterLabel, Counter>,
+    pub cache_entries: Family<FilterLabel, Gauge>,
+    pub audit_batches: Counter,
 }
 
 fn upstream_histogram() -> Histogram {
@@ -109,6 +116,11 @@ impl GatewayMetrics {
             chain_generation: Gauge::default(),
             filter_idle: Family::default(),
             filter_retirements: Family::default(),
+            cache_hits: Family::default(),
+            cache_misses: Family::default(),
+            cache_evictions: Family::default(),
+            cache_entries: Family::default(),
+            audit_batches: Counter::default(),
         };
         registry.register(
             "upstream_requests",
@@ -154,6 +166,31 @@ impl GatewayMetrics {
             "filter_instance_retirements",
             "Pooled instances dropped rather than reused: memory (grew past 3/4 of the cap), trap",
             metrics.filter_retirements.clone(),
+        );
+        registry.register(
+            "decision_cache_hits",
+            "Requests a filter's decision cache answered without calling the filter (a hit, or a miss merged into another request's call)",
+            metrics.cache_hits.clone(),
+        );
+        registry.register(
+            "decision_cache_misses",
+            "Requests for which a filter with a decision cache was called",
+            metrics.cache_misses.clone(),
+        );
+        registry.register(
+            "decision_cache_evictions",
+            "Live entries a full decision cache dropped to make room",
+            metrics.cache_evictions.clone(),
+        );
+        registry.register(
+            "decision_cache_entries",
+            "Entries a filter's decision cache holds",
+            metrics.cache_entries.clone(),
+        );
+        registry.register(
+            "audit_batches",
+            "Batches of audit events handed to the audit filters (one per event in blocking mode)",
+            metrics.audit_batches.clone(),
         );
         metrics
     }

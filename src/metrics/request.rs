@@ -223,9 +223,16 @@ impl RequestMetrics {
             .clone()
     }
 
-    /// Starts counting a request in flight; the guard stops when dropped.
-    pub(crate) fn start(&self, info: &RequestInfo, labels: &RequestLabels) -> InFlight {
-        let long_running = info.is_long_running().then(|| {
+    /// Starts counting a request in flight, or as long-running when
+    /// `long_running` ([`crate::request_info::is_long_running`]: watches,
+    /// upgrades, ...); the guard stops when dropped.
+    pub(crate) fn start(
+        &self,
+        info: &RequestInfo,
+        long_running: bool,
+        labels: &RequestLabels,
+    ) -> InFlight {
+        let long_running = long_running.then(|| {
             let labels = self.size_labels(labels);
             let gauge = self.longrunning.get_or_create(&labels).clone();
             gauge.inc();

@@ -280,12 +280,15 @@ impl StageMetrics {
         self.audit_events.inc();
     }
 
-    /// An audit event `plugin` (a filter, or `buffered`: the queue) lost.
-    pub(crate) fn audit_error(&self, plugin: &str) {
+    /// `events` audit events `plugin` (a filter, or `buffered`: the queue)
+    /// lost; kube's `HandlePluginError` counts every event impacted.
+    pub(crate) fn audit_errors(&self, plugin: &str, events: usize) {
         let labels = PluginLabel {
             plugin: self.name(plugin),
         };
-        self.audit_errors.get_or_create(&labels).inc();
+        self.audit_errors
+            .get_or_create(&labels)
+            .inc_by(u64::try_from(events).unwrap_or(u64::MAX));
     }
 
     fn name(&self, name: &str) -> Arc<str> {

@@ -301,3 +301,92 @@ async fn ten_thousand_random_paths_leave_the_series_bounded() {
     // The whole exposition stays small enough to scrape every few seconds.
     assert!(text.len() < 8 << 20, "{} bytes of metrics", text.len());
 }
+
+/// The sum of the samples named `name` whose labels include `label`.
+fn sum_with(text: &str, name: &str, label: &str) -> f64 {
+    let prefix = format!("{name}{{");
+    text.lines()
+        .filter(|line| line.starts_with(&prefix) && line.contains(label))
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+/// A WebSocket exec through the gateway to a real upstream that switches
+/// protocols: the request is counted (code 101) and logged once its 101 is
+/// sent, and it stays in `apiserver_longrunning_requests`, never in the
+/// in-flight gauge, until the tunnel closes; then the gauge is 0 again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgraded_request_is_counted_at_its_101_and_long_running_until_its_tunnel_closes() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let ca = crate::support::Ca::new("wasmgate test CA");
+    let upstream =
+        crate::support::TunnelUpstream::start(&ca.server_cert(), &ca, Duration::from_secs(1)).await;
+    let dir = new_dir();
+    std::fs::write(dir.path().join("ca.crt"), &ca.cert_pem).expect("write ca.crt");
+    let up = upstream.url();
+    let path = dir.path().join("gateway.toml");
+    let manifest = plaintext(&format!(
+        "[access_log]\nmode = \"on\"\n\n[[servers]]\nname = \"front\"\n\n[[servers.routes]]\nprefix = \"/api/\"\nupstream = {{ url = \"{up}\", ca = \"ca.crt\" }}\n"
+    ));
+    std::fs::write(&path, manifest).expect("write the manifest");
+    let gateway = GatewayProcess::spawn(&path);
+
+    let exec = "/api/v1/namespaces/default/pods/p/exec?command=sh&stdin=true";
+    let stream = crate::support::connect(gateway.addr).await;
+    let (mut socket, response) = bounded(
+        "the WebSocket handshake",
+        tokio_tungstenite::client_async(format!("ws://{}{exec}", gateway.addr), stream),
+    )
+    .await
+    .expect("the gateway switches to WebSocket");
+    assert_eq!(response.status(), 101);
+    let message = Message::text("through the tunnel");
+    socket.send(message.clone()).await.expect("send");
+    let echoed = bounded("the echo", socket.next()).await;
+    assert_eq!(echoed.expect("a message").expect("a good message"), message);
+
+    // The tunnel is the only long-running request.
+    let all = "";
+    let open = scrape(&gateway).await;
+    assert_eq!(
+        sum_with(&open, "apiserver_request_total", r#"subresource="exec""#),
+        1.0,
+        "counted when its 101 was sent: {open}"
+    );
+    assert_eq!(
+        sum_with(&open, "apiserver_longrunning_requests", all),
+        1.0,
+        "{open}"
+    );
+    assert_eq!(
+        sum_with(&open, "apiserver_current_inflight_requests", ""),
+        1.0,
+        "only the scrape itself is in flight: {open}"
+    );
+    let logged = crate::support::eventually("the upgrade's access log line", || {
+        let log = gateway.log_text();
+        async move {
+            log.lines()
+                .find(|line| line.contains("/pods/p/exec") && line.contains("code=101"))
+                .map(str::to_owned)
+        }
+    })
+    .await;
+    assert!(logged.contains("bytes_out=0"), "{logged}");
+
+    socket.close(None).await.expect("close the WebSocket");
+    drop(socket);
+    crate::support::eventually("the long-running gauge back at 0", || async {
+        let text = scrape(&gateway).await;
+        (sum_with(&text, "apiserver_longrunning_requests", all) == 0.0).then_some(())
+    })
+    .await;
+    let closed = scrape(&gateway).await;
+    assert_eq!(
+        sum_with(&closed, "apiserver_request_total", r#"code="101""#),
+        1.0,
+        "counted once: {closed}"
+    );
+}
