@@ -29,6 +29,7 @@ pub mod scaffold;
 pub mod server;
 mod static_response;
 pub mod status;
+mod traces;
 pub mod try_request;
 mod upstream;
 pub mod wasm;

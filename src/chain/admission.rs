@@ -14,7 +14,7 @@ use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderValue, StatusCode};
 use http_body_util::BodyExt;
 
-use super::stage::{self, Failure, FilterTrace};
+use super::stage::{self, Failure, Watchers};
 use crate::body::{Body, MaxRequestBody, Request, Response, is_body_limit_error};
 use crate::config::stages::Mode;
 use crate::context::{AuditId, UserInfo};
@@ -92,7 +92,7 @@ impl Admission {
             )
         };
         let mut review = review(&parts, operation, &bytes);
-        let trace = parts.extensions.get::<FilterTrace>().cloned();
+        let watchers = Watchers::of(&parts.extensions);
         let info = parts
             .extensions
             .get::<RequestInfo>()
@@ -105,7 +105,7 @@ impl Admission {
             .filter(|f| stage::selects(&f.spec.matcher, &info))
         {
             match self
-                .run(filter, &review, object.as_ref(), true, trace.as_ref())
+                .run(filter, &review, object.as_ref(), true, &watchers)
                 .await
             {
                 Step::Continue => {}
@@ -122,7 +122,7 @@ impl Admission {
             .filter(|f| stage::selects(&f.spec.matcher, &info))
         {
             if let Step::Stop(error) = self
-                .run(filter, &review, object.as_ref(), false, trace.as_ref())
+                .run(filter, &review, object.as_ref(), false, &watchers)
                 .await
             {
                 return Err(error);
@@ -147,19 +147,19 @@ impl Admission {
         review: &AdmissionRequest,
         object: Option<&serde_json::Value>,
         mutating: bool,
-        trace: Option<&FilterTrace>,
+        watchers: &Watchers,
     ) -> Step {
         let started = Instant::now();
-        let outcome = filter.admit(review).await;
+        let call = filter.admit(review).await;
         stage::observe(
             STAGE,
             &filter.spec,
-            &outcome,
+            &call,
             describe,
             started.elapsed(),
-            trace,
+            watchers,
         );
-        let answer = match outcome {
+        let answer = match call.outcome {
             Outcome::Answer(answer) => answer,
             failed => return failure(filter, &failed),
         };
@@ -207,6 +207,17 @@ fn failure<T>(filter: &LoadedFilter<AdmissionKind>, outcome: &Outcome<T>) -> Ste
     match stage::on_failure(STAGE, &filter.spec, outcome) {
         Failure::Skip => Step::Continue,
         Failure::Fail(error) => Step::Stop(error),
+    }
+}
+
+impl stage::Answer for AdmissionResponse {
+    fn word(&self) -> &'static str {
+        match self {
+            AdmissionResponse::Allowed => "allow",
+            AdmissionResponse::Mutated(_) => "mutated",
+            AdmissionResponse::Patched(_) => "patched",
+            AdmissionResponse::Denied(_) => "deny",
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! The HTTP log (kube's `WithHTTPLogging` and latency tracking): one line per
-//! request, after the response, with its verb, path, code, latency, user and
-//! audit ID. At `debug` level so the hot path pays nothing by default.
+//! request, after the response, with its verb, path, code, latency, user,
+//! audit ID and, when the request is traced, its trace ID. At `debug` level so the hot path pays nothing by default.
 
 use std::time::Instant;
 
@@ -33,6 +33,7 @@ impl Handler for HttpLog {
             .get::<AuditId>()
             .map(|id| id.0.clone())
             .unwrap_or_default();
+        let trace_id = crate::traces::trace_id(request.extensions()).unwrap_or_default();
         Box::pin(async move {
             let response = self.next.call(request).await;
             let user = response
@@ -43,7 +44,7 @@ impl Handler for HttpLog {
             tracing::debug!(
                 target: "wasmgate::http",
                 %method, %uri, %verb, code = response.status().as_u16(),
-                latency_us = start.elapsed().as_micros() as u64, user, audit_id,
+                latency_us = start.elapsed().as_micros() as u64, user, audit_id, trace_id,
                 "request served"
             );
             response

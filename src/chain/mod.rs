@@ -27,12 +27,14 @@ mod request_info;
 mod request_target;
 pub(crate) mod stage;
 mod timeout;
+mod tracing;
 
 use std::sync::Arc;
 
 use crate::config::Config;
 use crate::flow_control::Controller;
 use crate::handler::SharedHandler;
+use crate::traces::Tracer;
 use crate::wasm::LoadedStages;
 
 /// The built chain, what it is made of, and the audit backend to flush at
@@ -50,6 +52,8 @@ struct Layers {
     handler: SharedHandler,
     /// Innermost first, as installed.
     steps: Vec<&'static str>,
+    /// The configuration traces requests: the steps that matter get spans.
+    traced: bool,
 }
 
 impl Layers {
@@ -59,27 +63,49 @@ impl Layers {
         self.handler = wrap(self.handler.clone());
         self.steps.push(step);
     }
+
+    /// [`Layers::wrap`] for a step that matters to a trace: when tracing is
+    /// on, the step gets a span of its own, from when it receives the
+    /// request to when it hands it on (kube's `filterlatency`).
+    fn wrap_tracked(
+        &mut self,
+        step: &'static str,
+        wrap: impl FnOnce(SharedHandler) -> SharedHandler,
+    ) {
+        if !self.traced {
+            return self.wrap(step, wrap);
+        }
+        self.wrap(step, |next| {
+            Arc::new(tracing::StepStart {
+                step,
+                inner: wrap(Arc::new(tracing::StepEnd { next })),
+            })
+        });
+    }
 }
 
 /// Wraps `servers` (the delegation chain) in the native filters and the Wasm
 /// stages, innermost first: each step below puts one filter *outside*
 /// everything above it, so the request meets them bottom to top. The name
 /// given with each step is the one [`Chain::steps`] records.
-/// `flow_control` is the configuration's API Priority and Fairness, when on.
+/// `flow_control` is the configuration's API Priority and Fairness, when
+/// on; `tracer`, its `[tracing]`, when on.
 pub(crate) fn build(
     config: &Config,
     stages: LoadedStages,
     flow_control: Option<Arc<Controller>>,
+    tracer: Option<Tracer>,
     servers: SharedHandler,
 ) -> Chain {
     let limits = &config.limits;
     let mut chain = Layers {
         handler: servers,
         steps: Vec::new(),
+        traced: tracer.is_some(),
     };
 
     if !stages.mutating.is_empty() || !stages.validating.is_empty() {
-        chain.wrap("admission", |next| {
+        chain.wrap_tracked("admission", |next| {
             Arc::new(admission::Admission {
                 mutating: stages.mutating,
                 validating: stages.validating,
@@ -93,7 +119,7 @@ pub(crate) fn build(
         })
     });
     if let Some(authorizers) = &authorizers {
-        chain.wrap("authorization", |next| {
+        chain.wrap_tracked("authorization", |next| {
             Arc::new(authorization::Authorization {
                 authorizers: authorizers.clone(),
                 next,
@@ -103,11 +129,11 @@ pub(crate) fn build(
     // kube's either/or: priority and fairness when configured, else the
     // two in-flight limits.
     if let Some(controller) = flow_control {
-        chain.wrap("priority-and-fairness", |next| {
+        chain.wrap_tracked("priority-and-fairness", |next| {
             Arc::new(priority_and_fairness::PriorityAndFairness { controller, next })
         });
     } else {
-        chain.wrap("max-in-flight", |next| {
+        chain.wrap_tracked("max-in-flight", |next| {
             Arc::new(max_in_flight::MaxInFlight::new(
                 limits.max_requests_in_flight,
                 limits.max_mutating_requests_in_flight,
@@ -117,7 +143,7 @@ pub(crate) fn build(
     }
     // Impersonation asks the authorization union, so it needs authentication
     // (the requester) outside it and runs before max-in-flight counts it.
-    chain.wrap("impersonation", |next| {
+    chain.wrap_tracked("impersonation", |next| {
         Arc::new(impersonation::Impersonation { authorizers, next })
     });
     // Audit sits inside authentication so that events carry the user.
@@ -126,7 +152,7 @@ pub(crate) fn build(
         audit::AuditBackend::new(stages.auditors, audit_policy.mode, audit_policy.queue_size)
     });
     if let Some(backend) = &audit {
-        chain.wrap("audit", |next| {
+        chain.wrap_tracked("audit", |next| {
             Arc::new(audit::Audit {
                 policy: audit_policy.policy.clone(),
                 backend: backend.clone(),
@@ -142,7 +168,7 @@ pub(crate) fn build(
             policy: audit_policy.policy.clone(),
             backend: backend.clone(),
         });
-    chain.wrap("authentication", |next| {
+    chain.wrap_tracked("authentication", |next| {
         Arc::new(authentication::Authentication {
             filters: stages.authenticators,
             anonymous: config.stages.authentication.anonymous,
@@ -184,6 +210,13 @@ pub(crate) fn build(
         });
     }
     chain.wrap("http-log", |next| Arc::new(http_log::HttpLog { next }));
+    // kube's WithTracing sits outside the HTTP log, inside request info
+    // (the span is named from it), when [tracing] is set.
+    if let Some(tracer) = tracer {
+        chain.wrap("tracing", |next| {
+            Arc::new(tracing::Tracing { tracer, next })
+        });
+    }
     // Request info is resolved once, before anything that reads it.
     chain.wrap("request-info", |next| {
         Arc::new(request_info::RequestInfoFilter { next })
@@ -210,7 +243,9 @@ pub(crate) fn build(
     });
     // Outermost: every answer of the chain carries nosniff.
     chain.wrap("nosniff", |next| Arc::new(headers::NoSniff { next }));
-    let Layers { handler, mut steps } = chain;
+    let Layers {
+        handler, mut steps, ..
+    } = chain;
     steps.reverse();
     Chain {
         handler,

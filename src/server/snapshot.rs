@@ -89,7 +89,14 @@ pub(crate) fn build(
         flow_control.as_ref(),
         targets,
     )?;
-    let chain = crate::chain::build(&config, stages, flow_control, center(servers));
+    // Each snapshot has its own tracer too: a reload applies [tracing].
+    let tracer = config
+        .tracing
+        .as_ref()
+        .map(crate::traces::Tracer::new)
+        .transpose()
+        .map_err(|error| StartError::Tracing(error.to_string()))?;
+    let chain = crate::chain::build(&config, stages, flow_control, tracer, center(servers));
     let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
     Ok(Snapshot {
         generation,

@@ -238,7 +238,22 @@ fn tls_client(
 impl UpstreamProxy {
     async fn forward(&self, request: Request) -> Result<Response, GatewayError> {
         let body_limit = request.extensions().get::<MaxRequestBody>().copied();
-        let outgoing = self.outgoing_request(request)?;
+        let mut outgoing = self.outgoing_request(request)?;
+        let span = crate::traces::upstream_span(&mut outgoing, &self.base);
+        let answered = self.exchange_in_time(outgoing, body_limit).await;
+        crate::traces::upstream_answered(span, &answered);
+        let mut response = answered?;
+        headers::remove_hop_by_hop(response.headers_mut());
+        Ok(response)
+    }
+
+    /// The exchange, within the route's own timeout when it has one, its
+    /// failure classified.
+    async fn exchange_in_time(
+        &self,
+        outgoing: Request,
+        body_limit: Option<MaxRequestBody>,
+    ) -> Result<Response, GatewayError> {
         let exchange = self.exchange(outgoing);
         // Without a route timeout of its own, the request's deadline is
         // already enforced around the whole chain (the timeout filter).
@@ -251,9 +266,7 @@ impl UpstreamProxy {
                 })?,
                 None => exchange.await,
             };
-        let mut response = result.map_err(|error| self.classify(&error, body_limit))?;
-        headers::remove_hop_by_hop(response.headers_mut());
-        Ok(response)
+        result.map_err(|error| self.classify(&error, body_limit))
     }
 
     async fn exchange(&self, request: Request) -> Result<Response, ExchangeError> {

@@ -69,6 +69,17 @@ impl<T> Outcome<T> {
     }
 }
 
+/// One call of a filter: its outcome, and whether it ran in an instance
+/// made for it (always, with `per-request` isolation; with `pooled`, when
+/// no idle instance was there to reuse).
+#[derive(Debug)]
+pub struct Call<T> {
+    /// What the call came to.
+    pub outcome: Outcome<T>,
+    /// The instance was new, not a pooled one reused.
+    pub fresh: bool,
+}
+
 /// [`Outcome::kind`]'s words, indexed like [`Outcome::index`].
 const OUTCOME_KINDS: [&str; 5] = ["answer", "error", "trap", "timeout", "exhausted"];
 
@@ -295,12 +306,21 @@ impl<K: Kind> LoadedFilter<K> {
     }
 
     /// Counts the outcome and times the call.
-    fn record<T>(&self, started: Instant, outcome: Outcome<T>) -> Outcome<T> {
-        self.metrics.outcomes[outcome.index()].inc();
+    fn record<T>(&self, started: Instant, call: Call<T>) -> Call<T> {
+        self.metrics.outcomes[call.outcome.index()].inc();
         self.metrics
             .duration
             .observe(started.elapsed().as_secs_f64());
-        outcome
+        call
+    }
+
+    /// A call that failed to make its instance.
+    fn uninstantiated<T>(&self, started: Instant, unanswered: Unanswered) -> Call<T> {
+        let call = Call {
+            outcome: unanswered.into(),
+            fresh: true,
+        };
+        self.record(started, call)
     }
 
     /// An instance with the filter's budgets armed for one call that
@@ -322,6 +342,18 @@ impl<K: Kind> LoadedFilter<K> {
     /// Classifies a call's result; an instance that answered may be reused,
     /// one that trapped is dropped here (a trap may leave it in any state).
     fn finish<T>(
+        &self,
+        instance: Instance<K>,
+        result: wasmtime::Result<Result<T, String>>,
+    ) -> Call<T> {
+        let fresh = instance.calls == 0;
+        Call {
+            outcome: self.classify_result(instance, result),
+            fresh,
+        }
+    }
+
+    fn classify_result<T>(
         &self,
         mut instance: Instance<K>,
         result: wasmtime::Result<Result<T, String>>,
@@ -462,11 +494,11 @@ fn classify(error: wasmtime::Error, memory_refused: bool) -> Unanswered {
 
 impl LoadedFilter<Authenticator> {
     /// Calls the authenticator's `authenticate` on the request.
-    pub async fn authenticate(&self, request: &types::RequestView) -> Outcome<AuthnResult> {
+    pub async fn authenticate(&self, request: &types::RequestView) -> Call<AuthnResult> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
-            Err(unanswered) => return self.record(started, unanswered.into()),
+            Err(unanswered) => return self.uninstantiated(started, unanswered),
         };
         let exports = instance.exports.wasmgate_filter_authenticator();
         let result = exports
@@ -484,11 +516,11 @@ impl LoadedFilter<Authenticator> {
 
 impl LoadedFilter<Authorizer> {
     /// Calls the authorizer's `authorize` on the request's attributes.
-    pub async fn authorize(&self, attributes: &Attributes) -> Outcome<Decision> {
+    pub async fn authorize(&self, attributes: &Attributes) -> Call<Decision> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
-            Err(unanswered) => return self.record(started, unanswered.into()),
+            Err(unanswered) => return self.uninstantiated(started, unanswered),
         };
         let exports = instance.exports.wasmgate_filter_authorizer();
         let result = exports
@@ -501,11 +533,11 @@ impl LoadedFilter<Authorizer> {
 
 impl LoadedFilter<Admission> {
     /// Calls the admission filter's `admit` on a write.
-    pub async fn admit(&self, request: &AdmissionRequest) -> Outcome<AdmissionResponse> {
+    pub async fn admit(&self, request: &AdmissionRequest) -> Call<AdmissionResponse> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
-            Err(unanswered) => return self.record(started, unanswered.into()),
+            Err(unanswered) => return self.uninstantiated(started, unanswered),
         };
         let exports = instance.exports.wasmgate_filter_admission();
         let result = exports.call_admit(&mut instance.store, request).await;
@@ -525,11 +557,11 @@ impl LoadedFilter<Auditor> {
     }
 
     /// Calls the auditor's `audit` with one event.
-    pub async fn audit(&self, event: &Event) -> Outcome<()> {
+    pub async fn audit(&self, event: &Event) -> Call<()> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
-            Err(unanswered) => return self.record(started, unanswered.into()),
+            Err(unanswered) => return self.uninstantiated(started, unanswered),
         };
         let exports = instance.exports.wasmgate_filter_auditor();
         let result = exports.call_audit(&mut instance.store, event).await;

@@ -124,7 +124,7 @@ fn flush_sinks(filters: &[LoadedFilter<Auditor>]) {
 
 async fn write(filters: &[LoadedFilter<Auditor>], event: &Event) {
     for filter in filters {
-        match filter.audit(event).await {
+        match filter.audit(event).await.outcome {
             Outcome::Answer(()) => {}
             Outcome::FilterError(message) => {
                 tracing::warn!(filter = filter.name(), error = %message, "audit filter returned an error")

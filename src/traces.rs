@@ -1,0 +1,266 @@
+//! OpenTelemetry tracing, as kube's `--tracing-config-file` sets it up
+//! (`staging/src/k8s.io/component-base/tracing/utils.go`, `NewProvider`):
+//! spans exported over OTLP/gRPC by a batch processor with a bounded queue,
+//! sampled `ParentBased(TraceIDRatioBased(rate))`, W3C Trace Context read
+//! from the client and written to the upstream.
+//!
+//! A [`Tracer`] belongs to one configuration's chain snapshot, so a reload
+//! applies a changed `[tracing]` table; the request carries the span it is
+//! in as a [`TraceContext`] extension, which the steps, the filter calls and
+//! the upstream proxy make their spans under. Export runs on the batch
+//! processor's own thread: a slow or unreachable collector costs a request
+//! nothing, and when the queue is full spans are dropped, never waited for.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::{
+    Span as _, SpanBuilder, SpanContext, SpanKind, Status, TraceContextExt, TracerProvider as _,
+};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{
+    BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider, Span as SdkSpan,
+};
+
+use crate::config::Tracing;
+
+/// A span of the gateway's, ended when dropped or by `end`.
+pub(crate) type Span = SdkSpan;
+
+/// The service name spans are exported under (kube's is `apiserver`).
+const SERVICE_NAME: &str = "wasmgate";
+
+/// The instrumentation scope of the gateway's spans.
+const SCOPE: &str = "wasmgate";
+
+/// One configuration's tracer: its provider (exporter, batch processor)
+/// and the tracer spans are made with. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Tracer(Arc<Provider>);
+
+struct Provider {
+    provider: SdkTracerProvider,
+    tracer: SdkTracer,
+}
+
+impl Tracer {
+    /// The tracer of `config`: the exporter connects lazily, so a collector
+    /// that is not there fails nothing here. Needs the tokio runtime (tonic
+    /// spawns its channel's worker on it).
+    pub(crate) fn new(config: &Tracing) -> Result<Tracer, opentelemetry_otlp::ExporterBuildError> {
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(config.endpoint.clone())
+            .build()?;
+        let ratio = f64::from(config.sampling_rate_per_million) / 1_000_000.0;
+        let provider = SdkTracerProvider::builder()
+            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+                ratio,
+            ))))
+            .with_span_processor(BatchSpanProcessor::builder(exporter).build())
+            .with_resource(
+                Resource::builder_empty()
+                    .with_service_name(SERVICE_NAME)
+                    .build(),
+            )
+            .build();
+        let tracer = provider.tracer(SCOPE);
+        Ok(Tracer(Arc::new(Provider { provider, tracer })))
+    }
+
+    /// The request's server span: a child of the client's `traceparent`
+    /// when it sent a valid one, else a new trace's root. The span is made
+    /// (as a non-recording one) even when not sampled, so the upstream is
+    /// still told the trace.
+    pub(crate) fn request_span(
+        &self,
+        headers: &HeaderMap,
+        name: String,
+        start: SystemTime,
+        attributes: Vec<KeyValue>,
+    ) -> (TraceContext, Span) {
+        let parent = TraceContextPropagator::new().extract(&HeaderReader(headers));
+        let span = SpanBuilder::from_name(name)
+            .with_kind(SpanKind::Server)
+            .with_start_time(start)
+            .with_attributes(attributes)
+            .start_with_context(&self.0.tracer, &parent);
+        let context = TraceContext {
+            tracer: self.clone(),
+            span: opentelemetry::trace::Span::span_context(&span).clone(),
+        };
+        (context, span)
+    }
+}
+
+impl Drop for Provider {
+    /// Shutting the provider down flushes its queue to the collector and
+    /// can wait for the export timeout: done on a thread of its own, never
+    /// on the worker that drops a snapshot's last request.
+    fn drop(&mut self) {
+        let provider = self.provider.clone();
+        let spawned = std::thread::Builder::new()
+            .name("wasmgate-trace-shutdown".to_owned())
+            .spawn(move || {
+                if let Err(error) = provider.shutdown() {
+                    tracing::debug!(%error, "tracing provider shutdown");
+                }
+            });
+        if let Err(error) = spawned {
+            tracing::warn!(%error, "cannot start a thread to flush the last spans");
+        }
+    }
+}
+
+/// The span a request is in now, as its extension: the request's own span
+/// (set by the chain's tracing step), or the step it is in.
+#[derive(Clone)]
+pub(crate) struct TraceContext {
+    tracer: Tracer,
+    span: SpanContext,
+}
+
+impl TraceContext {
+    /// True when this trace is being recorded: the spans below it are
+    /// worth making (an unsampled request makes none but the ones whose
+    /// context the upstream needs).
+    pub(crate) fn sampled(&self) -> bool {
+        self.span.is_sampled()
+    }
+
+    /// A span under this one, started at `start` (now when `None`).
+    pub(crate) fn child(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        kind: SpanKind,
+        start: Option<SystemTime>,
+        attributes: Vec<KeyValue>,
+    ) -> Span {
+        let mut builder = SpanBuilder::from_name(name)
+            .with_kind(kind)
+            .with_attributes(attributes);
+        if let Some(start) = start {
+            builder = builder.with_start_time(start);
+        }
+        let parent = Context::new().with_remote_span_context(self.span.clone());
+        builder.start_with_context(&self.tracer.0.tracer, &parent)
+    }
+
+    /// The context of `span`, made under this one, for what runs in it.
+    pub(crate) fn within(&self, span: &Span) -> TraceContext {
+        TraceContext {
+            tracer: self.tracer.clone(),
+            span: opentelemetry::trace::Span::span_context(span).clone(),
+        }
+    }
+
+    /// Writes this span as the request's `traceparent` (and `tracestate`),
+    /// replacing the client's.
+    pub(crate) fn inject(&self, headers: &mut HeaderMap) {
+        headers.remove(TRACESTATE);
+        let context = Context::new().with_remote_span_context(self.span.clone());
+        TraceContextPropagator::new().inject_context(&context, &mut HeaderWriter(headers));
+    }
+}
+
+/// The upstream call's client span (otelhttp's transport), under the span
+/// the request is in, and written into the outgoing `request` as its
+/// `traceparent`, so the upstream's spans are its children. Made even when
+/// the trace is not sampled (then as a non-recording span): the upstream
+/// is told the trace and its decision all the same.
+pub(crate) fn upstream_span<B>(request: &mut http::Request<B>, url: &http::Uri) -> Option<Span> {
+    let context = request.extensions().get::<TraceContext>()?;
+    let attributes = if context.sampled() {
+        let mut attributes = vec![
+            KeyValue::new("http.request.method", request.method().as_str().to_owned()),
+            KeyValue::new("url.full", url.to_string()),
+        ];
+        if let Some(host) = url.host() {
+            attributes.push(KeyValue::new("server.address", host.to_owned()));
+        }
+        if let Some(port) = url.port_u16() {
+            attributes.push(KeyValue::new("server.port", i64::from(port)));
+        }
+        attributes
+    } else {
+        Vec::new()
+    };
+    let span = context.child(
+        request.method().as_str().to_owned(),
+        SpanKind::Client,
+        None,
+        attributes,
+    );
+    let within = context.within(&span);
+    within.inject(request.headers_mut());
+    Some(span)
+}
+
+/// Ends the upstream call's span with its answer's code, or its failure.
+pub(crate) fn upstream_answered<B, E: std::fmt::Display>(
+    span: Option<Span>,
+    result: &Result<http::Response<B>, E>,
+) {
+    let Some(mut span) = span else { return };
+    if span.is_recording() {
+        match result {
+            Ok(response) => {
+                let code = response.status();
+                span.set_attribute(KeyValue::new(
+                    "http.response.status_code",
+                    i64::from(code.as_u16()),
+                ));
+                // otelhttp's client spans: a 4xx or 5xx is an error.
+                if code.is_client_error() || code.is_server_error() {
+                    span.set_status(Status::error(""));
+                }
+            }
+            Err(error) => span.set_status(Status::error(error.to_string())),
+        }
+    }
+    span.end();
+}
+
+/// The trace ID of the request whose extensions are `extensions`, in hex
+/// (32 digits), when the gateway traces it: for a log line to name the
+/// trace its request is in.
+pub(crate) fn trace_id(extensions: &http::Extensions) -> Option<String> {
+    extensions
+        .get::<TraceContext>()
+        .map(|context| context.span.trace_id().to_string())
+}
+
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
+/// The request's headers as the propagator reads them.
+struct HeaderReader<'a>(&'a HeaderMap);
+
+impl Extractor for HeaderReader<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|value| value.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(HeaderName::as_str).collect()
+    }
+}
+
+/// The upstream request's headers as the propagator writes them.
+struct HeaderWriter<'a>(&'a mut HeaderMap);
+
+impl Injector for HeaderWriter<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(key.as_bytes()),
+            HeaderValue::try_from(value),
+        ) {
+            self.0.insert(name, value);
+        }
+    }
+}
