@@ -177,9 +177,19 @@ impl TraceContext {
 pub(crate) fn upstream_span<B>(request: &mut http::Request<B>, url: &http::Uri) -> Option<Span> {
     let context = request.extensions().get::<TraceContext>()?;
     let attributes = if context.sampled() {
+        // The pool sends origin-form: the URL is the upstream's with the
+        // request's path and query.
+        let target = request
+            .uri()
+            .path_and_query()
+            .map_or("/", |path| path.as_str());
+        let full = match (url.scheme_str(), url.authority()) {
+            (Some(scheme), Some(authority)) => format!("{scheme}://{authority}{target}"),
+            _ => url.to_string(),
+        };
         let mut attributes = vec![
             KeyValue::new("http.request.method", request.method().as_str().to_owned()),
-            KeyValue::new("url.full", url.to_string()),
+            KeyValue::new("url.full", full),
         ];
         if let Some(host) = url.host() {
             attributes.push(KeyValue::new("server.address", host.to_owned()));

@@ -48,6 +48,7 @@ mod routing;
 mod scaffold;
 mod self_signed;
 mod tls;
+mod tracing;
 mod try_cli;
 mod upstream;
 mod wasi_grants;

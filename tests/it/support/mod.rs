@@ -14,6 +14,7 @@
 //!   and manifest pieces that use them;
 //! - [`audit`]: JSON-lines audit logs read back;
 //! - [`jwt`]: throw-away signing keys and tokens;
+//! - [`otlp`]: a real OTLP/gRPC trace receiver, and the span tree it got;
 //! - [`etcd`]: a real etcd (Debian's `etcd-server`) on loopback ports.
 
 use std::future::Future;
@@ -26,6 +27,7 @@ pub mod etcd;
 pub mod filters;
 pub mod gateway;
 pub mod jwt;
+pub mod otlp;
 pub mod process;
 pub mod raw;
 pub mod upstream;
@@ -36,6 +38,7 @@ pub use clients::*;
 pub use filters::*;
 pub use gateway::*;
 pub use jwt::*;
+pub use otlp::*;
 pub use process::*;
 pub use raw::*;
 pub use upstream::*;
