@@ -77,19 +77,18 @@ impl Tracer {
     /// The request's server span: a child of the client's `traceparent`
     /// when it sent a valid one, else a new trace's root. The span is made
     /// (as a non-recording one) even when not sampled, so the upstream is
-    /// still told the trace.
+    /// still told the trace; its name and attributes are the caller's to
+    /// set when it is recorded (the sampler reads neither), so an unsampled
+    /// request does not pay for them.
     pub(crate) fn request_span(
         &self,
         headers: &HeaderMap,
-        name: String,
         start: SystemTime,
-        attributes: Vec<KeyValue>,
     ) -> (TraceContext, Span) {
         let parent = TraceContextPropagator::new().extract(&HeaderReader(headers));
-        let span = SpanBuilder::from_name(name)
+        let span = SpanBuilder::from_name("")
             .with_kind(SpanKind::Server)
             .with_start_time(start)
-            .with_attributes(attributes)
             .start_with_context(&self.0.tracer, &parent);
         let context = TraceContext {
             tracer: self.clone(),
@@ -201,12 +200,13 @@ pub(crate) fn upstream_span<B>(request: &mut http::Request<B>, url: &http::Uri) 
     } else {
         Vec::new()
     };
-    let span = context.child(
-        request.method().as_str().to_owned(),
-        SpanKind::Client,
-        None,
-        attributes,
-    );
+    // A name only a recorded span needs.
+    let name = if context.sampled() {
+        Cow::Owned(request.method().as_str().to_owned())
+    } else {
+        Cow::Borrowed("")
+    };
+    let span = context.child(name, SpanKind::Client, None, attributes);
     let within = context.within(&span);
     within.inject(request.headers_mut());
     Some(span)

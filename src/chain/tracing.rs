@@ -34,11 +34,11 @@ impl Handler for Tracing {
         let start = extensions
             .get::<ReceivedAt>()
             .map_or_else(SystemTime::now, |received| received.wall);
-        let name = span_name(&request);
-        let attributes = request_attributes(&request);
-        let (context, mut span) =
-            self.tracer
-                .request_span(request.headers(), name, start, attributes);
+        let (context, mut span) = self.tracer.request_span(request.headers(), start);
+        if span.is_recording() {
+            span.update_name(span_name(&request));
+            span.set_attributes(request_attributes(&request));
+        }
         request.extensions_mut().insert(context);
         Box::pin(async move {
             let response = self.next.call(request).await;

@@ -29,8 +29,8 @@ const DEFAULT_ENDPOINT: &str = "localhost:4317";
 impl Completer<'_> {
     pub(super) fn tracing(&mut self, written: &m::Tracing) -> Option<Tracing> {
         let endpoint = match &written.endpoint {
-            Some(endpoint) => self.tracing_endpoint(endpoint)?,
-            None => format!("http://{DEFAULT_ENDPOINT}"),
+            Some(endpoint) => self.tracing_endpoint(endpoint),
+            None => Some(format!("http://{DEFAULT_ENDPOINT}")),
         };
         let rate = self.count(
             &written.sampling_rate_per_million,
@@ -39,7 +39,7 @@ impl Completer<'_> {
             bounds::SAMPLING_RATE_PER_MILLION,
         );
         Some(Tracing {
-            endpoint,
+            endpoint: endpoint?,
             sampling_rate_per_million: u32::try_from(rate).unwrap_or(0),
         })
     }
