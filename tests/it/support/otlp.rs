@@ -34,6 +34,7 @@ pub struct ReceivedSpan {
     pub attributes: BTreeMap<String, String>,
     /// Nanoseconds since the epoch.
     pub start: u64,
+    pub end: u64,
 }
 
 impl ReceivedSpan {
@@ -75,6 +76,7 @@ impl TraceService for Received {
                     kind: span.kind,
                     status: span.status.map_or(0, |status| status.code),
                     start: span.start_time_unix_nano,
+                    end: span.end_time_unix_nano,
                     attributes: span
                         .attributes
                         .into_iter()
@@ -164,8 +166,8 @@ pub fn tracing_table(addr: SocketAddr, rate: u32) -> String {
 }
 
 /// The spans as an indented tree under the span `root_parent` (the
-/// client's), siblings in the order they started, each with its kind and
-/// attributes: what docs/observability.md shows.
+/// client's), siblings in the order they started, each with its kind,
+/// duration and attributes: what docs/observability.md shows.
 pub fn render_tree(spans: &[ReceivedSpan], root_parent: &str) -> String {
     fn walk(spans: &[ReceivedSpan], parent: &str, depth: usize, out: &mut String) {
         let mut children: Vec<&ReceivedSpan> = spans
@@ -184,12 +186,15 @@ pub fn render_tree(spans: &[ReceivedSpan], root_parent: &str) -> String {
                 .iter()
                 .map(|(key, value)| format!("{key}={value}"))
                 .collect();
-            out.push_str(&format!(
-                "{}{} [{kind}] {}\n",
+            let micros = span.end.saturating_sub(span.start) / 1000;
+            let line = format!(
+                "{}{} [{kind}, {micros} µs] {}",
                 "  ".repeat(depth),
                 span.name,
                 attributes.join(" ")
-            ));
+            );
+            out.push_str(line.trim_end());
+            out.push('\n');
             walk(spans, &span.span_id, depth + 1, out);
         }
     }
