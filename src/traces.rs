@@ -13,7 +13,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
@@ -95,6 +95,26 @@ impl Tracer {
             span: opentelemetry::trace::Span::span_context(&span).clone(),
         };
         (context, span)
+    }
+}
+
+impl Tracer {
+    /// Sends the spans still queued, waiting at most `limit` (shutdown
+    /// calls it, so the last requests' spans are not lost with the
+    /// process). The export runs on the processor's thread; this waits
+    /// on a blocking thread, not on the runtime's worker.
+    pub(crate) async fn flush(&self, limit: Duration) {
+        let provider = self.0.provider.clone();
+        let flushed = tokio::task::spawn_blocking(move || provider.force_flush());
+        match tokio::time::timeout(limit, flushed).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => tracing::warn!(%error, "the last spans could not be sent"),
+            Ok(Err(error)) => tracing::warn!(%error, "the last spans could not be sent"),
+            Err(_) => tracing::warn!(
+                ?limit,
+                "the collector took too long: the last spans are dropped"
+            ),
+        }
     }
 }
 

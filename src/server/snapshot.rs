@@ -1,6 +1,6 @@
 //! What one configuration builds for requests to use, swapped whole on a
-//! reload: the handler chain, the TLS acceptor, the connection settings and
-//! the audit backend. The listener takes the current snapshot when a
+//! reload: the handler chain, the TLS acceptor, the connection settings,
+//! the audit backend and the tracer. The listener takes the current snapshot when a
 //! connection arrives (TLS, limits) and again for every request (the
 //! chain), and a request keeps its snapshot to the end, so a reload never
 //! changes a request under way; an old snapshot is dropped with its last
@@ -22,6 +22,7 @@ use crate::delegation::Targets;
 use crate::handler::SharedHandler;
 use crate::health::Health;
 use crate::reload_trigger::ReloadTrigger;
+use crate::traces::Tracer;
 
 pub(crate) struct Snapshot {
     /// 1 for the configuration the gateway started with, then one more per
@@ -34,6 +35,8 @@ pub(crate) struct Snapshot {
     pub tls: Option<TlsAcceptor>,
     pub http: Arc<auto::Builder<TokioExecutor>>,
     pub audit: Option<Arc<AuditBackend>>,
+    /// The configuration's `[tracing]`, when on (the chain holds it too).
+    pub tracer: Option<Tracer>,
 }
 
 /// The snapshot in force, shared by the listener and the reloader.
@@ -93,10 +96,16 @@ pub(crate) fn build(
     let tracer = config
         .tracing
         .as_ref()
-        .map(crate::traces::Tracer::new)
+        .map(Tracer::new)
         .transpose()
         .map_err(|error| StartError::Tracing(error.to_string()))?;
-    let chain = crate::chain::build(&config, stages, flow_control, tracer, center(servers));
+    let chain = crate::chain::build(
+        &config,
+        stages,
+        flow_control,
+        tracer.clone(),
+        center(servers),
+    );
     let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
     Ok(Snapshot {
         generation,
@@ -106,6 +115,7 @@ pub(crate) fn build(
         steps: chain.steps,
         tls,
         audit: chain.audit,
+        tracer,
     })
 }
 

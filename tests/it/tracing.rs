@@ -2,8 +2,9 @@
 //! one tree under the client's `traceparent` (the request's span, the
 //! steps', the filter calls' and the upstream call's), and the upstream is
 //! told the trace with the gateway's upstream span as its parent; sampling
-//! follows the client's decision (kube's `ParentBased`), and a collector
-//! that is not there costs a request nothing.
+//! follows the client's decision (kube's `ParentBased`), a collector that
+//! is not there costs a request nothing, a reload moves the spans to the
+//! new endpoint, and shutdown sends the last of them.
 
 use std::time::{Duration, Instant};
 
@@ -324,4 +325,25 @@ async fn a_reload_sends_spans_where_the_new_table_says() {
         "the old collector got the new configuration's spans"
     );
     gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_sends_the_last_spans_before_it_returns() {
+    let collector = Collector::start().await;
+    let upstream = Upstream::start().await;
+    let gateway = traced_gateway(&tracing_table(collector.addr, 1_000_000), &upstream).await;
+    let trace_id = "66666666666666666666666666666666";
+    get_widgets(
+        &gateway,
+        Some(&traceparent(trace_id, "00f067aa0ba902b7", true)),
+    )
+    .await;
+    // Well before the batch processor's 5 s delay.
+    gateway.shutdown().await;
+    let sent = collector
+        .spans()
+        .into_iter()
+        .filter(|span| span.trace_id == trace_id)
+        .count();
+    assert_eq!(sent, 8, "the request's spans were sent at shutdown");
 }
