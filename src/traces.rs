@@ -51,13 +51,17 @@ struct Provider {
 
 impl Tracer {
     /// The tracer of `config`: the exporter connects lazily, so a collector
-    /// that is not there fails nothing here. Needs the tokio runtime (tonic
-    /// spawns its channel's worker on it).
-    pub(crate) fn new(config: &Tracing) -> Result<Tracer, opentelemetry_otlp::ExporterBuildError> {
+    /// that is not there fails nothing here. Made on the tokio runtime,
+    /// where tonic spawns its channel's worker.
+    pub(crate) fn new(config: &Tracing) -> Result<Tracer, String> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err("the exporter needs the tokio runtime".to_owned());
+        }
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
             .with_endpoint(config.endpoint.clone())
-            .build()?;
+            .build()
+            .map_err(|error| error.to_string())?;
         let ratio = f64::from(config.sampling_rate_per_million) / 1_000_000.0;
         let provider = SdkTracerProvider::builder()
             .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(

@@ -98,7 +98,7 @@ pub(crate) fn build(
         .as_ref()
         .map(Tracer::new)
         .transpose()
-        .map_err(|error| StartError::Tracing(error.to_string()))?;
+        .map_err(StartError::Tracing)?;
     let chain = crate::chain::build(
         &config,
         stages,

@@ -16,8 +16,10 @@ fn traceparent(trace_id: &str, span_id: &str, sampled: bool) -> String {
     format!("00-{trace_id}-{span_id}-{flags}")
 }
 
-/// The trace ID, parent span ID and flags of a `traceparent`.
-fn parse_traceparent(value: &str) -> (String, String, String) {
+/// The trace ID, parent span ID and flags of the `traceparent` the
+/// upstream received.
+fn upstream_traceparent(echo: &serde_json::Value) -> (String, String, String) {
+    let value = echoed_header(echo, "traceparent").expect("the upstream got a traceparent");
     let parts: Vec<&str> = value.split('-').collect();
     assert_eq!(parts.len(), 4, "a traceparent: {value}");
     assert_eq!(parts[0], "00", "version 00: {value}");
@@ -28,8 +30,17 @@ fn parse_traceparent(value: &str) -> (String, String, String) {
     )
 }
 
-/// A gateway tracing to `collector` at `rate` per million, with the token
-/// authenticator and RBAC, in front of `upstream`.
+/// A receiver, an upstream, and a gateway tracing to the receiver at `rate`
+/// per million in front of it (as [`traced_gateway`]).
+async fn traced(rate: u32) -> (Collector, Upstream, TestGateway) {
+    let collector = Collector::start().await;
+    let upstream = Upstream::start().await;
+    let gateway = traced_gateway(&tracing_table(collector.addr, rate), &upstream).await;
+    (collector, upstream, gateway)
+}
+
+/// A gateway with `tracing` (a `[tracing]` table), the token authenticator
+/// and RBAC, in front of `upstream`.
 async fn traced_gateway(tracing: &str, upstream: &Upstream) -> TestGateway {
     let manifest = plaintext(&format!(
         "{tracing}{}{}{}",
@@ -59,16 +70,13 @@ fn one<'a>(spans: &'a [ReceivedSpan], name: &str) -> &'a ReceivedSpan {
 
 #[tokio::test]
 async fn one_request_is_one_span_tree_under_the_clients_span() {
-    let collector = Collector::start().await;
-    let upstream = Upstream::start().await;
-    let gateway = traced_gateway(&tracing_table(collector.addr, 1_000_000), &upstream).await;
+    let (collector, upstream, gateway) = traced(1_000_000).await;
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let client_span = "00f067aa0ba902b7";
     let echo = get_widgets(&gateway, Some(&traceparent(trace_id, client_span, true))).await;
 
     // The upstream is in the same trace, under the gateway's upstream span.
-    let sent = echoed_header(&echo, "traceparent").expect("the upstream got a traceparent");
-    let (sent_trace, sent_parent, sent_flags) = parse_traceparent(&sent);
+    let (sent_trace, sent_parent, sent_flags) = upstream_traceparent(&echo);
     assert_eq!(sent_trace, trace_id);
     assert_eq!(sent_flags, "01");
     assert_ne!(
@@ -219,16 +227,13 @@ async fn a_pooled_filters_reused_instance_and_its_refusal_are_in_its_span() {
 
 #[tokio::test]
 async fn at_rate_zero_only_a_sampled_parent_is_recorded_and_every_trace_is_propagated() {
-    let collector = Collector::start().await;
-    let upstream = Upstream::start().await;
-    let gateway = traced_gateway(&tracing_table(collector.addr, 0), &upstream).await;
+    let (collector, _upstream, gateway) = traced(0).await;
     let parent = "00f067aa0ba902b7";
 
     // The client's decision not to sample is kept, and passed on.
     let unsampled = "33333333333333333333333333333333";
     let echo = get_widgets(&gateway, Some(&traceparent(unsampled, parent, false))).await;
-    let sent = echoed_header(&echo, "traceparent").expect("a traceparent");
-    let (sent_trace, sent_parent, sent_flags) = parse_traceparent(&sent);
+    let (sent_trace, sent_parent, sent_flags) = upstream_traceparent(&echo);
     assert_eq!(
         (sent_trace.as_str(), sent_flags.as_str()),
         (unsampled, "00")
@@ -237,8 +242,7 @@ async fn at_rate_zero_only_a_sampled_parent_is_recorded_and_every_trace_is_propa
 
     // No client span: a new trace, not sampled at rate 0, told all the same.
     let echo = get_widgets(&gateway, None).await;
-    let sent = echoed_header(&echo, "traceparent").expect("a traceparent");
-    let (fresh_trace, _, fresh_flags) = parse_traceparent(&sent);
+    let (fresh_trace, _, fresh_flags) = upstream_traceparent(&echo);
     assert_eq!(fresh_flags, "00");
     assert_ne!(fresh_trace, unsampled);
 
@@ -329,9 +333,7 @@ async fn a_reload_sends_spans_where_the_new_table_says() {
 
 #[tokio::test]
 async fn shutdown_sends_the_last_spans_before_it_returns() {
-    let collector = Collector::start().await;
-    let upstream = Upstream::start().await;
-    let gateway = traced_gateway(&tracing_table(collector.addr, 1_000_000), &upstream).await;
+    let (collector, _upstream, gateway) = traced(1_000_000).await;
     let trace_id = "66666666666666666666666666666666";
     get_widgets(
         &gateway,
