@@ -101,7 +101,8 @@ fn main() {
         audit_spec.sink = Some(Sink::File(PathBuf::from("/dev/null")));
         let audit = load(audit_spec);
         group.bench_function(format!("jsonl-audit/{mode}"), |b| {
-            b.to_async(&runtime).iter(|| audit.audit(&inputs.event))
+            b.to_async(&runtime)
+                .iter(|| audit.audit(std::slice::from_ref(&inputs.event)))
         });
         // The filters in other languages: C, Python (CPython), JavaScript (SpiderMonkey).
         let apikey = load(spec("apikey-authn", isolation, APIKEY_CONFIG));
@@ -172,6 +173,7 @@ fn spec(name: &str, isolation: Isolation, config_json: &str) -> FilterSpec {
         sink: None,
         headers: RequestHeaders::All,
         wasi: Default::default(),
+        cache: None,
     }
 }
 

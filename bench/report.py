@@ -25,7 +25,8 @@ import sys
 
 NUMERIC = ["requests", "seconds", "rps", "non2xx", "socket_errors", "cpu_us_per_req",
            "upstream_cpu_us_per_req", "p50_us", "p90_us", "p99_us", "cpu0_other_pct", "load1", "audited",
-           "syscalls_per_req", "ctxsw_per_req", "cpu0_steal_pct"]
+           "syscalls_per_req", "ctxsw_per_req", "cpu0_steal_pct", "minflt_per_req", "majflt_per_req",
+           "cache_hit_pct"]
 
 LABELS = {
     "direct": "direct to the upstream",
@@ -33,8 +34,10 @@ LABELS = {
     "nginx-lua": "nginx + Lua (token authn + allow-list authz + access log)",
     "haproxy": "HAProxy (1 thread)",
     "wasmgate-pass": "wasmgate pass-through (no filter)",
-    "wasmgate-full-per-request": "wasmgate full chain, per-request isolation",
-    "wasmgate-full-pooled": "wasmgate full chain, pooled isolation",
+    "wasmgate-full-per-request": "wasmgate full chain, per-request isolation, decision caches on",
+    "wasmgate-full-pooled": "wasmgate full chain, pooled isolation, decision caches on",
+    "wasmgate-full-pooled-nocache": "wasmgate full chain, pooled isolation, no decision cache",
+    "wasmgate-full-pooled-many-users": "wasmgate full chain, pooled, caches on, 10,000 users' tokens at random",
     "wasmgate-full-python": "wasmgate full chain, pooled, plus the Python abac-authz filter",
     "nginx-tls": "nginx, TLS",
     "wasmgate-pass-tls": "wasmgate pass-through, TLS",
@@ -100,6 +103,12 @@ def per_round_ratio(table, target, base, key, op="div"):
     return median(values)
 
 
+def per_round_inverse(table, target, base, key):
+    """The median over rounds of base's figure over target's (CPU per request: the req/s ratio it implies)."""
+    ratio = per_round_ratio(table, target, base, key)
+    return None if not ratio else 1 / ratio
+
+
 def summarise(rows):
     throughput, oneconn, openloop = by(rows, "throughput"), by(rows, "oneconn"), by(rows, "openloop")
     summary = {}
@@ -119,6 +128,12 @@ def summarise(rows):
             "syscalls_per_req": median(r.get("syscalls_per_req") for r in t.values()),
             "ctxsw_per_req": median(r.get("ctxsw_per_req") for r in t.values()),
             "cpu0_steal_pct": median(r.get("cpu0_steal_pct") for r in t.values()),
+            "minflt_per_req": median(r.get("minflt_per_req") for r in t.values()),
+            "majflt_per_req": median(r.get("majflt_per_req") for r in t.values()),
+            # the decision caches' hits over their lookups in the window (all
+            # cached filters); None for a target without a cache
+            "cache_hit_pct": median(r.get("cache_hit_pct") for r in t.values()),
+            "cache_detail": "; ".join(r["cache_detail"] for _, r in sorted(t.items()) if r.get("cache_detail")),
             # the share of the window's requests whose completion was audited
             # (logged, for nginx + Lua); below 1 when batch audit dropped events
             "audited_share": median(
@@ -137,6 +152,8 @@ def summarise(rows):
             "rps_x_nginx_lua": per_round_ratio(throughput, target, "nginx-lua", "rps"),
             "cpu_x_nginx": per_round_ratio(throughput, target, "nginx", "cpu_us_per_req"),
             "cpu_x_direct": per_round_ratio(throughput, target, "direct", "cpu_us_per_req"),
+            "cpu_x_nginx_lua": per_round_ratio(throughput, target, "nginx-lua", "cpu_us_per_req"),
+            "cpu_budget_x_nginx": per_round_inverse(throughput, target, "nginx", "cpu_us_per_req"),
             "oneconn_p50_minus_nginx_us": per_round_ratio(oneconn, target, "nginx", "p50_us", "sub"),
             "oneconn_p50_minus_direct_us": per_round_ratio(oneconn, target, "direct", "p50_us", "sub"),
         }
@@ -160,12 +177,19 @@ def checks(summary):
         hit = value >= goal if op == ">=" else value <= goal if op == "<=" else value > goal
         results.append({"target": name, "value": round(value, 3), "goal": f"{op} {goal}{unit}", "hit": hit})
 
-    check("pass-through req/s vs nginx", "wasmgate-pass", "rps_x_nginx", ">=", 1.0, "x")
-    check("pass-through CPU/req vs nginx", "wasmgate-pass", "cpu_x_nginx", "<=", 1.0, "x")
+    # issue 13's targets (the caches, the batches, fewer values lowered)
+    # Each req/s goal twice: as measured, and as the CPU budget it means on
+    # one saturated core (nginx's CPU per request over the target's), which
+    # holds when a neighbour takes CPU 0 from one target's windows.
+    for name, target, goal in [
+            ("full chain pooled, caches on, req/s vs nginx (cache-helped)", "wasmgate-full-pooled", 0.70),
+            ("full chain pooled, no cache, req/s vs nginx", "wasmgate-full-pooled-nocache", 0.55),
+            ("full chain per-request, caches on, req/s vs nginx (cache-helped)", "wasmgate-full-per-request", 0.55),
+            ("pass-through req/s vs nginx", "wasmgate-pass", 0.78)]:
+        check(name, target, "rps_x_nginx", ">=", goal, "x")
+        check(name.replace("req/s", "by CPU (nginx's ÷ its own)"), target, "cpu_budget_x_nginx", ">=", goal, "x")
+    check("full chain pooled, caches on, CPU/req vs nginx + Lua (cache-helped)", "wasmgate-full-pooled", "cpu_x_nginx_lua", "<=", 1.3, "x")
     check("pass-through one-connection p50 minus nginx's", "wasmgate-pass", "oneconn_p50_minus_nginx_us", "<=", 5, " us")
-    check("full chain pooled req/s vs nginx", "wasmgate-full-pooled", "rps_x_nginx", ">=", 0.8, "x")
-    check("full chain pooled req/s vs nginx+Lua", "wasmgate-full-pooled", "rps_x_nginx_lua", ">", 1.0, "x")
-    check("full chain per-request req/s vs nginx", "wasmgate-full-per-request", "rps_x_nginx", ">=", 0.6, "x")
     return results
 
 
@@ -183,8 +207,8 @@ def signed(value):
 
 def markdown(summary, meta, results):
     lines = []
-    lines.append("| target | req/s | × nginx | × direct | CPU µs/req | CPU × nginx | 1-conn p50 µs | 1-conn p99 µs | p50 − nginx µs | open-loop p50 µs | open-loop p99 µs | errors | audited |")
-    lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    lines.append("| target | req/s | × nginx | × direct | CPU µs/req | CPU × nginx | cache hits | minor faults/req | 1-conn p50 µs | 1-conn p99 µs | p50 − nginx µs | open-loop p50 µs | open-loop p99 µs | errors | audited |")
+    lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for target, e in summary.items():
         lines.append("| " + " | ".join([
             f"`{target}`",
@@ -193,6 +217,8 @@ def markdown(summary, meta, results):
             fmt(e["rps_x_direct"], 2),
             fmt(e["cpu_us_per_req"], 1),
             fmt(e["cpu_x_nginx"], 2),
+            "–" if e.get("cache_hit_pct") is None else f"{e['cache_hit_pct']:.1f}%",
+            fmt(e.get("minflt_per_req"), 2),
             fmt(e["oneconn_p50_us"]),
             fmt(e["oneconn_p99_us"]),
             signed(e["oneconn_p50_minus_nginx_us"]),
@@ -221,13 +247,22 @@ def markdown(summary, meta, results):
         bits = [f"req/s range {fmt(e['rps_min'])}–{fmt(e['rps_max'])}",
                 f"upstream CPU {fmt(e['upstream_cpu_us_per_req'], 1)} µs/req",
                 f"{fmt(e['syscalls_per_req'], 2)} vfs read/write calls and {fmt(e['ctxsw_per_req'], 3)} context switches per request",
-                f"other processes on CPU 0 {fmt(e['cpu0_other_pct'], 1)}%, stolen {fmt(e['cpu0_steal_pct'], 1)}%"]
+                f"other processes on CPU 0 {fmt(e['cpu0_other_pct'], 1)}%, stolen {fmt(e['cpu0_steal_pct'], 1)}%",
+                f"major faults {fmt(e.get('majflt_per_req'), 4)}/req"]
+        if target in meta.get("compiled_code", {}):
+            bits.append(f"compiled code at start: {meta['compiled_code'][target] or 'none'}")
+        if e.get("cache_detail"):
+            bits.append(f"cache hits per filter and round: {e['cache_detail']}")
         extra.append(f"- `{target}`: " + ", ".join(bits))
     lines.append("Per target (medians of the throughput runs): req/s range over rounds, the upstream's CPU per "
                  "request, the target's vfs read- and write-class system calls (/proc/PID/io syscr + syscw: read, "
                  "write, readv, writev; socket send/recv calls are not counted there, so HAProxy shows 0) and context "
                  "switches (all threads) per request, and the CPU time of other processes on the target's core and "
-                 "the share the hypervisor stole from it during the window (the machine is shared):")
+                 "the share the hypervisor stole from it during the window (the machine is shared), the target's "
+                 "major page faults per request, and for wasmgate where its components' compiled code came from at "
+                 "start (`compiled`: compiled then, the disk cache was cold; `disk`: read from it; `memory`) and its "
+                 "decision caches' hit ratio per filter in each round. `cache hits` in the table: the hits of all "
+                 "cached filters over their lookups in the window; every row with a figure there is cache-helped:")
     lines.append("")
     lines.extend(extra)
     lines.append("")
@@ -240,7 +275,8 @@ def markdown(summary, meta, results):
     m = meta.get("machine", {})
     load = meta.get("load", {})
     lines.append(f"- date: {meta.get('date')}; wasmgate {meta.get('versions', {}).get('wasmgate')}")
-    lines.append(f"- machine: {m.get('nproc')} CPUs, {m.get('cpu')}, {m.get('memory')}, Linux {m.get('kernel')}")
+    lines.append(f"- machine: {m.get('nproc')} CPUs, {m.get('cpu')}, {m.get('memory')}, Linux {m.get('kernel')}"
+                 + (f", transparent huge pages {m['transparent_hugepages']}" if m.get("transparent_hugepages") else ""))
     v = meta.get("versions", {})
     lines.append(f"- tools: {v.get('nginx')}; {v.get('haproxy')}; {v.get('wrk')}; {v.get('oha')}")
     lines.append(f"- load average (1, 5, 15 min): before waiting {load.get('before_wait')}; {load.get('quiet_wait')}; "
@@ -257,7 +293,8 @@ def markdown(summary, meta, results):
 def write_tsv(path, summary):
     keys = ["rps", "rps_x_nginx", "rps_x_direct", "rps_x_nginx_lua", "cpu_us_per_req", "cpu_x_nginx", "cpu_x_direct",
             "oneconn_p50_us", "oneconn_p99_us", "oneconn_p50_minus_nginx_us", "openloop_p50_us", "openloop_p99_us",
-            "errors", "upstream_cpu_us_per_req", "cpu0_other_pct", "audited_share", "syscalls_per_req", "ctxsw_per_req", "cpu0_steal_pct", "rps_min", "rps_max", "rounds"]
+            "errors", "upstream_cpu_us_per_req", "cpu0_other_pct", "audited_share", "syscalls_per_req", "ctxsw_per_req", "cpu0_steal_pct",
+            "minflt_per_req", "majflt_per_req", "cache_hit_pct", "cpu_x_nginx_lua", "rps_min", "rps_max", "rounds"]
     with open(path, "w") as out:
         out.write("target\t" + "\t".join(keys) + "\n")
         for target, e in summary.items():

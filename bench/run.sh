@@ -27,18 +27,31 @@
 #   --quiet-load L      wait until the 1-minute load average is below L ...
 #   --quiet-wait S      ... for at most S seconds, then run anyway (default 1.5, 1200)
 #   --profile           after the run, profiles of nginx and wasmgate (pass-
-#                       through, full chain pooled): perf record (cpu-clock) where perf
+#                       through, full chain pooled with and without caches): perf record (cpu-clock) where perf
 #                       works, and valgrind --tool=callgrind, summarised in
 #                       bench/results/<date>.profile.txt (--rounds 0 --profile:
 #                       the profiles alone)
 #   --update-readme     put the table into bench/README.md's "Side by side"
 #                       section (between its table markers)
 #   --keep-temp         keep the run's temp dir (configs, logs, raw rows)
+#   --cold-code         start every wasmgate target with an empty compiled-
+#                       code cache of its own (XDG_CACHE_HOME in the temp
+#                       dir), as on a fresh machine: it compiles its
+#                       components at start
 #
 # Targets: direct, nginx, nginx-lua, haproxy, hyper-proxy (a bare hyper
 # proxy: the floor of wasmgate's stack), wasmgate-pass,
-# wasmgate-full-per-request, wasmgate-full-pooled, wasmgate-full-python (the
-# pooled chain plus the Python abac-authz filter), nginx-tls, wasmgate-pass-tls.
+# wasmgate-full-per-request, wasmgate-full-pooled (both with the decision
+# caches on), wasmgate-full-pooled-nocache (caches off),
+# wasmgate-full-pooled-many-users (caches on, each request one of 10,000
+# users' tokens), wasmgate-full-python (the pooled chain plus the Python
+# abac-authz filter), nginx-tls, wasmgate-pass-tls.
+#
+# Every throughput row also records what explains a Wasm row's variance from
+# machine to machine: the target's minor and major page faults per request
+# (/proc/PID/stat), the decision caches' hit ratio in the window (from
+# /metrics), and, per wasmgate target, where its compiled code came from at
+# start (compiled now, or read from the disk cache).
 #
 # Placement: every target runs pinned to CPU 0; the load generators (wrk, oha)
 # and the upstream run pinned to CPU 1. The one-connection latency runs put
@@ -47,7 +60,9 @@
 #
 # Environment: CARGO_TARGET_DIR (default ~/.cache/wasmgate/target) for the
 # gateway; the upstream builds into ~/.cache/wasmgate/bench-target and oha is
-# installed (cargo install --locked) into ~/.cache/wasmgate/bench-tools.
+# installed (cargo install --locked) into ~/.cache/wasmgate/bench-tools. The
+# binaries are looked for where cargo says it put them (cargo metadata), so
+# a cargo wrapper that picks its own target dir is followed.
 set -euo pipefail
 
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -60,9 +75,9 @@ COMMAND_LINE="bench/run.sh${*:+ $*}"
 
 ROUNDS=3 WARMUP=2 DURATION=10 CONNECTIONS=64 RATE=auto WORKERS=1
 OPEN_CONNECTIONS=16 INSTALL=1 BUILD=1 OPENLOOP=1 SMOKE=0 PROFILE=0
-QUIET_LOAD=1.5 QUIET_WAIT=1200 UPDATE_README=0 KEEP_TEMP=0
+QUIET_LOAD=1.5 QUIET_WAIT=1200 UPDATE_README=0 KEEP_TEMP=0 COLD_CODE=0
 TARGETS_ARG="" EXTRA=()
-ALL_TARGETS=(direct nginx nginx-lua haproxy hyper-proxy wasmgate-pass wasmgate-full-per-request wasmgate-full-pooled wasmgate-full-python nginx-tls wasmgate-pass-tls)
+ALL_TARGETS=(direct nginx nginx-lua haproxy hyper-proxy wasmgate-pass wasmgate-full-per-request wasmgate-full-pooled wasmgate-full-pooled-nocache wasmgate-full-pooled-many-users wasmgate-full-python nginx-tls wasmgate-pass-tls)
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
@@ -87,6 +102,7 @@ while (($#)); do
         --profile) PROFILE=1 ;;
         --update-readme) UPDATE_README=1 ;;
         --keep-temp) KEEP_TEMP=1 ;;
+        --cold-code) COLD_CODE=1 ;;
         -h | --help) usage 0 ;;
         *) log "unknown argument: $1"; usage 2 ;;
     esac
@@ -249,7 +265,16 @@ install_tools() {
     need_tools nginx haproxy wrk jq taskset ss openssl curl python3 awk
 }
 
+# The target dir cargo uses in DIR when told DEFAULT (a wrapper may choose
+# another).
+cargo_target_dir() { # DIR DEFAULT
+    (cd "$1" && CARGO_TARGET_DIR="$2" cargo metadata --format-version 1 --no-deps 2>/dev/null | jq -r .target_directory) ||
+        echo "$2"
+}
+
 build() {
+    GATEWAY_TARGET_DIR="$(cargo_target_dir "$REPO_DIR" "$GATEWAY_TARGET_DIR")"
+    UPSTREAM_TARGET_DIR="$(cargo_target_dir "$BENCH_DIR/upstream" "$UPSTREAM_TARGET_DIR")"
     WASMGATE="$GATEWAY_TARGET_DIR/release/wasmgate"
     UPSTREAM="$UPSTREAM_TARGET_DIR/release/bench-upstream"
     HYPER_PROXY="$UPSTREAM_TARGET_DIR/release/bench-hyper-proxy"
@@ -293,7 +318,7 @@ wait_for_quiet() {
 
 # ---------------------------------------------------------------- targets
 
-declare -A URL=() CPU_PID=() SCHEME=() AUDIT_FILE=()
+declare -A URL=() CPU_PID=() SCHEME=() AUDIT_FILE=() WRK_ARGS=() COMPILED_CODE=()
 
 render() { # TEMPLATE OUT PORT
     sed -e "s#@PORT@#$3#g; s#@UPSTREAM_PORT@#$UPSTREAM_PORT#g; s#@TMP@#$TMP#g" "$1" >"$2"
@@ -376,6 +401,11 @@ start_target() {
                 wasmgate-pass) manifest="$BENCH_DIR/manifests/passthrough.toml" ;;
                 wasmgate-full-per-request) manifest="$BENCH_DIR/manifests/full-per-request.toml" ;;
                 wasmgate-full-pooled) manifest="$BENCH_DIR/manifests/full-pooled.toml" ;;
+                wasmgate-full-pooled-nocache) manifest="$BENCH_DIR/manifests/full-pooled-nocache.toml" ;;
+                wasmgate-full-pooled-many-users)
+                    manifest="$BENCH_DIR/manifests/full-pooled-many-users.toml"
+                    WRK_ARGS[$target]=many-users
+                    ;;
                 wasmgate-full-python) manifest="$BENCH_DIR/manifests/full-python.toml" ;;
                 wasmgate-pass-tls) manifest="$BENCH_DIR/manifests/tls.toml"; SCHEME[$target]=https ;;
                 *) manifest="${EXTRA_MANIFEST[$target]}" ;;
@@ -386,15 +416,62 @@ start_target() {
             # thread at every event.
             AUDIT_FILE[$target]="$TMP/audit/$target.audit.jsonl"
             render_manifest "$manifest" "$TMP/manifests/$target.toml" "$port" "${AUDIT_FILE[$target]}"
+            if grep -q '@MANY_USERS@' "$TMP/manifests/$target.toml"; then
+                many_users >"$TMP/many-users.toml"
+                sed -i -e "/@MANY_USERS@/r $TMP/many-users.toml" -e '/@MANY_USERS@/d' "$TMP/manifests/$target.toml"
+            fi
             if grep -q '^\[listen\.tls\]' "$TMP/manifests/$target.toml"; then SCHEME[$target]=https; fi
             grep -q '^sink = ' "$TMP/manifests/$target.toml" || unset 'AUDIT_FILE[$target]'
+            local cache_home="${XDG_CACHE_HOME:-$HOME/.cache}"
+            ((COLD_CODE)) && cache_home="$TMP/cold-cache-$target"
             start "$target" 0 "$TMP/$target.log" \
-                env RUST_LOG="${RUST_LOG:-warn}" "$WASMGATE" run --config "$TMP/manifests/$target.toml" --workers "$WORKERS"
+                env RUST_LOG="${RUST_LOG:-warn}" XDG_CACHE_HOME="$cache_home" \
+                "$WASMGATE" run --config "$TMP/manifests/$target.toml" --workers "$WORKERS"
             CPU_PID[$target]="$STARTED"
             ;;
     esac
     URL[$target]="${SCHEME[$target]}://127.0.0.1:$port"
     wait_http "$STARTED" "${URL[$target]}/" -k || die "$target did not start: $(tail -n 20 "$TMP/$target.log" 2>/dev/null)"
+    if [[ "$target" == wasmgate-* ]]; then
+        # Where the components' compiled code came from at start: a cold
+        # compiled-code cache compiles them now.
+        COMPILED_CODE[$target]="$(scrape "$target" | awk -F'[{}"= ]+' '/^wasmgate_components_loaded_total\{/ { printf "%s%s=%s", sep, $3, $4; sep = " " }')"
+    fi
+}
+
+# The 10,000 users of wasmgate-full-pooled-many-users, as lines of
+# token-authn's `tokens` list (mix.lua's `many-users` picks among them).
+many_users() {
+    local i
+    for ((i = 0; i < 10000; i++)); do
+        printf '  { token = "user-%04d-token", user = "user-%04d", groups = ["many"] },\n' "$i" "$i"
+    done
+}
+
+# TARGET's /metrics text (alice may read it in the bench manifests), empty
+# for a target without it.
+scrape() {
+    curl -sk --max-time 5 -H 'Authorization: Bearer alice-token' "${URL[$1]}/metrics" 2>/dev/null || true
+}
+
+# The decision caches' hits and misses so far, one "FILTER HITS MISSES" line
+# per cached filter.
+cache_counts() {
+    scrape "$1" | awk '
+        /^wasmgate_decision_cache_(hits|misses)_total\{/ {
+            split($1, parts, "\""); kind = ($1 ~ /hits/) ? "h" : "m"; n[parts[2], kind] = $2; names[parts[2]] = 1
+        }
+        END { for (f in names) printf "%s %d %d\n", f, n[f, "h"], n[f, "m"] }' | sort
+}
+
+# The window's hit ratio from two cache_counts snapshots: "PCT DETAIL", the
+# hits of all cached filters over their lookups, and per filter; "- -"
+# without caches.
+cache_ratio() { # BEFORE AFTER
+    join -a 2 <(printf '%s\n' "$1") <(printf '%s\n' "$2") | awk '
+        NF == 5 { h = $4 - $2; m = $5 - $3 } NF == 3 { h = $2; m = $3 }
+        NF == 3 || NF == 5 { th += h; tm += m; if (h + m) detail = detail sprintf("%s%s %.1f%%", sep, $1, h * 100 / (h + m)); sep = ", " }
+        END { if (th + tm) printf "%.2f\t%s\n", th * 100 / (th + tm), detail; else print "\t" }'
 }
 
 # A request of each kind of the mix must be a 200 (or the mix would measure
@@ -422,6 +499,16 @@ ticks() {
     echo $((${12} + ${13}))
 }
 
+# Minor and major page faults of PID so far (all its threads): "MINOR MAJOR".
+faults() {
+    local stat
+    stat="$(cat "/proc/$1/stat" 2>/dev/null)" || { echo "0 0"; return; }
+    stat="${stat##*) }"
+    # shellcheck disable=SC2086
+    set -- $stat
+    echo "$8 ${10}"
+}
+
 # read- and write-class system calls of PID so far (all threads).
 io_calls() {
     awk '/^sysc[rw]:/ { n += $2 } END { print n + 0 }' "/proc/$1/io" 2>/dev/null || echo 0
@@ -444,10 +531,11 @@ cpu0_busy() {
     awk '$1 == "cpu0" { print $2 + $3 + $4; exit }' /proc/stat
 }
 
-# wrk_run CPU CONNECTIONS SECONDS URL OUT: closed loop, the mix of wrk/mix.lua.
+# wrk_run CPU CONNECTIONS SECONDS URL OUT [SCRIPT-ARG]: closed loop, the mix
+# of wrk/mix.lua (with `many-users`, 10,000 users' tokens).
 wrk_run() {
     timeout -k 5 $(($3 + 60)) taskset -c "$1" wrk -t1 -c"$2" -d"$3"s --timeout 10s \
-        -s "$BENCH_DIR/wrk/mix.lua" "$4" >"$5" 2>&1 || true
+        -s "$BENCH_DIR/wrk/mix.lua" "$4" ${6:+-- "$6"} >"$5" 2>&1 || true
     grep -q '^WRKJSON ' "$5" || die "wrk gave no result: $(cat "$5")"
 }
 
@@ -473,19 +561,22 @@ audit_settle() {
 }
 
 RAW="$TMP/raw.tsv"
-printf 'round\ttarget\tphase\trequests\tseconds\trps\tnon2xx\tsocket_errors\tcpu_us_per_req\tupstream_cpu_us_per_req\tp50_us\tp90_us\tp99_us\tcpu0_other_pct\tload1\taudited\tsyscalls_per_req\tctxsw_per_req\tcpu0_steal_pct\n' >"$RAW"
+printf 'round\ttarget\tphase\trequests\tseconds\trps\tnon2xx\tsocket_errors\tcpu_us_per_req\tupstream_cpu_us_per_req\tp50_us\tp90_us\tp99_us\tcpu0_other_pct\tload1\taudited\tsyscalls_per_req\tctxsw_per_req\tcpu0_steal_pct\tminflt_per_req\tmajflt_per_req\tcache_hit_pct\tcache_detail\n' >"$RAW"
 
 measure_throughput() { # ROUND TARGET
     local round="$1" target="$2" out="$TMP/wrk-$1-$2.out" pid="${CPU_PID[$2]}"
-    local t0 t1 u0 u1 c0 c1 w0 w1 s0 s1 x0 x1 v0 v1 requests seconds non2xx socket audit="" load
-    wrk_run 1 "$CONNECTIONS" "$WARMUP" "${URL[$target]}" "$TMP/warmup.out"
+    local t0 t1 u0 u1 c0 c1 w0 w1 s0 s1 x0 x1 v0 v1 f0 f1 k0="" k1="" requests seconds non2xx socket audit="" load
+    local wrk_arg="${WRK_ARGS[$target]:-}"
+    wrk_run 1 "$CONNECTIONS" "$WARMUP" "${URL[$target]}" "$TMP/warmup.out" "$wrk_arg"
     audit_reset "$target"
     load="$(cut -d' ' -f1 /proc/loadavg)"
+    [[ "$target" == wasmgate-* ]] && k0="$(cache_counts "$target")"
     t0="$(ticks "$pid")" u0="$(ticks "$UPSTREAM_PID")" c0="$(cpu0_busy)" w0="$(date +%s.%N)"
-    s0="$(io_calls "$pid")" x0="$(context_switches "$pid")" v0="$(cpu0_steal)"
-    wrk_run 1 "$CONNECTIONS" "$DURATION" "${URL[$target]}" "$out"
+    s0="$(io_calls "$pid")" x0="$(context_switches "$pid")" v0="$(cpu0_steal)" f0="$(faults "$pid")"
+    wrk_run 1 "$CONNECTIONS" "$DURATION" "${URL[$target]}" "$out" "$wrk_arg"
     t1="$(ticks "$pid")" u1="$(ticks "$UPSTREAM_PID")" c1="$(cpu0_busy)" w1="$(date +%s.%N)"
-    s1="$(io_calls "$pid")" x1="$(context_switches "$pid")" v1="$(cpu0_steal)"
+    s1="$(io_calls "$pid")" x1="$(context_switches "$pid")" v1="$(cpu0_steal)" f1="$(faults "$pid")"
+    [[ "$target" == wasmgate-* ]] && k1="$(cache_counts "$target")"
     requests="$(wrk_field "$out" .requests)"
     seconds="$(wrk_field "$out" '.duration_us / 1e6')"
     non2xx="$(wrk_field "$out" .errors.status)"
@@ -497,30 +588,33 @@ measure_throughput() { # ROUND TARGET
         audit="$(python3 "$BENCH_DIR/report.py" audit "${AUDIT_FILE[$target]}" "$w0" "$w1")"
     fi
     [[ "$target" == direct ]] && u1="$u0" # the shared upstream is idle then
+    local cache=$'\t'
+    [[ "$target" == wasmgate-* ]] && cache="$(cache_ratio "$k0" "$k1")"
     awk -v r="$round" -v t="$target" -v n="$requests" -v s="$seconds" -v e="$non2xx" -v k="$socket" \
         -v dt=$((t1 - t0)) -v du=$((u1 - u0)) -v dc=$((c1 - c0)) -v hz="$CLK_TCK" -v l="$load" -v a="$audit" \
-        -v ds=$((s1 - s0)) -v dx=$((x1 - x0)) -v dv=$((v1 - v0)) '
+        -v ds=$((s1 - s0)) -v dx=$((x1 - x0)) -v dv=$((v1 - v0)) \
+        -v fn=$((${f1% *} - ${f0% *})) -v fj=$((${f1#* } - ${f0#* })) -v cache="$cache" '
         BEGIN {
             rps = n / s; cpu = dt * 1e6 / hz / n; up = du * 1e6 / hz / n
             other = (dc - dt) * 100 / hz / s; if (other < 0) other = 0
-            printf "%s\t%s\tthroughput\t%d\t%.3f\t%.1f\t%d\t%d\t%.2f\t%.2f\t\t\t\t%.1f\t%s\t%s\t%.2f\t%.3f\t%.1f\n", r, t, n, s, rps, e, k, cpu, up, other, l, a, ds / n, dx / n, dv * 100 / hz / s
+            printf "%s\t%s\tthroughput\t%d\t%.3f\t%.1f\t%d\t%d\t%.2f\t%.2f\t\t\t\t%.1f\t%s\t%s\t%.2f\t%.3f\t%.1f\t%.3f\t%.4f\t%s\n", r, t, n, s, rps, e, k, cpu, up, other, l, a, ds / n, dx / n, dv * 100 / hz / s, fn / n, fj / n, cache
         }' >>"$RAW"
-    log "round $round $target: $(tail -n1 "$RAW" | awk -F'\t' '{ printf "%s req/s, %s us CPU/req, %s vfs read/write calls/req, %s context switches/req, non-2xx %s, socket errors %s, other load on CPU 0 %s%%, audited %s", $6, $9, $17, $18, $7, $8, $14, $16 }')"
+    log "round $round $target: $(tail -n1 "$RAW" | awk -F'\t' '{ printf "%s req/s, %s us CPU/req, %s vfs read/write calls/req, %s context switches/req, %s minor faults/req, cache hits %s%%, non-2xx %s, socket errors %s, other load on CPU 0 %s%%, audited %s", $6, $9, $17, $18, $20, $22, $7, $8, $14, $16 }')"
 }
 
 measure_one_connection() { # ROUND TARGET
     local round="$1" target="$2" out="$TMP/wrk1-$1-$2.out"
     # Everything on one core: the target is there already; bring the upstream.
     taskset -a -p -c 0 "$UPSTREAM_PID" >/dev/null
-    wrk_run 0 1 "$WARMUP" "${URL[$target]}" "$TMP/warmup.out"
-    wrk_run 0 1 "$LATENCY_DURATION" "${URL[$target]}" "$out"
+    wrk_run 0 1 "$WARMUP" "${URL[$target]}" "$TMP/warmup.out" "${WRK_ARGS[$target]:-}"
+    wrk_run 0 1 "$LATENCY_DURATION" "${URL[$target]}" "$out" "${WRK_ARGS[$target]:-}"
     taskset -a -p -c 1 "$UPSTREAM_PID" >/dev/null
     audit_reset "$target"
     {
         printf '%s\t%s\toneconn\t' "$round" "$target"
         sed -n 's/^WRKJSON //p' "$out" | jq -r '[.requests, (.duration_us / 1e6), (.requests / (.duration_us / 1e6)),
             .errors.status, (.errors.connect + .errors.read + .errors.write + .errors.timeout),
-            "", "", .latency_us.p50, .latency_us.p90, .latency_us.p99, "", "", ""] | @tsv'
+            "", "", .latency_us.p50, .latency_us.p90, .latency_us.p99, "", "", "", "", "", "", "", "", "", ""] | @tsv'
     } >>"$RAW"
     log "round $round $target one connection, one core: $(tail -n1 "$RAW" | awk -F'\t' '{ printf "p50 %s us, p99 %s us", $11, $13 }')"
 }
@@ -547,7 +641,7 @@ measure_open_loop() { # ROUND TARGET
             | ([.statusCodeDistribution // {} | to_entries[] | select((.key | tonumber) >= 400) | .value] | add // 0) as $bad
             | ([.errorDistribution // {} | to_entries[] | .value] | add // 0) as $err
             | [$n, .summary.total, .summary.requestsPerSec, $bad, $err, "", "",
-               (.latencyPercentiles.p50 * 1e6), (.latencyPercentiles.p90 * 1e6), (.latencyPercentiles.p99 * 1e6), "", "", ""]
+               (.latencyPercentiles.p50 * 1e6), (.latencyPercentiles.p90 * 1e6), (.latencyPercentiles.p99 * 1e6), "", "", "", "", "", "", "", "", "", ""]
             | @tsv' "$out"
     } >>"$RAW"
     log "round $round $target open loop at $RATE req/s: $(tail -n1 "$RAW" | awk -F'\t' '{ printf "p50 %s us, p99 %s us, errors %s+%s", $11, $13, $7, $8 }')"
@@ -588,7 +682,7 @@ profile() {
         timeout 20 perf record -q -e cpu-clock -o "$TMP/perf-probe.data" -- true >/dev/null 2>&1; then
         perf_ok=1
     fi
-    for target in nginx wasmgate-pass wasmgate-full-pooled; do
+    for target in nginx wasmgate-pass wasmgate-full-pooled wasmgate-full-pooled-nocache; do
         [[ "$target" == nginx || -f "$TMP/manifests/$target.toml" ]] || continue
         if ((perf_ok)); then
             log "profile: $target under perf record (cpu-clock, $DURATION s at $CONNECTIONS connections)"
@@ -731,7 +825,8 @@ cat >"$TMP/meta.json" <<EOF
     "nproc": $(nproc),
     "cpu": $(jq -Rn --arg c "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)" '$c'),
     "memory": $(jq -Rn --arg c "$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)" '$c'),
-    "kernel": $(jq -Rn --arg c "$(uname -r)" '$c')
+    "kernel": $(jq -Rn --arg c "$(uname -r)" '$c'),
+    "transparent_hugepages": $(jq -Rn --arg c "$(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)" '$c')
   },
   "versions": {
     "wasmgate": $(jq -Rn --arg c "$(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$REPO_DIR" diff --quiet HEAD -- src Cargo.toml 2>/dev/null || echo '+local changes')" '$c'),
@@ -743,12 +838,14 @@ cat >"$TMP/meta.json" <<EOF
   "settings": {
     "rounds": $ROUNDS, "warmup_s": $WARMUP, "duration_s": $DURATION, "connections": $CONNECTIONS,
     "openloop_rate": $( [[ "$RATE" == auto ]] && echo null || echo "$RATE"), "openloop_connections": $OPEN_CONNECTIONS,
-    "wasmgate_workers": $WORKERS
+    "wasmgate_workers": $WORKERS, "cold_code": $COLD_CODE
   },
   "load": {
     "before_wait": "$LOAD_BEFORE_WAIT", "quiet_wait": $(jq -Rn --arg c "$QUIET_OUTCOME" '$c'),
     "at_start": "$LOAD_START", "at_end": "$LOAD_END"
-  }
+  },
+  "compiled_code": $(for t in "${!COMPILED_CODE[@]}"; do printf '%s\t%s\n' "$t" "${COMPILED_CODE[$t]}"; done |
+      jq -Rn '[inputs | split("\t") | {(.[0]): .[1]}] | add // {}')
 }
 EOF
 python3 "$BENCH_DIR/report.py" full "$RAW" "$TMP/meta.json" "$BENCH_DIR/results/$STAMP" \

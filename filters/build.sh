@@ -34,6 +34,10 @@ set -euo pipefail
 
 FILTERS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 WIT_DIR="$(dirname "$FILTERS_DIR")/wit"
+# The contract the Python, JavaScript and C filters are built against (the
+# Rust ones name theirs in their wit_bindgen::generate!). wit/ also holds the
+# versions before it, which the gateway still loads.
+WIT_FILE="$WIT_DIR/filter-0.2.0.wit"
 DIST_DIR="$FILTERS_DIR/dist"
 # The guards every Python and JavaScript component is built with (a raised
 # exception or thrown value is the filter's error outcome, not a trap).
@@ -55,11 +59,12 @@ C_APT_PACKAGES=(clang lld wasi-libc libclang-rt-dev-wasm32)
 # WASI features the JavaScript engine would import and the host does not link.
 COMPONENTIZE_JS_DISABLE=(http fetch-event)
 
-# The interfaces a component may import: the filter contract, and the WASI
+# The interfaces a component may import: the filter contract (0.2.0, or 0.1.0,
+# which had no cache), and the WASI
 # 0.2 interfaces guest runtimes pull in. The host links all of WASI 0.2 and
 # grants none of it but clocks and random unless a filter's `wasi` table does
 # (never the network).
-ALLOWED_IMPORTS_RE='^(wasmgate:filter/(types|host|sink)@0\.1\.0|wasi:(cli|io|clocks|filesystem|random|sockets)/[a-z-]+@0\.2\.[0-9]+)$'
+ALLOWED_IMPORTS_RE='^(wasmgate:filter/(types|host|sink|cache)@0\.2\.0|wasmgate:filter/(types|host|sink)@0\.1\.0|wasi:(cli|io|clocks|filesystem|random|sockets)/[a-z-]+@0\.2\.[0-9]+)$'
 
 log() { printf 'filters: %s\n' "$*" >&2; }
 die() { printf 'filters: error: %s\n' "$*" >&2; exit 1; }
@@ -241,7 +246,7 @@ filter_world() {
             ;;
         c)
             kinds="$(c_sources "$dir" | xargs cat |
-                grep -Eo 'exports_wasmgate_filter_(authenticator_authenticate|authorizer_authorize|admission_admit|auditor_audit) *\(' |
+                grep -Eo 'exports_wasmgate_filter_(authenticator_authenticate|authorizer_authorize|admission_admit|auditor_audit(_batch)?) *\(' |
                 sed -E 's/^exports_wasmgate_filter_([a-z]+)_.*/\1/' | sort -u || true)"
             ;;
     esac
@@ -476,7 +481,7 @@ componentize_python() {
         cp "$RUNTIME_DIR/wasmgate_guard.py" src/ &&
         python_entry "${world%-filter}" >src/wasmgate_entry.py || return 1
     # No Rust backtrace of the tool itself: the author needs their traceback.
-    RUST_LIB_BACKTRACE=0 "$COMPONENTIZE_PY" --quiet -d "$WIT_DIR" -w "$world" componentize wasmgate_entry \
+    RUST_LIB_BACKTRACE=0 "$COMPONENTIZE_PY" --quiet -d "$WIT_FILE" -w "$world" componentize wasmgate_entry \
         -p src -o out.wasm 2>tool.log || {
         python_failure "$dir" tool.log
         return 1
@@ -596,7 +601,7 @@ componentize_js() {
     (cd "$dir" && source_files js | tar -cf - -T -) | tar -xf - &&
         cp "$RUNTIME_DIR/wasmgate-guard.js" . &&
         js_entry "${world%-filter}" >wasmgate-entry.js || return 1
-    "$COMPONENTIZE_JS" wasmgate-entry.js -w "$WIT_DIR" -n "$world" -d "${COMPONENTIZE_JS_DISABLE[@]}" \
+    "$COMPONENTIZE_JS" wasmgate-entry.js -w "$WIT_FILE" -n "$world" -d "${COMPONENTIZE_JS_DISABLE[@]}" \
         -o out.wasm >tool.log 2>&1 || {
         js_failure "$dir" tool.log
         return 1
@@ -698,7 +703,7 @@ tools_c() {
 compile_c_filter() {
     local dir="$1" world="$2" sources
     mapfile -t sources < <(c_sources "$dir")
-    { "$WIT_BINDGEN" c "$WIT_DIR" --world "$world" --out-dir gen >bindgen.log 2>&1 || { cat bindgen.log; false; }; } &&
+    { "$WIT_BINDGEN" c "$WIT_FILE" --world "$world" --out-dir gen >bindgen.log 2>&1 || { cat bindgen.log; false; }; } &&
         "$CLANG" --target=wasm32-wasi -mexec-model=reactor -O2 -Wall -Wextra -Igen -I"$dir" \
             -o core.wasm "${sources[@]}" gen/*.c gen/*_component_type.o -Wl,--strip-debug &&
         "$WASM_TOOLS" component new core.wasm --adapt "wasi_snapshot_preview1=$WASI_ADAPTER" -o out.wasm
@@ -749,7 +754,7 @@ verify_components() {
         exports="$(sed -n 's/^  export \(.*\);$/\1/p' <<<"$wit")"
         imports="$(sed -n 's/^  import \(.*\);$/\1/p' <<<"$wit")"
         bad="$(grep -Ev "$ALLOWED_IMPORTS_RE" <<<"$imports" || true)"
-        if ! grep -Eqx 'wasmgate:filter/(authenticator|authorizer|admission|auditor)@0\.1\.0' <<<"$exports"; then
+        if ! grep -Eqx 'wasmgate:filter/(authenticator|authorizer|admission|auditor)@0\.[12]\.0' <<<"$exports"; then
             log "$wasm: exports no filter interface (exports: $(tr '\n' ' ' <<<"$exports"))"
             failed=1
         fi

@@ -4,6 +4,8 @@
 //! object) and so the upstream's streaming body and a static `Bytes` body have
 //! one type. Nothing here buffers: a proxied body streams through.
 
+use std::sync::{Arc, Mutex, PoisonError};
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full, combinators::UnsyncBoxBody};
 
@@ -80,6 +82,50 @@ impl<G> http_body::Body for Guarded<G> {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
+    }
+}
+
+/// What an upgraded response (`101 Switching Protocols`) carries instead of a
+/// body: its body is over at once, and the exchange goes on as a tunnel of
+/// bytes. What would be kept until the body is sent (the audit event's
+/// completion, the request's place in the shutdown's drain) is kept until
+/// the tunnel closes instead.
+#[derive(Clone)]
+pub(crate) struct Tunnel(Arc<Mutex<Option<Vec<Held>>>>);
+
+/// A guard a tunnel keeps; None in the tunnel's slot once it has closed.
+type Held = Box<dyn Send>;
+
+impl Tunnel {
+    /// A tunnel holding nothing yet.
+    pub(crate) fn open() -> Self {
+        Tunnel(Arc::new(Mutex::new(Some(Vec::new()))))
+    }
+
+    /// Keeps `guard` until the tunnel closes; drops it now if it has.
+    fn hold<G: Send + 'static>(&self, guard: G) {
+        let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(held) = held.as_mut() {
+            held.push(Box::new(guard));
+        }
+    }
+
+    /// Drops every guard held.
+    pub(crate) fn close(&self) {
+        let held = self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+        drop(held);
+    }
+}
+
+/// Keeps `guard` alive until `response` is done: its body sent or dropped,
+/// or, for an upgraded response, its tunnel closed.
+pub(crate) fn keep_until_done<G: Send + 'static>(response: Response, guard: G) -> Response {
+    match response.extensions().get::<Tunnel>() {
+        Some(tunnel) => {
+            tunnel.hold(guard);
+            response
+        }
+        None => response.map(|body| body.with_guard(guard)),
     }
 }
 

@@ -201,6 +201,10 @@ pub(crate) struct ConnectionControl {
     /// Cancelled when the shutdown closes every connection still open
     /// (`shutdown_timeout` passed), so what ends then knows why.
     pub shutdown_cut: tokio_util::sync::CancellationToken,
+    /// Cancelled when the shutdown, `shutdown_delay` after it began, asks
+    /// every connection to finish: long-running requests (a watch, a tunnel)
+    /// end then rather than hold the drain until `shutdown_timeout`.
+    pub closing: tokio_util::sync::CancellationToken,
 }
 
 #[cfg(test)]

@@ -4,27 +4,33 @@
 //!
 //! The first server also carries the gateway's own endpoints: health
 //! (`/healthz`, `/livez`, `/readyz`), `/metrics`, `/debug/reload`, the
-//! flow-control dumps (`/debug/api_priority_and_fairness/`) and discovery
-//! (`/api`, `/apis`, `/apis/<group>`), which describe every server behind it. Only the first
+//! flow-control dumps (`/debug/api_priority_and_fairness/`), `/version`, the
+//! self-subject reviews and discovery (`/api`, `/apis`, `/apis/<group>`),
+//! which describe every server behind it. `/version` and the reviews stand
+//! aside when a route of any server claims their paths. Only the first
 //! server is wrapped by the handler chain, so no filter runs twice.
 
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
+use crate::aggregator::{Refresh, Sources};
 use crate::body::{Request, Response};
 use crate::config::stages::RequestHeaders;
 use crate::config::{Config, RouteHandler, RouteMatch, Server};
-use crate::director::{Director, Routes};
+use crate::director::{Director, RouteTable, Routes};
 use crate::discovery::Discovery;
 use crate::flow_control::Controller;
 use crate::handler::{Handler, SharedHandler};
 use crate::health::Health;
 use crate::metrics::MetricsEndpoint;
+use crate::openapi::OpenApi;
 use crate::reload_trigger::{ReloadEndpoint, ReloadTrigger};
+use crate::self_review::SelfReviews;
 use crate::static_response::Static;
 use crate::status::GatewayError;
 use crate::upstream::{UpstreamError, UpstreamProxy};
+use crate::version::Version;
 
 /// The end of the chain: kube's not-found handler.
 pub(crate) struct NotFound;
@@ -52,13 +58,27 @@ pub(crate) fn build(
     reload: Option<&ReloadTrigger>,
     flow_control: Option<&Arc<Controller>>,
     targets: Targets,
+    refresh: Refresh,
 ) -> Result<SharedHandler, UpstreamError> {
     let mut next: SharedHandler = Arc::new(NotFound);
     let credential_headers = credential_headers(config);
+    // Built back to front: each server's sources go before the later ones'.
+    let mut sources = Sources::default();
     for (index, server) in config.servers.iter().enumerate().rev() {
-        let mut routes = server_routes(server, targets, &credential_headers)?;
+        let (mut routes, mut server_sources) = server_routes(server, targets, &credential_headers)?;
+        server_sources.append(std::mem::take(&mut sources));
+        sources = server_sources;
         if index == 0 {
-            add_builtin_routes(&mut routes, config, health, reload);
+            let builtin = Builtin {
+                health,
+                reload,
+                refresh: if targets == Targets::Live {
+                    refresh
+                } else {
+                    Refresh::Never
+                },
+            };
+            add_builtin_routes(&mut routes, config, &builtin, std::mem::take(&mut sources));
             if let Some(controller) = flow_control {
                 routes
                     .exact
@@ -88,12 +108,15 @@ fn credential_headers(config: &Config) -> Vec<http::HeaderName> {
     names
 }
 
+/// One server's routes, and the upstreams and API routes among them that
+/// the aggregator asks what they serve.
 fn server_routes(
     server: &Server,
     targets: Targets,
     credential_headers: &[http::HeaderName],
-) -> Result<Routes, UpstreamError> {
+) -> Result<(Routes, Sources), UpstreamError> {
     let mut routes = Routes::default();
+    let mut sources = Sources::default();
     for route in &server.routes {
         let handler: SharedHandler = match (&route.handler, targets) {
             (_, Targets::Report) => Arc::new(RouteReport::new(server, route)),
@@ -102,13 +125,26 @@ fn server_routes(
             }
             (RouteHandler::Static(fixed), Targets::Live) => Arc::new(Static(fixed.clone())),
         };
+        // The gateway asks its own handlers and the upstreams a route
+        // declares kube API servers; any other service is not asked.
+        let asked = match &route.handler {
+            RouteHandler::Upstream(upstream) if upstream.aggregate => {
+                sources.add_upstream(&upstream.url.to_string(), &handler, &route.matcher);
+                true
+            }
+            RouteHandler::Upstream(_) => false,
+            RouteHandler::Static(_) => true,
+        };
+        if let RouteMatch::Api(root) = &route.matcher {
+            sources.add_root(root, asked.then(|| Arc::clone(&handler)));
+        }
         match &route.matcher {
             RouteMatch::Api(root) => routes.api.push((root.clone(), handler)),
             RouteMatch::Exact(path) => routes.exact.push((path.clone(), handler)),
             RouteMatch::Prefix(prefix) => routes.prefixes.push((prefix.clone(), handler)),
         }
     }
-    Ok(routes)
+    Ok((routes, sources))
 }
 
 /// A route that describes itself (200, JSON) instead of serving.
@@ -149,15 +185,29 @@ impl Handler for RouteReport {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RoutedTo;
 
-/// Health, metrics and discovery, on the non-API side of the first server. A user's
-/// API route for `/api` or `/apis` is checked first and so takes precedence
-/// over discovery (to front a real API server, say).
+/// What the first server's own endpoints are built from.
+struct Builtin<'a> {
+    health: &'a Arc<Health>,
+    reload: Option<&'a ReloadTrigger>,
+    /// Whether the aggregated upstreams are asked what they serve.
+    refresh: Refresh,
+}
+
+/// Health, metrics, discovery and OpenAPI, on the non-API side of the first
+/// server. A user's API route for `/api` or `/apis` is checked first and so
+/// takes precedence over discovery (to front a real API server, say); a
+/// route that claims `/openapi/v2` or `/openapi/v3` takes OpenAPI.
 fn add_builtin_routes(
     routes: &mut Routes,
     config: &Config,
-    health: &Arc<Health>,
-    reload: Option<&ReloadTrigger>,
+    builtin: &Builtin<'_>,
+    mut sources: Sources,
 ) {
+    let Builtin {
+        health,
+        reload,
+        refresh,
+    } = *builtin;
     for endpoint in ["/healthz", "/livez", "/readyz"] {
         let handler: SharedHandler = health.clone();
         routes.exact.push((endpoint.to_owned(), handler.clone()));
@@ -172,9 +222,71 @@ fn add_builtin_routes(
             Arc::new(ReloadEndpoint(trigger.clone())),
         ));
     }
-    let discovery = Arc::new(Discovery::new(config));
+    let claimed = ClaimedPaths::new(config);
+    if !crate::version::PATHS
+        .iter()
+        .any(|path| claimed.contains(path))
+    {
+        let version: SharedHandler = Arc::new(Version::new());
+        for path in crate::version::PATHS {
+            routes.exact.push((path.to_owned(), version.clone()));
+        }
+    }
+    for (group, version, resources) in crate::self_review::GROUP_VERSIONS {
+        let root = format!("/apis/{group}/{version}");
+        let reviews = resources
+            .iter()
+            .map(|(plural, _)| format!("{root}/{plural}"));
+        if claimed.contains(&root) || reviews.clone().any(|path| claimed.contains(&path)) {
+            continue;
+        }
+        let reviews: SharedHandler = Arc::new(SelfReviews);
+        sources.add_root(&root, Some(Arc::clone(&reviews)));
+        routes.api.push((root, reviews));
+    }
+    let aggregated = crate::aggregator::start(sources, refresh);
+    let discovery = Arc::new(Discovery::new(
+        aggregated.discovery,
+        config.listen.address.to_string(),
+        Arc::clone(&aggregated.refresh),
+    ));
     for path in discovery.paths() {
         let handler: SharedHandler = discovery.clone();
         routes.exact.push((path, handler));
+    }
+    if !["/openapi/v2", "/openapi/v3"]
+        .iter()
+        .any(|path| claimed.contains(path))
+    {
+        let openapi = OpenApi::new(aggregated.openapi, aggregated.refresh);
+        routes
+            .prefixes
+            .push((crate::openapi::PREFIX.to_owned(), Arc::new(openapi)));
+    }
+}
+
+/// Every path some route of the delegation chain takes: a built-in endpoint
+/// that kube's servers behind the gateway would serve themselves stands
+/// aside for it.
+struct ClaimedPaths(Vec<RouteTable<()>>);
+
+impl ClaimedPaths {
+    fn new(config: &Config) -> Self {
+        let tables = config.servers.iter().map(|server| {
+            let mut routes = Routes::default();
+            for route in &server.routes {
+                match &route.matcher {
+                    RouteMatch::Api(root) => routes.api.push((root.clone(), ())),
+                    RouteMatch::Exact(path) => routes.exact.push((path.clone(), ())),
+                    RouteMatch::Prefix(prefix) => routes.prefixes.push((prefix.clone(), ())),
+                }
+            }
+            RouteTable::new(routes)
+        });
+        ClaimedPaths(tables.collect())
+    }
+
+    fn contains(&self, path: &str) -> bool {
+        self.0.iter().any(|table| table.route(path).is_some())
     }
 }

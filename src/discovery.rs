@@ -1,95 +1,458 @@
 //! API discovery, as kube clients expect it: `GET /apis` answers an
-//! `APIGroupList` built from the API roots of every server, `GET /api` an
-//! `APIVersions`, and `GET /apis/<group>` an `APIGroup`. The resource lists
-//! below each `/apis/<group>/<version>` are the upstream's to answer.
+//! `APIGroupList`, `GET /api` an `APIVersions` (with kube's
+//! `serverAddressByClientCIDRs`: the host the client asked for, for every
+//! client, as kube's `ExternalAddress` is), and `GET /apis/<group>` an
+//! `APIGroup`. The resource lists below each `/apis/<group>/<version>` are
+//! the upstream's to answer.
+//!
+//! What is listed is a [`Catalog`]: the groups of every upstream that serves
+//! discovery and of every API route, as kube's aggregator lists its
+//! APIServices'. Groups keep the order they are met in (the upstreams', in
+//! delegation order, keep their own, which for a kube-apiserver is kube's
+//! priority order; then the API routes', in manifest order); a group's
+//! versions are in kube's version priority.
+//!
+//! A client that asks for kube's aggregated discovery (`Accept:
+//! application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList`,
+//! or `v=v2beta1`, as kubectl 1.32 does first) gets one
+//! `APIGroupDiscoveryList` with every resource
+//! (`staging/src/k8s.io/apiserver/pkg/endpoints/discovery/aggregated/handler.go`)
+//! when the resources of every listed version are known; otherwise it gets
+//! the legacy document, which client-go takes as "not aggregated" and reads
+//! the versions one by one.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use http::header::CONTENT_TYPE;
-use http::{HeaderValue, Method};
-use serde_json::{Value, json};
+use http::header::{ACCEPT, CONTENT_TYPE, VARY};
+use http::{HeaderMap, HeaderValue, Method};
+use serde_json::{Map, Value, json};
 
 use crate::body::{Body, Request, Response};
-use crate::config::{Config, RouteMatch};
+use crate::context::ClientOrigin;
 use crate::handler::Handler;
+use crate::published::{FIRST_PUBLICATION_WAIT, Published};
 use crate::status::GatewayError;
 
+/// The path of kube's legacy `APIVersions` document.
+pub(crate) const LEGACY_ROOT: &str = "/api";
+/// The path of the `APIGroupList`.
+pub(crate) const GROUPS_ROOT: &str = "/apis";
+
+/// The `Accept` parameters of kube's aggregated discovery.
+const AGGREGATED_GROUP: &str = "apidiscovery.k8s.io";
+const AGGREGATED_KIND: &str = "APIGroupDiscoveryList";
+const AGGREGATED_VERSIONS: [&str; 2] = ["v2", "v2beta1"];
+
+/// Every API group version the gateway lists, and their resources where
+/// known; the core group is the one named `""`.
+#[derive(Default)]
+pub(crate) struct Catalog {
+    groups: Vec<Group>,
+}
+
+struct Group {
+    name: String,
+    /// Each version and its `APIVersionDiscovery` resources, when known.
+    versions: Vec<(String, Option<Value>)>,
+}
+
+impl Catalog {
+    /// Lists `version` of `group`; `resources` (aggregated discovery's
+    /// `resources` array) fills in a version listed without them.
+    pub(crate) fn add(&mut self, group: &str, version: &str, resources: Option<Value>) {
+        let index = match self.groups.iter().position(|known| known.name == group) {
+            Some(index) => index,
+            None => {
+                self.groups.push(Group {
+                    name: group.to_owned(),
+                    versions: Vec::new(),
+                });
+                self.groups.len() - 1
+            }
+        };
+        let versions = &mut self.groups[index].versions;
+        match versions.iter_mut().find(|(known, _)| known == version) {
+            Some((_, known @ None)) => *known = resources,
+            Some(_) => {}
+            None => versions.push((version.to_owned(), resources)),
+        }
+    }
+
+    /// Lists what an API root (`/api/<v>`, `/apis/<g>/<v>`) serves, from
+    /// its `APIResourceList` when it answered one.
+    pub(crate) fn add_root(&mut self, root: &str, list: Option<&Value>) {
+        if let Some((group, version)) = group_version_of(root) {
+            let resources = list.map(|list| resources_of(list, group, version));
+            self.add(group, version, resources);
+        }
+    }
+
+    /// Lists the versions of an upstream's `APIVersions` (its `/api`) that
+    /// `covered` says the gateway routes to it.
+    pub(crate) fn add_legacy_versions(&mut self, document: &Value, covered: impl Fn(&str) -> bool) {
+        for version in strings(&document["versions"]) {
+            if covered(&format!("{LEGACY_ROOT}/{version}")) {
+                self.add("", version, None);
+            }
+        }
+    }
+
+    /// Lists the group versions of an upstream's `APIGroupList` that
+    /// `covered` says the gateway routes to it.
+    pub(crate) fn add_group_list(&mut self, document: &Value, covered: impl Fn(&str) -> bool) {
+        for group in document["groups"].as_array().into_iter().flatten() {
+            let Some(name) = group["name"].as_str() else {
+                continue;
+            };
+            for entry in group["versions"].as_array().into_iter().flatten() {
+                if let Some(version) = entry["version"].as_str()
+                    && covered(&format!("{GROUPS_ROOT}/{name}/{version}"))
+                {
+                    self.add(name, version, None);
+                }
+            }
+        }
+    }
+
+    /// Lists the group versions, with their resources, of an upstream's
+    /// `APIGroupDiscoveryList` that `covered` says the gateway routes to it.
+    pub(crate) fn add_aggregated(&mut self, document: &Value, covered: impl Fn(&str) -> bool) {
+        for group in document["items"].as_array().into_iter().flatten() {
+            let name = group["metadata"]["name"].as_str().unwrap_or("");
+            for entry in group["versions"].as_array().into_iter().flatten() {
+                let Some(version) = entry["version"].as_str() else {
+                    continue;
+                };
+                let root = match name {
+                    "" => format!("{LEGACY_ROOT}/{version}"),
+                    group => format!("{GROUPS_ROOT}/{group}/{version}"),
+                };
+                if covered(&root) {
+                    self.add(name, version, Some(entry["resources"].clone()));
+                }
+            }
+        }
+    }
+}
+
+/// The documents of one [`Catalog`], as served.
+pub(crate) struct Documents {
+    /// `/apis` and each `/apis/<group>`: path -> JSON body.
+    legacy: BTreeMap<String, bytes::Bytes>,
+    /// The versions `/api` lists; its document names the client's host, so
+    /// it is written per request.
+    legacy_versions: Vec<String>,
+    /// `/api`'s and `/apis`' aggregated lists (their `items`), when every
+    /// listed version's resources are known.
+    aggregated_core: Option<Value>,
+    aggregated_groups: Option<Value>,
+}
+
+impl Documents {
+    pub(crate) fn new(catalog: &Catalog) -> Self {
+        let mut legacy = BTreeMap::new();
+        let mut group_list = Vec::new();
+        let mut legacy_versions = Vec::new();
+        let mut aggregated_core = Some(Vec::new());
+        let mut aggregated_groups = Some(Vec::new());
+        for group in &catalog.groups {
+            let mut versions = group.versions.clone();
+            versions.sort_by(|(a, _), (b, _)| compare_kube_versions(a, b));
+            let names: Vec<String> = versions.iter().map(|(name, _)| name.clone()).collect();
+            let items = if group.name.is_empty() {
+                legacy_versions = names;
+                &mut aggregated_core
+            } else {
+                let document = api_group(&group.name, &names);
+                legacy.insert(format!("{GROUPS_ROOT}/{}", group.name), to_bytes(&document));
+                group_list.push(document);
+                &mut aggregated_groups
+            };
+            let described = aggregated_group(&group.name, &versions);
+            *items = items.take().zip(described).map(|(mut items, group)| {
+                items.push(group);
+                items
+            });
+        }
+        let list = json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": group_list});
+        legacy.insert(GROUPS_ROOT.to_owned(), to_bytes(&list));
+        Documents {
+            legacy,
+            legacy_versions,
+            aggregated_core: aggregated_core.map(Value::from),
+            aggregated_groups: aggregated_groups.map(Value::from),
+        }
+    }
+
+    /// Every path served (with and without a trailing `/`).
+    fn paths(&self) -> Vec<String> {
+        self.legacy
+            .keys()
+            .map(String::as_str)
+            .chain([LEGACY_ROOT])
+            .flat_map(|path| [path.to_owned(), format!("{path}/")])
+            .collect()
+    }
+}
+
 pub(crate) struct Discovery {
-    /// Path -> JSON body, computed once when the chain is built.
-    documents: BTreeMap<String, bytes::Bytes>,
+    documents: Arc<Published<Documents>>,
+    /// The address `/api` names when the request named no host.
+    listen_address: String,
+    /// Keeps the background refresh alive as long as the handler is.
+    _refresh: Arc<dyn Send + Sync>,
 }
 
 impl Discovery {
-    pub(crate) fn new(config: &Config) -> Self {
-        let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let mut legacy_versions = Vec::new();
-        let roots = config
-            .servers
-            .iter()
-            .flat_map(|server| &server.routes)
-            .filter_map(|route| match &route.matcher {
-                RouteMatch::Api(root) => Some(root.as_str()),
-                _ => None,
-            });
-        for root in roots {
-            let segments: Vec<&str> = root.trim_start_matches('/').split('/').collect();
-            match segments.as_slice() {
-                ["apis", group, version] => {
-                    let versions = groups.entry((*group).to_owned()).or_default();
-                    if !versions.iter().any(|v| v == version) {
-                        versions.push((*version).to_owned());
-                    }
-                }
-                ["api", version] if !legacy_versions.contains(version) => {
-                    legacy_versions.push(*version)
-                }
-                _ => {}
-            }
+    pub(crate) fn new(
+        documents: Arc<Published<Documents>>,
+        listen_address: String,
+        refresh: Arc<dyn Send + Sync>,
+    ) -> Self {
+        Discovery {
+            documents,
+            listen_address,
+            _refresh: refresh,
         }
-        let mut documents = BTreeMap::new();
-        let mut group_list = Vec::new();
-        for (name, mut versions) in groups {
-            versions.sort_by(|a, b| compare_kube_versions(a, b));
-            let group = api_group(&name, &versions);
-            documents.insert(format!("/apis/{name}"), to_bytes(&group));
-            group_list.push(group);
-        }
-        let list = json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": group_list});
-        documents.insert("/apis".to_owned(), to_bytes(&list));
-        let versions = json!({"kind": "APIVersions", "versions": legacy_versions});
-        documents.insert("/api".to_owned(), to_bytes(&versions));
-        Discovery { documents }
     }
 
-    /// Every path this handler answers (with and without a trailing `/`).
+    /// Every path this handler answers: `/api`, `/apis` and the groups
+    /// listed when the chain was built (an upstream that lists a group of
+    /// its own answers for `/apis/<group>` through its route).
     pub(crate) fn paths(&self) -> Vec<String> {
-        self.documents
-            .keys()
-            .flat_map(|path| [path.clone(), format!("{path}/")])
-            .collect()
+        self.documents.load().paths()
+    }
+
+    /// kube's `APIVersions`, naming the server as `request` reached it.
+    fn legacy_versions(&self, request: &Request, versions: &[String]) -> bytes::Bytes {
+        let host = request
+            .extensions()
+            .get::<ClientOrigin>()
+            .and_then(|origin| origin.host.as_ref())
+            .and_then(|host| host.to_str().ok())
+            .unwrap_or(&self.listen_address);
+        to_bytes(&json!({
+            "kind": "APIVersions",
+            "versions": versions,
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}],
+        }))
+    }
+
+    fn answer(&self, request: &Request) -> Result<Response, GatewayError> {
+        if request.method() != Method::GET && request.method() != Method::HEAD {
+            return Err(GatewayError::MethodNotAllowed);
+        }
+        let documents = self.documents.load();
+        let path = request.uri().path();
+        let path = path.strip_suffix('/').unwrap_or(path);
+        let aggregated = match path {
+            LEGACY_ROOT => documents.aggregated_core.as_ref(),
+            GROUPS_ROOT => documents.aggregated_groups.as_ref(),
+            _ => None,
+        };
+        let (body, content_type) = match (
+            negotiate(request.headers(), aggregated.is_some())?,
+            aggregated,
+        ) {
+            (Format::Aggregated(version), Some(items)) => (
+                to_bytes(&json!({
+                    "kind": AGGREGATED_KIND,
+                    "apiVersion": format!("{AGGREGATED_GROUP}/{version}"),
+                    "metadata": {},
+                    "items": items,
+                })),
+                format!("application/json;g={AGGREGATED_GROUP};v={version};as={AGGREGATED_KIND}"),
+            ),
+            _ if path == LEGACY_ROOT => (
+                self.legacy_versions(request, &documents.legacy_versions),
+                "application/json".to_owned(),
+            ),
+            _ => (
+                documents
+                    .legacy
+                    .get(path)
+                    .cloned()
+                    .ok_or(GatewayError::NotFound)?,
+                "application/json".to_owned(),
+            ),
+        };
+        let mut response = http::Response::new(Body::full(body));
+        let headers = response.headers_mut();
+        if let Ok(value) = HeaderValue::try_from(content_type) {
+            headers.insert(CONTENT_TYPE, value);
+        }
+        headers.insert(VARY, HeaderValue::from_static("Accept"));
+        Ok(response)
     }
 }
 
 impl Handler for Discovery {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-        let response = if request.method() != Method::GET && request.method() != Method::HEAD {
-            GatewayError::MethodNotAllowed.into_response()
-        } else {
-            let path = request.uri().path();
-            match self.documents.get(path.strip_suffix('/').unwrap_or(path)) {
-                Some(document) => {
-                    let mut response = http::Response::new(Body::full(document.clone()));
-                    response
-                        .headers_mut()
-                        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-                    response
-                }
-                None => GatewayError::NotFound.into_response(),
-            }
-        };
-        Box::pin(async move { response })
+        Box::pin(async move {
+            self.documents.first(FIRST_PUBLICATION_WAIT).await;
+            self.answer(&request)
+                .unwrap_or_else(GatewayError::into_response)
+        })
     }
+}
+
+/// What a client is answered in.
+enum Format {
+    /// kube's aggregated discovery, at this version of its API.
+    Aggregated(&'static str),
+    Legacy,
+}
+
+/// The first media range of `Accept` the gateway can serve, in the
+/// client's order (client-go lists its preference first); no `Accept` is
+/// the legacy document.
+fn negotiate(headers: &HeaderMap, aggregated: bool) -> Result<Format, GatewayError> {
+    let ranges: Vec<&str> = headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(str::trim)
+        .filter(|range| !range.is_empty())
+        .collect();
+    if ranges.is_empty() {
+        return Ok(Format::Legacy);
+    }
+    for range in ranges {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("").to_ascii_lowercase();
+        let params: Vec<(&str, &str)> = parts.filter_map(|part| part.split_once('=')).collect();
+        let param = |key: &str| params.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+        if !matches!(media.as_str(), "application/json" | "application/*" | "*/*") {
+            continue;
+        }
+        match param("as") {
+            None => return Ok(Format::Legacy),
+            Some(AGGREGATED_KIND) if aggregated && param("g") == Some(AGGREGATED_GROUP) => {
+                if let Some(version) = AGGREGATED_VERSIONS
+                    .iter()
+                    .find(|version| param("v") == Some(**version))
+                {
+                    return Ok(Format::Aggregated(version));
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    Err(GatewayError::NotAcceptable {
+        message: "only the following media types are accepted: application/json, \
+                  application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList, \
+                  application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+            .to_owned(),
+    })
+}
+
+/// `/api/<v>` is the core group's `v`; `/apis/<g>/<v>` is `g`'s.
+fn group_version_of(root: &str) -> Option<(&str, &str)> {
+    let segments: Vec<&str> = root.trim_start_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["apis", group, version] => Some((group, version)),
+        ["api", version] => Some(("", version)),
+        _ => None,
+    }
+}
+
+/// An `APIResourceList`'s resources as aggregated discovery's
+/// (`APIResourceDiscovery`): subresources (`widgets/status`) under their
+/// resource, as kube's aggregator converts an APIService that does not
+/// serve aggregated discovery itself.
+fn resources_of(list: &Value, group: &str, version: &str) -> Value {
+    let kind_of = |resource: &Value| {
+        json!({
+            "group": resource["group"].as_str().unwrap_or(group),
+            "version": resource["version"].as_str().unwrap_or(version),
+            "kind": resource["kind"],
+        })
+    };
+    let listed = list["resources"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let mut resources: Vec<Map<String, Value>> = Vec::new();
+    for resource in listed
+        .iter()
+        .filter(|r| !r["name"].as_str().unwrap_or("").contains('/'))
+    {
+        let mut entry = Map::new();
+        entry.insert("resource".to_owned(), resource["name"].clone());
+        entry.insert("responseKind".to_owned(), kind_of(resource));
+        let scope = if resource["namespaced"].as_bool() == Some(true) {
+            "Namespaced"
+        } else {
+            "Cluster"
+        };
+        entry.insert("scope".to_owned(), json!(scope));
+        entry.insert(
+            "singularResource".to_owned(),
+            json!(resource["singularName"].as_str().unwrap_or("")),
+        );
+        entry.insert("verbs".to_owned(), json!(strings(&resource["verbs"])));
+        for key in ["shortNames", "categories"] {
+            if resource[key].is_array() {
+                entry.insert(key.to_owned(), resource[key].clone());
+            }
+        }
+        resources.push(entry);
+    }
+    for resource in listed {
+        let Some((parent, sub)) = resource["name"]
+            .as_str()
+            .and_then(|name| name.split_once('/'))
+        else {
+            continue;
+        };
+        let Some(entry) = resources
+            .iter_mut()
+            .find(|entry| entry["resource"] == parent)
+        else {
+            continue;
+        };
+        let subresource = json!({
+            "subresource": sub,
+            "responseKind": kind_of(resource),
+            "verbs": strings(&resource["verbs"]),
+        });
+        match entry.get_mut("subresources").and_then(Value::as_array_mut) {
+            Some(subresources) => subresources.push(subresource),
+            None => {
+                entry.insert("subresources".to_owned(), json!([subresource]));
+            }
+        }
+    }
+    Value::from(resources)
+}
+
+/// One group's `APIGroupDiscovery`, when every version's resources are known.
+fn aggregated_group(name: &str, versions: &[(String, Option<Value>)]) -> Option<Value> {
+    let described: Option<Vec<Value>> = versions
+        .iter()
+        .map(|(version, resources)| {
+            resources.as_ref().map(|resources| {
+                json!({"version": version, "resources": resources, "freshness": "Current"})
+            })
+        })
+        .collect();
+    let mut metadata = json!({"creationTimestamp": null});
+    if !name.is_empty() {
+        metadata["name"] = json!(name);
+    }
+    Some(json!({"metadata": metadata, "versions": described?}))
+}
+
+fn strings(value: &Value) -> Vec<&str> {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
 }
 
 fn api_group(name: &str, versions: &[String]) -> Value {
@@ -172,5 +535,63 @@ mod tests {
                 "foo"
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod catalog_tests {
+    use serde_json::{Value, json};
+
+    use super::{Catalog, Documents};
+
+    fn names(documents: &Documents) -> Vec<String> {
+        let list: Value =
+            serde_json::from_slice(&documents.legacy["/apis"]).expect("the group list");
+        list["groups"]
+            .as_array()
+            .expect("groups")
+            .iter()
+            .map(|group| group["name"].as_str().unwrap_or("").to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn upstream_groups_keep_their_order_and_only_what_is_routed_is_listed() {
+        let mut catalog = Catalog::default();
+        let upstream = json!({"groups": [
+            {"name": "zeta.example.io", "versions": [{"version": "v1"}]},
+            {"name": "apps", "versions": [{"version": "v1"}]},
+            {"name": "hidden.example.io", "versions": [{"version": "v1"}]},
+        ]});
+        catalog.add_group_list(&upstream, |path| !path.contains("hidden"));
+        catalog.add_root("/apis/apps/v1beta1", None);
+        let documents = Documents::new(&catalog);
+        assert_eq!(names(&documents), ["zeta.example.io", "apps"]);
+        let apps: Value = serde_json::from_slice(&documents.legacy["/apis/apps"]).expect("JSON");
+        assert_eq!(apps["preferredVersion"]["version"], "v1");
+        // v1 of apps has no known resources: no aggregated document.
+        assert!(documents.aggregated_groups.is_none());
+    }
+
+    #[test]
+    fn a_resource_list_becomes_aggregated_resources_with_subresources() {
+        let mut catalog = Catalog::default();
+        let list = json!({"resources": [
+            {"name": "widgets", "singularName": "widget", "namespaced": true, "kind": "Widget", "verbs": ["get"]},
+            {"name": "widgets/status", "namespaced": true, "kind": "Widget", "verbs": ["get", "patch"]},
+        ]});
+        catalog.add_root("/apis/demo.example.io/v1", Some(&list));
+        let documents = Documents::new(&catalog);
+        let items = documents
+            .aggregated_groups
+            .expect("every version described");
+        let resource = &items[0]["versions"][0]["resources"][0];
+        assert_eq!(resource["resource"], "widgets");
+        assert_eq!(resource["scope"], "Namespaced");
+        assert_eq!(
+            resource["responseKind"],
+            json!({"group": "demo.example.io", "version": "v1", "kind": "Widget"})
+        );
+        assert_eq!(resource["subresources"][0]["subresource"], "status");
     }
 }

@@ -8,12 +8,14 @@
 //! docs/architecture.md follows a request through the code and maps the
 //! modules in their layers, bottom-up: each imports only from below it.
 
+mod aggregator;
 pub mod body;
 mod chain;
 pub mod cli;
 pub mod config;
 pub mod context;
 mod crypto;
+mod decision_cache;
 mod delegation;
 mod director;
 mod discovery;
@@ -22,14 +24,20 @@ mod flow_control;
 pub mod handler;
 pub mod health;
 mod metrics;
+mod openapi;
+mod published;
 pub mod reload_trigger;
 pub mod request_info;
 pub mod request_target;
 pub mod scaffold;
+mod self_review;
 pub mod server;
 mod static_response;
 pub mod status;
 mod traces;
 pub mod try_request;
 mod upstream;
+mod version;
 pub mod wasm;
+
+pub use metrics::exposition as metrics_exposition;

@@ -151,6 +151,10 @@ enum Command {
         /// A file whose contents are the request body.
         #[arg(long)]
         body: Option<PathBuf>,
+        /// Run the request this many times and report the last: a filter
+        /// with a decision cache then shows `"cache": "hit"`.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=100))]
+        repeat: u8,
     },
     /// Write a new filter's folder (sources, README, a try.toml) that builds
     /// with filters/build.sh and passes `wasmgate try` unchanged.
@@ -213,7 +217,8 @@ fn main() -> ExitCode {
             path,
             headers,
             body,
-        } => try_request(&config, &method, path, &headers, body.as_deref()),
+            repeat,
+        } => try_request(&config, &method, path, &headers, body.as_deref(), repeat),
         Command::NewFilter {
             lang,
             kind,
@@ -318,6 +323,7 @@ fn try_request(
     path: String,
     headers: &[String],
     body: Option<&std::path::Path>,
+    repeat: u8,
 ) -> ExitCode {
     let trial = match wasmgate::cli::trial(method, path, headers, body) {
         Ok(trial) => trial,
@@ -351,7 +357,7 @@ fn try_request(
                 return ExitCode::FAILURE;
             }
         };
-        let report = wasmgate::try_request::run(&gateway, trial).await;
+        let report = wasmgate::try_request::run_repeated(&gateway, trial, repeat).await;
         gateway.flush_audit().await;
         match report {
             Ok(report) => {

@@ -48,6 +48,11 @@ pub(crate) struct Metrics {
     pub filter_duration: Family<FilterName, Histogram>,
     pub components: Family<Source, Counter>,
     pub audit_events_dropped: Counter,
+    pub audit_batches: Counter,
+    pub cache_hits: Family<FilterName, Counter>,
+    pub cache_misses: Family<FilterName, Counter>,
+    pub cache_evictions: Family<FilterName, Counter>,
+    pub cache_entries: Family<FilterName, Gauge>,
     pub config_reloads: Family<ReloadResult, Counter>,
     pub config_last_reload_success: Gauge,
     /// The etcd revision of the manifest in force (0 for a manifest file).
@@ -57,6 +62,13 @@ pub(crate) struct Metrics {
 fn filter_duration_histogram() -> Histogram {
     // 1 µs to ~4 s.
     Histogram::new(exponential_buckets(1e-6, 4.0, 12))
+}
+
+/// This process's metrics as `/metrics` serves them, for tests and benches
+/// that run gateways in-process and read the counters without a request
+/// (which would itself pass through the filters it counts).
+pub fn exposition() -> String {
+    metrics().encode()
 }
 
 /// The process's metrics.
@@ -90,6 +102,36 @@ pub(crate) fn metrics() -> &'static Metrics {
             "Audit events dropped because the batch queue was full",
             audit_events_dropped.clone(),
         );
+        let audit_batches = Counter::default();
+        registry.register(
+            "audit_batches",
+            "Batches of audit events handed to the audit filters (one per event in blocking mode)",
+            audit_batches.clone(),
+        );
+        let cache_hits = Family::<FilterName, Counter>::default();
+        registry.register(
+            "decision_cache_hits",
+            "Requests a filter's decision cache answered without calling the filter (a hit, or a miss merged into another request's call)",
+            cache_hits.clone(),
+        );
+        let cache_misses = Family::<FilterName, Counter>::default();
+        registry.register(
+            "decision_cache_misses",
+            "Requests for which a filter with a decision cache was called",
+            cache_misses.clone(),
+        );
+        let cache_evictions = Family::<FilterName, Counter>::default();
+        registry.register(
+            "decision_cache_evictions",
+            "Live entries a full decision cache dropped to make room",
+            cache_evictions.clone(),
+        );
+        let cache_entries = Family::<FilterName, Gauge>::default();
+        registry.register(
+            "decision_cache_entries",
+            "Entries a filter's decision cache holds",
+            cache_entries.clone(),
+        );
         let config_reloads = Family::<ReloadResult, Counter>::default();
         registry.register(
             "config_reload",
@@ -114,6 +156,11 @@ pub(crate) fn metrics() -> &'static Metrics {
             filter_duration,
             components,
             audit_events_dropped,
+            audit_batches,
+            cache_hits,
+            cache_misses,
+            cache_evictions,
+            cache_entries,
             config_reloads,
             config_last_reload_success,
             config_revision,

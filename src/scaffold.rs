@@ -35,7 +35,7 @@ pub enum Lang {
     C,
 }
 
-/// The four filter worlds of `wit/filter.wit`.
+/// The four filter worlds of `wit/filter-0.2.0.wit` (the current contract).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum FilterKind {
     /// Says who sent the request.
@@ -219,7 +219,10 @@ const SDK_FILES: [(&str, &str); 6] = [
         include_str!("../filters/rust/sdk/src/headers.rs"),
     ),
     ("src/log.rs", include_str!("../filters/rust/sdk/src/log.rs")),
-    ("wit/filter.wit", include_str!("../wit/filter.wit")),
+    (
+        "wit/filter-0.2.0.wit",
+        include_str!("../wit/filter-0.2.0.wit"),
+    ),
 ];
 
 /// What to scaffold.

@@ -132,6 +132,13 @@ pub enum GatewayError {
     /// The route does not take the method (405).
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed,
+    /// The client accepts none of the media types the resource is served in
+    /// (406).
+    #[error("{message}")]
+    NotAcceptable {
+        /// The Status message: the media types that are served.
+        message: String,
+    },
     /// The body is over the limit (413).
     #[error("the request body is too large: limit is {limit} bytes")]
     RequestEntityTooLarge {
@@ -194,6 +201,18 @@ impl GatewayError {
         }
     }
 
+    /// Reading the request body failed: 413 when it was cut at the body
+    /// limit (`limit` bytes), else 400.
+    pub fn body_unreadable(error: &(dyn std::error::Error + 'static), limit: u64) -> Self {
+        if crate::body::is_body_limit_error(error) {
+            GatewayError::RequestEntityTooLarge { limit }
+        } else {
+            GatewayError::BadRequest {
+                message: format!("the request body could not be read: {error}"),
+            }
+        }
+    }
+
     /// The code and kube reason of this error.
     pub(crate) fn code_and_reason(&self) -> (StatusCode, &str) {
         match self {
@@ -203,6 +222,7 @@ impl GatewayError {
             GatewayError::Denied { code, reason, .. } => (*code, reason.as_str()),
             GatewayError::NotFound => (StatusCode::NOT_FOUND, "NotFound"),
             GatewayError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed"),
+            GatewayError::NotAcceptable { .. } => (StatusCode::NOT_ACCEPTABLE, "NotAcceptable"),
             GatewayError::RequestEntityTooLarge { .. } => {
                 (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge")
             }

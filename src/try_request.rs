@@ -19,6 +19,7 @@ use crate::request_info::RequestInfo;
 use crate::server::Gateway;
 
 /// The request to try.
+#[derive(Clone)]
 pub struct Trial {
     pub(crate) method: Method,
     /// Path and query (`/apis/g/v1/namespaces/ns/things?watch=1`).
@@ -56,8 +57,22 @@ pub enum TrialError {
     Body(String),
 }
 
+/// Runs `trial` through `gateway`'s chain `times` times (at least once) and
+/// reports the last: a filter with a decision cache then says whether its
+/// answer came from the cache (`"cache": "hit"`) or the filter (`"miss"`).
+pub async fn run_repeated(
+    gateway: &Gateway,
+    trial: Trial,
+    times: u8,
+) -> Result<Report, TrialError> {
+    for _ in 1..times {
+        run(gateway, trial.clone()).await?;
+    }
+    run(gateway, trial).await
+}
+
 /// Runs `trial` through `gateway`'s chain and reports.
-pub async fn run(gateway: &Gateway, trial: Trial) -> Result<Report, TrialError> {
+async fn run(gateway: &Gateway, trial: Trial) -> Result<Report, TrialError> {
     let uri: http::Uri = trial
         .path
         .parse()

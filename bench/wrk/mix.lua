@@ -7,6 +7,13 @@
 -- (bench/manifests/full-*.toml) and nginx + Lua (bench/nginx-lua.conf) accept
 -- and allow, so every request of the mix is a 200 on every target.
 --
+-- With the argument `many-users` (wrk ... URL -- many-users, the target
+-- wasmgate-full-pooled-many-users) the cycle is the same but each request
+-- carries the token of one of 10,000 users picked at random
+-- (user-0000-token .. user-9999-token, which run.sh writes into
+-- bench/manifests/full-pooled-many-users.toml): the decision caches see
+-- 10,000 credentials and 20,000 authorization keys instead of two users'.
+--
 -- At the end, one line: WRKJSON {"requests":..,"duration_us":..,"errors":{..},"latency_us":{..}}
 
 local path = "/apis/demo.example.io/v1/namespaces/default/widgets"
@@ -14,26 +21,32 @@ local body = '{"apiVersion":"demo.example.io/v1","kind":"Widget","metadata":{"na
 
 local cycle = {}
 local position = 0
+local many_users = false
+
+local function get(token)
+   return wrk.format("GET", path, { ["Authorization"] = "Bearer " .. token, ["Accept"] = "application/json" })
+end
+
+local function post(token)
+   return wrk.format("POST", path, {
+      ["Authorization"] = "Bearer " .. token,
+      ["Content-Type"] = "application/json",
+      ["Accept"] = "application/json",
+   }, body)
+end
 
 function init(args)
-   local function get(token)
-      return wrk.format("GET", path, { ["Authorization"] = "Bearer " .. token, ["Accept"] = "application/json" })
-   end
-   cycle = {
-      get("alice-token"),
-      get("bob-token"),
-      get("alice-token"),
-      get("bob-token"),
-      wrk.format("POST", path, {
-         ["Authorization"] = "Bearer alice-token",
-         ["Content-Type"] = "application/json",
-         ["Accept"] = "application/json",
-      }, body),
-   }
+   many_users = args[1] == "many-users"
+   math.randomseed(os.time())
+   cycle = { get("alice-token"), get("bob-token"), get("alice-token"), get("bob-token"), post("alice-token") }
 end
 
 function request()
    position = position % #cycle + 1
+   if many_users then
+      local token = string.format("user-%04d-token", math.random(0, 9999))
+      return position == #cycle and post(token) or get(token)
+   end
    return cycle[position]
 end
 

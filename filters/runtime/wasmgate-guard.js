@@ -57,7 +57,7 @@ const WORLDS = {
   authenticator: ['authenticate', (message) => ({ tag: 'error', val: message })],
   authorizer: ['authorize', (message) => ({ tag: 'err', val: message })],
   admission: ['admit', (message) => ({ tag: 'err', val: message })],
-  auditor: ['audit', (message) => ({ tag: 'err', val: message })],
+  auditor: ['auditBatch', (message) => ({ tag: 'err', val: message })],
 };
 
 // The filter's export `implementation` for world `kind`, its function wrapped

@@ -78,4 +78,4 @@ def admission(cls):
 
 
 def auditor(cls):
-    return _guarded(cls, "audit", _raise_err)
+    return _guarded(cls, "audit_batch", _raise_err)

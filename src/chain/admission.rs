@@ -15,9 +15,10 @@ use http::{HeaderValue, StatusCode};
 use http_body_util::BodyExt;
 
 use super::stage::{self, Failure, Watchers};
-use crate::body::{Body, MaxRequestBody, Request, Response, is_body_limit_error};
+use crate::body::{Body, MaxRequestBody, Request, Response};
 use crate::config::stages::Mode;
 use crate::context::{AuditId, UserInfo};
+use crate::decision_cache::Lookup;
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
@@ -78,7 +79,7 @@ impl Admission {
         let bytes = body
             .collect()
             .await
-            .map_err(|error| read_error(&*error, limit))?
+            .map_err(|error| GatewayError::body_unreadable(&*error, limit))?
             .to_bytes();
         let original = if bytes.is_empty() {
             None
@@ -154,7 +155,7 @@ impl Admission {
         stage::observe(
             STAGE,
             &filter.spec,
-            &call,
+            (&call, Lookup::Uncached),
             describe,
             started.elapsed(),
             watchers,
@@ -303,15 +304,5 @@ fn denial(status: crate::wasm::bindings::types::Status) -> GatewayError {
         code,
         reason,
         message: status.message,
-    }
-}
-
-fn read_error(error: &(dyn std::error::Error + 'static), limit: u64) -> GatewayError {
-    if is_body_limit_error(error) {
-        GatewayError::RequestEntityTooLarge { limit }
-    } else {
-        GatewayError::BadRequest {
-            message: format!("the request body could not be read: {error}"),
-        }
     }
 }

@@ -73,11 +73,11 @@ impl Authentication {
                 }
             };
             let started = Instant::now();
-            let call = filter.authenticate(&views[index].1).await;
+            let (call, lookup) = filter.authenticate(&views[index].1).await;
             stage::observe(
                 STAGE,
                 &filter.spec,
-                &call,
+                (&call, lookup),
                 describe,
                 started.elapsed(),
                 &watchers,

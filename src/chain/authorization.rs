@@ -56,11 +56,11 @@ impl Authorizers {
                 request: convert::request_info(info),
             });
             let started = Instant::now();
-            let call = filter.authorize(attributes).await;
+            let (call, lookup) = filter.authorize(attributes).await;
             stage::observe(
                 STAGE,
                 &filter.spec,
-                &call,
+                (&call, lookup),
                 describe,
                 started.elapsed(),
                 watchers,
@@ -129,6 +129,9 @@ impl Handler for Authorization {
                     if let Some(audit) = &audit {
                         audit.annotate("authorization.k8s.io/decision", "allow");
                     }
+                    // The self-subject reviews ask the same union.
+                    let mut request = request;
+                    request.extensions_mut().insert(self.authorizers.clone());
                     self.next.call(request).await
                 }
                 Verdict::Deny(reason) => {

@@ -37,10 +37,10 @@ impl MaxInFlight {
 
 impl Handler for MaxInFlight {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-        let info = request.extensions().get::<RequestInfo>();
-        if info.is_some_and(RequestInfo::is_long_running) {
+        if crate::request_info::is_long_running(&request) {
             return self.next.call(request);
         }
+        let info = request.extensions().get::<RequestInfo>();
         let read_only = info.is_some_and(RequestInfo::is_read_only);
         let semaphore = if read_only {
             &self.read_only

@@ -148,9 +148,8 @@ pub(crate) fn build(
     });
     // Audit sits inside authentication so that events carry the user.
     let audit_policy = &config.stages.audit;
-    let audit = (!stages.auditors.is_empty() && !audit_policy.policy.is_empty()).then(|| {
-        audit::AuditBackend::new(stages.auditors, audit_policy.mode, audit_policy.queue_size)
-    });
+    let audit = (!stages.auditors.is_empty() && !audit_policy.policy.is_empty())
+        .then(|| audit::AuditBackend::new(stages.auditors, audit_policy));
     if let Some(backend) = &audit {
         chain.wrap_tracked("audit", |next| {
             Arc::new(audit::Audit {
@@ -189,6 +188,7 @@ pub(crate) fn build(
     chain.wrap("timeout", |next| {
         Arc::new(timeout::Timeout {
             request_timeout: limits.request_timeout,
+            min_request_timeout: limits.min_request_timeout,
             next,
         })
     });

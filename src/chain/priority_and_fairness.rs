@@ -4,8 +4,9 @@
 //! request is classified into a flow of a priority level, waits for its
 //! seats there ([`crate::flow_control`]), and holds them until its response
 //! body has been sent. A watch holds its seat only until its response head
-//! is ready (its set-up); other long-running requests are not tracked, as in
-//! kube. Every answer, the 429 included, names the flow schema and priority
+//! is ready (its set-up); other long-running requests
+//! ([`crate::request_info::is_long_running`], upgrades included) are not
+//! tracked, as in kube. Every answer, the 429 included, names the flow schema and priority
 //! level that judged it by UID.
 
 use std::sync::Arc;
@@ -33,10 +34,13 @@ pub(crate) struct PriorityAndFairness {
 
 impl Handler for PriorityAndFairness {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+        // kube's filter serves long-running requests other than watches
+        // without a seat; an upgrade is long-running too.
+        let long_running = crate::request_info::is_long_running(&request);
         let tracked = request
             .extensions()
             .get::<RequestInfo>()
-            .map(|info| info.verb == "watch" || !info.is_long_running());
+            .map(|info| info.verb == "watch" || !long_running);
         match tracked {
             Some(true) => Box::pin(self.admit_then_serve(request)),
             Some(false) => self.next.call(request),

@@ -21,11 +21,13 @@ impl Handler for RequestInfoFilter {
             instant: Instant::now(),
             wall: SystemTime::now(),
         };
-        let info = RequestInfo::resolve(
-            request.method(),
-            request.uri().path(),
-            request.uri().query(),
-        );
+        // A WebSocket over HTTP/2 is the GET it stands for (RFC 8441 §5).
+        let method = if crate::request_info::is_websocket_over_h2(&request) {
+            &http::Method::GET
+        } else {
+            request.method()
+        };
+        let info = RequestInfo::resolve(method, request.uri().path(), request.uri().query());
         request.extensions_mut().insert(received);
         request.extensions_mut().insert(info);
         self.next.call(request)

@@ -2,7 +2,8 @@
 //! request, how an outcome is logged (distinct lines for answer, error,
 //! trap, timeout and exhaustion; the long ones, a trap's backtrace above
 //! all, at most once per filter per [`LOG_INTERVAL`]) and traced for
-//! `wasmgate try`, and how a failure policy turns a failed filter into a
+//! `wasmgate try` (with where an answer came from: the filter or its
+//! decision cache), and how a failure policy turns a failed filter into a
 //! skip or a Status.
 
 use std::collections::HashMap;
@@ -14,6 +15,7 @@ use opentelemetry::trace::{Span as _, SpanKind, Status};
 use serde::Serialize;
 
 use crate::config::stages::{FailurePolicy, FilterMatch, FilterSpec, Isolation, Mode};
+use crate::decision_cache::Lookup;
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
 use crate::traces::TraceContext;
@@ -34,6 +36,11 @@ pub(crate) struct TraceEntry {
     /// The answer or the message, in a few words.
     pub detail: String,
     pub micros: u64,
+    /// For a filter with a decision cache: `hit` (the filter was not
+    /// called), `merged` (another request's call answered), `miss`, or
+    /// `too-large` (the key material was over 10 KB: not cached).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<&'static str>,
 }
 
 impl FilterTrace {
@@ -93,15 +100,16 @@ pub(crate) fn selects(matcher: &FilterMatch, info: &RequestInfo) -> bool {
 pub(crate) fn observe<T: Answer>(
     stage: &'static str,
     spec: &FilterSpec,
-    call: &Call<T>,
+    (call, lookup): (&Call<T>, Lookup),
     answer: impl FnOnce(&T) -> String,
     elapsed: Duration,
     watchers: &Watchers,
 ) {
     if let Some(context) = &watchers.span {
-        filter_span(context, stage, spec, call, elapsed);
+        filter_span(context, stage, spec, (call, lookup), elapsed);
     }
     let trace = watchers.record.as_ref();
+    let cache = lookup.word();
     let filter = spec.name.as_str();
     let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
     let outcome = &call.outcome;
@@ -114,7 +122,7 @@ pub(crate) fn observe<T: Answer>(
                 return;
             }
             let detail = answer(value);
-            tracing::debug!(stage, filter, micros, answer = %detail, "filter answered");
+            tracing::debug!(stage, filter, micros, cache, answer = %detail, "filter answered");
             detail
         }
         Outcome::FilterError(message) => {
@@ -138,18 +146,21 @@ pub(crate) fn observe<T: Answer>(
             what.to_string()
         }
     };
-    record(trace, stage, spec, outcome.kind(), detail, micros);
+    record(trace, stage, spec, outcome.kind(), detail, micros, cache);
 }
 
 /// The span of one filter call, which ended just now after `elapsed`:
 /// the filter, its stage, what it came to (its answer's word, or `error`,
-/// `trap`, `timeout`, `exhausted`), its isolation and whether the
-/// instance was new.
+/// `trap`, `timeout`, `exhausted`), its isolation, what its decision cache
+/// did (when it has one) and, when this request ran the filter, whether
+/// the instance was new. An answer from the cache (`hit`, or `merged` from
+/// a concurrent request's call) gets a span too, with no instance: the
+/// trace then shows the stage answered without a call.
 fn filter_span<T: Answer>(
     context: &TraceContext,
     stage: &'static str,
     spec: &FilterSpec,
-    call: &Call<T>,
+    (call, lookup): (&Call<T>, Lookup),
     elapsed: Duration,
 ) {
     let ended = SystemTime::now();
@@ -161,13 +172,19 @@ fn filter_span<T: Answer>(
         Isolation::PerRequest => "per-request",
         Isolation::Pooled => "pooled",
     };
-    let attributes = vec![
+    let mut attributes = vec![
         KeyValue::new("wasmgate.filter.name", spec.name.to_string()),
         KeyValue::new("wasmgate.filter.stage", stage),
         KeyValue::new("wasmgate.filter.outcome", outcome),
         KeyValue::new("wasmgate.filter.isolation", isolation),
-        KeyValue::new("wasmgate.filter.fresh_instance", call.fresh),
     ];
+    if let Some(cache) = lookup.word() {
+        attributes.push(KeyValue::new("wasmgate.filter.cache", cache));
+    }
+    // A kept call's instance was the one of the request that filled the cache.
+    if !matches!(lookup, Lookup::Hit | Lookup::Merged) {
+        attributes.push(KeyValue::new("wasmgate.filter.fresh_instance", call.fresh));
+    }
     let mut span = context.child(
         format!("{stage}/{}", spec.name),
         SpanKind::Internal,
@@ -235,6 +252,7 @@ pub(crate) fn skipped(stage: &'static str, spec: &FilterSpec, watchers: &Watcher
         "skipped",
         "not selected by match".to_owned(),
         0,
+        None,
     );
 }
 
@@ -245,6 +263,7 @@ fn record(
     outcome: &'static str,
     detail: String,
     micros: u64,
+    cache: Option<&'static str>,
 ) {
     if let Some(mut entries) = trace.and_then(|trace| trace.0.lock().ok()) {
         entries.push(TraceEntry {
@@ -253,6 +272,7 @@ fn record(
             outcome,
             detail,
             micros,
+            cache,
         });
     }
 }

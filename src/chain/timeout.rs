@@ -7,9 +7,19 @@
 //! (kube's `panic(http.ErrAbortHandler)`: HTTP/1.x closes the connection,
 //! HTTP/2 resets the stream). At the deadline the body being sent is
 //! dropped, and with it the max-in-flight slot and the upstream connection
-//! it holds, whether or not the client is reading. Long-running requests
-//! (watch, proxy, exec, ...) are exempt.
+//! it holds, whether or not the client is reading.
+//!
+//! Long-running requests (`crate::request_info::is_long_running`: watch,
+//! proxy, exec, ..., and upgrades) are exempt. A watch instead lasts the
+//! `timeoutSeconds` its client asked for or, without one, a random time in
+//! [`min_request_timeout`, 2 × `min_request_timeout`), as kube's watch handler
+//! (`staging/src/k8s.io/apiserver/pkg/endpoints/handlers/get.go`) spreads
+//! its watches' ends; then its body ends, cleanly, as kube's does. Every
+//! long-running body also ends when the shutdown, `shutdown_delay` after it
+//! began, closes the connections ([`ConnectionControl::closing`]): a stream
+//! does not hold the drain until `shutdown_timeout`.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
@@ -33,18 +43,15 @@ pub(crate) const TIMEOUT_MESSAGE: &str = "request did not complete within the al
 
 pub(crate) struct Timeout {
     pub request_timeout: Duration,
+    pub min_request_timeout: Duration,
     pub next: SharedHandler,
 }
 
 impl Handler for Timeout {
     fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
         Box::pin(async move {
-            let long_running = request
-                .extensions()
-                .get::<RequestInfo>()
-                .is_some_and(RequestInfo::is_long_running);
-            if long_running {
-                return self.next.call(request).await;
+            if crate::request_info::is_long_running(&request) {
+                return self.long_running(request).await;
             }
             let timeout = match requested_timeout(request.uri().query()) {
                 Ok(Some(asked)) => asked.min(self.request_timeout),
@@ -67,6 +74,104 @@ impl Handler for Timeout {
                 .into_response(),
             }
         })
+    }
+}
+
+impl Timeout {
+    async fn long_running(&self, request: Request) -> Response {
+        let watch_ends = self
+            .watch_timeout(&request)
+            .map(|timeout| Instant::now() + timeout);
+        let closing = request
+            .extensions()
+            .get::<ConnectionControl>()
+            .map(|control| control.closing.clone());
+        let response = self.next.call(request).await;
+        if watch_ends.is_none() && closing.is_none() {
+            return response;
+        }
+        response.map(|body| Body::wrap(LongRunningBody::new(body, watch_ends, closing)))
+    }
+
+    /// How long a watch lasts (kube's `serveWatch` in handlers/get.go): the
+    /// client's `timeoutSeconds`, or a random time in [min, 2 × min) when it
+    /// sent none or 0. None for every other long-running request.
+    fn watch_timeout(&self, request: &Request) -> Option<Duration> {
+        let info = request.extensions().get::<RequestInfo>()?;
+        if info.verb != "watch" {
+            return None;
+        }
+        let asked = request.uri().query().and_then(|query| {
+            url::form_urlencoded::parse(query.as_bytes())
+                .find(|(key, _)| key == "timeoutSeconds")
+                .and_then(|(_, value)| value.parse::<u64>().ok())
+        });
+        match asked {
+            Some(seconds) if seconds > 0 => Some(Duration::from_secs(seconds)),
+            _ => Some(
+                self.min_request_timeout
+                    .mul_f64(1.0 + rand::random::<f64>()),
+            ),
+        }
+    }
+}
+
+/// A long-running response's body: ends, cleanly, when its watch's time is
+/// up or when the shutdown closes the connections; otherwise it is the
+/// upstream's body, each frame passed on as it comes.
+struct LongRunningBody {
+    /// None once ended.
+    body: Option<Body>,
+    ends: Option<Pin<Box<tokio::time::Sleep>>>,
+    closing: Option<Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>>,
+}
+
+impl LongRunningBody {
+    fn new(body: Body, ends: Option<Instant>, closing: Option<CancellationToken>) -> Self {
+        LongRunningBody {
+            body: Some(body),
+            ends: ends.map(|at| Box::pin(tokio::time::sleep_until(at.into()))),
+            closing: closing.map(|token| Box::pin(token.cancelled_owned())),
+        }
+    }
+}
+
+impl http_body::Body for LongRunningBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = self.get_mut();
+        let over = this
+            .ends
+            .as_mut()
+            .is_some_and(|ends| ends.as_mut().poll(cx).is_ready())
+            || this
+                .closing
+                .as_mut()
+                .is_some_and(|closing| closing.as_mut().poll(cx).is_ready());
+        if over {
+            this.body = None;
+        }
+        match this.body.as_mut() {
+            Some(body) => Pin::new(body).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body
+            .as_ref()
+            .is_none_or(http_body::Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), http_body::Body::size_hint)
     }
 }
 
@@ -286,6 +391,7 @@ mod tests {
     fn timeout(request_timeout: Duration, delay: Duration, endless: bool) -> Timeout {
         Timeout {
             request_timeout,
+            min_request_timeout: Duration::from_secs(1800),
             next: Arc::new(Slow { delay, endless }),
         }
     }

@@ -9,6 +9,7 @@ use std::ops::RangeInclusive;
 use std::time::Duration;
 
 const MILLISECOND: Duration = Duration::from_millis(1);
+const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(60 * 60);
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
@@ -21,6 +22,7 @@ pub(crate) const TIB: u64 = 1024 * GIB;
 // ---- durations ----
 
 pub(crate) const REQUEST_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=DAY;
+pub(crate) const MIN_REQUEST_TIMEOUT: RangeInclusive<Duration> = SECOND..=DAY;
 pub(crate) const READ_HEADER_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=HOUR;
 pub(crate) const IDLE_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=DAY;
 pub(crate) const SHUTDOWN_DELAY: RangeInclusive<Duration> = Duration::ZERO..=HOUR;
@@ -31,6 +33,11 @@ pub(crate) const UPSTREAM_TIMEOUT: RangeInclusive<Duration> = MILLISECOND..=DAY;
 /// request should wait for one decision.
 pub(crate) const FILTER_TIMEOUT: RangeInclusive<Duration> =
     MILLISECOND..=Duration::from_secs(10 * 60);
+/// A decision cache's TTL: kube's are minutes; a day bounds the absurd.
+pub(crate) const CACHE_TTL: RangeInclusive<Duration> = Duration::ZERO..=DAY;
+/// How long an audit event may wait for its batch to fill (kube's webhook
+/// default is 30s); a minute bounds the absurd.
+pub(crate) const AUDIT_BATCH_WAIT: RangeInclusive<Duration> = Duration::ZERO..=MINUTE;
 
 // ---- counts ----
 
@@ -58,6 +65,10 @@ pub(crate) const MAX_HAND: usize = 15;
 pub(crate) const HAND_SIZE: RangeInclusive<i64> = 1..=MAX_HAND as i64;
 pub(crate) const QUEUE_LENGTH_LIMIT: RangeInclusive<i64> = 1..=100_000;
 pub(crate) const MATCHING_PRECEDENCE: RangeInclusive<i64> = 1..=10_000;
+/// kube's webhook batches hold at most 400 events by default.
+pub(crate) const AUDIT_BATCH_SIZE: RangeInclusive<i64> = 1..=100_000;
+/// One filter's decision cache: each entry is a key and an answer in memory.
+pub(crate) const CACHE_ENTRIES: RangeInclusive<i64> = 1..=10_000_000;
 
 // ---- sizes ----
 
@@ -145,6 +156,7 @@ mod tests {
     fn every_default_is_inside_its_range() {
         let limits = super::super::Limits::default();
         assert!(REQUEST_TIMEOUT.contains(&limits.request_timeout));
+        assert!(MIN_REQUEST_TIMEOUT.contains(&limits.min_request_timeout));
         assert!(READ_HEADER_TIMEOUT.contains(&limits.read_header_timeout));
         assert!(IDLE_TIMEOUT.contains(&limits.idle_timeout));
         assert!(SHUTDOWN_DELAY.contains(&limits.shutdown_delay));
@@ -158,9 +170,16 @@ mod tests {
             assert!(REQUESTS_IN_FLIGHT.contains(&(count as i64)));
         }
         use super::super::stages::{
-            DEFAULT_AUDIT_QUEUE, DEFAULT_FILTER_MEMORY, DEFAULT_FILTER_TIMEOUT,
+            CacheSpec, DEFAULT_AUDIT_BATCH_SIZE, DEFAULT_AUDIT_BATCH_WAIT, DEFAULT_AUDIT_QUEUE,
+            DEFAULT_FILTER_MEMORY, DEFAULT_FILTER_TIMEOUT,
         };
         assert!(AUDIT_QUEUE_SIZE.contains(&(DEFAULT_AUDIT_QUEUE as i64)));
+        assert!(AUDIT_BATCH_SIZE.contains(&(DEFAULT_AUDIT_BATCH_SIZE as i64)));
+        assert!(AUDIT_BATCH_WAIT.contains(&DEFAULT_AUDIT_BATCH_WAIT));
+        for cache in [CacheSpec::AUTHENTICATION, CacheSpec::AUTHORIZATION] {
+            assert!(CACHE_TTL.contains(&cache.ttl) && CACHE_TTL.contains(&cache.negative_ttl));
+            assert!(CACHE_ENTRIES.contains(&(cache.max_entries as i64)));
+        }
         assert!(FILTER_MEMORY.contains(&DEFAULT_FILTER_MEMORY));
         assert!(FILTER_TIMEOUT.contains(&DEFAULT_FILTER_TIMEOUT));
     }

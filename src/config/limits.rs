@@ -17,6 +17,9 @@ pub struct Limits {
     pub max_mutating_requests_in_flight: usize,
     /// How long a request may take before the gateway answers it with a 504.
     pub request_timeout: Duration,
+    /// kube's `--min-request-timeout`: a watch without `timeoutSeconds`
+    /// lasts a random time between this and twice this.
+    pub(crate) min_request_timeout: Duration,
     pub(crate) max_request_body: u64,
     pub(crate) max_header_bytes: usize,
     pub(crate) read_header_timeout: Duration,
@@ -52,6 +55,7 @@ impl Default for Limits {
             max_requests_in_flight: 400,
             max_mutating_requests_in_flight: 200,
             request_timeout: Duration::from_secs(60),
+            min_request_timeout: Duration::from_secs(1800),
             max_request_body: 3 * 1024 * 1024,
             max_header_bytes: 1024 * 1024,
             read_header_timeout: Duration::from_secs(32),
@@ -87,6 +91,12 @@ impl Completer<'_> {
                 bounds::REQUESTS_IN_FLIGHT,
             ),
             request_timeout,
+            min_request_timeout: self.duration(
+                &limits.min_request_timeout,
+                "limits.min_request_timeout",
+                defaults.min_request_timeout,
+                bounds::MIN_REQUEST_TIMEOUT,
+            ),
             max_request_body: self.size(
                 &limits.max_request_body,
                 "limits.max_request_body",

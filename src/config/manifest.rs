@@ -59,6 +59,10 @@ pub(crate) struct Admission {
 pub(crate) struct Audit {
     pub mode: Option<Spanned<String>>,
     pub queue_size: Option<Spanned<i64>>,
+    /// Batch mode: the most events one call to an audit filter carries.
+    pub max_batch_size: Option<Spanned<i64>>,
+    /// Batch mode: how long a batch waits for more events after its first.
+    pub max_batch_wait: Option<Spanned<String>>,
     #[serde(default)]
     pub policy: Vec<Spanned<AuditRule>>,
     #[serde(default)]
@@ -115,10 +119,52 @@ pub(crate) struct Filter {
     pub headers: Option<Spanned<Vec<String>>>,
     /// What of WASI the filter may use; nothing when absent.
     pub wasi: Option<Spanned<WasiGrant>>,
+    /// Authentication and authorization filters only: the decision cache.
+    pub cache: Option<Spanned<FilterCache>>,
     pub config: Option<toml::Table>,
     /// Keys of `config` whose values are files: the gateway reads each and
     /// hands the filter its text in place of the path.
     pub config_files: Option<Spanned<Vec<String>>>,
+}
+
+/// `cache = true` (kube's TTLs), `cache = false`, or a table of them.
+#[derive(Debug)]
+pub(crate) enum FilterCache {
+    Enabled(bool),
+    Tuned(CacheTable),
+}
+
+/// By hand rather than `untagged`: an untagged enum buffers its input, and
+/// the table's values would lose the spans their errors point at.
+impl<'de> Deserialize<'de> for FilterCache {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Choice;
+        impl<'de> serde::de::Visitor<'de> for Choice {
+            type Value = FilterCache;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("true, false or a table of ttl, negative_ttl and max_entries")
+            }
+            fn visit_bool<E: serde::de::Error>(self, enabled: bool) -> Result<FilterCache, E> {
+                Ok(FilterCache::Enabled(enabled))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                table: A,
+            ) -> Result<FilterCache, A::Error> {
+                CacheTable::deserialize(serde::de::value::MapAccessDeserializer::new(table))
+                    .map(FilterCache::Tuned)
+            }
+        }
+        deserializer.deserialize_any(Choice)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CacheTable {
+    pub ttl: Option<Spanned<String>>,
+    pub negative_ttl: Option<Spanned<String>>,
+    pub max_entries: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -183,6 +229,7 @@ pub(crate) struct Limits {
     pub max_requests_in_flight: Option<Spanned<i64>>,
     pub max_mutating_requests_in_flight: Option<Spanned<i64>>,
     pub request_timeout: Option<Spanned<String>>,
+    pub min_request_timeout: Option<Spanned<String>>,
     pub max_request_body: Option<Spanned<String>>,
     pub max_header_bytes: Option<Spanned<String>>,
     pub read_header_timeout: Option<Spanned<String>>,
@@ -244,6 +291,8 @@ pub(crate) struct Route {
     pub escaped_slashes: Option<Spanned<String>>,
     /// The client's credentials reach the upstream (default false).
     pub forward_credentials: Option<Spanned<bool>>,
+    /// The upstream's discovery and OpenAPI are merged (default false).
+    pub aggregate: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -263,7 +312,7 @@ pub(crate) struct UpstreamTable {
 
 impl UpstreamTable {
     /// `upstream = "<url>"`: the URL and every default.
-    pub(super) fn of_url(url: String) -> Self {
+    pub(crate) fn of_url(url: String) -> Self {
         UpstreamTable {
             url,
             ca: None,
@@ -279,7 +328,7 @@ impl UpstreamTable {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct IdentityHeadersTable {
+pub(crate) struct IdentityHeadersTable {
     pub user: Option<String>,
     pub uid: Option<String>,
     pub group: Option<String>,

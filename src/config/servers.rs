@@ -81,6 +81,10 @@ pub(crate) struct Upstream {
     /// The route's `forward_credentials`: the client's `Authorization` and
     /// the headers its authenticators read reach the upstream.
     pub forward_credentials: bool,
+    /// The route's `aggregate`: the upstream is a kube API server whose
+    /// discovery and OpenAPI the gateway merges into its own, as kube's
+    /// aggregator merges an APIService's.
+    pub aggregate: bool,
 }
 
 /// A fixed response.
@@ -233,11 +237,20 @@ impl Completer<'_> {
                 "only a route with an upstream forwards credentials",
             );
         }
+        let aggregate = route.aggregate.as_ref().map(Spanned::get_ref);
+        if let (Some(given), Some(_)) = (&route.aggregate, &route.static_response) {
+            self.at(
+                given,
+                &format!("{key}.aggregate"),
+                "only a route with an upstream is aggregated",
+            );
+        }
         match (route.upstream, route.static_response) {
             (Some(upstream), None) => self
                 .upstream(upstream, &format!("{key}.upstream"))
                 .map(|upstream| Upstream {
                     forward_credentials: forward_credentials.copied().unwrap_or(false),
+                    aggregate: aggregate.copied().unwrap_or(false),
                     ..upstream
                 })
                 .map(RouteHandler::Upstream),
@@ -332,6 +345,7 @@ impl Completer<'_> {
             identity,
             credentials,
             forward_credentials: false,
+            aggregate: false,
         })
     }
 

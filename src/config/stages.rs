@@ -65,6 +65,11 @@ pub(crate) struct Audit {
     /// Batch mode: events queued at most; beyond, events are dropped and
     /// counted.
     pub queue_size: usize,
+    /// Batch mode: the most events one call to an audit filter carries.
+    pub max_batch_size: usize,
+    /// Batch mode: how long a batch stays open for more events after its
+    /// first; zero sends whatever is queued at once.
+    pub max_batch_wait: Duration,
     pub policy: Vec<AuditRule>,
     pub filters: Vec<FilterSpec>,
 }
@@ -143,6 +148,39 @@ pub struct FilterSpec {
     pub headers: RequestHeaders,
     /// What of WASI the filter may use (nothing unless the manifest grants it).
     pub wasi: WasiGrants,
+    /// Authentication and authorization filters only: how long answers are
+    /// kept; None when they are not cached.
+    pub cache: Option<CacheSpec>,
+}
+
+/// A filter's decision cache (kube's webhook caches): answers are kept
+/// `ttl` when positive (authenticated, allow) and `negative_ttl` otherwise
+/// (no opinion; deny), at most `max_entries` of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheSpec {
+    /// How long a positive answer (authenticated, allowed) is kept.
+    pub ttl: Duration,
+    /// How long a negative answer (no opinion, denied) is kept.
+    pub negative_ttl: Duration,
+    /// The most answers kept; the oldest go first past it.
+    pub max_entries: usize,
+}
+
+impl CacheSpec {
+    /// kube's token cache: 2 minutes for both
+    /// (`--authentication-token-webhook-cache-ttl`).
+    pub const AUTHENTICATION: CacheSpec = CacheSpec {
+        ttl: Duration::from_secs(120),
+        negative_ttl: Duration::from_secs(120),
+        max_entries: DEFAULT_CACHE_ENTRIES,
+    };
+    /// kube's webhook authorizer: 5 minutes authorized, 30 s unauthorized
+    /// (`--authorization-webhook-cache-authorized-ttl`, `-unauthorized-ttl`).
+    pub const AUTHORIZATION: CacheSpec = CacheSpec {
+        ttl: Duration::from_secs(300),
+        negative_ttl: Duration::from_secs(30),
+        max_entries: DEFAULT_CACHE_ENTRIES,
+    };
 }
 
 /// Which request headers an authenticator's `request-view` carries. Every
@@ -236,6 +274,12 @@ pub(crate) const DEFAULT_FILTER_MEMORY: u64 = 64 * 1024 * 1024;
 /// The largest linear memory the engine's instance pool holds.
 pub(crate) const MAX_FILTER_MEMORY: u64 = 1 << 30;
 pub(crate) const DEFAULT_AUDIT_QUEUE: usize = 10_000;
+/// kube's `--audit-webhook-batch-max-size`.
+pub(crate) const DEFAULT_AUDIT_BATCH_SIZE: usize = 400;
+/// kube waits 30 s (`--audit-webhook-batch-max-wait`) for a remote webhook;
+/// an audit filter writes locally, so a batch waits far less.
+pub(crate) const DEFAULT_AUDIT_BATCH_WAIT: Duration = Duration::from_millis(100);
+pub(crate) const DEFAULT_CACHE_ENTRIES: usize = 10_000;
 
 /// The stage a filter belongs to decides its defaults and which keys it may use.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -346,6 +390,18 @@ impl Completer<'_> {
             DEFAULT_AUDIT_QUEUE,
             bounds::AUDIT_QUEUE_SIZE,
         );
+        let max_batch_size = self.count(
+            &audit.max_batch_size,
+            "audit.max_batch_size",
+            DEFAULT_AUDIT_BATCH_SIZE,
+            bounds::AUDIT_BATCH_SIZE,
+        );
+        let max_batch_wait = self.duration(
+            &audit.max_batch_wait,
+            "audit.max_batch_wait",
+            DEFAULT_AUDIT_BATCH_WAIT,
+            bounds::AUDIT_BATCH_WAIT,
+        );
         let policy = audit
             .policy
             .iter()
@@ -360,6 +416,8 @@ impl Completer<'_> {
         Audit {
             mode,
             queue_size,
+            max_batch_size,
+            max_batch_wait,
             policy,
             filters,
         }
@@ -487,6 +545,7 @@ impl Completer<'_> {
             (None, _) => None,
         };
         let headers = self.request_headers(filter, key, stage);
+        let cache = self.cache(filter, key, stage);
         let sha256 = filter.sha256.as_ref().and_then(|digest| {
             let parsed = hex::decode(digest.get_ref().trim_start_matches("sha256:"))
                 .ok()
@@ -551,6 +610,7 @@ impl Completer<'_> {
             sink,
             headers,
             wasi,
+            cache,
         })
     }
 
@@ -589,6 +649,49 @@ impl Completer<'_> {
             }
         }
         config
+    }
+
+    /// The filter's decision cache: kube's TTLs for its stage, each
+    /// overridable; only authenticators and authorizers have one.
+    fn cache(&mut self, filter: &m::Filter, key: &str, stage: StageKind) -> Option<CacheSpec> {
+        let given = filter.cache.as_ref()?;
+        let key = format!("{key}.cache");
+        let defaults = match stage {
+            StageKind::Authentication => CacheSpec::AUTHENTICATION,
+            StageKind::Authorization => CacheSpec::AUTHORIZATION,
+            StageKind::Admission | StageKind::Audit => {
+                self.at(
+                    given,
+                    &key,
+                    "only authentication and authorization filters have a decision cache",
+                );
+                return None;
+            }
+        };
+        match given.get_ref() {
+            m::FilterCache::Enabled(false) => None,
+            m::FilterCache::Enabled(true) => Some(defaults),
+            m::FilterCache::Tuned(table) => Some(CacheSpec {
+                ttl: self.duration(
+                    &table.ttl,
+                    &format!("{key}.ttl"),
+                    defaults.ttl,
+                    bounds::CACHE_TTL,
+                ),
+                negative_ttl: self.duration(
+                    &table.negative_ttl,
+                    &format!("{key}.negative_ttl"),
+                    defaults.negative_ttl,
+                    bounds::CACHE_TTL,
+                ),
+                max_entries: self.count(
+                    &table.max_entries,
+                    &format!("{key}.max_entries"),
+                    defaults.max_entries,
+                    bounds::CACHE_ENTRIES,
+                ),
+            }),
+        }
     }
 
     fn request_headers(

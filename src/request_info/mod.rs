@@ -147,6 +147,53 @@ impl RequestInfo {
     }
 }
 
+/// The one long-running predicate (kube's `LongRunningFunc`, built by
+/// `BasicLongRunningRequestCheck` in
+/// `staging/src/k8s.io/apiserver/pkg/server/filters/longrunning.go`): the
+/// request info's verbs and subresources ([`RequestInfo::is_long_running`]),
+/// and any upgrade (HTTP/1.1 `Upgrade`, HTTP/2 extended CONNECT), which
+/// becomes a tunnel of unbounded length (kube serves upgrades only on those
+/// subresources). The timeout, max-in-flight
+/// and audit steps ask it, and so may any step that must not hold a slot or
+/// a deadline for the life of a stream.
+pub fn is_long_running<B>(request: &http::Request<B>) -> bool {
+    is_upgrade(request)
+        || request
+            .extensions()
+            .get::<RequestInfo>()
+            .is_some_and(RequestInfo::is_long_running)
+}
+
+/// True for a request asking to switch protocols: HTTP/1.1's `Connection:
+/// Upgrade` with an `Upgrade` header (WebSocket, kubectl's `SPDY/3.1`), or
+/// HTTP/2's extended CONNECT for a WebSocket ([`is_websocket_over_h2`]).
+pub fn is_upgrade<B>(request: &http::Request<B>) -> bool {
+    is_websocket_over_h2(request) || is_http1_upgrade(request)
+}
+
+/// RFC 8441: an HTTP/2 `CONNECT` with `:protocol = websocket`, which stands
+/// for the `GET` that opens a WebSocket over HTTP/1.1 (request info resolves
+/// it as that `GET`).
+pub fn is_websocket_over_h2<B>(request: &http::Request<B>) -> bool {
+    request.method() == Method::CONNECT
+        && request
+            .extensions()
+            .get::<hyper::ext::Protocol>()
+            .is_some_and(|protocol| protocol.as_str().eq_ignore_ascii_case("websocket"))
+}
+
+fn is_http1_upgrade<B>(request: &http::Request<B>) -> bool {
+    let headers = request.headers();
+    request.version() == http::Version::HTTP_11
+        && headers.contains_key(http::header::UPGRADE)
+        && headers
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .any(|token| token.trim().eq_ignore_ascii_case("upgrade"))
+}
+
 /// A resolver with configurable API prefixes (kube's `RequestInfoFactory`).
 ///
 /// Prefixes are given without leading or trailing slashes. A prefix that is in

@@ -283,7 +283,7 @@ impl Requests {
         let requests = self.clone();
         async move {
             let response = requests.respond(request).await;
-            Ok(response.map(|body| body.with_guard(active)))
+            Ok(crate::body::keep_until_done(response, active))
         }
     }
 
@@ -302,6 +302,7 @@ impl Requests {
             request.extensions_mut().insert(ConnectionControl {
                 cut: http1.then(|| self.cut.clone()),
                 shutdown_cut: self.drain.cut_connections.clone(),
+                closing: self.drain.close_connections.clone(),
             });
             snapshot.handler.call(request).await
         };

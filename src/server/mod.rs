@@ -11,6 +11,7 @@ mod lifecycle;
 mod listener;
 pub mod reload;
 pub(crate) mod snapshot;
+mod systemd;
 pub(crate) mod tls;
 
 use std::net::SocketAddr;
@@ -235,6 +236,8 @@ impl Gateway {
         let log_flusher = self.shared.health.log_flushes.spawn_flusher();
         tracing::info!(address = %local_addr, "listening on {scheme}://{local_addr}");
         lifecycle::spawn_post_start_hooks(self.post_start, local_addr);
+        systemd::ready();
+        let watchdog = systemd::spawn_watchdog();
         Ok(RunningGateway {
             local_addr,
             live,
@@ -245,6 +248,7 @@ impl Gateway {
             accepting,
             log_flusher,
             reloading,
+            watchdog,
         })
     }
 }
@@ -262,6 +266,8 @@ pub struct RunningGateway {
     log_flusher: JoinHandle<()>,
     /// The reloader and its file watcher, stopped by the shutdown.
     reloading: JoinHandle<()>,
+    /// `WATCHDOG=1` to systemd, when it asked for it.
+    watchdog: Option<JoinHandle<()>>,
 }
 
 /// How a shutdown ended.
@@ -305,6 +311,7 @@ impl RunningGateway {
     pub async fn shutdown(self) -> Drained {
         let limits = self.live.load().config.limits.clone();
         tracing::info!("shutting down: readyz now fails");
+        systemd::stopping();
         self.shutting_down.set();
         lifecycle::run_pre_shutdown_hooks(&self.pre_shutdown, self.local_addr).await;
         if !limits.shutdown_delay.is_zero() {
@@ -347,6 +354,9 @@ impl RunningGateway {
         }
         self.log_flusher.abort();
         self.reloading.abort();
+        if let Some(watchdog) = &self.watchdog {
+            watchdog.abort();
+        }
         match drained {
             Ok(()) => {
                 tracing::info!("all connections drained");

@@ -113,7 +113,9 @@ impl Reloader {
             while let Ok(next) = requests.try_recv() {
                 replies.extend(next);
             }
+            super::systemd::reloading();
             let outcome = self.reload().await;
+            super::systemd::ready();
             if let (ReloadOutcome::Swapped { .. }, Some(watch)) = (&outcome, watch.as_mut()) {
                 // The new configuration may name other components. The same
                 // watcher goes on, so no change made meanwhile goes unseen.

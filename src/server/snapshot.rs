@@ -16,6 +16,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::error::StartError;
 use super::tls;
+use crate::aggregator::Refresh;
 use crate::chain::audit::AuditBackend;
 use crate::config::{Config, Limits, Transport};
 use crate::delegation::Targets;
@@ -91,6 +92,10 @@ pub(crate) fn build(
         shared.reload.as_ref(),
         flow_control.as_ref(),
         targets,
+        match purpose {
+            Purpose::Serve => Refresh::Background,
+            Purpose::Check => Refresh::Never,
+        },
     )?;
     // Each snapshot has its own tracer too: a reload applies [tracing].
     let tracer = config
@@ -147,6 +152,8 @@ fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
         .max_buf_size(limits.max_header_bytes.max(HYPER_MIN_HEADER_BUFFER));
     builder
         .http2()
+        // RFC 8441: WebSockets over HTTP/2 (`upstream/upgrade.rs`).
+        .enable_connect_protocol()
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
     builder

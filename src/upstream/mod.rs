@@ -6,6 +6,9 @@
 //! identity headers dropped, the forwarding headers set from the request's
 //! origin. The user's identity and the gateway's credentials are attached
 //! in [`identity`], from files kept current by [`credentials`].
+//! An upgrade request goes to the upstream on a connection of its own and,
+//! once both sides switched, becomes a tunnel ([`upgrade`]); it is rewritten
+//! as any other request first, identity included.
 //! Failures become Status responses: unreachable 503, no answer in time
 //! 504, a broken answer 502, a request body over the limit 413.
 
@@ -13,6 +16,7 @@ mod credentials;
 mod headers;
 mod identity;
 mod pool;
+mod upgrade;
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -30,6 +34,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use self::credentials::Watched;
 use self::identity::IdentityHeaders;
 use self::pool::Http1Pool;
+use self::upgrade::TunnelTarget;
 use crate::body::{Body, BodyError, MaxRequestBody, Request, Response, is_body_limit_error};
 use crate::config::Upstream;
 use crate::config::identity::{ClientCert, ClientCertFiles, load_client_cert};
@@ -69,6 +74,8 @@ pub(crate) enum ExchangeError {
 pub(crate) struct UpstreamProxy {
     base: Uri,
     transport: Transport,
+    /// Where upgrade requests go, on connections of their own.
+    tunnel: TunnelTarget,
     timeout: Option<Duration>,
     identity: IdentityHeaders,
 }
@@ -94,8 +101,16 @@ struct TlsTransport {
     url: String,
     roots: Arc<rustls::RootCertStore>,
     client_cert: Option<Watched<ClientCert>>,
-    /// The client and the certificate generation it was made with.
-    client: Mutex<(u64, Arc<TlsClient>)>,
+    /// The clients and the certificate generation they were made with.
+    clients: Mutex<(u64, TlsClients)>,
+}
+
+/// What sends to an https upstream with one client certificate: the pooled
+/// client, and the connector of upgraded requests' own connections.
+#[derive(Clone)]
+struct TlsClients {
+    pooled: Arc<TlsClient>,
+    tunnel: tokio_rustls::TlsConnector,
 }
 
 impl UpstreamProxy {
@@ -110,10 +125,11 @@ impl UpstreamProxy {
             url: url.clone(),
             message,
         };
+        let no_authority = || UpstreamError::Authority { url: url.clone() };
+        let tunnel = TunnelTarget::new(&upstream.url).ok_or_else(no_authority)?;
         let transport = match upstream.url.authority() {
             Some(authority) if upstream.url.scheme() != Some(&Scheme::HTTPS) => {
-                plain_transport(authority)
-                    .ok_or_else(|| UpstreamError::Authority { url: url.clone() })?
+                plain_transport(authority).ok_or_else(no_authority)?
             }
             _ => Transport::Tls(Box::new(TlsTransport::new(upstream).map_err(
                 |error| match error {
@@ -128,6 +144,7 @@ impl UpstreamProxy {
         Ok(UpstreamProxy {
             base: upstream.url.clone(),
             transport,
+            tunnel,
             timeout: upstream.timeout,
             identity: IdentityHeaders::new(upstream, credential_headers)
                 .map_err(credentials_error)?,
@@ -157,32 +174,32 @@ impl TlsTransport {
             None => None,
         };
         let cert = client_cert.as_ref().map(|watched| watched.current().0);
-        let client = tls_client(&roots, cert.as_deref()).map_err(TlsSetupError::Tls)?;
+        let clients = tls_clients(&roots, cert.as_deref()).map_err(TlsSetupError::Tls)?;
         Ok(TlsTransport {
             url: upstream.url.to_string(),
             roots,
             client_cert,
-            client: Mutex::new((0, Arc::new(client))),
+            clients: Mutex::new((0, clients)),
         })
     }
 
-    /// The client to send with: made again first when the client
+    /// The clients to send with: made again first when the client
     /// certificate's files changed.
-    fn client(&self) -> Arc<TlsClient> {
+    fn clients(&self) -> TlsClients {
         let current = self.client_cert.as_ref().map(Watched::current);
-        let mut client = self.client.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((cert, generation)) = current
-            && generation != client.0
+            && generation != clients.0
         {
-            match tls_client(&self.roots, Some(&cert)) {
-                Ok(fresh) => *client = (generation, Arc::new(fresh)),
+            match tls_clients(&self.roots, Some(&cert)) {
+                Ok(fresh) => *clients = (generation, fresh),
                 Err(error) => {
                     tracing::warn!(upstream = %self.url, %error, "the new client certificate cannot be used; the last one stays");
-                    client.0 = generation;
+                    clients.0 = generation;
                 }
             }
         }
-        Arc::clone(&client.1)
+        clients.1.clone()
     }
 }
 
@@ -211,10 +228,10 @@ fn plain_transport(authority: &Authority) -> Option<Transport> {
     })
 }
 
-fn tls_client(
+fn tls_clients(
     roots: &Arc<rustls::RootCertStore>,
     client_cert: Option<&ClientCert>,
-) -> Result<TlsClient, rustls::Error> {
+) -> Result<TlsClients, rustls::Error> {
     let builder = rustls::ClientConfig::builder_with_provider(crate::crypto::provider())
         .with_safe_default_protocol_versions()?
         .with_root_certificates(Arc::clone(roots));
@@ -222,39 +239,66 @@ fn tls_client(
         Some((chain, key)) => builder.with_client_auth_cert(chain.clone(), key.clone_key())?,
         None => builder.with_no_client_auth(),
     };
+    // An upgraded request's connection speaks HTTP/1.1 whatever the
+    // upstream offers.
+    let mut tunnel = tls.clone();
+    tunnel.alpn_protocols = vec![b"http/1.1".to_vec()];
     let connector = HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
         .enable_http2()
         .build();
-    Ok(Client::builder(TokioExecutor::new())
+    let pooled = Client::builder(TokioExecutor::new())
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(IDLE_TIMEOUT)
         .timer(TokioTimer::new())
-        .build(connector))
+        .build(connector);
+    Ok(TlsClients {
+        pooled: Arc::new(pooled),
+        tunnel: tokio_rustls::TlsConnector::from(Arc::new(tunnel)),
+    })
 }
 
 impl UpstreamProxy {
-    async fn forward(&self, request: Request) -> Result<Response, GatewayError> {
+    async fn forward(&self, mut request: Request) -> Result<Response, GatewayError> {
         let body_limit = request.extensions().get::<MaxRequestBody>().copied();
+        let asked = crate::request_info::is_upgrade(&request)
+            .then(|| upgrade::Asked::take(&mut request))
+            .flatten();
         let mut outgoing = self.outgoing_request(request)?;
+        // An upgrade's span ends at the upstream's answer (its 101): the
+        // tunnel after it is no part of the request's trace.
         let span = crate::traces::upstream_span(&mut outgoing, &self.base);
-        let answered = self.exchange_in_time(outgoing, body_limit).await;
+        let answered = self.exchange_in_time(outgoing, asked, body_limit).await;
         crate::traces::upstream_answered(span, &answered);
-        let mut response = answered?;
-        headers::remove_hop_by_hop(response.headers_mut());
-        Ok(response)
+        answered
     }
 
-    /// The exchange, within the route's own timeout when it has one, its
-    /// failure classified.
+    /// The exchange (or the upgrade `asked` for), within the route's own
+    /// timeout when it has one, its failure classified.
     async fn exchange_in_time(
         &self,
         outgoing: Request,
+        asked: Option<upgrade::Asked>,
         body_limit: Option<MaxRequestBody>,
     ) -> Result<Response, GatewayError> {
-        let exchange = self.exchange(outgoing);
+        let exchange = async {
+            match asked {
+                Some(asked) => {
+                    let tls = match &self.transport {
+                        Transport::Plain { .. } => None,
+                        Transport::Tls(tls) => Some(tls.clients().tunnel),
+                    };
+                    upgrade::exchange(&self.tunnel, tls, asked, origin_form(outgoing)?).await
+                }
+                None => {
+                    let mut response = self.exchange(outgoing).await?;
+                    headers::remove_hop_by_hop(response.headers_mut());
+                    Ok(response)
+                }
+            }
+        };
         // Without a route timeout of its own, the request's deadline is
         // already enforced around the whole chain (the timeout filter).
         let result =
@@ -275,7 +319,7 @@ impl UpstreamProxy {
                 let response = pool.send(request).await?;
                 Ok(response.map(Body::wrap))
             }
-            Transport::Tls(tls) => match tls.client().request(request).await {
+            Transport::Tls(tls) => match tls.clients().pooled.request(request).await {
                 Ok(response) => Ok(response.map(Body::wrap)),
                 Err(error) if error.is_connect() => Err(ExchangeError::Connect(error.into())),
                 Err(error) => Err(ExchangeError::Exchange(error.into())),
@@ -368,6 +412,24 @@ impl Handler for UpstreamProxy {
                 .unwrap_or_else(GatewayError::into_response)
         })
     }
+}
+
+/// `request` with an origin-form target and the `Host` its absolute one
+/// named, as a connection of the proxy's own sends it.
+fn origin_form(request: Request) -> Result<Request, ExchangeError> {
+    let (mut parts, body) = request.into_parts();
+    if let Some(authority) = parts.uri.authority() {
+        let host = HeaderValue::from_str(authority.as_str())
+            .map_err(|error| ExchangeError::Exchange(error.into()))?;
+        parts.headers.insert(header::HOST, host);
+        let target = parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        parts.uri = Uri::from(target);
+    }
+    Ok(http::Request::from_parts(parts, body))
 }
 
 /// An error reading the client's request body while it is forwarded: the

@@ -106,10 +106,7 @@ impl WasmHost {
         start_epoch_ticker(&engine);
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        super::bindings::auditor::AuditorFilter::add_to_linker::<_, HasSelf<FilterState>>(
-            &mut linker,
-            |data: &mut StoreData| &mut data.state,
-        )?;
+        link_contract(&mut linker)?;
         Ok(WasmHost {
             engine,
             linker,
@@ -315,4 +312,16 @@ impl std::fmt::Debug for WasmHost {
             .field("cache", &self.cache_stats())
             .finish_non_exhaustive()
     }
+}
+
+/// The host's imports of both contract versions: 0.2.0's types, host, sink
+/// and cache, and 0.1.0's host and sink (its types are the same).
+fn link_contract(linker: &mut Linker<StoreData>) -> wasmtime::Result<()> {
+    fn state(data: &mut StoreData) -> &mut FilterState {
+        &mut data.state
+    }
+    use super::bindings::{auditor, cache, v0_1};
+    auditor::AuditorFilter::add_to_linker::<_, HasSelf<FilterState>>(linker, state)?;
+    cache::add_to_linker::<_, HasSelf<FilterState>>(linker, state)?;
+    v0_1::auditor::AuditorFilter::add_to_linker::<_, HasSelf<FilterState>>(linker, state)
 }

@@ -8,19 +8,26 @@
 //! re-arms their budgets per call. An instance that trapped or timed out is
 //! never reused: a trap may leave it in any state. Every instance holds a
 //! slot and a share of memory of the configuration's [`Capacity`].
+//!
+//! Versions: a component built against `wasmgate:filter@0.2.0` or `0.1.0`
+//! loads; [`Versioned`] holds which, and `super::legacy` converts 0.1.0's
+//! records. Authenticators and authorizers with `cache` in the manifest
+//! answer from their [`DecisionCache`] when it holds the answer.
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use wasmtime::component::InstancePre;
 use wasmtime::{Store, UpdateDeadline};
 
-use super::bindings::{admission, auditor, authenticator, authorizer, types};
+use super::bindings::{admission, auditor, authenticator, authorizer, types, v0_1};
 use super::capacity::{Capacity, Exhausted, IdleInstances, Slot, StoreData};
 use super::engine::{LoadError, WasmHost};
 use super::state::{FilterIdentity, FilterState, SinkWriter};
+use super::{cache_key, legacy};
+use crate::decision_cache::{DecisionCache, Fetched, Keep, Lookup};
 pub use admission::exports::wasmgate::filter::admission::{
     AdmissionRequest, AdmissionResponse, Operation,
 };
@@ -37,7 +44,7 @@ use crate::metrics::{FilterName, FilterOutcome};
 
 /// The outcomes of calling a filter: the filter's four (answer, error,
 /// trap, timeout), and the gateway's running out of room to run it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Outcome<T> {
     /// The filter answered.
     Answer(T),
@@ -72,7 +79,7 @@ impl<T> Outcome<T> {
 /// One call of a filter: its outcome, and whether it ran in an instance
 /// made for it (always, with `per-request` isolation; with `pooled`, when
 /// no idle instance was there to reuse).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Call<T> {
     /// What the call came to.
     pub outcome: Outcome<T>,
@@ -108,12 +115,23 @@ struct DeadlineExceeded;
 /// Idle pooled instances kept per filter; more are dropped when returned.
 const MAX_IDLE_INSTANCES: usize = 32;
 
+/// What a component was built against: the current contract or the previous
+/// one, with what is bound for it.
+pub enum Versioned<Current, Previous> {
+    /// `wasmgate:filter@0.2.0`.
+    V0_2(Current),
+    /// `wasmgate:filter@0.1.0`.
+    V0_1(Previous),
+}
+
 /// A filter world: how its exports are pre-instantiated and instantiated.
 pub trait Kind: Send + Sync + 'static {
     /// The world's pre-instantiated component (bindgen's `...Pre`).
     type Pre: Send + Sync;
     /// The world's instantiated exports.
     type Exports: Send;
+    /// What one call answers.
+    type Answer: Clone + Send + Sync;
     /// The world's name in `wit/filter.wit`.
     const WORLD: &'static str;
     /// Pre-instantiates a component for this world.
@@ -126,21 +144,36 @@ pub trait Kind: Send + Sync + 'static {
 }
 
 macro_rules! filter_kind {
-    ($kind:ident, $module:ident, $world:ident, $pre:ident, $name:literal) => {
+    ($kind:ident, $module:ident, $world:ident, $pre:ident, $answer:ty, $name:literal) => {
         #[doc = concat!("The `", $name, "` world of `wit/filter.wit`.")]
         pub struct $kind;
         impl Kind for $kind {
-            type Pre = $module::$pre<StoreData>;
-            type Exports = $module::$world;
+            type Pre = Versioned<$module::$pre<StoreData>, v0_1::$module::$pre<StoreData>>;
+            type Exports = Versioned<$module::$world, v0_1::$module::$world>;
+            type Answer = $answer;
             const WORLD: &'static str = $name;
             fn pre(pre: InstancePre<StoreData>) -> wasmtime::Result<Self::Pre> {
-                $module::$pre::new(pre)
+                match $module::$pre::new(pre.clone()) {
+                    Ok(current) => Ok(Versioned::V0_2(current)),
+                    Err(error) => {
+                        v0_1::$module::$pre::new(pre)
+                            .map(Versioned::V0_1)
+                            .map_err(|_| {
+                                error.context(
+                                    "it implements neither wasmgate:filter@0.2.0 nor 0.1.0",
+                                )
+                            })
+                    }
+                }
             }
             async fn instantiate(
                 pre: &Self::Pre,
                 store: &mut Store<StoreData>,
             ) -> wasmtime::Result<Self::Exports> {
-                pre.instantiate_async(store).await
+                match pre {
+                    Versioned::V0_2(pre) => pre.instantiate_async(store).await.map(Versioned::V0_2),
+                    Versioned::V0_1(pre) => pre.instantiate_async(store).await.map(Versioned::V0_1),
+                }
             }
         }
     };
@@ -151,6 +184,7 @@ filter_kind!(
     authenticator,
     AuthenticatorFilter,
     AuthenticatorFilterPre,
+    AuthnResult,
     "authenticator-filter"
 );
 filter_kind!(
@@ -158,6 +192,7 @@ filter_kind!(
     authorizer,
     AuthorizerFilter,
     AuthorizerFilterPre,
+    Decision,
     "authorizer-filter"
 );
 filter_kind!(
@@ -165,6 +200,7 @@ filter_kind!(
     admission,
     AdmissionFilter,
     AdmissionFilterPre,
+    AdmissionResponse,
     "admission-filter"
 );
 filter_kind!(
@@ -172,6 +208,7 @@ filter_kind!(
     auditor,
     AuditorFilter,
     AuditorFilterPre,
+    (),
     "auditor-filter"
 );
 
@@ -243,6 +280,9 @@ pub struct LoadedFilter<K: Kind> {
     footprint: AtomicUsize,
     /// Set once the cap was found too tight to pool this filter at all.
     warned_memory_tight: AtomicBool,
+    /// Its answers kept, when the manifest sets `cache` (as the calls that
+    /// got them: a call served from here is the one that filled it).
+    cache: Option<DecisionCache<Call<K::Answer>>>,
     kind: PhantomData<K>,
 }
 
@@ -297,6 +337,9 @@ impl<K: Kind> LoadedFilter<K> {
             idle,
             footprint: AtomicUsize::new(0),
             warned_memory_tight: AtomicBool::new(false),
+            cache: spec
+                .cache
+                .map(|cache| DecisionCache::new(spec.name.as_str(), cache)),
             kind: PhantomData,
         })
     }
@@ -334,7 +377,9 @@ impl<K: Kind> LoadedFilter<K> {
             // Its deadline was set when there was room to make it.
             None => self.instantiate().await?,
         };
-        instance.store.data().state.forget_stderr();
+        let state = &mut instance.store.data_mut().state;
+        state.forget_stderr();
+        state.ttl_limit = None;
         instance.store.set_epoch_deadline(1);
         Ok(instance)
     }
@@ -492,42 +537,118 @@ fn classify(error: wasmtime::Error, memory_refused: bool) -> Unanswered {
     }
 }
 
+/// A call as the cache takes it: answers kept (`positive` ones
+/// for the positive TTL), for at most the filter's own limit; the rest never.
+fn fetched<T>(
+    call: Call<T>,
+    limit: Option<Duration>,
+    positive: impl FnOnce(&T) -> bool,
+) -> Fetched<Call<T>> {
+    let keep = match &call.outcome {
+        Outcome::Answer(answer) => Some(Keep {
+            positive: positive(answer),
+            limit,
+        }),
+        _ => None,
+    };
+    Fetched { value: call, keep }
+}
+
+impl<K: Kind> LoadedFilter<K> {
+    /// The answer of `call`, or the cache's for `key` (when the filter has a
+    /// cache; `key` is made only then).
+    async fn cached(
+        &self,
+        key: impl FnOnce() -> Option<crate::decision_cache::Key>,
+        call: impl Future<Output = Fetched<Call<K::Answer>>>,
+    ) -> (Call<K::Answer>, Lookup) {
+        match &self.cache {
+            Some(cache) => cache.get(key(), call).await,
+            None => (call.await.value, Lookup::Uncached),
+        }
+    }
+}
+
 impl LoadedFilter<Authenticator> {
-    /// Calls the authenticator's `authenticate` on the request.
-    pub async fn authenticate(&self, request: &types::RequestView) -> Call<AuthnResult> {
+    /// Who made `request`, by the filter or its cache.
+    pub async fn authenticate(&self, request: &types::RequestView) -> (Call<AuthnResult>, Lookup) {
+        self.cached(
+            || cache_key::authentication(request),
+            self.call_authenticate(request),
+        )
+        .await
+    }
+
+    async fn call_authenticate(&self, request: &types::RequestView) -> Fetched<Call<AuthnResult>> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
-            Err(unanswered) => return self.uninstantiated(started, unanswered),
+            Err(unanswered) => {
+                return fetched(self.uninstantiated(started, unanswered), None, |_| false);
+            }
         };
-        let exports = instance.exports.wasmgate_filter_authenticator();
-        let result = exports
-            .call_authenticate(&mut instance.store, request)
-            .await;
+        let result = match &instance.exports {
+            Versioned::V0_2(exports) => {
+                exports
+                    .wasmgate_filter_authenticator()
+                    .call_authenticate(&mut instance.store, request)
+                    .await
+            }
+            Versioned::V0_1(exports) => exports
+                .wasmgate_filter_authenticator()
+                .call_authenticate(&mut instance.store, request)
+                .await
+                .map(legacy::authn_result),
+        };
         // The WIT's own `error` case is the filter's error outcome.
         let result = result.map(|answer| match answer {
             AuthnResult::Error(message) => Err(message),
             answer => Ok(answer),
         });
+        let limit = instance.store.data().state.ttl_limit;
         let outcome = self.finish(instance, result);
-        self.record(started, outcome)
+        fetched(self.record(started, outcome), limit, |answer| {
+            matches!(answer, AuthnResult::Authenticated(_))
+        })
     }
 }
 
 impl LoadedFilter<Authorizer> {
-    /// Calls the authorizer's `authorize` on the request's attributes.
-    pub async fn authorize(&self, attributes: &Attributes) -> Call<Decision> {
+    /// The decision on `attributes`, by the filter or its cache.
+    pub async fn authorize(&self, attributes: &Attributes) -> (Call<Decision>, Lookup) {
+        self.cached(
+            || cache_key::authorization(&attributes.user, &attributes.request),
+            self.call_authorize(attributes),
+        )
+        .await
+    }
+
+    async fn call_authorize(&self, attributes: &Attributes) -> Fetched<Call<Decision>> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
-            Err(unanswered) => return self.uninstantiated(started, unanswered),
+            Err(unanswered) => {
+                return fetched(self.uninstantiated(started, unanswered), None, |_| false);
+            }
         };
-        let exports = instance.exports.wasmgate_filter_authorizer();
-        let result = exports
-            .call_authorize(&mut instance.store, attributes)
-            .await;
+        let result = match &instance.exports {
+            Versioned::V0_2(exports) => {
+                exports
+                    .wasmgate_filter_authorizer()
+                    .call_authorize(&mut instance.store, attributes)
+                    .await
+            }
+            Versioned::V0_1(exports) => exports
+                .wasmgate_filter_authorizer()
+                .call_authorize(&mut instance.store, &legacy::attributes(attributes))
+                .await
+                .map(|result| result.map(legacy::decision)),
+        };
+        let limit = instance.store.data().state.ttl_limit;
         let outcome = self.finish(instance, result);
-        self.record(started, outcome)
+        fetched(self.record(started, outcome), limit, |decision| {
+            matches!(decision, Decision::Allow)
+        })
     }
 }
 
@@ -539,8 +660,19 @@ impl LoadedFilter<Admission> {
             Ok(instance) => instance,
             Err(unanswered) => return self.uninstantiated(started, unanswered),
         };
-        let exports = instance.exports.wasmgate_filter_admission();
-        let result = exports.call_admit(&mut instance.store, request).await;
+        let result = match &instance.exports {
+            Versioned::V0_2(exports) => {
+                exports
+                    .wasmgate_filter_admission()
+                    .call_admit(&mut instance.store, request)
+                    .await
+            }
+            Versioned::V0_1(exports) => exports
+                .wasmgate_filter_admission()
+                .call_admit(&mut instance.store, &legacy::admission_request(request))
+                .await
+                .map(|result| result.map(legacy::admission_response)),
+        };
         let outcome = self.finish(instance, result);
         self.record(started, outcome)
     }
@@ -556,15 +688,45 @@ impl LoadedFilter<Auditor> {
         }
     }
 
-    /// Calls the auditor's `audit` with one event.
-    pub async fn audit(&self, event: &Event) -> Call<()> {
+    /// Records `events`, in order: in one call (0.2.0's `audit-batch`), or
+    /// one call each for a 0.1.0 auditor, which goes on past an event it
+    /// failed on (the first failure is the outcome) and stops at a trap.
+    pub async fn audit(&self, events: &[Event]) -> Call<()> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
             Err(unanswered) => return self.uninstantiated(started, unanswered),
         };
-        let exports = instance.exports.wasmgate_filter_auditor();
-        let result = exports.call_audit(&mut instance.store, event).await;
+        let result = match &instance.exports {
+            Versioned::V0_2(exports) => {
+                exports
+                    .wasmgate_filter_auditor()
+                    .call_audit_batch(&mut instance.store, events)
+                    .await
+            }
+            Versioned::V0_1(exports) => {
+                let auditor = exports.wasmgate_filter_auditor();
+                let mut result = Ok(Ok(()));
+                for event in events {
+                    match auditor
+                        .call_audit(&mut instance.store, &legacy::event(event))
+                        .await
+                    {
+                        Ok(Ok(())) => {}
+                        Ok(Err(message)) => {
+                            if let Ok(Ok(())) = result {
+                                result = Ok(Err(message));
+                            }
+                        }
+                        Err(trap) => {
+                            result = Err(trap);
+                            break;
+                        }
+                    }
+                }
+                result
+            }
+        };
         let outcome = self.finish(instance, result);
         self.record(started, outcome)
     }

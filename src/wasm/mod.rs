@@ -3,15 +3,19 @@
 //! cache, [`bindings`] the host side of the WIT, [`state`] what a store holds
 //! and the imports it grants, [`capacity`] the instance slots and filter
 //! memory a configuration's filters share, [`filter`] one loaded filter and
-//! its outcomes, [`convert`] the records built from a request. The stages that
+//! its outcomes, [`convert`] the records built from a request, [`cache_key`]
+//! what a decision cache keys an answer by, [`legacy`] the records of
+//! components built against `wasmgate:filter@0.1.0`. The stages that
 //! call them sit in the chain: `chain::authentication`, `chain::audit`,
 //! `chain::authorization`, `chain::admission`.
 
 pub mod bindings;
+pub mod cache_key;
 pub mod capacity;
 pub mod convert;
 pub(crate) mod engine;
 pub mod filter;
+mod legacy;
 pub mod state;
 
 pub(crate) use engine::LoadError;

@@ -1,6 +1,8 @@
 //! What a filter's store holds, and the host functions the WIT grants it:
 //! `host.config`, `host.log` (into the gateway's log, tagged with the
-//! filter's name) and, for auditors, `sink.write`. WASI is linked because
+//! filter's name), `cache.limit-ttl` for authenticators and authorizers and,
+//! for auditors, `sink.write`; the same for components built against
+//! `wasmgate:filter@0.1.0`, which has no `cache`. WASI is linked because
 //! guest standard libraries import it, but its context grants only what the
 //! manifest's `wasi` table names (environment variables, folders, standard
 //! streams); by default nothing, and never the network. A filter not
@@ -12,7 +14,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use wasmtime::StoreLimits;
 use wasmtime::component::ResourceTable;
@@ -20,7 +22,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::{host, sink, types};
+use super::bindings::{cache, host, sink, types, v0_1};
 use crate::config::stages::{Sink, WasiGrants};
 
 /// Who a filter is, shared by all its instances.
@@ -304,6 +306,9 @@ pub struct FilterState {
     pub(crate) identity: Arc<FilterIdentity>,
     /// When the current call must be finished by; checked at every epoch tick.
     pub deadline: Instant,
+    /// The shortest time the current call's answer may be cached, when the
+    /// filter said (`cache.limit-ttl`); reset before every call.
+    pub ttl_limit: Option<Duration>,
 }
 
 impl FilterState {
@@ -323,6 +328,7 @@ impl FilterState {
             memory,
             identity,
             deadline: Instant::now(),
+            ttl_limit: None,
         })
     }
 
@@ -446,6 +452,34 @@ impl sink::Host for FilterState {
                 .map_err(|error| format!("cannot write the audit record: {error}")),
             None => Err("this filter has no sink".to_owned()),
         }
+    }
+}
+
+impl cache::Host for FilterState {
+    fn limit_ttl(&mut self, milliseconds: u64) {
+        let limit = Duration::from_millis(milliseconds);
+        self.ttl_limit = Some(self.ttl_limit.map_or(limit, |shortest| shortest.min(limit)));
+    }
+}
+
+/// 0.1.0's host and sink are 0.2.0's, under the older name.
+impl v0_1::host::Host for FilterState {
+    fn config(&mut self) -> String {
+        host::Host::config(self)
+    }
+
+    fn log_enabled(&mut self, level: types::LogLevel) -> bool {
+        host::Host::log_enabled(self, level)
+    }
+
+    fn log(&mut self, level: types::LogLevel, message: String) {
+        host::Host::log(self, level, message)
+    }
+}
+
+impl v0_1::sink::Host for FilterState {
+    fn write(&mut self, record: String) -> Result<(), String> {
+        sink::Host::write(self, record)
     }
 }
 

@@ -60,13 +60,7 @@ async fn audited_gateway_with(
     limits: &str,
 ) -> (TestGateway, PathBuf) {
     let audit = format!("\n[limits]\n{limits}\n\n[audit]\nmode = \"{mode}\"\n{POLICY}");
-    let sink = filter(
-        "audit.filters",
-        "audit-log",
-        "jsonl-audit",
-        None,
-        "sink = \"audit.jsonl\"\n",
-    );
+    let sink = audit_log_sink();
     let manifest = plaintext(
         &[
             "[authentication]\nanonymous = true\n".to_owned(),
@@ -432,13 +426,7 @@ level = "Metadata"
 namespaces = ["other"]
 resources = [{ group = "demo.example.io", resources = ["*"] }]
 "#;
-    let sink = filter(
-        "audit.filters",
-        "audit-log",
-        "jsonl-audit",
-        None,
-        "sink = \"audit.jsonl\"\n",
-    );
+    let sink = audit_log_sink();
     let manifest = plaintext(
         &[
             tokens(),

@@ -4,44 +4,10 @@
 //! and `api-resources`). Nothing is skipped: a missing program fails the test
 //! with a message saying what to install.
 
-use std::path::Path;
-use std::process::Stdio;
-
+use crate::support::run_client as run;
 use crate::support::*;
 
 const CURL: &str = "/usr/bin/curl";
-const KUBECTL: &str = "/usr/bin/kubectl";
-
-/// Runs `program args...` with no proxy and no user configuration leaking
-/// in, killed (by PID, on drop) if it outlives the bound.
-async fn run(program: &str, args: &[&str], home: &Path) -> (bool, String, String) {
-    let program = require_program(program);
-    let mut command = tokio::process::Command::new(&program);
-    command
-        .args(args)
-        .env("HOME", home)
-        .env("KUBECONFIG", home.join("no-kubeconfig"))
-        .env("NO_PROXY", "*")
-        .env_remove("HTTPS_PROXY")
-        .env_remove("https_proxy")
-        .env_remove("HTTP_PROXY")
-        .env_remove("http_proxy")
-        .env_remove("ALL_PROXY")
-        .env_remove("all_proxy")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    let output = bounded(
-        &format!("{} {}", program.display(), args.join(" ")),
-        command.output(),
-    )
-    .await
-    .unwrap_or_else(|error| panic!("cannot run {}: {error}", program.display()));
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
 
 fn spawn_binary(dir: &tempfile::TempDir, manifest: &str) -> GatewayProcess {
     let path = dir.path().join("gateway.toml");
@@ -276,7 +242,8 @@ async fn kubectl_reads_health_and_discovery() {
         "kubectl api-versions failed: {stderr}\nstdout: {stdout}"
     );
     assert_eq!(
-        stdout, "demo.example.io/v1\nother.example.io/v1beta1\nv1\n",
+        stdout,
+        "authentication.k8s.io/v1\nauthorization.k8s.io/v1\ndemo.example.io/v1\nother.example.io/v1beta1\nv1\n",
         "stderr: {stderr}"
     );
 
@@ -299,6 +266,24 @@ async fn kubectl_reads_health_and_discovery() {
         rows,
         [
             vec!["configmaps", "cm", "v1", "true", "ConfigMap"],
+            vec![
+                "selfsubjectreviews",
+                "authentication.k8s.io/v1",
+                "false",
+                "SelfSubjectReview"
+            ],
+            vec![
+                "selfsubjectaccessreviews",
+                "authorization.k8s.io/v1",
+                "false",
+                "SelfSubjectAccessReview"
+            ],
+            vec![
+                "selfsubjectrulesreviews",
+                "authorization.k8s.io/v1",
+                "false",
+                "SelfSubjectRulesReview"
+            ],
             vec!["widgets", "wd", "demo.example.io/v1", "true", "Widget"],
             vec!["gadgets", "other.example.io/v1beta1", "false", "Gadget"],
         ],

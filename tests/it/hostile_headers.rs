@@ -419,13 +419,7 @@ async fn audit_source_ips_follow_the_same_trust() {
     let upstream = Upstream::start().await;
     let audit = format!(
         "\n[audit]\nmode = \"blocking\"\n\n[[audit.policy]]\nlevel = \"Metadata\"\n{}",
-        crate::support::filter(
-            "audit.filters",
-            "audit-log",
-            "jsonl-audit",
-            None,
-            "sink = \"audit.jsonl\"\n"
-        )
+        crate::support::audit_log_sink()
     );
     let cases = [
         ("", json!(["127.0.0.1"]), "127.0.0.1"),

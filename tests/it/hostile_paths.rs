@@ -93,13 +93,7 @@ escaped_slashes = "keep"
             tokens_with(tokens_config()),
             rbac_with(rbac_config()),
             "\n[audit]\nmode = \"blocking\"\n\n[[audit.policy]]\nlevel = \"Metadata\"\n".to_owned(),
-            filter(
-                "audit.filters",
-                "audit-log",
-                "jsonl-audit",
-                None,
-                "sink = \"audit.jsonl\"\n",
-            ),
+            audit_log_sink(),
             routes,
         ]
         .concat(),

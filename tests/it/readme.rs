@@ -102,6 +102,28 @@ fn quickstart_in(dir: &Path) -> String {
         .replace("\"../filters/dist/", &format!("\"{}/", dist.display()))
 }
 
+/// Runs `script` with bash, `HOME` at `home` and no proxy in the way of
+/// curl (the gateway is on 127.0.0.1).
+async fn run_curl_script(what: &str, script: &str, home: &Path) -> std::process::Output {
+    bounded(
+        what,
+        tokio::process::Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .env("HOME", home)
+            .env("NO_PROXY", "*")
+            .env_remove("HTTPS_PROXY")
+            .env_remove("https_proxy")
+            .env_remove("ALL_PROXY")
+            .env_remove("all_proxy")
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("run bash")
+}
+
 #[tokio::test]
 async fn the_readme_walkthrough_answers_as_it_says() {
     crate::support::build_filters();
@@ -134,23 +156,7 @@ async fn the_readme_walkthrough_answers_as_it_says() {
             "{command} -s -o /dev/null -w '%{{http_code}}\\n' || echo failed\n"
         ));
     }
-    let output = bounded(
-        "the walkthrough's curl lines",
-        tokio::process::Command::new("bash")
-            .arg("-c")
-            .arg(&script)
-            .env("HOME", dir.path())
-            .env("NO_PROXY", "*")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("https_proxy")
-            .env_remove("ALL_PROXY")
-            .env_remove("all_proxy")
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("run bash");
+    let output = run_curl_script("the walkthrough's curl lines", &script, dir.path()).await;
     let answers = String::from_utf8_lossy(&output.stdout);
     let codes: Vec<&str> = answers.lines().collect();
     assert_eq!(codes.len(), steps.len(), "{answers}\n{script}");
@@ -161,4 +167,94 @@ async fn the_readme_walkthrough_answers_as_it_says() {
             None => assert!(code.starts_with('2'), "{}: {code}", step.command),
         }
     }
+}
+
+/// The blocks of the README's "An upstream sees the user": the upstream's
+/// command, the curl line, and the answer it shows.
+struct EchoWalkthrough {
+    upstream: String,
+    curl: String,
+    answer: String,
+}
+
+fn echo_walkthrough(readme: &str) -> EchoWalkthrough {
+    let section = readme
+        .split("### An upstream sees the user")
+        .nth(1)
+        .expect("the README has an \"An upstream sees the user\" section");
+    // The section's first three blocks; the quickstart's own text follows.
+    let blocks: Vec<&str> = section
+        .split("```")
+        .skip(1)
+        .step_by(2)
+        .take(3)
+        .map(|block| block.split_once('\n').map_or("", |(_, text)| text))
+        .collect();
+    match blocks.as_slice() {
+        [upstream, curl, answer] => EchoWalkthrough {
+            upstream: upstream.trim().to_owned(),
+            curl: curl.trim().to_owned(),
+            answer: (*answer).to_owned(),
+        },
+        _ => panic!(
+            "the section has the upstream's command, a curl line and the answer: {blocks:#?}"
+        ),
+    }
+}
+
+/// The section's commands as written: the echo upstream started with its
+/// command (on a free port, its one argument), the quickstart pointed at
+/// it, the curl line run by bash with the real curl; the upstream answers
+/// exactly what the README shows.
+#[tokio::test]
+async fn the_readme_echo_upstream_sees_the_user_not_the_clients_credentials() {
+    use tokio::io::AsyncBufReadExt;
+
+    crate::support::build_filters();
+    let curl = require_program(CURL);
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("read README.md");
+    let walkthrough = echo_walkthrough(&readme);
+
+    let mut upstream = tokio::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("exec {} 0", walkthrough.upstream))
+        .current_dir(repo())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the echo upstream");
+    let stdout = upstream.stdout.take().expect("the upstream's stdout");
+    let mut listening = String::new();
+    bounded(
+        "the echo upstream's first line",
+        tokio::io::BufReader::new(stdout).read_line(&mut listening),
+    )
+    .await
+    .expect("read the upstream's stdout");
+    let url = listening
+        .trim()
+        .strip_prefix("echo upstream on ")
+        .unwrap_or_else(|| panic!("the upstream says where it listens: {listening:?}"));
+
+    let dir = new_dir();
+    let quickstart = quickstart_in(dir.path());
+    let route = "\"http://127.0.0.1:9000\"";
+    assert!(
+        quickstart.contains(route),
+        "the quickstart routes /echo/ to 9000"
+    );
+    let manifest = quickstart.replace(route, &format!("\"{url}\""));
+    let gateway = TestGateway::start_in(new_dir(), &manifest).await;
+
+    let command = walkthrough
+        .curl
+        .replacen("curl ", &format!("{} -s ", curl.display()), 1);
+    let script = format!("set -u\nG={}\n{command}", gateway.url(""));
+    let output = run_curl_script("the README's curl line", &script, dir.path()).await;
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        walkthrough.answer,
+        "{command}"
+    );
 }

@@ -196,6 +196,9 @@ async fn discovery_lists_the_api_roots_of_every_server() {
     let g = group("g.example.io", &["v1"]);
     let multi = group("multi.example.io", &["v1", "v2beta1", "v1alpha1"]);
     let other = group("other.example.io", &["v1beta1"]);
+    // The gateway's own self-subject review groups are listed too.
+    let authn = group("authentication.k8s.io", &["v1"]);
+    let authz = group("authorization.k8s.io", &["v1"]);
 
     for path in ["/apis", "/apis/"] {
         let list = get(&client, &gateway.url(path)).await;
@@ -203,7 +206,7 @@ async fn discovery_lists_the_api_roots_of_every_server() {
         assert_eq!(list.header("content-type"), Some("application/json"));
         assert_eq!(
             list.json(),
-            json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [g, multi, other]}),
+            json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [authn, authz, g, multi, other]}),
             "{path}"
         );
     }
@@ -220,7 +223,9 @@ async fn discovery_lists_the_api_roots_of_every_server() {
     assert_eq!(legacy.status, 200);
     assert_eq!(
         legacy.json(),
-        json!({"kind": "APIVersions", "versions": ["v1"]})
+        json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+            {"clientCIDR": "0.0.0.0/0", "serverAddress": gateway.addr.to_string()},
+        ]})
     );
 
     let unknown_group = get(&client, &gateway.url("/apis/nope.example.io")).await;
@@ -234,19 +239,19 @@ async fn discovery_lists_the_api_roots_of_every_server() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_api_roots_discovery_is_empty_but_served() {
+async fn without_api_roots_discovery_lists_only_the_gateways_groups() {
     let gateway = TestGateway::start(&plaintext("[[servers]]\nname = \"only\"\n")).await;
     let client = http_client();
     let list = get(&client, &gateway.url("/apis")).await;
-    assert_eq!(
-        list.json(),
-        json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
-    );
+    let names: Vec<String> = list.json()["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .filter_map(|group| group["name"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(names, ["authentication.k8s.io", "authorization.k8s.io"]);
     let legacy = get(&client, &gateway.url("/api")).await;
-    assert_eq!(
-        legacy.json(),
-        json!({"kind": "APIVersions", "versions": []})
-    );
+    assert_eq!(legacy.json()["versions"], json!([]));
     let missing = get(&client, &gateway.url("/apis/g.example.io/v1")).await;
     assert_eq!(
         (missing.status, missing.body.as_str()),

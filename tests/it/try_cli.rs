@@ -228,6 +228,45 @@ fn try_reports_each_filter_outcome_and_the_decision() {
     assert_eq!(anonymous["status"], 401);
 }
 
+/// `--repeat 2` reports the second of two requests: a cached filter's
+/// answer came from its cache (`hit`), the first time from the filter
+/// (`miss`), and a filter without a cache says nothing of one.
+#[test]
+fn try_says_whether_an_answer_came_from_the_cache() {
+    let dir = new_dir();
+    let cached = filter(
+        "authentication.filters",
+        "cached-tokens",
+        "token-authn",
+        Some(tokens_config()),
+        "headers = [\"authorization\"]\ncache = true\n",
+    );
+    let manifest = plaintext(&[cached, rbac(), routes("http://127.0.0.1:9")].concat());
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, manifest).expect("write the manifest");
+    let alice = [
+        "--path",
+        "/open/x",
+        "-H",
+        "Authorization: Bearer alice-token",
+    ];
+    let caches = |report: &Value| -> Vec<Value> {
+        report["filters"]
+            .as_array()
+            .expect("filters")
+            .iter()
+            .map(|entry| entry["cache"].clone())
+            .collect()
+    };
+    let first = report(&path, &alice);
+    assert_eq!(caches(&first), [json!("miss"), Value::Null], "{first}");
+    let second = report(&path, &[&alice[..], &["--repeat", "2"]].concat());
+    assert_eq!(caches(&second), [json!("hit"), Value::Null], "{second}");
+    assert_eq!(second["status"], 200, "{second}");
+    let (status, _, stderr) = run_try(&path, &[&alice[..], &["--repeat", "0"]].concat());
+    assert!(!status.success(), "--repeat 0 is refused: {stderr}");
+}
+
 /// A call the gateway has no room for is `exhausted`, by name, and a 429.
 #[test]
 fn try_reports_a_call_refused_filter_memory_as_exhausted() {

@@ -1,9 +1,10 @@
 /* {{name}}: an auditor (world auditor-filter), scaffolded by
  * `wasmgate new-filter`. As scaffolded it writes one JSON line per event to
- * its sink: choose what to record in the function below.
+ * its sink: choose what to record in `audit_event` below. The gateway hands
+ * over the events in batches (`audit-batch`), in the order they happened.
  *
  * filters/build.sh generates auditor_filter.h with `wit-bindgen c`.
- * Ownership: the event is ours to free; an error message must be heap
+ * Ownership: the batch is ours to free; an error message must be heap
  * memory (auditor_filter_string_dup). Returning false with *err set is this
  * filter's own failure: logged and counted; audit never fails a request. */
 #include <stdio.h>
@@ -85,11 +86,11 @@ static void put_field(buffer *b, const char *key, const wit_string *value) {
 
 static const char *const STAGES[] = {"RequestReceived", "ResponseStarted", "ResponseComplete", "Panic"};
 
-bool exports_wasmgate_filter_auditor_audit(exports_wasmgate_filter_auditor_event_t *event, wit_string *err) {
+/* Writes one event's line; the event stays the caller's. */
+static bool audit_event(const exports_wasmgate_filter_auditor_event_t *event, wit_string *err) {
     char *config = config_text();
     if (!config) {
         auditor_filter_string_dup(err, "{{name}}: bad config: not a JSON object");
-        exports_wasmgate_filter_auditor_event_free(event);
         return false;
     }
     buffer record = {0};
@@ -119,10 +120,19 @@ bool exports_wasmgate_filter_auditor_audit(exports_wasmgate_filter_auditor_event
     wit_string write_error;
     bool written = wasmgate_filter_sink_write(&line, &write_error);
     free(record.data);
-    exports_wasmgate_filter_auditor_event_free(event);
     if (!written) {
         *err = write_error; /* heap memory from the host call: handed on as ours */
         return false;
     }
     return true;
+}
+
+/* The batch stops at the first event that cannot be written: its error is the answer. */
+bool exports_wasmgate_filter_auditor_audit_batch(exports_wasmgate_filter_auditor_list_event_t *events, wit_string *err) {
+    bool written = true;
+    for (size_t i = 0; written && i < events->len; i++) {
+        written = audit_event(&events->ptr[i], err);
+    }
+    exports_wasmgate_filter_auditor_list_event_free(events);
+    return written;
 }

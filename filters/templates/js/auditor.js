@@ -1,6 +1,7 @@
 // {{name}}: an auditor (world auditor-filter), scaffolded by `wasmgate
 // new-filter`. As scaffolded it writes one JSON line per event to its sink:
-// choose what to record in `audit`.
+// choose what to record in `audit`. The gateway hands over the events in
+// batches (`auditBatch`), in the order they happened.
 //
 // componentize-js maps the imports below to the host and the `auditor`
 // export to the WIT interface; records arrive as objects with camelCase
@@ -13,8 +14,8 @@
 // engine fault (InternalError: too much recursion) stays a trap.
 // `console.error` lines show in a trap's detail in `wasmgate try`; `wasi = {
 // stdio = true }` in try.toml shows every line as it happens.
-import { config, log, logEnabled } from 'wasmgate:filter/host@0.1.0';
-import { write } from 'wasmgate:filter/sink@0.1.0';
+import { config, log, logEnabled } from 'wasmgate:filter/host@0.2.0';
+import { write } from 'wasmgate:filter/sink@0.2.0';
 
 const STAGES = {
   'request-received': 'RequestReceived',
@@ -38,22 +39,30 @@ function settings() {
   return value;
 }
 
+// One event's line.
+function audit(event, cfg) {
+  const record = {
+    auditID: event.auditId,
+    stage: STAGES[event.stage],
+    verb: event.verb,
+    requestURI: event.requestUri,
+    user: event.user.name,
+    code: event.responseStatus == null ? null : event.responseStatus.code,
+  };
+  // Formatted only when the gateway's log keeps debug lines.
+  if (logEnabled('debug')) {
+    log('debug', `event ${event.auditId} (config: ${Object.keys(cfg).length} keys)`);
+  }
+  // write throws when the sink cannot be written.
+  write(JSON.stringify(record));
+}
+
 export const auditor = {
-  audit(event) {
+  // The events of a batch, in the order they happened.
+  auditBatch(events) {
     const cfg = settings();
-    const record = {
-      auditID: event.auditId,
-      stage: STAGES[event.stage],
-      verb: event.verb,
-      requestURI: event.requestUri,
-      user: event.user.name,
-      code: event.responseStatus == null ? null : event.responseStatus.code,
-    };
-    // Formatted only when the gateway's log keeps debug lines.
-    if (logEnabled('debug')) {
-      log('debug', `event ${event.auditId} (config: ${Object.keys(cfg).length} keys)`);
+    for (const event of events) {
+      audit(event, cfg);
     }
-    // write throws when the sink cannot be written.
-    write(JSON.stringify(record));
   },
 };

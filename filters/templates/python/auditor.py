@@ -1,6 +1,7 @@
 """{{name}}: an auditor (world auditor-filter), scaffolded by
 `wasmgate new-filter`. As scaffolded it writes one JSON line per event to
-its sink: choose what to record in `audit`.
+its sink: choose what to record in `audit`. The gateway hands over the
+events in batches (`audit_batch`), in the order they happened.
 
 componentize-py generates the `wit_world` bindings when filters/build.sh
 builds this module (app.py) into a component.
@@ -15,6 +16,8 @@ import json
 
 from componentize_py_types import Err
 from wit_world import exports
+from typing import List
+
 from wit_world.exports.auditor import Event
 from wit_world.imports import host, sink
 from wit_world.imports.types import LogLevel
@@ -35,8 +38,13 @@ def config():
 
 
 class Auditor(exports.Auditor):
-    def audit(self, event: Event):
+    def audit_batch(self, events: List[Event]):
+        """The events of a batch, in the order they happened."""
         settings = config()
+        for event in events:
+            self.audit(event, settings)
+
+    def audit(self, event: Event, settings: dict):
         record = {
             "auditID": event.audit_id,
             "stage": STAGES[event.stage.value],

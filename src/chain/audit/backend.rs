@@ -1,51 +1,62 @@
 //! Where audit events go: every audit filter, written before the request goes
-//! on (`blocking` mode) or through a bounded queue a writer task drains
-//! (`batch` mode, kube's
-//! `staging/src/k8s.io/apiserver/plugin/pkg/audit/buffered/buffered.go`);
-//! what does not fit the queue is dropped, counted and logged.
+//! on (`blocking` mode) or through kube's batch backend (`batch` mode,
+//! `staging/src/k8s.io/apiserver/plugin/pkg/audit/buffered/buffered.go`): a
+//! bounded buffer a writer task drains in batches of at most
+//! `max_batch_size` events, each sent once it is full or `max_batch_wait`
+//! after its first event; what does not fit the buffer is dropped, counted
+//! and logged. One writer keeps the events in the order they were made, so
+//! a request's events reach every filter in stage order.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
-use crate::config::stages::AuditMode;
+use crate::config::stages::{Audit, AuditMode};
 use crate::wasm::filter::{Auditor, Event};
 use crate::wasm::{LoadedFilter, Outcome};
 
-/// Where events go: the audit filters, directly or through the queue.
+/// Where events go: the audit filters, directly or through the buffer.
 pub(crate) struct AuditBackend {
     filters: Arc<Vec<LoadedFilter<Auditor>>>,
     queue: Option<mpsc::Sender<Event>>,
     /// Events accepted and not yet written by every filter.
     pending: Arc<AtomicUsize>,
     dropped: AtomicU64,
+    /// Cancelled by [`AuditBackend::flush`]: the writer stops waiting for
+    /// batches to fill (kube's `Shutdown` closes the buffer for the same).
+    hurry: CancellationToken,
+}
+
+/// How the batch writer groups events.
+#[derive(Clone, Copy)]
+struct Batching {
+    max_size: usize,
+    max_wait: Duration,
 }
 
 impl AuditBackend {
-    /// A backend; in batch mode its writer task starts here.
-    pub(crate) fn new(
-        filters: Vec<LoadedFilter<Auditor>>,
-        mode: AuditMode,
-        queue_size: usize,
-    ) -> Arc<Self> {
+    /// A backend for the manifest's `[audit]`; in batch mode its writer task
+    /// starts here.
+    pub(crate) fn new(filters: Vec<LoadedFilter<Auditor>>, audit: &Audit) -> Arc<Self> {
         let filters = Arc::new(filters);
         let pending = Arc::new(AtomicUsize::new(0));
-        let queue = (mode == AuditMode::Batch).then(|| {
-            let (sender, mut receiver) = mpsc::channel::<Event>(queue_size.max(1));
-            let (filters, pending) = (filters.clone(), pending.clone());
-            tokio::spawn(async move {
-                while let Some(event) = receiver.recv().await {
-                    write(&filters, &event).await;
-                    // One flush per burst of events; done before the event
-                    // stops counting as pending, so `flush` waits for it.
-                    if receiver.is_empty() {
-                        flush_sinks(&filters);
-                    }
-                    pending.fetch_sub(1, Ordering::AcqRel);
-                }
-            });
+        let hurry = CancellationToken::new();
+        let queue = (audit.mode == AuditMode::Batch).then(|| {
+            let (sender, receiver) = mpsc::channel::<Event>(audit.queue_size.max(1));
+            let batching = Batching {
+                max_size: audit.max_batch_size.max(1),
+                max_wait: audit.max_batch_wait,
+            };
+            tokio::spawn(write_batches(
+                receiver,
+                batching,
+                filters.clone(),
+                pending.clone(),
+                hurry.clone(),
+            ));
             sender
         });
         Arc::new(AuditBackend {
@@ -53,12 +64,13 @@ impl AuditBackend {
             queue,
             pending,
             dropped: AtomicU64::new(0),
+            hurry,
         })
     }
 
     pub(super) async fn emit(&self, event: Event) {
         match &self.queue {
-            None => write_through(&self.filters, &event).await,
+            None => write_through(&self.filters, &[event]).await,
             Some(queue) => self.enqueue(queue, event),
         }
     }
@@ -73,7 +85,7 @@ impl AuditBackend {
                 self.pending.fetch_add(1, Ordering::AcqRel);
                 let backend = self.clone();
                 tokio::spawn(async move {
-                    write_through(&backend.filters, &event).await;
+                    write_through(&backend.filters, &[event]).await;
                     backend.pending.fetch_sub(1, Ordering::AcqRel);
                 });
             }
@@ -88,13 +100,16 @@ impl AuditBackend {
             crate::metrics::metrics().audit_events_dropped.inc();
             // Every drop is counted; the log says so without flooding.
             if dropped.is_power_of_two() {
-                tracing::warn!(dropped_total = dropped, "audit queue full: event dropped");
+                tracing::warn!(dropped_total = dropped, "audit buffer full: event dropped");
             }
         }
     }
 
-    /// Waits (up to `limit`) until every queued event has been written.
+    /// Writes what is queued without waiting for batches to fill, and waits
+    /// (up to `limit`) until every queued event has been written. Called at
+    /// the end of the process: later batches are written at once too.
     pub(crate) async fn flush(&self, limit: Duration) -> bool {
+        self.hurry.cancel();
         let deadline = tokio::time::Instant::now() + limit;
         while self.pending.load(Ordering::Acquire) > 0 {
             if tokio::time::Instant::now() >= deadline {
@@ -110,32 +125,77 @@ impl AuditBackend {
     }
 }
 
-/// Blocking mode: the event is in the sinks' files before the request goes on.
-async fn write_through(filters: &[LoadedFilter<Auditor>], event: &Event) {
-    write(filters, event).await;
-    flush_sinks(filters);
-}
-
-fn flush_sinks(filters: &[LoadedFilter<Auditor>]) {
-    for filter in filters {
-        filter.flush_sink();
+/// The batch writer: kube's `processIncomingEvents`, one batch at a time.
+async fn write_batches(
+    mut receiver: mpsc::Receiver<Event>,
+    batching: Batching,
+    filters: Arc<Vec<LoadedFilter<Auditor>>>,
+    pending: Arc<AtomicUsize>,
+    hurry: CancellationToken,
+) {
+    let mut batch = Vec::with_capacity(batching.max_size);
+    while collect(&mut receiver, &mut batch, batching, &hurry).await {
+        write_through(&filters, &batch).await;
+        // Done before the events stop counting as pending, so `flush`
+        // waits for them.
+        pending.fetch_sub(batch.len(), Ordering::AcqRel);
+        batch.clear();
     }
 }
 
-async fn write(filters: &[LoadedFilter<Auditor>], event: &Event) {
+/// Fills `batch` as kube's `collectEvents` does: up to the maximum size,
+/// waiting at most the maximum wait after the first event (what is already
+/// queued is taken at once), or not at all once `hurry` is cancelled.
+/// False once the buffer is closed and drained.
+async fn collect(
+    receiver: &mut mpsc::Receiver<Event>,
+    batch: &mut Vec<Event>,
+    batching: Batching,
+    hurry: &CancellationToken,
+) -> bool {
+    if receiver.recv_many(batch, batching.max_size).await == 0 {
+        return false;
+    }
+    let deadline = tokio::time::Instant::now() + batching.max_wait;
+    while batch.len() < batching.max_size {
+        let room = batching.max_size - batch.len();
+        let more = tokio::select! {
+            biased;
+            () = hurry.cancelled() => break,
+            more = tokio::time::timeout_at(deadline, receiver.recv_many(batch, room)) => more,
+        };
+        match more {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    true
+}
+
+/// One batch to every filter, then their sinks flushed: in blocking mode
+/// the event is in the sinks' files before the request goes on.
+async fn write_through(filters: &[LoadedFilter<Auditor>], batch: &[Event]) {
+    crate::metrics::metrics().audit_batches.inc();
     for filter in filters {
-        match filter.audit(event).await.outcome {
+        match filter.audit(batch).await.outcome {
             Outcome::Answer(()) => {}
             Outcome::FilterError(message) => {
-                tracing::warn!(filter = filter.name(), error = %message, "audit filter returned an error")
+                tracing::warn!(filter = filter.name(), events = batch.len(), error = %message, "audit filter returned an error")
             }
             Outcome::Trap(message) => {
-                tracing::error!(filter = filter.name(), trap = %message, "audit filter trapped")
+                tracing::error!(filter = filter.name(), events = batch.len(), trap = %message, "audit filter trapped")
             }
-            Outcome::Timeout => tracing::error!(filter = filter.name(), "audit filter timed out"),
+            Outcome::Timeout => {
+                tracing::error!(
+                    filter = filter.name(),
+                    events = batch.len(),
+                    "audit filter timed out"
+                )
+            }
             Outcome::Exhausted(what) => {
-                tracing::warn!(filter = filter.name(), %what, "no room to run the audit filter: event not written")
+                tracing::warn!(filter = filter.name(), events = batch.len(), %what, "no room to run the audit filter: events not written")
             }
         }
+        filter.flush_sink();
     }
 }

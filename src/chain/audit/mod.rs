@@ -75,10 +75,7 @@ impl Handler for Audit {
             request.extensions_mut().insert(context.clone());
             let mut event = base_event(&request, level);
             event.request_object = request_object;
-            let long_running = request
-                .extensions()
-                .get::<RequestInfo>()
-                .is_some_and(RequestInfo::is_long_running);
+            let long_running = crate::request_info::is_long_running(&request);
             let emits = |stage: AuditStage| !omitted.contains(&stage);
 
             // From here on the request is completed in the log whatever
@@ -129,7 +126,7 @@ impl Handler for Audit {
                         .await;
                 }
                 // The response completes when its body ends, after this returns.
-                return response.map(|body| body.with_guard(completion));
+                return crate::body::keep_until_done(response, completion);
             }
             let (response, response_object) = if level == AuditLevel::RequestResponse {
                 buffer_response_object(response).await

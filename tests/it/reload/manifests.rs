@@ -1,10 +1,10 @@
 //! The manifests of the reload tests and how they are written: two chains
 //! that answer "A" or "B" on `GET /which` (body and `x-chain` header),
-//! invalid versions that would answer "C", and edits made as editors and
-//! Kubernetes make them.
+//! invalid versions that would answer "C", and edits made as tools and
+//! Kubernetes make them (the editors' atomic save is
+//! `support::write_atomically`).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::support::{component_path, plaintext, which_route};
@@ -52,22 +52,6 @@ pub fn missing_component() -> String {
         "[authentication]\nanonymous = true\n\n[[authentication.filters]]\nname = \"tokens\"\ncomponent = \"no-such-filter.wasm\"\n\n[authorization]\nalways_allow = true\n\n[[servers]]\nname = \"main\"\n\n{}",
         which_route("C")
     ))
-}
-
-/// Writes `text` beside `path` and renames it over `path`, as editors save.
-pub fn write_atomically(path: &Path, text: &str) {
-    static COUNT: AtomicUsize = AtomicUsize::new(0);
-    let name = path
-        .file_name()
-        .expect("a file name")
-        .to_string_lossy()
-        .into_owned();
-    let temp = path.with_file_name(format!(
-        ".{name}.{}.swp",
-        COUNT.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::write(&temp, text).expect("write the temp file");
-    std::fs::rename(&temp, path).expect("rename the temp file over the manifest");
 }
 
 /// Rewrites `path` in place in two writes `pause` apart, as a tool that

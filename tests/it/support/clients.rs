@@ -44,6 +44,15 @@ pub fn tls_client_http1(ca_pem: &str) -> reqwest::Client {
         .expect("build a client")
 }
 
+/// A TLS client trusting `ca_pem` that reports redirects instead of
+/// following them.
+pub fn tls_client_no_redirects(ca_pem: &str) -> reqwest::Client {
+    tls_builder(ca_pem)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("build a client")
+}
+
 /// A TLS client trusting `ca_pem` that presents a client certificate.
 pub fn tls_client_with_identity(ca_pem: &str, cert: &CertAndKey) -> reqwest::Client {
     let identity =
@@ -177,4 +186,22 @@ pub async fn filter_calls(metrics_url: &str, filter: &str, outcome: &str) -> u64
         .lines()
         .find_map(|line| line.strip_prefix(&prefix))
         .map_or(0, |count| count.parse().expect("a count"))
+}
+
+/// The value of one series (`name{labels}`, as printed) of this process's
+/// metrics, 0 when absent: for gateways running in this process, without
+/// a request (which would itself pass through the filters it counts).
+pub fn local_metric(series: &str) -> u64 {
+    let prefix = format!("{series} ");
+    wasmgate::metrics_exposition()
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |value| value.parse().expect("a count"))
+}
+
+/// [`filter_calls`], read with [`local_metric`].
+pub fn local_filter_calls(filter: &str, outcome: &str) -> u64 {
+    local_metric(&format!(
+        "wasmgate_filter_calls_total{{filter=\"{filter}\",outcome=\"{outcome}\"}}"
+    ))
 }

@@ -113,6 +113,18 @@ pub fn filter(
     )
 }
 
+/// A jsonl-audit auditor named `audit-log` writing to `audit.jsonl` beside
+/// the manifest.
+pub fn audit_log_sink() -> String {
+    filter(
+        "audit.filters",
+        "audit-log",
+        "jsonl-audit",
+        None,
+        "sink = \"audit.jsonl\"\n",
+    )
+}
+
 /// The two users of [`tokens`]: alice (group dev) and bob (group viewers).
 pub fn tokens_config() -> Value {
     json!({"tokens": [

@@ -1,10 +1,12 @@
 //! The gateway under test, in this process: started from a manifest written
 //! to `gateway.toml` in a temp dir (with any files it names), listening on
 //! 127.0.0.1:0; [`ReloadGateway`] keeps its `RunningGateway` so a test can
-//! call `reload()`.
+//! call `reload()`, and [`write_atomically`] saves a new manifest over the
+//! watched one as editors do.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::task::JoinHandle;
 use wasmgate::config::Transport;
@@ -13,6 +15,22 @@ use wasmgate::server::{Drained, Gateway, RunningGateway};
 
 use super::upstream::Upstream;
 use super::{bounded, new_dir};
+
+/// Writes `text` beside `path` and renames it over `path`, as editors save.
+pub fn write_atomically(path: &Path, text: &str) {
+    static COUNT: AtomicUsize = AtomicUsize::new(0);
+    let name = path
+        .file_name()
+        .expect("a file name")
+        .to_string_lossy()
+        .into_owned();
+    let temp = path.with_file_name(format!(
+        ".{name}.{}.swp",
+        COUNT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&temp, text).expect("write the temp file");
+    std::fs::rename(&temp, path).expect("rename the temp file over the manifest");
+}
 
 /// `[listen]` on 127.0.0.1 port 0 in plaintext, followed by `rest`.
 pub fn plaintext(rest: &str) -> String {

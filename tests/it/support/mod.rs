@@ -8,12 +8,18 @@
 //! - [`certs`]: a PKI made with rcgen, and certificates read back;
 //! - [`upstream`]: an upstream server that echoes, streams and sleeps on
 //!   request;
+//! - [`tunnel`]: an https upstream that switches to WebSocket or SPDY and
+//!   echoes, or streams watch events;
 //! - [`process`]: the `wasmgate` binary as a child process, external
 //!   programs, what `/proc` says of a process;
 //! - [`filters`]: the components built once per run by `filters/build.sh`
 //!   and manifest pieces that use them;
 //! - [`audit`]: JSON-lines audit logs read back;
 //! - [`jwt`]: throw-away signing keys and tokens;
+//! - [`kube`]: kube's clients (`kubectl` with a kubeconfig, other programs)
+//!   run with no proxy and no user configuration;
+//! - [`kube_api`]: a small kube-like API server (ConfigMaps, a custom
+//!   resource, discovery, OpenAPI) to stand where a kube-apiserver would;
 //! - [`otlp`]: a real OTLP/gRPC trace receiver, and the span tree it got;
 //! - [`etcd`]: a real etcd (Debian's `etcd-server`) on loopback ports.
 
@@ -27,9 +33,12 @@ pub mod etcd;
 pub mod filters;
 pub mod gateway;
 pub mod jwt;
+pub mod kube;
+pub mod kube_api;
 pub mod otlp;
 pub mod process;
 pub mod raw;
+pub mod tunnel;
 pub mod upstream;
 
 pub use audit::*;
@@ -38,9 +47,12 @@ pub use clients::*;
 pub use filters::*;
 pub use gateway::*;
 pub use jwt::*;
+pub use kube::*;
+pub use kube_api::*;
 pub use otlp::*;
 pub use process::*;
 pub use raw::*;
+pub use tunnel::*;
 pub use upstream::*;
 
 /// The longest any single wait of a test may take before the test fails.

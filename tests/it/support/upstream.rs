@@ -41,7 +41,7 @@ use super::clients::Answer;
 ///   [`Upstream::next_body_bytes`], then the echo.
 pub const MODE: &str = "x-upstream-mode";
 
-type UpstreamBody = UnsyncBoxBody<Bytes, Infallible>;
+pub type UpstreamBody = UnsyncBoxBody<Bytes, Infallible>;
 
 struct UpstreamState {
     hits: AtomicUsize,
@@ -75,22 +75,7 @@ impl Upstream {
 
     /// An https upstream serving `cert` (ALPN h2 and http/1.1).
     pub async fn start_tls(cert: &CertAndKey) -> Upstream {
-        use rustls_pki_types::pem::PemObject;
-        let chain = rustls_pki_types::CertificateDer::pem_slice_iter(cert.cert_pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .expect("a certificate");
-        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes())
-            .expect("a key");
-        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .expect("a TLS config");
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        Self::start_with(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+        Self::start_with(Some(tls_acceptor(cert))).await
     }
 
     async fn start_with(tls: Option<tokio_rustls::TlsAcceptor>) -> Upstream {
@@ -108,35 +93,8 @@ impl Upstream {
         });
         let serving = state.clone();
         let is_tls = tls.is_some();
-        let task = tokio::spawn(async move {
-            let mut connections = tokio::task::JoinSet::new();
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let state = serving.clone();
-                let tls = tls.clone();
-                connections.spawn(async move {
-                    let service =
-                        service_fn(move |request| upstream_answer(state.clone(), request));
-                    let builder = auto::Builder::new(TokioExecutor::new());
-                    let _ = match tls {
-                        None => {
-                            builder
-                                .serve_connection(TokioIo::new(stream), service)
-                                .await
-                        }
-                        Some(acceptor) => match acceptor.accept(stream).await {
-                            Ok(stream) => {
-                                builder
-                                    .serve_connection(TokioIo::new(stream), service)
-                                    .await
-                            }
-                            Err(_) => Ok(()),
-                        },
-                    };
-                });
-            }
+        let task = spawn_server(listener, tls, move |request| {
+            upstream_answer(serving.clone(), request)
         });
         Upstream {
             addr,
@@ -190,11 +148,99 @@ impl Upstream {
     }
 }
 
-fn full(body: impl Into<Bytes>) -> UpstreamBody {
+/// A TLS acceptor serving `cert`, offering h2 and http/1.1 by ALPN.
+pub fn tls_acceptor(cert: &CertAndKey) -> tokio_rustls::TlsAcceptor {
+    tls_acceptor_asking(cert, None)
+}
+
+/// [`tls_acceptor`], asking clients for a certificate issued by the CA of
+/// `client_ca_pem` when one is given (optional: a client without one is
+/// served too, one with a certificate of another CA is refused).
+pub fn tls_acceptor_asking(
+    cert: &CertAndKey,
+    client_ca_pem: Option<&str>,
+) -> tokio_rustls::TlsAcceptor {
+    use rustls_pki_types::pem::PemObject;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain = rustls_pki_types::CertificateDer::pem_slice_iter(cert.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .expect("a certificate");
+    let key =
+        rustls_pki_types::PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).expect("a key");
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions");
+    let builder = match client_ca_pem {
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls_pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                roots.add(cert.expect("a CA certificate")).expect("a root");
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .allow_unauthenticated()
+            .build()
+            .expect("a client verifier");
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(chain, key).expect("a TLS config");
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+}
+
+/// Serves every connection `listener` accepts (over `tls` when given) with
+/// `answer`, HTTP/1.1 or HTTP/2, until the task is aborted.
+pub fn spawn_server<S, F>(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    answer: S,
+) -> JoinHandle<()>
+where
+    S: Fn(http::Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Result<http::Response<UpstreamBody>, Infallible>>
+        + Send
+        + 'static,
+{
+    tokio::spawn(async move {
+        let mut connections = tokio::task::JoinSet::new();
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let answer = answer.clone();
+            let tls = tls.clone();
+            connections.spawn(async move {
+                let service = service_fn(answer);
+                let builder = auto::Builder::new(TokioExecutor::new());
+                let _ = match tls {
+                    None => {
+                        builder
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await
+                    }
+                    Some(acceptor) => match acceptor.accept(stream).await {
+                        Ok(stream) => {
+                            builder
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await
+                        }
+                        Err(_) => Ok(()),
+                    },
+                };
+            });
+        }
+    })
+}
+
+pub fn full(body: impl Into<Bytes>) -> UpstreamBody {
     Full::new(body.into()).boxed_unsync()
 }
 
-fn channel_body(mut chunks: mpsc::Receiver<Bytes>) -> UpstreamBody {
+pub fn channel_body(mut chunks: mpsc::Receiver<Bytes>) -> UpstreamBody {
     let stream = futures_util::stream::poll_fn(move |cx| {
         chunks
             .poll_recv(cx)

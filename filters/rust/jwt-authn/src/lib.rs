@@ -8,7 +8,7 @@ mod logic;
 use std::time::{SystemTime, UNIX_EPOCH};
 use wasmgate_filter::authenticator::{self, AuthnResult, Guest};
 use wasmgate_filter::types::{RequestView, UserInfo};
-use wasmgate_filter::{debug, info};
+use wasmgate_filter::{cache, debug, info};
 
 struct Filter;
 
@@ -24,6 +24,9 @@ impl Guest for Filter {
         };
         match logic::authenticate(config, &request.headers, now) {
             logic::Outcome::Authenticated(user) => {
+                // A cached answer must not outlive the token.
+                let remaining = (user.accepted_until - now).max(0.0);
+                cache::limit_ttl((remaining * 1000.0) as u64);
                 debug!("JWT belongs to user {:?}", user.name);
                 AuthnResult::Authenticated(UserInfo {
                     name: user.name,

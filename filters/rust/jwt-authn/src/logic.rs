@@ -258,6 +258,9 @@ pub struct User {
     pub name: String,
     pub uid: String,
     pub groups: Vec<String>,
+    /// When the token stops being accepted (its `exp` plus the leeway), in
+    /// seconds since 1970: no cache may keep the answer longer.
+    pub accepted_until: f64,
 }
 
 #[derive(Debug, PartialEq)]
@@ -434,6 +437,7 @@ fn check_claims(config: &Config, claims: &Map<String, Value>, now: f64) -> Resul
         },
     };
     Ok(User {
+        accepted_until: exp + config.leeway_seconds,
         name: format!("{}{}", config.username_prefix, username),
         uid,
         groups: groups
@@ -559,7 +563,18 @@ mod tests {
         Config::parse(&c.to_string()).unwrap()
     }
 
+    /// The outcome, `accepted_until` left out (`token_expiry_bounds_acceptance` checks it).
     fn run(config: &Config, token: &str) -> Outcome {
+        match run_with_expiry(config, token) {
+            Outcome::Authenticated(user) => Outcome::Authenticated(User {
+                accepted_until: 0.0,
+                ..user
+            }),
+            other => other,
+        }
+    }
+
+    fn run_with_expiry(config: &Config, token: &str) -> Outcome {
         let header = format!("Bearer {token}");
         authenticate(config, &[("authorization", &header)], NOW)
     }
@@ -569,7 +584,18 @@ mod tests {
             name: "alice".into(),
             uid: String::new(),
             groups: groups.iter().map(|g| g.to_string()).collect(),
+            accepted_until: 0.0,
         })
+    }
+
+    #[test]
+    fn token_expiry_bounds_acceptance() {
+        let c = config(json!({}));
+        let token = sign(json!({"alg": "RS256"}), claims());
+        let Outcome::Authenticated(user) = run_with_expiry(&c, &token) else {
+            panic!("the token is valid");
+        };
+        assert_eq!(user.accepted_until, NOW + 300.0 + c.leeway_seconds);
     }
 
     fn is_error(o: &Outcome, needle: &str) -> bool {
@@ -619,6 +645,7 @@ mod tests {
                 name: "oidc:alice@example.com".into(),
                 uid: "alice".into(),
                 groups: vec!["oidc:admin".into()],
+                accepted_until: 0.0,
             })
         );
         let mut unverified = cl.clone();

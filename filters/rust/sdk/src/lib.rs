@@ -1,12 +1,14 @@
 //! `wasmgate-filter`: what every Rust filter of wasmgate shares, so that a
 //! filter crate holds only its own logic.
 //!
-//! - The bindings of the four filter worlds of `wit/filter.wit`, one module
+//! - The bindings of the four filter worlds of `wit/filter-0.2.0.wit`
+//!   (`wasmgate:filter@0.2.0`), one module
 //!   each ([`authenticator`], [`authorizer`], [`admission`], [`auditor`]),
 //!   with the world's `Guest` trait, its types and its `export!` macro: a
 //!   filter implements `Guest` for a type of its own and names it in
 //!   `export!`. The types every world shares are in [`types`], the host's
-//!   functions in [`host`].
+//!   functions in [`host`], and [`cache::limit_ttl`] (authenticators and
+//!   authorizers) shortens how long the gateway keeps this call's answer.
 //! - The filter's config, parsed once per instance into its own type:
 //!   [`config`] and [`FilterConfig`].
 //! - [`debug!`], [`info!`], [`warn!`] and [`error!`]: a line for the
@@ -29,8 +31,8 @@
 //! authorizer::export!(Filter);
 //! ```
 //!
-//! The bindings are generated from `wit/` here, a link to the checkout's
-//! `wit/` (the contract); `wasmgate new-filter --dir` writes this crate, with
+//! The bindings are generated from `wit/filter-0.2.0.wit` here (`wit/` is a
+//! link to the checkout's `wit/`, the contract); `wasmgate new-filter --dir` writes this crate, with
 //! a copy of the contract there, beside a filter that lives outside the
 //! checkout.
 //!
@@ -47,37 +49,46 @@ pub use config::{FilterConfig, config};
 #[doc(hidden)]
 pub use log::write as __log;
 
-/// The interfaces every world imports (`types`, `host`), generated once
-/// for all four: each world's bindings refer to these (`with`), so a
+/// The interfaces the worlds import (`types`, `host`, `cache`), generated
+/// once for all four: each world's bindings refer to these (`with`), so a
 /// `Header` or a `LogLevel` is one type whatever the world.
 mod imports {
     wit_bindgen::generate!({
         inline: "
             package wasmgate:filter-sdk;
             world imports {
-                import wasmgate:filter/host@0.1.0;
+                import wasmgate:filter/host@0.2.0;
+                import wasmgate:filter/cache@0.2.0;
             }
         ",
-        path: "wit",
+        path: "wit/filter-0.2.0.wit",
         world: "wasmgate:filter-sdk/imports",
         generate_all,
     });
 }
 
-pub use imports::wasmgate::filter::{host, types};
+pub use imports::wasmgate::filter::{cache, host, types};
 
 /// Generates world `$world`'s bindings in module `$module::bindings`, on
-/// the shared `types` and `host`.
+/// the shared `types` and `host` (and the shared `cache`, for the worlds that
+/// import it: `with` refuses a mapping the world does not use).
 macro_rules! world_bindings {
     ($world:literal, $module:literal) => {
+        world_bindings!($world, $module, {});
+    };
+    ($world:literal, $module:literal, cache) => {
+        world_bindings!($world, $module, { "wasmgate:filter/cache@0.2.0": crate::cache, });
+    };
+    ($world:literal, $module:literal, { $($imports:tt)* }) => {
         #[doc(hidden)]
         pub mod bindings {
             wit_bindgen::generate!({
-                path: "wit",
+                path: "wit/filter-0.2.0.wit",
                 world: $world,
                 with: {
-                    "wasmgate:filter/types@0.1.0": crate::types,
-                    "wasmgate:filter/host@0.1.0": crate::host,
+                    "wasmgate:filter/types@0.2.0": crate::types,
+                    "wasmgate:filter/host@0.2.0": crate::host,
+                    $($imports)*
                 },
                 pub_export_macro: true,
                 default_bindings_module: $module,
@@ -90,8 +101,9 @@ macro_rules! world_bindings {
 /// no opinion.
 pub mod authenticator {
     world_bindings!(
-        "wasmgate:filter/authenticator-filter@0.1.0",
-        "$crate::authenticator::bindings"
+        "wasmgate:filter/authenticator-filter@0.2.0",
+        "$crate::authenticator::bindings",
+        cache
     );
     /// Exports type `$ty` (which implements [`Guest`]) as the component's
     /// `authenticator`.
@@ -102,8 +114,9 @@ pub mod authenticator {
 /// World `authorizer-filter`: `authorize` a user's request.
 pub mod authorizer {
     world_bindings!(
-        "wasmgate:filter/authorizer-filter@0.1.0",
-        "$crate::authorizer::bindings"
+        "wasmgate:filter/authorizer-filter@0.2.0",
+        "$crate::authorizer::bindings",
+        cache
     );
     /// Exports type `$ty` (which implements [`Guest`]) as the component's
     /// `authorizer`.
@@ -114,7 +127,7 @@ pub mod authorizer {
 /// World `admission-filter`: `admit` (validate or mutate) an object.
 pub mod admission {
     world_bindings!(
-        "wasmgate:filter/admission-filter@0.1.0",
+        "wasmgate:filter/admission-filter@0.2.0",
         "$crate::admission::bindings"
     );
     /// Exports type `$ty` (which implements [`Guest`]) as the component's
@@ -125,10 +138,11 @@ pub mod admission {
     };
 }
 
-/// World `auditor-filter`: `audit` an event, written to the `sink`.
+/// World `auditor-filter`: `audit_batch`, a batch of events in the order
+/// they happened, written to the `sink`.
 pub mod auditor {
     world_bindings!(
-        "wasmgate:filter/auditor-filter@0.1.0",
+        "wasmgate:filter/auditor-filter@0.2.0",
         "$crate::auditor::bindings"
     );
     /// Exports type `$ty` (which implements [`Guest`]) as the component's

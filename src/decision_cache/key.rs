@@ -1,0 +1,104 @@
+//! Cache keys: an HMAC-SHA256, under a key drawn at random once per process,
+//! of exactly what decides the answer (what that is, for each kind of
+//! filter, is said where its keys are made: `wasm/cache_key.rs`). As kube's cached token
+//! authenticator does, the credential itself is never kept, only its HMAC,
+//! which nobody without the process's key can compute or invert. Every
+//! field is framed by its length, so no two inputs share a key.
+
+use std::sync::OnceLock;
+
+use hmac::digest::KeyInit;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// Key material beyond this is not cached (kube's guard: an attacker must not
+/// make the gateway hash and hold arbitrarily large credentials).
+pub(crate) const MAX_KEY_MATERIAL: usize = 10 * 1024;
+
+/// A cache key.
+pub(crate) type Key = [u8; 32];
+
+/// SHA-256's block size: an HMAC key of this length is used as it is.
+const PROCESS_KEY_BYTES: usize = 64;
+
+/// The process's HMAC key: random, never written anywhere.
+fn process_key() -> &'static [u8; PROCESS_KEY_BYTES] {
+    static KEY: OnceLock<[u8; PROCESS_KEY_BYTES]> = OnceLock::new();
+    KEY.get_or_init(|| {
+        let mut key = [0u8; PROCESS_KEY_BYTES];
+        if let Err(error) = getrandom::fill(&mut key) {
+            // Linux's getrandom(2) does not fail once booted; should it, the
+            // keys are still unguessable from outside, only not secret to
+            // someone who can read this process's memory.
+            tracing::error!(%error, "no OS randomness for the decision caches' HMAC key");
+            let seed = std::collections::hash_map::RandomState::new();
+            for (chunk, index) in key.chunks_mut(8).zip(0u64..) {
+                use std::hash::BuildHasher;
+                chunk.copy_from_slice(&seed.hash_one(index).to_le_bytes());
+            }
+        }
+        key
+    })
+}
+
+/// Feeds length-framed fields into an HMAC, counting the material.
+pub(crate) struct KeyBuilder {
+    mac: Hmac<Sha256>,
+    material: usize,
+}
+
+impl KeyBuilder {
+    pub(crate) fn new(domain: &[u8]) -> Self {
+        let mut builder = KeyBuilder {
+            mac: <Hmac<Sha256> as KeyInit>::new(&(*process_key()).into()),
+            material: 0,
+        };
+        // What the key is for: not the caller's material.
+        builder.mac.update(domain);
+        builder
+    }
+
+    pub(crate) fn bytes(&mut self, bytes: &[u8]) {
+        self.material += bytes.len();
+        self.mac.update(&(bytes.len() as u64).to_le_bytes());
+        self.mac.update(bytes);
+    }
+
+    /// Frames a count of the fields that follow.
+    pub(crate) fn count(&mut self, count: usize) {
+        self.mac.update(&(count as u64).to_le_bytes());
+    }
+
+    pub(crate) fn strings(&mut self, strings: &[String]) {
+        self.count(strings.len());
+        for string in strings {
+            self.bytes(string.as_bytes());
+        }
+    }
+
+    /// The key, or None when the material was over [`MAX_KEY_MATERIAL`].
+    pub(crate) fn finish(self) -> Option<Key> {
+        (self.material <= MAX_KEY_MATERIAL).then(|| self.mac.finalize().into_bytes().into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(fields: &[&str]) -> Option<Key> {
+        let mut key = KeyBuilder::new(b"test");
+        for field in fields {
+            key.bytes(field.as_bytes());
+        }
+        key.finish()
+    }
+
+    #[test]
+    fn framing_keeps_fields_apart_and_bulk_is_refused() {
+        assert_eq!(key(&["a", "b"]), key(&["a", "b"]));
+        assert_ne!(key(&["ab"]), key(&["a", "b"]));
+        assert!(key(&[&"x".repeat(MAX_KEY_MATERIAL)]).is_some());
+        assert!(key(&[&"x".repeat(MAX_KEY_MATERIAL + 1)]).is_none());
+    }
+}

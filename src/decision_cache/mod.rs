@@ -1,0 +1,261 @@
+//! Decision caches, one per authentication or authorization filter whose
+//! manifest entry sets `cache`: kube's cached token authenticator
+//! (`staging/src/k8s.io/apiserver/pkg/authentication/token/cache/cached_token_authenticator.go`)
+//! and webhook authorizer cache (`staging/src/k8s.io/apiserver/plugin/pkg/authorizer/webhook/webhook.go`).
+//!
+//! * An answer is kept for the filter's `ttl` when it is positive and
+//!   `negative_ttl` otherwise, shortened by what the filter asked for during
+//!   the call (`cache.limit-ttl`); the most recently used `max_entries` stay.
+//! * Only answers are kept: a filter's error, a trap, a timeout or no room
+//!   to run it never are, so the next request asks the filter again.
+//! * Concurrent misses for one key make one call: the first request calls
+//!   the filter and the others wait for its outcome (kube's singleflight).
+//! * [`key`] makes the keys: an HMAC with a key random per process, so a
+//!   key says nothing about the credential it was made from, and none is
+//!   made from more than [`key::MAX_KEY_MATERIAL`] bytes.
+//!
+//! The cache knows nothing of filters: what is cached, for how long, is
+//! decided by its caller (`wasm/filter.rs`, which owns one cache per
+//! loaded filter, so that a reload starts with empty caches).
+
+pub(crate) mod key;
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use lru::LruCache;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::watch;
+
+pub(crate) use key::{Key, KeyBuilder};
+
+use crate::config::stages::CacheSpec;
+use crate::metrics::FilterName;
+
+/// Where an answer came from, for `wasmgate try` and the debug log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// The filter has no cache.
+    Uncached,
+    /// The cache held no answer: the filter was called.
+    Miss,
+    /// The cache held the answer: the filter was not called.
+    Hit,
+    /// Another request was calling the filter for the same key: its
+    /// outcome was shared.
+    Merged,
+    /// The key material was too large to cache (kube's DoS guard).
+    TooLarge,
+}
+
+impl Lookup {
+    /// A word for traces; None when there is no cache to speak of.
+    pub fn word(self) -> Option<&'static str> {
+        match self {
+            Lookup::Uncached => None,
+            Lookup::Miss => Some("miss"),
+            Lookup::Hit => Some("hit"),
+            Lookup::Merged => Some("merged"),
+            Lookup::TooLarge => Some("too-large"),
+        }
+    }
+}
+
+/// What a call gave (shared with the requests that waited for it), and
+/// whether to keep it.
+pub(crate) struct Fetched<T> {
+    pub value: T,
+    /// None for what is never kept (a filter's error, a trap, ...).
+    pub keep: Option<Keep>,
+}
+
+/// How long to keep a value: the TTL of its polarity, shortened by the
+/// filter's own limit (`cache.limit-ttl`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Keep {
+    /// Positive answers (authenticated, allow) are kept `ttl`; the others
+    /// `negative_ttl`.
+    pub positive: bool,
+    pub limit: Option<Duration>,
+}
+
+struct Entry<T> {
+    value: T,
+    expires: Instant,
+}
+
+struct Entries<T> {
+    kept: LruCache<Key, Entry<T>>,
+    /// Keys a request is calling the filter for; the others wait on these.
+    calling: HashMap<Key, watch::Receiver<Option<T>>>,
+}
+
+/// One filter's cache of values `T`.
+pub(crate) struct DecisionCache<T> {
+    spec: CacheSpec,
+    entries: Mutex<Entries<T>>,
+    metrics: CacheMetrics,
+}
+
+struct CacheMetrics {
+    hits: Counter,
+    misses: Counter,
+    evictions: Counter,
+    entries: Gauge,
+}
+
+impl CacheMetrics {
+    fn new(filter: &str) -> Self {
+        let metrics = crate::metrics::metrics();
+        let label = FilterName {
+            filter: filter.to_owned(),
+        };
+        let entries = metrics.cache_entries.get_or_create(&label).clone();
+        // A reload's cache starts empty.
+        entries.set(0);
+        CacheMetrics {
+            hits: metrics.cache_hits.get_or_create(&label).clone(),
+            misses: metrics.cache_misses.get_or_create(&label).clone(),
+            evictions: metrics.cache_evictions.get_or_create(&label).clone(),
+            entries,
+        }
+    }
+}
+
+/// What the lookup under the lock found.
+enum Found<T> {
+    Kept(T),
+    Wait(watch::Receiver<Option<T>>),
+    Call(watch::Sender<Option<T>>),
+}
+
+impl<T: Clone> DecisionCache<T> {
+    pub(crate) fn new(filter: &str, spec: CacheSpec) -> Self {
+        let capacity = NonZeroUsize::new(spec.max_entries).unwrap_or(NonZeroUsize::MIN);
+        DecisionCache {
+            spec,
+            entries: Mutex::new(Entries {
+                kept: LruCache::new(capacity),
+                calling: HashMap::new(),
+            }),
+            metrics: CacheMetrics::new(filter),
+        }
+    }
+
+    /// The value for `key`: kept, shared from a concurrent call for the
+    /// same key, or got from `call` (and then kept if it says so). Without a
+    /// key (too much key material) `call` is simply made.
+    pub(crate) async fn get(
+        &self,
+        key: Option<Key>,
+        call: impl Future<Output = Fetched<T>>,
+    ) -> (T, Lookup) {
+        let Some(key) = key else {
+            self.metrics.misses.inc();
+            return (call.await.value, Lookup::TooLarge);
+        };
+        match self.find(key) {
+            Some(Found::Kept(value)) => {
+                self.metrics.hits.inc();
+                (value, Lookup::Hit)
+            }
+            Some(Found::Wait(mut receiver)) => {
+                let shared = receiver
+                    .wait_for(Option::is_some)
+                    .await
+                    .ok()
+                    .and_then(|value| value.clone());
+                match shared {
+                    Some(value) => {
+                        self.metrics.hits.inc();
+                        (value, Lookup::Merged)
+                    }
+                    // The calling request went away before its answer.
+                    None => {
+                        self.metrics.misses.inc();
+                        (call.await.value, Lookup::Miss)
+                    }
+                }
+            }
+            Some(Found::Call(sender)) => {
+                self.metrics.misses.inc();
+                let guard = Calling { cache: self, key };
+                let Fetched { value, keep } = call.await;
+                if let Some(keep) = keep {
+                    self.keep(key, value.clone(), keep);
+                }
+                drop(guard);
+                sender.send_replace(Some(value.clone()));
+                (value, Lookup::Miss)
+            }
+            // A poisoned lock: serve uncached rather than fail.
+            None => (call.await.value, Lookup::Miss),
+        }
+    }
+
+    fn find(&self, key: Key) -> Option<Found<T>> {
+        let mut entries = self.entries.lock().ok()?;
+        let now = Instant::now();
+        match entries.kept.get(&key) {
+            Some(entry) if entry.expires > now => return Some(Found::Kept(entry.value.clone())),
+            Some(_) => {
+                entries.kept.pop(&key);
+                self.metrics.entries.set(gauge(entries.kept.len()));
+            }
+            None => {}
+        }
+        if let Some(receiver) = entries.calling.get(&key) {
+            return Some(Found::Wait(receiver.clone()));
+        }
+        let (sender, receiver) = watch::channel(None);
+        entries.calling.insert(key, receiver);
+        Some(Found::Call(sender))
+    }
+
+    /// Keeps a value for its TTL, shortened by the filter's limit.
+    fn keep(&self, key: Key, value: T, keep: Keep) {
+        let ttl = if keep.positive {
+            self.spec.ttl
+        } else {
+            self.spec.negative_ttl
+        };
+        let ttl = keep.limit.map_or(ttl, |limit| ttl.min(limit));
+        if ttl.is_zero() {
+            return;
+        }
+        let Ok(mut entries) = self.entries.lock() else {
+            return;
+        };
+        let expires = Instant::now() + ttl;
+        if let Some((evicted, entry)) = entries.kept.push(key, Entry { value, expires })
+            && evicted != key
+            && entry.expires > Instant::now()
+        {
+            self.metrics.evictions.inc();
+        }
+        self.metrics.entries.set(gauge(entries.kept.len()));
+    }
+}
+
+fn gauge(len: usize) -> i64 {
+    i64::try_from(len).unwrap_or(i64::MAX)
+}
+
+/// Held while a request calls the filter for `key`: however the call ends
+/// (answered, or the request dropped), the key stops being "being called",
+/// and the waiters see either the outcome or the sender gone.
+struct Calling<'a, T> {
+    cache: &'a DecisionCache<T>,
+    key: Key,
+}
+
+impl<T> Drop for Calling<'_, T> {
+    fn drop(&mut self) {
+        if let Ok(mut entries) = self.cache.entries.lock() {
+            entries.calling.remove(&self.key);
+        }
+    }
+}

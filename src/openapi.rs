@@ -1,0 +1,326 @@
+//! `/openapi/v2` and `/openapi/v3`: the OpenAPI documents of the upstreams
+//! behind the gateway, merged as kube's aggregator merges its APIServices'
+//! specs (`staging/src/k8s.io/kube-aggregator/pkg/controllers/openapi/aggregator/aggregator.go`,
+//! `.../openapiv3/aggregator/aggregator.go`) and served as kube-openapi's
+//! handlers serve them (`staging/src/k8s.io/kube-openapi/pkg/handler/handler.go`,
+//! `.../handler3/handler.go`): an `ETag` (the document's SHA-512, upper-case
+//! hex), `304` on a matching `If-None-Match`, and v3's root listing each
+//! group version at a `serverRelativeURL` that carries that hash; a request
+//! with the current hash may be cached for good, one with an old hash is
+//! sent (301) to the current one.
+//!
+//! v2 is merged: the union of `paths`, `definitions`, `parameters` and
+//! `responses`, the first upstream (in delegation order) winning a name
+//! they share. v3 is one document per group version, so a group version is
+//! the first upstream's that lists it, as it is one APIService's in kube.
+//!
+//! Only JSON is served. kubectl 1.32 reads v3 as JSON for `create`, `apply`
+//! and `explain`; a client that accepts v2 only as protobuf
+//! (`application/com.github.proto-openapi.spec.v2@v1.0+protobuf`) gets a
+//! `406`, which client-go's discovery takes as "no v2 here".
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_TYPE, ETAG, IF_NONE_MATCH, LOCATION, VARY};
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha512};
+
+use crate::body::{Body, Request, Response};
+use crate::handler::Handler;
+use crate::published::{FIRST_PUBLICATION_WAIT, Published};
+use crate::status::GatewayError;
+
+/// The prefix every OpenAPI path of the gateway is under.
+pub(crate) const PREFIX: &str = "/openapi/";
+const V2: &str = "/openapi/v2";
+const V3: &str = "/openapi/v3";
+
+/// The sections of a v2 document whose entries are merged by name.
+const V2_SECTIONS: [&str; 4] = ["paths", "definitions", "parameters", "responses"];
+
+/// One document as served: its bytes and their hash.
+pub(crate) struct Document {
+    bytes: Bytes,
+    /// Upper-case hex of the SHA-512 of `bytes`, as kube-openapi's `ETag`.
+    hash: String,
+}
+
+impl Document {
+    pub(crate) fn new(bytes: Bytes) -> Self {
+        let hash = hex::encode_upper(Sha512::digest(&bytes));
+        Document { bytes, hash }
+    }
+
+    fn json(value: &Value) -> Self {
+        Document::new(Bytes::from(value.to_string()))
+    }
+
+    fn etag(&self) -> String {
+        format!("\"{}\"", self.hash)
+    }
+}
+
+/// Every OpenAPI document the gateway serves, made again at each refresh.
+pub(crate) struct Specs {
+    /// `None` when no upstream serves v2.
+    v2: Option<Document>,
+    v3_root: Document,
+    /// Group version path (`api/v1`, `apis/<group>/<version>`) to document.
+    v3: BTreeMap<String, Document>,
+}
+
+impl Specs {
+    /// The served documents of the merged v2 document and the v3 group
+    /// versions.
+    pub(crate) fn new(v2: Option<Value>, v3: BTreeMap<String, Bytes>) -> Self {
+        let v3: BTreeMap<String, Document> = v3
+            .into_iter()
+            .map(|(path, bytes)| (path, Document::new(bytes)))
+            .collect();
+        let paths: Map<String, Value> = v3
+            .iter()
+            .map(|(path, document)| {
+                let url = format!("{V3}/{path}?hash={}", document.hash);
+                (path.clone(), json!({"serverRelativeURL": url}))
+            })
+            .collect();
+        Specs {
+            v2: v2.as_ref().map(Document::json),
+            v3_root: Document::json(&json!({"paths": paths})),
+            v3,
+        }
+    }
+
+    /// Nothing served yet: no upstream has been asked.
+    pub(crate) fn empty() -> Self {
+        Specs::new(None, BTreeMap::new())
+    }
+
+    /// Whether any upstream serves OpenAPI at all.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.v2.is_none() && self.v3.is_empty()
+    }
+}
+
+/// kube's aggregated v2 document: the union of every upstream's, the first
+/// one's entry winning a name; `None` when there are none.
+pub(crate) fn merge_v2(specs: &[Value]) -> Option<Value> {
+    if specs.is_empty() {
+        return None;
+    }
+    let mut merged = Map::new();
+    merged.insert("swagger".to_owned(), json!("2.0"));
+    merged.insert(
+        "info".to_owned(),
+        json!({"title": "Kubernetes", "version": format!("v{}", env!("CARGO_PKG_VERSION"))}),
+    );
+    for section in V2_SECTIONS {
+        let mut entries = Map::new();
+        for spec in specs {
+            let Some(listed) = spec.get(section).and_then(Value::as_object) else {
+                continue;
+            };
+            for (name, entry) in listed {
+                if !entries.contains_key(name) {
+                    entries.insert(name.clone(), entry.clone());
+                }
+            }
+        }
+        if !entries.is_empty() || section == "paths" {
+            merged.insert(section.to_owned(), Value::Object(entries));
+        }
+    }
+    for section in ["securityDefinitions", "security"] {
+        if let Some(value) = specs.iter().find_map(|spec| spec.get(section)) {
+            merged.insert(section.to_owned(), value.clone());
+        }
+    }
+    Some(Value::Object(merged))
+}
+
+/// The handler of everything under `/openapi/`, reading the latest specs.
+pub(crate) struct OpenApi {
+    specs: Arc<Published<Specs>>,
+    /// Keeps the background refresh alive as long as the handler is.
+    _refresh: Arc<dyn Send + Sync>,
+}
+
+impl OpenApi {
+    pub(crate) fn new(specs: Arc<Published<Specs>>, refresh: Arc<dyn Send + Sync>) -> Self {
+        OpenApi {
+            specs,
+            _refresh: refresh,
+        }
+    }
+
+    fn answer(&self, request: &Request) -> Result<Response, GatewayError> {
+        if request.method() != Method::GET && request.method() != Method::HEAD {
+            return Err(GatewayError::MethodNotAllowed);
+        }
+        let specs = self.specs.load();
+        let path = request.uri().path();
+        if path == V2 {
+            let document = specs.v2.as_ref().ok_or(GatewayError::NotFound)?;
+            accept_json(request.headers())?;
+            return Ok(serve(request, document, Caching::Revalidate));
+        }
+        if specs.is_empty() {
+            return Err(GatewayError::NotFound);
+        }
+        if path == V3 || path == "/openapi/v3/" {
+            accept_json(request.headers())?;
+            return Ok(serve(request, &specs.v3_root, Caching::Revalidate));
+        }
+        let group_version = path
+            .strip_prefix("/openapi/v3/")
+            .ok_or(GatewayError::NotFound)?;
+        let document = specs.v3.get(group_version).ok_or(GatewayError::NotFound)?;
+        accept_json(request.headers())?;
+        match asked_hash(request) {
+            None => Ok(serve(request, document, Caching::Revalidate)),
+            Some(hash) if hash == document.hash => Ok(serve(request, document, Caching::Forever)),
+            // kube-openapi sends a stale hash to the current one.
+            Some(_) => Ok(redirect(&format!(
+                "{V3}/{group_version}?hash={}",
+                document.hash
+            ))),
+        }
+    }
+}
+
+impl Handler for OpenApi {
+    fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+        Box::pin(async move {
+            self.specs.first(FIRST_PUBLICATION_WAIT).await;
+            self.answer(&request)
+                .unwrap_or_else(GatewayError::into_response)
+        })
+    }
+}
+
+/// How a client may cache a document: kube-openapi's two headers.
+enum Caching {
+    /// Asked for without a hash: check again each time.
+    Revalidate,
+    /// Asked for by its current hash: that URL never changes.
+    Forever,
+}
+
+fn serve(request: &Request, document: &Document, caching: Caching) -> Response {
+    let etag = document.etag();
+    let not_modified = request
+        .headers()
+        .get_all(IF_NONE_MATCH)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|tag| tag.trim() == etag || tag.trim() == "*");
+    let mut response = if not_modified {
+        let mut response = http::Response::new(Body::empty());
+        *response.status_mut() = StatusCode::NOT_MODIFIED;
+        response
+    } else {
+        let mut response = http::Response::new(Body::full(document.bytes.clone()));
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response
+    };
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::try_from(etag) {
+        headers.insert(ETAG, value);
+    }
+    headers.insert(VARY, HeaderValue::from_static("Accept"));
+    let cache_control = match caching {
+        Caching::Revalidate => "no-cache, private",
+        Caching::Forever => "public, immutable",
+    };
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static(cache_control));
+    response
+}
+
+fn redirect(location: &str) -> Response {
+    let mut response = http::Response::new(Body::empty());
+    *response.status_mut() = StatusCode::MOVED_PERMANENTLY;
+    if let Ok(value) = HeaderValue::try_from(location) {
+        response.headers_mut().insert(LOCATION, value);
+    }
+    response
+}
+
+fn asked_hash(request: &Request) -> Option<String> {
+    let query = request.uri().query()?;
+    url::form_urlencoded::parse(query.as_bytes())
+        .find(|(key, _)| key == "hash")
+        .map(|(_, value)| value.into_owned())
+}
+
+/// JSON is all the gateway serves: `406` unless the client accepts it.
+fn accept_json(headers: &HeaderMap) -> Result<(), GatewayError> {
+    let mut ranges = headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|range| {
+            range
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .filter(|range| !range.is_empty())
+        .peekable();
+    if ranges.peek().is_none() {
+        return Ok(());
+    }
+    if ranges.any(|range| matches!(range.as_str(), "application/json" | "application/*" | "*/*")) {
+        Ok(())
+    } else {
+        Err(GatewayError::NotAcceptable {
+            message: "only the following media types are accepted: application/json".to_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v2_sections_merge_with_the_first_upstream_winning() {
+        let first = json!({"swagger": "2.0", "paths": {"/a": {"get": 1}}, "definitions": {"X": {"type": "string"}}});
+        let second = json!({"swagger": "2.0", "paths": {"/a": {"get": 2}, "/b": {}}, "definitions": {"X": {"type": "integer"}, "Y": {}}, "parameters": {"p": {}}});
+        let merged = merge_v2(&[first, second]).expect("a merged document");
+        assert_eq!(merged["paths"]["/a"]["get"], 1);
+        assert!(merged["paths"]["/b"].is_object());
+        assert_eq!(merged["definitions"]["X"]["type"], "string");
+        assert!(merged["definitions"]["Y"].is_object());
+        assert!(merged["parameters"]["p"].is_object());
+        assert!(merge_v2(&[]).is_none());
+    }
+
+    #[test]
+    fn the_v3_root_names_each_document_by_its_hash() {
+        let specs = Specs::new(
+            None,
+            BTreeMap::from([("api/v1".to_owned(), Bytes::from_static(b"{}"))]),
+        );
+        let root: Value = serde_json::from_slice(&specs.v3_root.bytes).expect("JSON");
+        let url = root["paths"]["api/v1"]["serverRelativeURL"]
+            .as_str()
+            .expect("a URL");
+        assert_eq!(
+            url,
+            format!(
+                "/openapi/v3/api/v1?hash={}",
+                hex::encode_upper(Sha512::digest(b"{}"))
+            )
+        );
+    }
+}

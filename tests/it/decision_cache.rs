@@ -1,0 +1,363 @@
+//! The decision caches over real sockets, with real components: a hit does
+//! not call the filter (counted by `wasmgate_filter_calls_total`), an
+//! authenticated answer expires after `ttl` and an unauthorized one after
+//! `negative_ttl`, errors and traps are never cached, a filter shortens its entry (jwt-authn at the token's `exp`), 100
+//! concurrent misses for one key make one call, a reload starts with empty
+//! caches (a revoked token is refused at once), key material over 10 KB is
+//! not cached, a hit replays the authorization annotations in audit, and a
+//! component built against `wasmgate:filter@0.1.0` (the compat-0-1-authn
+//! fixture) loads and
+//! has its answers cached too.
+//!
+//! The metrics are process-wide, so every test names its filters apart, and
+//! reads the counters from this process's registry (the gateways run in it).
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::*;
+
+fn token_authn(name: &str, config: serde_json::Value, settings: &str) -> String {
+    filter(
+        "authentication.filters",
+        name,
+        "token-authn",
+        Some(config),
+        &format!("headers = [\"authorization\"]\n{settings}"),
+    )
+}
+
+fn rbac_authz(name: &str, settings: &str) -> String {
+    filter(
+        "authorization.filters",
+        name,
+        "rbac-authz",
+        Some(rbac_config()),
+        settings,
+    )
+}
+
+/// A manifest of the authenticator entry `authn` with authorization always
+/// allowing, routed to `upstream`.
+fn authn_only(authn: String, upstream: &Upstream) -> String {
+    plaintext(
+        &[
+            authn,
+            "\n[authorization]\nalways_allow = true\n".to_owned(),
+            routes(&upstream.url()),
+        ]
+        .concat(),
+    )
+}
+
+fn bearer(client: &reqwest::Client, url: &str, token: &str) -> reqwest::RequestBuilder {
+    client
+        .get(url)
+        .header("authorization", format!("Bearer {token}"))
+}
+
+#[tokio::test]
+async fn hits_do_not_call_the_filters_and_replay_the_audit_annotations() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let manifest = plaintext(
+        &[
+            token_authn("hit-tokens", tokens_config(), "cache = true\n"),
+            rbac_authz("hit-rbac", "cache = true\n"),
+            "\n[audit]\nmode = \"blocking\"\n[[audit.policy]]\nlevel = \"Metadata\"\n".to_owned(),
+            filter(
+                "audit.filters",
+                "hit-audit",
+                "jsonl-audit",
+                None,
+                "sink = \"audit.jsonl\"\n",
+            ),
+            routes(&upstream.url()),
+        ]
+        .concat(),
+    );
+    let gateway = TestGateway::start(&manifest).await;
+    let client = http_client();
+    let url = gateway.url("/apis/demo.example.io/v1/namespaces/default/widgets");
+    let mut audit_ids = Vec::new();
+    for _ in 0..5 {
+        let answer = send(bearer(&client, &url, "alice-token")).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        audit_ids.push(answer.header("audit-id").expect("an Audit-ID").to_owned());
+    }
+    assert_eq!(
+        local_filter_calls("hit-tokens", "answer"),
+        1,
+        "one authentication call"
+    );
+    assert_eq!(
+        local_filter_calls("hit-rbac", "answer"),
+        1,
+        "one authorization call"
+    );
+    assert_eq!(
+        local_metric("wasmgate_decision_cache_hits_total{filter=\"hit-tokens\"}"),
+        4
+    );
+    assert_eq!(
+        local_metric("wasmgate_decision_cache_misses_total{filter=\"hit-rbac\"}"),
+        1
+    );
+    assert_eq!(
+        local_metric("wasmgate_decision_cache_entries{filter=\"hit-rbac\"}"),
+        1
+    );
+    // Another user is another key.
+    let answer = send(bearer(&client, &url, "bob-token")).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(local_filter_calls("hit-tokens", "answer"), 2);
+    assert_eq!(local_filter_calls("hit-rbac", "answer"), 2);
+    // The last request was answered from the caches; its event carries the
+    // decision as the first one's does.
+    let audit = gateway.dir.path().join("audit.jsonl");
+    let last = wait_for_events(&audit, audit_ids.last().expect("five requests"), 2).await;
+    let complete = last.last().expect("a ResponseComplete");
+    assert_eq!(
+        complete["annotations"]["authorization.k8s.io/decision"], "allow",
+        "{complete}"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn answers_expire_after_the_ttl() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let manifest = authn_only(
+        token_authn(
+            "ttl-tokens",
+            tokens_config(),
+            "cache = { ttl = \"300ms\" }\n",
+        ),
+        &upstream,
+    );
+    let gateway = TestGateway::start(&manifest).await;
+    let client = http_client();
+    let url = gateway.url("/open/x");
+    for _ in 0..3 {
+        let answer = send(bearer(&client, &url, "alice-token")).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    assert_eq!(
+        local_filter_calls("ttl-tokens", "answer"),
+        1,
+        "the answer was cached"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let answer = send(bearer(&client, &url, "alice-token")).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(
+        local_filter_calls("ttl-tokens", "answer"),
+        2,
+        "the answer expired"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn denials_expire_after_the_negative_ttl() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let manifest = plaintext(
+        &[
+            token_authn("neg-tokens", tokens_config(), "cache = true\n"),
+            rbac_authz(
+                "neg-rbac",
+                "cache = { ttl = \"5m\", negative_ttl = \"300ms\" }\n",
+            ),
+            routes(&upstream.url()),
+        ]
+        .concat(),
+    );
+    let gateway = TestGateway::start(&manifest).await;
+    let client = http_client();
+    // Only bob may get /private/bob.
+    let url = gateway.url("/private/bob");
+    for _ in 0..3 {
+        send(bearer(&client, &url, "alice-token"))
+            .await
+            .assert_status(403, "Forbidden");
+    }
+    assert_eq!(
+        local_filter_calls("neg-rbac", "answer"),
+        1,
+        "the denial was cached"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    send(bearer(&client, &url, "alice-token"))
+        .await
+        .assert_status(403, "Forbidden");
+    assert_eq!(
+        local_filter_calls("neg-rbac", "answer"),
+        2,
+        "the denial expired"
+    );
+    gateway.shutdown().await;
+}
+
+/// compat-0-1-authn is built against wasmgate:filter@0.1.0: it loads, its
+/// answers are cached (without a TTL of its own), its errors never are, and
+/// 100 concurrent requests with one credential make one call.
+#[tokio::test]
+async fn a_0_1_0_authenticator_is_cached_but_not_its_errors_and_concurrent_misses_merge() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let faults = filter(
+        "authentication.filters",
+        "legacy-faults",
+        "compat-0-1-authn",
+        None,
+        "headers = [\"x-fault\"]\ncache = true\ntimeout = \"5s\"\n",
+    );
+    let manifest = plaintext(
+        &[
+            "[authentication]\nanonymous = true\n".to_owned(),
+            faults,
+            "\n[authorization]\nalways_allow = true\n".to_owned(),
+            routes(&upstream.url()),
+        ]
+        .concat(),
+    );
+    let gateway = TestGateway::start(&manifest).await;
+    let client = http_client();
+    let url = gateway.url("/open/x");
+    for _ in 0..3 {
+        let answer = send(client.get(&url).header("x-fault", "error")).await;
+        answer.assert_status(401, "Unauthorized");
+    }
+    assert_eq!(
+        local_filter_calls("legacy-faults", "error"),
+        3,
+        "errors are not cached"
+    );
+    for _ in 0..2 {
+        let answer = send(client.get(&url).header("x-fault", "trap")).await;
+        assert_ne!(answer.status, 200, "{}", answer.body);
+    }
+    assert_eq!(
+        local_filter_calls("legacy-faults", "trap"),
+        2,
+        "traps are not cached"
+    );
+
+    for _ in 0..3 {
+        let answer = send(client.get(&url).header("x-fault", "authenticated")).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    assert_eq!(
+        local_filter_calls("legacy-faults", "answer"),
+        1,
+        "answers are"
+    );
+
+    // A 200 ms answer, asked for by 100 requests at once: one call.
+    let mut requests = tokio::task::JoinSet::new();
+    for _ in 0..100 {
+        let request = client.get(&url).header("x-fault", "slow-200");
+        requests.spawn(async move { send(request).await });
+    }
+    while let Some(answer) = bounded("100 concurrent requests", requests.join_next()).await {
+        let answer = answer.expect("a request task");
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    assert_eq!(
+        local_filter_calls("legacy-faults", "answer"),
+        2,
+        "100 concurrent misses made one call"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn key_material_over_10_kb_is_not_cached() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let long = "x".repeat(11 * 1024);
+    let config = json!({"tokens": [{"token": long, "user": "long", "groups": []}]});
+    let manifest = authn_only(
+        token_authn("long-tokens", config, "cache = true\n"),
+        &upstream,
+    );
+    let gateway = TestGateway::start(&manifest).await;
+    let client = http_client();
+    for _ in 0..3 {
+        let answer = send(bearer(&client, &gateway.url("/open/x"), &long)).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    assert_eq!(
+        local_filter_calls("long-tokens", "answer"),
+        3,
+        "each request called the filter"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reload_starts_with_empty_caches() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let manifest = |tokens: serde_json::Value| {
+        authn_only(
+            token_authn("reload-tokens", tokens, "cache = true\n"),
+            &upstream,
+        )
+    };
+    let gateway = ReloadGateway::start(&manifest(tokens_config())).await;
+    let client = http_client();
+    let url = gateway.url("/open/x");
+    for _ in 0..2 {
+        let answer = send(bearer(&client, &url, "alice-token")).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    // alice's token revoked: refused on the very next request.
+    let bob_only = json!({"tokens": [{"token": "bob-token", "user": "bob", "groups": []}]});
+    write_atomically(&gateway.path, &manifest(bob_only));
+    gateway.swapped().await;
+    send(bearer(&client, &url, "alice-token"))
+        .await
+        .assert_status(401, "Unauthorized");
+    gateway.shutdown().await;
+}
+
+/// jwt-authn caps its entry at the token's `exp` (plus its leeway): a token
+/// that expires in two seconds is accepted from the cache until then, and
+/// refused after, though the manifest's TTL is two minutes.
+#[tokio::test]
+async fn a_filter_shortens_its_entry_to_the_tokens_expiry() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let mut config = jwt_config();
+    config["leeway_seconds"] = json!(0);
+    let manifest = authn_only(
+        filter(
+            "authentication.filters",
+            "expiring-jwt",
+            "jwt-authn",
+            Some(config),
+            "headers = [\"authorization\"]\ncache = true\n",
+        ),
+        &upstream,
+    );
+    let gateway = TestGateway::start(&manifest).await;
+    let client = http_client();
+    let url = gateway.url("/open/x");
+    let mut claims = jwt_claims("brief-user");
+    claims["exp"] = json!(unix_now() + 2);
+    let token = sign_jwt("RS256", &claims);
+    for _ in 0..2 {
+        let answer = send(bearer(&client, &url, &token)).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    assert_eq!(local_filter_calls("expiring-jwt", "answer"), 1);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    send(bearer(&client, &url, &token))
+        .await
+        .assert_status(401, "Unauthorized");
+    gateway.shutdown().await;
+}

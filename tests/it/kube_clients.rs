@@ -1,0 +1,392 @@
+//! kubectl and the Python `kubernetes` client through the gateway to a
+//! kube-like API server, as a user would run them: the gateway, over TLS
+//! with token-authn and rbac-authz, routes `/api/` and the widgets API to the server (`aggregate = true`, identity
+//! by request headers) and serves `/apis`, `/api` (legacy and aggregated),
+//! `/openapi/v2` and `/openapi/v3` merged from what the server answers its
+//! background refresh. `get`, `create -f`, `apply -f` (twice),
+//! `explain`, `get -w`, `auth can-i` and `auth whoami` work, and so do the
+//! Python client's `VersionApi`, `CoreV1Api` and `CustomObjectsApi` calls;
+//! the OpenAPI documents answer with kube-openapi's caching headers.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::support::*;
+
+fn rbac() -> Value {
+    json!({
+        "roles": [
+            {"name": "editor", "rules": [
+                {"verbs": ["*"], "apiGroups": [""], "resources": ["configmaps"]},
+                {"verbs": ["*"], "apiGroups": ["demo.example.io"], "resources": ["widgets"]},
+            ]},
+            {"name": "basic-user", "rules": [
+                {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},
+                {"verbs": ["create"], "apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"]},
+                {"verbs": ["get"], "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/version", "/version/"]},
+            ]},
+        ],
+        "bindings": [
+            {"role": "editor", "namespace": "default", "users": ["alice"]},
+            {"role": "basic-user", "groups": ["system:authenticated"]},
+        ],
+    })
+}
+
+fn manifest(kube: &str) -> String {
+    format!(
+        r#"[listen]
+address = "127.0.0.1:0"
+
+[listen.tls]
+cert = "server.crt"
+key = "server.key"
+{}{}
+[[servers]]
+name = "gw"
+
+[[servers.routes]]
+prefix = "/api/"
+upstream = {{ url = "{kube}", ca = "ca.crt", identity = "request-header" }}
+aggregate = true
+
+[[servers.routes]]
+api = "/apis/demo.example.io/v1"
+upstream = {{ url = "{kube}", ca = "ca.crt", identity = "request-header" }}
+aggregate = true
+"#,
+        tokens(),
+        rbac_with(rbac()),
+    )
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    dir: std::path::PathBuf,
+    kube: KubeApi,
+    gateway: GatewayProcess,
+    ca_pem: String,
+    alice: Kubectl,
+    bob: Kubectl,
+}
+
+async fn setup() -> Setup {
+    build_filters();
+    let dir = new_dir();
+    let ca = write_server_pki(dir.path());
+    let kube = KubeApi::start(&ca.server_cert()).await;
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, manifest(&kube.url())).expect("write the manifest");
+    let gateway = GatewayProcess::spawn(&path);
+    let server = format!("https://localhost:{}", gateway.addr.port());
+    let ca_file = dir.path().join("ca.crt");
+    let alice = Kubectl::new(dir.path(), "alice", &server, &ca_file, "alice-token");
+    let bob = Kubectl::new(dir.path(), "bob", &server, &ca_file, "bob-token");
+    // The first request waits for the aggregator's first refresh: the
+    // server's OpenAPI is listed at once.
+    let root = alice.ok(&["get", "--raw", "/openapi/v3"]).await;
+    assert!(
+        root.contains("\"api/v1\"") && root.contains("\"apis/demo.example.io/v1\""),
+        "{root}"
+    );
+    Setup {
+        dir: dir.path().to_owned(),
+        _dir: dir,
+        kube,
+        gateway,
+        ca_pem: ca.cert_pem.clone(),
+        alice,
+        bob,
+    }
+}
+
+impl Setup {
+    fn write(&self, name: &str, text: &str) -> String {
+        let path = self.dir.join(name);
+        std::fs::write(&path, text).expect("write a manifest for kubectl");
+        path.to_str().expect("UTF-8").to_owned()
+    }
+}
+
+fn config_map(name: &str, data: &str) -> String {
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n{data}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_create_apply_explain_and_auth_work_through_the_gateway() {
+    let setup = setup().await;
+    let alice = &setup.alice;
+    setup
+        .kube
+        .create_config_map("default", "seeded", json!({"k": "v"}));
+
+    let listed = alice.ok(&["get", "configmaps", "-o", "name"]).await;
+    assert_eq!(listed.trim(), "configmap/seeded");
+    let by_short_name = alice.ok(&["get", "cm", "seeded", "-o", "json"]).await;
+    let seeded: Value = serde_json::from_str(&by_short_name).expect("JSON");
+    assert_eq!(seeded["data"], json!({"k": "v"}));
+
+    let created = setup.write("created.yaml", &config_map("created", "  a: \"1\"\n"));
+    let out = alice.ok(&["create", "-f", &created]).await;
+    assert_eq!(out.trim(), "configmap/created created");
+    let stored = setup
+        .kube
+        .object("configmaps", "default", "created")
+        .expect("created at the server");
+    assert_eq!(stored["data"], json!({"a": "1"}));
+
+    let applied = setup.write("applied.yaml", &config_map("applied", "  x: \"1\"\n"));
+    let out = alice.ok(&["apply", "-f", &applied]).await;
+    assert_eq!(out.trim(), "configmap/applied created");
+    let changed = setup.write(
+        "applied.yaml",
+        &config_map("applied", "  x: \"2\"\n  z: \"3\"\n"),
+    );
+    let out = alice.ok(&["apply", "-f", &changed]).await;
+    assert_eq!(out.trim(), "configmap/applied configured");
+    let stored = setup
+        .kube
+        .object("configmaps", "default", "applied")
+        .expect("applied at the server");
+    assert_eq!(stored["data"], json!({"x": "2", "z": "3"}));
+    let last_applied =
+        stored["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .expect("kubectl's last-applied annotation");
+    assert!(last_applied.contains("\"z\":\"3\""), "{last_applied}");
+
+    let explained = alice.ok(&["explain", "configmap.data"]).await;
+    assert!(explained.contains("KIND:       ConfigMap"), "{explained}");
+    assert!(
+        explained.contains("FIELD: data <map[string]string>"),
+        "{explained}"
+    );
+    assert!(
+        explained.contains("Data contains the configuration data."),
+        "{explained}"
+    );
+
+    assert_eq!(
+        alice
+            .ok(&["auth", "can-i", "create", "configmaps"])
+            .await
+            .trim(),
+        "yes"
+    );
+    let (allowed, out, _) = setup
+        .bob
+        .run(&["auth", "can-i", "create", "configmaps"])
+        .await;
+    assert!(!allowed && out.starts_with("no - RBAC"), "{out}");
+    let whoami: Value =
+        serde_json::from_str(&alice.ok(&["auth", "whoami", "-o", "json"]).await).expect("JSON");
+    assert_eq!(whoami["status"]["userInfo"]["username"], "alice");
+    // bob may not read configmaps: the gateway refuses before the server.
+    let (ok, _, err) = setup.bob.run(&["get", "configmaps"]).await;
+    assert!(!ok && err.contains("Forbidden"), "{err}");
+
+    // The server was told who asked: alice, and the aggregator refreshing;
+    // bob's read of configmaps never reached it.
+    let requests = setup.kube.requests();
+    let asked = |line: &str| requests.iter().any(|request| request == line);
+    assert!(
+        asked("alice POST /api/v1/namespaces/default/configmaps"),
+        "{requests:?}"
+    );
+    assert!(
+        asked("alice PATCH /api/v1/namespaces/default/configmaps/applied"),
+        "{requests:?}"
+    );
+    assert!(asked("system:aggregator GET /openapi/v3"), "{requests:?}");
+    assert!(
+        !requests
+            .iter()
+            .any(|request| request.starts_with("bob ") && request.contains("configmaps")),
+        "{requests:?}"
+    );
+    drop(setup.gateway);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_watch_sees_a_change_made_while_it_watches() {
+    let setup = setup().await;
+    setup.kube.create_config_map("default", "before", json!({}));
+    let mut watch = setup
+        .alice
+        .spawn(&["get", "configmaps", "--watch", "-o", "name"]);
+    let stdout = watch.stdout.take().expect("kubectl's stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut next_line = async || {
+        let left = deadline.saturating_duration_since(Instant::now());
+        tokio::time::timeout(left, lines.next_line())
+            .await
+            .expect("a line from kubectl get --watch in time")
+            .expect("kubectl's stdout")
+            .expect("kubectl get --watch still running")
+    };
+    assert_eq!(next_line().await, "configmap/before");
+    // The watch request is open once kubectl has listed; an event arrives
+    // only if the change comes after it subscribed, so change until seen.
+    let mut round = 0;
+    loop {
+        round += 1;
+        let name = format!("during-{round}");
+        setup.kube.create_config_map("default", &name, json!({}));
+        let seen = tokio::time::timeout(Duration::from_secs(2), next_line()).await;
+        match seen {
+            Ok(line) => {
+                assert!(line.starts_with("configmap/during-"), "{line}");
+                break;
+            }
+            Err(_) => assert!(Instant::now() < deadline, "no watch event arrived"),
+        }
+    }
+    drop(watch);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_and_aggregated_discovery_answer_as_kube_does() {
+    let setup = setup().await;
+    let client = tls_client_no_redirects(&setup.ca_pem);
+    let base = format!("https://localhost:{}", setup.gateway.addr.port());
+    let authorized = |path: &str| {
+        client
+            .get(format!("{base}{path}"))
+            .bearer_auth("alice-token")
+    };
+
+    let root = send(authorized("/openapi/v3")).await;
+    assert_eq!(root.status, 200);
+    let url = root.json()["paths"]["api/v1"]["serverRelativeURL"]
+        .as_str()
+        .expect("a URL")
+        .to_owned();
+    let hash = url.split_once("?hash=").expect("a hash").1.to_owned();
+    let document = send(authorized(&url)).await;
+    assert_eq!(document.status, 200);
+    assert_eq!(document.header("cache-control"), Some("public, immutable"));
+    let etag = document.header("etag").expect("an ETag").to_owned();
+    assert_eq!(etag, format!("\"{hash}\""));
+    assert!(document.json()["components"]["schemas"]["io.k8s.api.core.v1.ConfigMap"].is_object());
+    let again = send(authorized("/openapi/v3/api/v1").header("if-none-match", &etag)).await;
+    assert_eq!((again.status, again.body.as_str()), (304, ""));
+    let stale = send(authorized("/openapi/v3/api/v1?hash=0123")).await;
+    assert_eq!(stale.status, 301);
+    assert_eq!(stale.header("location"), Some(url.as_str()));
+
+    let v2 = send(authorized("/openapi/v2")).await;
+    assert_eq!(v2.status, 200);
+    let v2_json = v2.json();
+    assert!(v2_json["definitions"]["io.example.demo.v1.Widget"].is_object());
+    assert!(v2_json["paths"]["/api/v1/namespaces/{namespace}/configmaps"].is_object());
+    let protobuf = send(authorized("/openapi/v2").header(
+        "accept",
+        "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+    ))
+    .await;
+    protobuf.assert_status(406, "NotAcceptable");
+    // The documents go through the chain like any request.
+    let anonymous = get(&client, &format!("{base}/openapi/v2")).await;
+    anonymous.assert_status(401, "Unauthorized");
+
+    let aggregated = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json;q=0.9";
+    let groups = send(authorized("/apis").header("accept", aggregated)).await;
+    assert_eq!(
+        groups.header("content-type"),
+        Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+    );
+    let names: Vec<String> = groups.json()["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|item| item["metadata"]["name"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "demo.example.io",
+            "authentication.k8s.io",
+            "authorization.k8s.io"
+        ]
+    );
+    let core = send(authorized("/api").header("accept", aggregated)).await;
+    assert_eq!(
+        core.json()["items"][0]["versions"][0]["resources"][0]["resource"],
+        "configmaps"
+    );
+    let beta = send(authorized("/api").header(
+        "accept",
+        "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
+    ))
+    .await;
+    assert_eq!(beta.json()["apiVersion"], "apidiscovery.k8s.io/v2beta1");
+    let legacy = send(authorized("/apis")).await;
+    assert_eq!(legacy.json()["kind"], "APIGroupList");
+    assert_eq!(legacy.json()["groups"][0]["name"], "demo.example.io");
+}
+
+/// The Python client's calls a new user makes first, through the gateway.
+const PYTHON_CLIENT: &str = r#"
+import json, sys
+from kubernetes import client
+
+configuration = client.Configuration()
+configuration.host = sys.argv[1]
+configuration.ssl_ca_cert = sys.argv[2]
+configuration.api_key = {"authorization": sys.argv[3]}
+configuration.api_key_prefix = {"authorization": "Bearer"}
+api = client.ApiClient(configuration)
+
+version = client.VersionApi(api).get_code()
+config_maps = client.CoreV1Api(api).list_namespaced_config_map("default")
+custom = client.CustomObjectsApi(api)
+widget = {"apiVersion": "demo.example.io/v1", "kind": "Widget",
+          "metadata": {"name": "from-python"}, "spec": {"size": 3}}
+created = custom.create_namespaced_custom_object("demo.example.io", "v1", "default", "widgets", widget)
+widgets = custom.list_namespaced_custom_object("demo.example.io", "v1", "default", "widgets")
+print(json.dumps({
+    "gitVersion": version.git_version,
+    "configMaps": [item.metadata.name for item in config_maps.items],
+    "created": created["metadata"]["name"],
+    "widgets": [item["spec"]["size"] for item in widgets["items"]],
+}))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_reads_the_version_config_maps_and_custom_objects() {
+    let python = tokio::task::spawn_blocking(python_kubernetes)
+        .await
+        .expect("the Python client installed");
+    let setup = setup().await;
+    setup
+        .kube
+        .create_config_map("default", "for-python", json!({"k": "v"}));
+    let script = setup.write("client.py", PYTHON_CLIENT);
+    let server = format!("https://localhost:{}", setup.gateway.addr.port());
+    let ca = setup.dir.join("ca.crt");
+    let (ok, out, err) = run_client(
+        python.to_str().expect("UTF-8"),
+        &[&script, &server, ca.to_str().expect("UTF-8"), "alice-token"],
+        &setup.alice.home,
+    )
+    .await;
+    assert!(ok, "the Python client failed: {err}");
+    let answer: Value = serde_json::from_str(out.trim()).expect("the script's JSON");
+    assert_eq!(
+        answer,
+        json!({
+            "gitVersion": format!("v{}", env!("CARGO_PKG_VERSION")),
+            "configMaps": ["for-python"],
+            "created": "from-python",
+            "widgets": [3],
+        })
+    );
+    let stored = setup
+        .kube
+        .object("widgets", "default", "from-python")
+        .expect("the widget at the server");
+    assert_eq!(stored["spec"]["size"], 3);
+}
