@@ -2,7 +2,10 @@
 //! one tree under the client's `traceparent` (the request's span, the
 //! steps', the filter calls' and the upstream call's), and the upstream is
 //! told the trace with the gateway's upstream span as its parent; sampling
-//! follows the client's decision (kube's `ParentBased`), a collector that
+//! follows the client's decision (kube's `ParentBased`), an answer from a
+//! decision cache has its filter span (marked a hit, with no instance), a
+//! self-subject access review's authorizer calls are in its trace, a
+//! collector that
 //! is not there costs a request nothing, a reload moves the spans to the
 //! new endpoint, and shutdown sends the last of them.
 
@@ -143,6 +146,7 @@ async fn one_request_is_one_span_tree_under_the_clients_span() {
             span.attribute("wasmgate.filter.fresh_instance"),
             Some("true")
         );
+        assert_eq!(span.attribute("wasmgate.filter.cache"), None, "no cache");
         assert_eq!(span.status, 0, "{name} succeeded");
     }
 
@@ -221,6 +225,129 @@ async fn a_pooled_filters_reused_instance_and_its_refusal_are_in_its_span() {
     assert!(
         spans.iter().all(|span| span.name != "DELETE"),
         "no upstream call"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_cache_hit_has_a_filter_span_marked_hit_with_no_instance() {
+    let collector = Collector::start().await;
+    let upstream = Upstream::start().await;
+    let manifest = plaintext(&format!(
+        "{}{}{}{}",
+        tracing_table(collector.addr, 1_000_000),
+        filter(
+            "authentication.filters",
+            "tokens",
+            "token-authn",
+            Some(tokens_config()),
+            // Its key is the headers it sees: every traceparent differs.
+            "headers = [\"authorization\"]\ncache = true\n"
+        ),
+        filter(
+            "authorization.filters",
+            "rbac",
+            "rbac-authz",
+            Some(rbac_config()),
+            "cache = true\n"
+        ),
+        routes(&upstream.url())
+    ));
+    let gateway = TestGateway::start(&manifest).await;
+    let first = "33333333333333333333333333333333";
+    let second = "44444444444444444444444444444444";
+    let parent = "00f067aa0ba902b7";
+    get_widgets(&gateway, Some(&traceparent(first, parent, true))).await;
+    get_widgets(&gateway, Some(&traceparent(second, parent, true))).await;
+
+    // The same tree both times: request, 4 steps, 2 filters, the upstream.
+    for (trace_id, cache, fresh) in [(first, "miss", Some("true")), (second, "hit", None)] {
+        let spans = collector.trace(trace_id, 8).await;
+        for (name, outcome) in [
+            ("authentication/tokens", "authenticated"),
+            ("authorization/rbac", "allow"),
+        ] {
+            let span = one(&spans, name);
+            assert_eq!(
+                span.attribute("wasmgate.filter.cache"),
+                Some(cache),
+                "{name}"
+            );
+            assert_eq!(
+                span.attribute("wasmgate.filter.outcome"),
+                Some(outcome),
+                "{name}: the cached answer"
+            );
+            assert_eq!(
+                span.attribute("wasmgate.filter.fresh_instance"),
+                fresh,
+                "{name} ({cache}): an instance only when the filter ran"
+            );
+        }
+    }
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_self_subject_access_reviews_authorizer_calls_are_in_its_trace() {
+    let collector = Collector::start().await;
+    let upstream = Upstream::start().await;
+    let mut config = rbac_config();
+    config["roles"].as_array_mut().expect("roles").push(serde_json::json!({
+        "name": "reviews",
+        "rules": [{"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews"]}],
+    }));
+    config["bindings"]
+        .as_array_mut()
+        .expect("bindings")
+        .push(serde_json::json!({"role": "reviews", "users": ["alice"]}));
+    let manifest = plaintext(&format!(
+        "{}{}{}{}",
+        tracing_table(collector.addr, 1_000_000),
+        tokens(),
+        rbac_with(config),
+        routes(&upstream.url())
+    ));
+    let gateway = TestGateway::start(&manifest).await;
+    let trace_id = "66666666666666666666666666666666";
+    let review = serde_json::json!({
+        "kind": "SelfSubjectAccessReview",
+        "apiVersion": "authorization.k8s.io/v1",
+        "spec": {"resourceAttributes": {"verb": "get", "group": "demo.example.io", "resource": "widgets", "namespace": "default"}},
+    });
+    let answer = send(
+        http_client()
+            .post(gateway.url("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"))
+            .bearer_auth("alice-token")
+            .header(
+                "traceparent",
+                traceparent(trace_id, "00f067aa0ba902b7", true),
+            )
+            .header("content-type", "application/json")
+            .body(review.to_string()),
+    )
+    .await;
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    assert_eq!(answer.json()["status"]["allowed"], true, "{}", answer.body);
+
+    // request, 4 steps, 2 filters, and the review's own call of rbac.
+    let spans = collector.trace(trace_id, 8).await;
+    let request = spans
+        .iter()
+        .find(|span| span.parent_span_id == "00f067aa0ba902b7")
+        .expect("the request's span");
+    let step = one(&spans, "authorization");
+    let mut parents: Vec<&str> = spans
+        .iter()
+        .filter(|span| span.name == "authorization/rbac")
+        .map(|span| span.parent_span_id.as_str())
+        .collect();
+    parents.sort_unstable();
+    let mut expected = vec![step.span_id.as_str(), request.span_id.as_str()];
+    expected.sort_unstable();
+    assert_eq!(
+        parents, expected,
+        "the stage's call under its step, the review's under the request"
     );
     gateway.shutdown().await;
 }
