@@ -29,6 +29,13 @@ pub fn summary(config: &Config, steps: &[&str]) -> String {
     let _ = writeln!(out, "listen: {} ({transport})", config.listen.address);
     let stages = &config.stages;
     let _ = writeln!(out, "chain: {}", steps.join(", "));
+    if let Some(tracing) = &config.tracing {
+        let _ = writeln!(
+            out,
+            "tracing: OTLP/gRPC to {}, {} per million sampled (a client's sampled traceparent is followed)",
+            tracing.endpoint, tracing.sampling_rate_per_million
+        );
+    }
     let anonymous = if stages.authentication.anonymous {
         "unrecognised -> system:anonymous"
     } else {

@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 
 use crate::body::{Body, MaxRequestBody, Request, Response};
 use crate::chain::authorization::{Authorizers, Verdict};
+use crate::chain::stage::Watchers;
 use crate::context::UserInfo;
 use crate::handler::Handler;
 use crate::request_info::RequestInfo;
@@ -95,8 +96,10 @@ async fn answer(request: Request) -> Result<Response, GatewayError> {
         Asked::AccessReview => {
             let user = user_of(&request)?.clone();
             let authorizers = request.extensions().get::<Arc<Authorizers>>().cloned();
+            // The review's authorizer calls are in the request's trace.
+            let watchers = Watchers::of(request.extensions());
             let review = read_review(request, "SelfSubjectAccessReview").await?;
-            access_review(review, &user, authorizers.as_deref()).await?
+            access_review(review, &user, authorizers.as_deref(), &watchers).await?
         }
         Asked::RulesReview => {
             let unlisted = request.extensions().get::<Arc<Authorizers>>().is_some();
@@ -184,11 +187,12 @@ async fn access_review(
     mut review: Value,
     user: &UserInfo,
     authorizers: Option<&Authorizers>,
+    watchers: &Watchers,
 ) -> Result<Value, GatewayError> {
     let info = attributes(&review["spec"])?;
     let status = match authorizers {
         None => json!({"allowed": true}),
-        Some(authorizers) => match authorizers.decide(user, &info, None).await {
+        Some(authorizers) => match authorizers.decide(user, &info, watchers).await {
             Verdict::Allow => json!({"allowed": true}),
             Verdict::Deny(reason) => json!({"allowed": false, "reason": reason}),
             Verdict::Failed(error) => {

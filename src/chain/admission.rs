@@ -14,7 +14,7 @@ use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderValue, StatusCode};
 use http_body_util::BodyExt;
 
-use super::stage::{self, Failure, FilterTrace};
+use super::stage::{self, Failure, Watchers};
 use crate::body::{Body, MaxRequestBody, Request, Response};
 use crate::config::stages::Mode;
 use crate::context::{AuditId, UserInfo};
@@ -94,7 +94,7 @@ impl Admission {
             )
         };
         let mut review = review(&parts, operation, &bytes);
-        let trace = parts.extensions.get::<FilterTrace>().cloned();
+        let watchers = Watchers::of(&parts.extensions);
         let info = parts
             .extensions
             .get::<RequestInfo>()
@@ -117,7 +117,7 @@ impl Admission {
             .filter(|f| stage::selects(&f.spec.matcher, &info))
         {
             match self
-                .run(filter, &review, object.as_ref(), true, trace.as_ref())
+                .run(filter, &review, object.as_ref(), true, &watchers)
                 .await
             {
                 Step::Continue => {}
@@ -141,7 +141,7 @@ impl Admission {
             .filter(|f| stage::selects(&f.spec.matcher, &info))
         {
             if let Step::Stop(error) = self
-                .run(filter, &review, object.as_ref(), false, trace.as_ref())
+                .run(filter, &review, object.as_ref(), false, &watchers)
                 .await
             {
                 phase_done(AdmissionType::Validate, started, true);
@@ -171,10 +171,10 @@ impl Admission {
         review: &AdmissionRequest,
         object: Option<&serde_json::Value>,
         mutating: bool,
-        trace: Option<&FilterTrace>,
+        watchers: &Watchers,
     ) -> Step {
         let started = Instant::now();
-        let step = self.call(filter, review, object, mutating, trace).await;
+        let step = self.call(filter, review, object, mutating, watchers).await;
         let phase = if mutating {
             AdmissionType::Admit
         } else {
@@ -196,19 +196,19 @@ impl Admission {
         review: &AdmissionRequest,
         object: Option<&serde_json::Value>,
         mutating: bool,
-        trace: Option<&FilterTrace>,
+        watchers: &Watchers,
     ) -> Step {
         let started = Instant::now();
-        let outcome = filter.admit(review).await;
+        let call = filter.admit(review).await;
         stage::observe(
             STAGE,
             &filter.spec,
-            (&outcome, Lookup::Uncached),
+            (&call, Lookup::Uncached),
             describe,
             started.elapsed(),
-            trace,
+            watchers,
         );
-        let answer = match outcome {
+        let answer = match call.outcome {
             Outcome::Answer(answer) => answer,
             failed => return failure(filter, &failed),
         };
@@ -256,6 +256,17 @@ fn failure<T>(filter: &LoadedFilter<AdmissionKind>, outcome: &Outcome<T>) -> Ste
     match stage::on_failure(STAGE, &filter.spec, outcome) {
         Failure::Skip => Step::Continue,
         Failure::Fail(error) => Step::Stop(error),
+    }
+}
+
+impl stage::Answer for AdmissionResponse {
+    fn word(&self) -> &'static str {
+        match self {
+            AdmissionResponse::Allowed => "allow",
+            AdmissionResponse::Mutated(_) => "mutated",
+            AdmissionResponse::Patched(_) => "patched",
+            AdmissionResponse::Denied(_) => "deny",
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use http::HeaderMap;
 use http::header::AUTHORIZATION;
 
 use super::audit::FailedAuthenticationAudit;
-use super::stage::{self, Failure, FilterTrace};
+use super::stage::{self, Failure, Watchers};
 use crate::body::{Request, Response};
 use crate::config::stages::RequestHeaders;
 use crate::context::{ClientCredentials, UserInfo};
@@ -56,13 +56,13 @@ impl Authentication {
         let Some(info) = request.extensions.get::<RequestInfo>() else {
             return Identified::Failed(GatewayError::internal("request info missing"));
         };
-        let trace = request.extensions.get::<FilterTrace>();
+        let watchers = Watchers::of(&request.extensions);
         // Authenticators that see the same headers share one view.
         let mut views: Vec<(&RequestHeaders, RequestView)> = Vec::new();
         let mut rejected = has_bearer_token(&request.headers);
         for filter in &self.filters {
             if !stage::selects(&filter.spec.matcher, info) {
-                stage::skipped(STAGE, &filter.spec, trace);
+                stage::skipped(STAGE, &filter.spec, &watchers);
                 continue;
             }
             let selected = &filter.spec.headers;
@@ -74,15 +74,16 @@ impl Authentication {
                 }
             };
             let started = Instant::now();
-            let (outcome, lookup) = filter.authenticate(&views[index].1).await;
+            let (call, lookup) = filter.authenticate(&views[index].1).await;
             stage::observe(
                 STAGE,
                 &filter.spec,
-                (&outcome, lookup),
+                (&call, lookup),
                 describe,
                 started.elapsed(),
-                trace,
+                &watchers,
             );
+            let outcome = call.outcome;
             match outcome {
                 Outcome::Answer(AuthnResult::Authenticated(user)) => {
                     return Identified::User(with_authenticated_group(convert::user_from_wit(
@@ -136,6 +137,16 @@ fn has_bearer_token(headers: &HeaderMap) -> bool {
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.get(..7))
         .is_some_and(|scheme| scheme.eq_ignore_ascii_case("bearer "))
+}
+
+impl stage::Answer for AuthnResult {
+    fn word(&self) -> &'static str {
+        match self {
+            AuthnResult::Authenticated(_) => "authenticated",
+            AuthnResult::NoOpinion => "no-opinion",
+            AuthnResult::Error(_) => "error",
+        }
+    }
 }
 
 fn describe(answer: &AuthnResult) -> String {

@@ -11,7 +11,7 @@ use std::time::Instant;
 use futures_util::future::BoxFuture;
 
 use super::audit::AuditContext;
-use super::stage::{self, Failure, FilterTrace};
+use super::stage::{self, Failure, Watchers};
 use crate::body::{Request, Response};
 use crate::config::stages::Mode;
 use crate::context::UserInfo;
@@ -55,13 +55,13 @@ impl Authorizers {
         &self,
         user: &UserInfo,
         info: &RequestInfo,
-        trace: Option<&FilterTrace>,
+        watchers: &Watchers,
     ) -> Verdict {
         let mut attributes = None;
         let mut reasons = Vec::new();
         for (filter, decisions) in self.filters.iter().zip(&self.decisions) {
             if !stage::selects(&filter.spec.matcher, info) {
-                stage::skipped(STAGE, &filter.spec, trace);
+                stage::skipped(STAGE, &filter.spec, watchers);
                 continue;
             }
             let attributes = attributes.get_or_insert_with(|| Attributes {
@@ -69,16 +69,16 @@ impl Authorizers {
                 request: convert::request_info(info),
             });
             let started = Instant::now();
-            let (outcome, lookup) = filter.authorize(attributes).await;
+            let (call, lookup) = filter.authorize(attributes).await;
             stage::observe(
                 STAGE,
                 &filter.spec,
-                (&outcome, lookup),
+                (&call, lookup),
                 describe,
                 started.elapsed(),
-                trace,
+                watchers,
             );
-            let decision = match outcome {
+            let decision = match call.outcome {
                 Outcome::Answer(decision) => decision,
                 failed => match stage::on_failure(STAGE, &filter.spec, &failed) {
                     Failure::Skip => continue,
@@ -106,6 +106,16 @@ impl Authorizers {
     }
 }
 
+impl stage::Answer for Decision {
+    fn word(&self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Deny(_) => "deny",
+            Decision::NoOpinion(_) => "no-opinion",
+        }
+    }
+}
+
 fn describe(decision: &Decision) -> String {
     match decision {
         Decision::Allow => "allow".to_owned(),
@@ -130,9 +140,9 @@ impl Handler for Authorization {
                 return GatewayError::internal("the request reached authorization without a user")
                     .into_response();
             };
-            let trace = extensions.get::<FilterTrace>().cloned();
+            let watchers = Watchers::of(extensions);
             let audit = extensions.get::<AuditContext>().cloned();
-            let verdict = self.authorizers.decide(user, info, trace.as_ref()).await;
+            let verdict = self.authorizers.decide(user, info, &watchers).await;
             match verdict {
                 Verdict::Allow => {
                     if let Some(audit) = &audit {

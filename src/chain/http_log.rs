@@ -68,7 +68,7 @@ impl Handler for HttpLog {
                 .get::<AuditId>()
                 .map(|id| id.0.clone())
                 .unwrap_or_default(),
-            trace_id: trace_id(&request).unwrap_or_default().to_owned(),
+            trace_id: trace_id(&request).unwrap_or_default(),
             bytes_in: bytes_in.clone(),
         };
         let request = request
@@ -128,13 +128,13 @@ fn write_line(
     );
 }
 
-/// The trace ID the line carries: the one of the W3C `traceparent` header
-/// the request came with (`00-<32 hex trace ID>-<16 hex parent ID>-<2 hex
-/// flags>`), when valid. The one place the access log learns a trace ID:
-/// once the gateway traces requests itself, the trace of the request's
-/// span is read here instead (a `traceparent` it accepted has the same ID).
-fn trace_id(request: &Request) -> Option<&str> {
-    traceparent_trace_id(request.headers())
+/// The trace ID the line carries: the trace of the request's span when the
+/// gateway traces requests (`[tracing]`; a `traceparent` it followed has the
+/// same ID), else the one of the W3C `traceparent` header the request came
+/// with (`00-<32 hex trace ID>-<16 hex parent ID>-<2 hex flags>`), when valid.
+fn trace_id(request: &Request) -> Option<String> {
+    crate::traces::trace_id(request.extensions())
+        .or_else(|| traceparent_trace_id(request.headers()).map(str::to_owned))
 }
 
 /// The trace ID of a valid W3C `traceparent` header.

@@ -13,7 +13,7 @@ use http::HeaderMap;
 
 use super::audit::AuditContext;
 use super::authorization::{Authorizers, Verdict, forbidden};
-use super::stage::FilterTrace;
+use super::stage::Watchers;
 use crate::body::{Request, Response};
 use crate::context::UserInfo;
 use crate::handler::{Handler, SharedHandler};
@@ -53,9 +53,9 @@ impl Handler for Impersonation {
                 return GatewayError::internal("the request reached impersonation without a user")
                     .into_response();
             };
-            let trace = request.extensions().get::<FilterTrace>().cloned();
+            let watchers = Watchers::of(request.extensions());
             for check in checks(&requested) {
-                if let Err(error) = self.permit(&requester, &check, trace.as_ref()).await {
+                if let Err(error) = self.permit(&requester, &check, &watchers).await {
                     return error.into_response();
                 }
             }
@@ -76,12 +76,12 @@ impl Impersonation {
         &self,
         requester: &UserInfo,
         check: &RequestInfo,
-        trace: Option<&FilterTrace>,
+        watchers: &Watchers,
     ) -> Result<(), GatewayError> {
         let Some(authorizers) = &self.authorizers else {
             return Ok(());
         };
-        match authorizers.decide(requester, check, trace).await {
+        match authorizers.decide(requester, check, watchers).await {
             Verdict::Allow => Ok(()),
             Verdict::Deny(reason) => Err(forbidden(requester, check, &reason)),
             Verdict::Failed(error) => Err(error),

@@ -29,12 +29,14 @@ mod request_metrics;
 mod request_target;
 pub(crate) mod stage;
 mod timeout;
+mod tracing;
 
 use std::sync::Arc;
 
 use crate::config::Config;
 use crate::flow_control::Controller;
 use crate::handler::SharedHandler;
+use crate::traces::Tracer;
 use crate::wasm::LoadedStages;
 
 /// The built chain, what it is made of, and the audit backend to flush at
@@ -63,6 +65,8 @@ struct Layers {
     /// Innermost first, as installed.
     steps: Vec<&'static str>,
     timed: Vec<TimedStep>,
+    /// The configuration traces requests: the steps that matter get spans.
+    traced: bool,
 }
 
 impl Layers {
@@ -75,15 +79,26 @@ impl Layers {
 
     /// [`wrap`](Self::wrap), and times the step (kube's `TrackStarted`,
     /// the timing closed where the next timed step, or the servers, begin)
-    /// as `apiserver_request_filter_duration_seconds{filter}`.
+    /// as `apiserver_request_filter_duration_seconds{filter}`; when tracing
+    /// is on, the step also gets a span of its own, from when it receives
+    /// the request to when it hands it on (kube's `filterlatency`).
     fn wrap_timed(
         &mut self,
         step: &'static str,
         filter: &'static str,
         wrap: impl FnOnce(SharedHandler) -> SharedHandler,
     ) {
+        let traced = self.traced;
         self.wrap(step, |next| {
-            Arc::new(filter_latency::Track::new(filter, wrap(next)))
+            let inner = if traced {
+                Arc::new(tracing::StepStart {
+                    step,
+                    inner: wrap(Arc::new(tracing::StepEnd { next })),
+                })
+            } else {
+                wrap(next)
+            };
+            Arc::new(filter_latency::Track::new(filter, inner))
         });
         self.timed.push(TimedStep { step, filter });
     }
@@ -93,11 +108,13 @@ impl Layers {
 /// stages, innermost first: each step below puts one filter *outside*
 /// everything above it, so the request meets them bottom to top. The name
 /// given with each step is the one [`Chain::steps`] records.
-/// `flow_control` is the configuration's API Priority and Fairness, when on.
+/// `flow_control` is the configuration's API Priority and Fairness, when
+/// on; `tracer`, its `[tracing]`, when on.
 pub(crate) fn build(
     config: &Config,
     stages: LoadedStages,
     flow_control: Option<Arc<Controller>>,
+    tracer: Option<Tracer>,
     servers: SharedHandler,
 ) -> Chain {
     let limits = &config.limits;
@@ -106,6 +123,7 @@ pub(crate) fn build(
         handler: Arc::new(filter_latency::Close { next: servers }),
         steps: Vec::new(),
         timed: Vec::new(),
+        traced: tracer.is_some(),
     };
 
     if !stages.mutating.is_empty() || !stages.validating.is_empty() {
@@ -216,6 +234,13 @@ pub(crate) fn build(
             next,
         })
     });
+    // kube's WithTracing sits outside the HTTP log, inside request info
+    // (the span is named from it), when [tracing] is set.
+    if let Some(tracer) = tracer {
+        chain.wrap("tracing", |next| {
+            Arc::new(tracing::Tracing { tracer, next })
+        });
+    }
     // Every request request info resolved is counted, whatever answers it.
     chain.wrap("request-metrics", |next| {
         Arc::new(request_metrics::RequestMetrics { next })
@@ -250,6 +275,7 @@ pub(crate) fn build(
         handler,
         mut steps,
         mut timed,
+        ..
     } = chain;
     steps.reverse();
     timed.reverse();

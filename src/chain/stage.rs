@@ -8,15 +8,18 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
+use opentelemetry::KeyValue;
+use opentelemetry::trace::{Span as _, SpanKind, Status};
 use serde::Serialize;
 
-use crate::config::stages::{FailurePolicy, FilterMatch, FilterSpec, Mode};
+use crate::config::stages::{FailurePolicy, FilterMatch, FilterSpec, Isolation, Mode};
 use crate::decision_cache::Lookup;
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
-use crate::wasm::Outcome;
+use crate::traces::TraceContext;
+use crate::wasm::{Call, Outcome};
 
 /// A record of every filter call of one request; present only when someone
 /// asked for it (`wasmgate try`), so serving requests pays nothing for it.
@@ -49,6 +52,33 @@ impl FilterTrace {
     }
 }
 
+/// Who watches a request's filter calls, each only when present: `wasmgate
+/// try`'s record and the request's trace (when sampled).
+#[derive(Clone, Default)]
+pub(crate) struct Watchers {
+    pub record: Option<FilterTrace>,
+    pub span: Option<TraceContext>,
+}
+
+impl Watchers {
+    /// The watchers a request's extensions name.
+    pub(crate) fn of(extensions: &http::Extensions) -> Watchers {
+        Watchers {
+            record: extensions.get::<FilterTrace>().cloned(),
+            span: extensions
+                .get::<TraceContext>()
+                .filter(|context| context.sampled())
+                .cloned(),
+        }
+    }
+}
+
+/// The word a trace gives a filter's answer: kube's decision (`allow`,
+/// `deny`, `no-opinion`) where the stage has one.
+pub(crate) trait Answer {
+    fn word(&self) -> &'static str;
+}
+
 /// True when every non-empty list of the filter's `match` admits the request.
 pub(crate) fn selects(matcher: &FilterMatch, info: &RequestInfo) -> bool {
     let listed = |list: &[String], value: &str| {
@@ -65,18 +95,24 @@ pub(crate) fn selects(matcher: &FilterMatch, info: &RequestInfo) -> bool {
         && listed(&matcher.namespaces, &info.namespace)
 }
 
-/// Logs one call's outcome, with the filter's name, and traces it when asked.
-pub(crate) fn observe<T>(
+/// Logs one call's outcome, with the filter's name, traces it when asked
+/// and makes its span when the request is traced.
+pub(crate) fn observe<T: Answer>(
     stage: &'static str,
     spec: &FilterSpec,
-    (outcome, lookup): (&Outcome<T>, Lookup),
+    (call, lookup): (&Call<T>, Lookup),
     answer: impl FnOnce(&T) -> String,
     elapsed: Duration,
-    trace: Option<&FilterTrace>,
+    watchers: &Watchers,
 ) {
+    if let Some(context) = &watchers.span {
+        filter_span(context, stage, spec, (call, lookup), elapsed);
+    }
+    let trace = watchers.record.as_ref();
     let cache = lookup.word();
     let filter = spec.name.as_str();
     let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+    let outcome = &call.outcome;
     let detail = match outcome {
         Outcome::Answer(value) => {
             // An answer is described only for someone to read it: the debug
@@ -111,6 +147,60 @@ pub(crate) fn observe<T>(
         }
     };
     record(trace, stage, spec, outcome.kind(), detail, micros, cache);
+}
+
+/// The span of one filter call, which ended just now after `elapsed`:
+/// the filter, its stage, what it came to (its answer's word, or `error`,
+/// `trap`, `timeout`, `exhausted`), its isolation, what its decision cache
+/// did (when it has one) and, when this request ran the filter, whether
+/// the instance was new. An answer from the cache (`hit`, or `merged` from
+/// a concurrent request's call) gets a span too, with no instance: the
+/// trace then shows the stage answered without a call.
+fn filter_span<T: Answer>(
+    context: &TraceContext,
+    stage: &'static str,
+    spec: &FilterSpec,
+    (call, lookup): (&Call<T>, Lookup),
+    elapsed: Duration,
+) {
+    let ended = SystemTime::now();
+    let outcome = match &call.outcome {
+        Outcome::Answer(answer) => answer.word(),
+        unanswered => unanswered.kind(),
+    };
+    let isolation = match spec.isolation {
+        Isolation::PerRequest => "per-request",
+        Isolation::Pooled => "pooled",
+    };
+    let mut attributes = vec![
+        KeyValue::new("wasmgate.filter.name", spec.name.to_string()),
+        KeyValue::new("wasmgate.filter.stage", stage),
+        KeyValue::new("wasmgate.filter.outcome", outcome),
+        KeyValue::new("wasmgate.filter.isolation", isolation),
+    ];
+    if let Some(cache) = lookup.word() {
+        attributes.push(KeyValue::new("wasmgate.filter.cache", cache));
+    }
+    // A kept call's instance was the one of the request that filled the cache.
+    if !matches!(lookup, Lookup::Hit | Lookup::Merged) {
+        attributes.push(KeyValue::new("wasmgate.filter.fresh_instance", call.fresh));
+    }
+    let mut span = context.child(
+        format!("{stage}/{}", spec.name),
+        SpanKind::Internal,
+        Some(ended - elapsed),
+        attributes,
+    );
+    let failure = match &call.outcome {
+        Outcome::Answer(_) => None,
+        Outcome::FilterError(message) | Outcome::Trap(message) => Some(message.clone()),
+        Outcome::Timeout => Some(format!("stopped after {:?}", spec.timeout)),
+        Outcome::Exhausted(what) => Some(what.to_string()),
+    };
+    if let Some(message) = failure {
+        span.set_status(Status::error(message));
+    }
+    span.end_with_timestamp(ended);
 }
 
 /// How often each filter may log a trap (a multi-line backtrace) or its
@@ -154,9 +244,9 @@ impl LogThrottle {
 }
 
 /// Notes in the trace that a filter's `match` left it out.
-pub(crate) fn skipped(stage: &'static str, spec: &FilterSpec, trace: Option<&FilterTrace>) {
+pub(crate) fn skipped(stage: &'static str, spec: &FilterSpec, watchers: &Watchers) {
     record(
-        trace,
+        watchers.record.as_ref(),
         stage,
         spec,
         "skipped",

@@ -57,6 +57,8 @@ pub(crate) const PERCENT: RangeInclusive<i64> = 0..=100;
 /// Borrowing may multiply a level's nominal seats 10 000 times at most.
 pub(crate) const BORROWING_PERCENT: RangeInclusive<i64> = 0..=1_000_000;
 /// Queues cost memory whether they are used or not.
+/// kube's `maxSamplingRatePerMillion`: every request.
+pub(crate) const SAMPLING_RATE_PER_MILLION: RangeInclusive<i64> = 0..=1_000_000;
 pub(crate) const QUEUES: RangeInclusive<i64> = 1..=65_536;
 /// The largest hand: more cards than this need more than the 60 bits of
 /// entropy kube allows a deal (`util/shufflesharding/shufflesharding.go`).

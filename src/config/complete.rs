@@ -54,6 +54,7 @@ pub(super) fn complete(
     let flow_control = manifest
         .flow_control
         .and_then(|section| c.flow_control(&section, &limits));
+    let tracing = manifest.tracing.and_then(|section| c.tracing(&section));
     let servers = c.servers(manifest.servers);
     if stages.all_filters().next().is_some() {
         c.filter_instances_cover_in_flight(&manifest.limits, &limits);
@@ -69,6 +70,7 @@ pub(super) fn complete(
             hooks,
             stages,
             flow_control,
+            tracing,
             servers,
         }),
         _ => Err(c.problems),

@@ -24,6 +24,7 @@ pub(crate) struct Manifest {
     pub admission: Option<Admission>,
     pub audit: Option<Audit>,
     pub flow_control: Option<Spanned<super::flow_control::written::FlowControl>>,
+    pub tracing: Option<Tracing>,
     #[serde(default)]
     pub servers: Vec<Spanned<Server>>,
 }
@@ -251,6 +252,13 @@ pub(crate) struct AccessLog {
 #[serde(deny_unknown_fields)]
 pub(crate) struct Hsts {
     pub directives: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Tracing {
+    pub endpoint: Option<Spanned<String>>,
+    pub sampling_rate_per_million: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

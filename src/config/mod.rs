@@ -12,7 +12,7 @@
 //!
 //! One file per table of the manifest, in docs/manifest.md's order:
 //! `listen` (`[listen]`, `[listen.tls]`), `limits`, `hsts`, `cors`, `access_log`, `hooks`,
-//! `servers` (`[[servers]]`, `[[servers.routes]]`) and [`stages`] (the four
+//! `tracing`, `servers` (`[[servers]]`, `[[servers.routes]]`) and [`stages`] (the four
 //! stages' tables). Each holds the completed types of its table and how they
 //! are completed from what was written, as kube keeps an option group's
 //! struct, `Validate` and `ApplyTo` together in one file of
@@ -42,6 +42,7 @@ mod manifest;
 mod servers;
 pub mod source;
 pub mod stages;
+mod tracing;
 
 pub(crate) use access_log::AccessLog;
 pub(crate) use complete::parse_duration;
@@ -54,6 +55,7 @@ pub(crate) use listen::{Listen, SELF_SIGNED_FILES, TlsMaterial, TrustedProxies};
 pub(crate) use servers::{
     EscapedSlashes, Route, RouteHandler, RouteMatch, Server, StaticResponse, Upstream,
 };
+pub(crate) use tracing::Tracing;
 
 use std::path::{Path, PathBuf};
 
@@ -80,6 +82,8 @@ pub struct Config {
     pub stages: stages::Stages,
     /// API Priority and Fairness; `None` means max-in-flight limits instead.
     pub flow_control: Option<flow_control::FlowControl>,
+    /// OpenTelemetry tracing; `None` (no `[tracing]` table) means none.
+    pub(crate) tracing: Option<Tracing>,
     /// The delegation chain, in order: never empty.
     pub(crate) servers: Vec<Server>,
 }

@@ -16,6 +16,8 @@ pub enum StartError {
     Upstream(#[from] UpstreamError),
     #[error(transparent)]
     Tls(#[from] TlsError),
+    #[error("cannot set up tracing: {0}")]
+    Tracing(String),
     #[error("cannot listen on {address}: {source}")]
     Bind {
         address: SocketAddr,

@@ -36,6 +36,9 @@ use snapshot::{Live, Purpose, Shared, Snapshot};
 /// How long shutdown waits for queued audit events to be written.
 const AUDIT_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long shutdown waits for the collector to take the last spans.
+const TRACE_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How long shutdown waits for requests to end once their connections were
 /// closed (HTTP/2 streams end in tasks of their own, moments later).
 const CUT_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -349,6 +352,10 @@ impl RunningGateway {
         // Then the audit backend, so every event of every request is written.
         if let Some(audit) = &self.live.load().audit {
             audit.flush(AUDIT_FLUSH_LIMIT).await;
+        }
+        // And the spans of the last requests.
+        if let Some(tracer) = &self.live.load().tracer {
+            tracer.flush(TRACE_FLUSH_LIMIT).await;
         }
         self.log_flusher.abort();
         self.reloading.abort();

@@ -1,6 +1,6 @@
 //! What one configuration builds for requests to use, swapped whole on a
-//! reload: the handler chain, the TLS acceptor, the connection settings and
-//! the audit backend. The listener takes the current snapshot when a
+//! reload: the handler chain, the TLS acceptor, the connection settings,
+//! the audit backend and the tracer. The listener takes the current snapshot when a
 //! connection arrives (TLS, limits) and again for every request (the
 //! chain), and a request keeps its snapshot to the end, so a reload never
 //! changes a request under way; an old snapshot is dropped with its last
@@ -23,6 +23,7 @@ use crate::delegation::Targets;
 use crate::handler::SharedHandler;
 use crate::health::Health;
 use crate::reload_trigger::ReloadTrigger;
+use crate::traces::Tracer;
 
 pub(crate) struct Snapshot {
     /// 1 for the configuration the gateway started with, then one more per
@@ -37,6 +38,8 @@ pub(crate) struct Snapshot {
     pub audit: Option<Arc<AuditBackend>>,
     /// What the status page draws of this snapshot, once it is in force.
     pub layout: Arc<crate::status_page::Layout>,
+    /// The configuration's `[tracing]`, when on (the chain holds it too).
+    pub tracer: Option<Tracer>,
 }
 
 /// The snapshot in force, shared by the listener and the reloader.
@@ -96,7 +99,20 @@ pub(crate) fn build(
             Purpose::Check => Refresh::Never,
         },
     )?;
-    let chain = crate::chain::build(&config, stages, flow_control.clone(), center(servers));
+    // Each snapshot has its own tracer too: a reload applies [tracing].
+    let tracer = config
+        .tracing
+        .as_ref()
+        .map(Tracer::new)
+        .transpose()
+        .map_err(StartError::Tracing)?;
+    let chain = crate::chain::build(
+        &config,
+        stages,
+        flow_control.clone(),
+        tracer.clone(),
+        center(servers),
+    );
     let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
     let timings: Vec<crate::status_page::StepTiming> = chain
         .steps
@@ -116,6 +132,7 @@ pub(crate) fn build(
         tls,
         audit: chain.audit,
         layout: Arc::new(layout),
+        tracer,
     })
 }
 

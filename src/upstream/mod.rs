@@ -272,7 +272,23 @@ impl UpstreamProxy {
         let asked = crate::request_info::is_upgrade(&request)
             .then(|| upgrade::Asked::take(&mut request))
             .flatten();
-        let outgoing = self.outgoing_request(request)?;
+        let mut outgoing = self.outgoing_request(request)?;
+        // An upgrade's span ends at the upstream's answer (its 101): the
+        // tunnel after it is no part of the request's trace.
+        let span = crate::traces::upstream_span(&mut outgoing, &self.base);
+        let answered = self.exchange_in_time(outgoing, asked, body_limit).await;
+        crate::traces::upstream_answered(span, &answered);
+        answered
+    }
+
+    /// The exchange (or the upgrade `asked` for), within the route's own
+    /// timeout when it has one, its failure classified.
+    async fn exchange_in_time(
+        &self,
+        outgoing: Request,
+        asked: Option<upgrade::Asked>,
+        body_limit: Option<MaxRequestBody>,
+    ) -> Result<Response, GatewayError> {
         let exchange = async {
             match asked {
                 Some(asked) => {

@@ -78,6 +78,17 @@ impl<T> Outcome<T> {
     }
 }
 
+/// One call of a filter: its outcome, and whether it ran in an instance
+/// made for it (always, with `per-request` isolation; with `pooled`, when
+/// no idle instance was there to reuse).
+#[derive(Debug, Clone)]
+pub struct Call<T> {
+    /// What the call came to.
+    pub outcome: Outcome<T>,
+    /// The instance was new, not a pooled one reused.
+    pub fresh: bool,
+}
+
 /// [`Outcome::kind`]'s words, indexed like [`Outcome::index`].
 const OUTCOME_KINDS: [&str; 5] = ["answer", "error", "trap", "timeout", "exhausted"];
 
@@ -296,8 +307,9 @@ pub struct LoadedFilter<K: Kind> {
     footprint: AtomicUsize,
     /// Set once the cap was found too tight to pool this filter at all.
     warned_memory_tight: AtomicBool,
-    /// Its answers kept, when the manifest sets `cache`.
-    cache: Option<DecisionCache<Outcome<K::Answer>>>,
+    /// Its answers kept, when the manifest sets `cache` (as the calls that
+    /// got them: a call served from here is the one that filled it).
+    cache: Option<DecisionCache<Call<K::Answer>>>,
     kind: PhantomData<K>,
 }
 
@@ -364,12 +376,21 @@ impl<K: Kind> LoadedFilter<K> {
     }
 
     /// Counts the outcome and times the call.
-    fn record<T>(&self, started: Instant, outcome: Outcome<T>) -> Outcome<T> {
-        self.metrics.outcomes[outcome.index()].inc();
+    fn record<T>(&self, started: Instant, call: Call<T>) -> Call<T> {
+        self.metrics.outcomes[call.outcome.index()].inc();
         self.metrics
             .duration
             .observe(started.elapsed().as_secs_f64());
-        outcome
+        call
+    }
+
+    /// A call that failed to make its instance.
+    fn uninstantiated<T>(&self, started: Instant, unanswered: Unanswered) -> Call<T> {
+        let call = Call {
+            outcome: unanswered.into(),
+            fresh: true,
+        };
+        self.record(started, call)
     }
 
     /// An instance with the filter's budgets armed for one call that
@@ -393,6 +414,18 @@ impl<K: Kind> LoadedFilter<K> {
     /// Classifies a call's result; an instance that answered may be reused,
     /// one that trapped is dropped here (a trap may leave it in any state).
     fn finish<T>(
+        &self,
+        instance: Instance<K>,
+        result: wasmtime::Result<Result<T, String>>,
+    ) -> Call<T> {
+        let fresh = instance.calls == 0;
+        Call {
+            outcome: self.classify_result(instance, result),
+            fresh,
+        }
+    }
+
+    fn classify_result<T>(
         &self,
         mut instance: Instance<K>,
         result: wasmtime::Result<Result<T, String>>,
@@ -539,24 +572,21 @@ fn classify(error: wasmtime::Error, memory_refused: bool) -> Unanswered {
     }
 }
 
-/// A call's outcome as the cache takes it: answers kept (`positive` ones
+/// A call as the cache takes it: answers kept (`positive` ones
 /// for the positive TTL), for at most the filter's own limit; the rest never.
 fn fetched<T>(
-    outcome: Outcome<T>,
+    call: Call<T>,
     limit: Option<Duration>,
     positive: impl FnOnce(&T) -> bool,
-) -> Fetched<Outcome<T>> {
-    let keep = match &outcome {
+) -> Fetched<Call<T>> {
+    let keep = match &call.outcome {
         Outcome::Answer(answer) => Some(Keep {
             positive: positive(answer),
             limit,
         }),
         _ => None,
     };
-    Fetched {
-        value: outcome,
-        keep,
-    }
+    Fetched { value: call, keep }
 }
 
 impl<K: Kind> LoadedFilter<K> {
@@ -565,8 +595,8 @@ impl<K: Kind> LoadedFilter<K> {
     async fn cached(
         &self,
         key: impl FnOnce() -> Option<crate::decision_cache::Key>,
-        call: impl Future<Output = Fetched<Outcome<K::Answer>>>,
-    ) -> (Outcome<K::Answer>, Lookup) {
+        call: impl Future<Output = Fetched<Call<K::Answer>>>,
+    ) -> (Call<K::Answer>, Lookup) {
         match &self.cache {
             Some(cache) => cache.get(key(), call).await,
             None => (call.await.value, Lookup::Uncached),
@@ -576,10 +606,7 @@ impl<K: Kind> LoadedFilter<K> {
 
 impl LoadedFilter<Authenticator> {
     /// Who made `request`, by the filter or its cache.
-    pub async fn authenticate(
-        &self,
-        request: &types::RequestView,
-    ) -> (Outcome<AuthnResult>, Lookup) {
+    pub async fn authenticate(&self, request: &types::RequestView) -> (Call<AuthnResult>, Lookup) {
         self.cached(
             || cache_key::authentication(request),
             self.call_authenticate(request),
@@ -587,15 +614,12 @@ impl LoadedFilter<Authenticator> {
         .await
     }
 
-    async fn call_authenticate(
-        &self,
-        request: &types::RequestView,
-    ) -> Fetched<Outcome<AuthnResult>> {
+    async fn call_authenticate(&self, request: &types::RequestView) -> Fetched<Call<AuthnResult>> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
             Err(unanswered) => {
-                return fetched(self.record(started, unanswered.into()), None, |_| false);
+                return fetched(self.uninstantiated(started, unanswered), None, |_| false);
             }
         };
         let result = match &instance.exports {
@@ -626,7 +650,7 @@ impl LoadedFilter<Authenticator> {
 
 impl LoadedFilter<Authorizer> {
     /// The decision on `attributes`, by the filter or its cache.
-    pub async fn authorize(&self, attributes: &Attributes) -> (Outcome<Decision>, Lookup) {
+    pub async fn authorize(&self, attributes: &Attributes) -> (Call<Decision>, Lookup) {
         self.cached(
             || cache_key::authorization(&attributes.user, &attributes.request),
             self.call_authorize(attributes),
@@ -634,12 +658,12 @@ impl LoadedFilter<Authorizer> {
         .await
     }
 
-    async fn call_authorize(&self, attributes: &Attributes) -> Fetched<Outcome<Decision>> {
+    async fn call_authorize(&self, attributes: &Attributes) -> Fetched<Call<Decision>> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
             Err(unanswered) => {
-                return fetched(self.record(started, unanswered.into()), None, |_| false);
+                return fetched(self.uninstantiated(started, unanswered), None, |_| false);
             }
         };
         let result = match &instance.exports {
@@ -665,11 +689,11 @@ impl LoadedFilter<Authorizer> {
 
 impl LoadedFilter<Admission> {
     /// Calls the admission filter's `admit` on a write.
-    pub async fn admit(&self, request: &AdmissionRequest) -> Outcome<AdmissionResponse> {
+    pub async fn admit(&self, request: &AdmissionRequest) -> Call<AdmissionResponse> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
-            Err(unanswered) => return self.record(started, unanswered.into()),
+            Err(unanswered) => return self.uninstantiated(started, unanswered),
         };
         let result = match &instance.exports {
             Versioned::V0_2(exports) => {
@@ -702,11 +726,11 @@ impl LoadedFilter<Auditor> {
     /// Records `events`, in order: in one call (0.2.0's `audit-batch`), or
     /// one call each for a 0.1.0 auditor, which goes on past an event it
     /// failed on (the first failure is the outcome) and stops at a trap.
-    pub async fn audit(&self, events: &[Event]) -> Outcome<()> {
+    pub async fn audit(&self, events: &[Event]) -> Call<()> {
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
-            Err(unanswered) => return self.record(started, unanswered.into()),
+            Err(unanswered) => return self.uninstantiated(started, unanswered),
         };
         let result = match &instance.exports {
             Versioned::V0_2(exports) => {

@@ -21,7 +21,7 @@ pub mod state;
 pub(crate) use engine::LoadError;
 pub use engine::WasmHost;
 pub use filter::LoadedFilter;
-pub(crate) use filter::Outcome;
+pub(crate) use filter::{Call, Outcome};
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! The handler chain's order is written once, in `chain::build`, which
 //! records the steps it installs (`Chain::steps`). For a manifest that
 //! installs every step (the quickstart's four Wasm stages and HSTS, plus
-//! CORS), this holds to that record the one drawing of the chain
+//! CORS and tracing), this holds to that record the one drawing of the chain
 //! (docs/architecture.md), the chain line of `wasmgate check` and the
 //! `chain` of `wasmgate try`'s report, so none of them can drift from the
 //! code.
@@ -45,7 +45,7 @@ fn drawn_steps() -> Vec<String> {
     steps
 }
 
-/// The quickstart manifest with CORS added, its components named by
+/// The quickstart manifest with CORS and tracing added, its components named by
 /// absolute path, written to a temp folder.
 fn every_step_manifest(dir: &Path) -> PathBuf {
     build_filters();
@@ -53,7 +53,7 @@ fn every_step_manifest(dir: &Path) -> PathBuf {
         .expect("read examples/quickstart.toml");
     let dist = repo().join("filters/dist/");
     let manifest = format!(
-        "{}\n[cors]\nallowed_origins = ['^https://console\\.example$']\n",
+        "{}\n[cors]\nallowed_origins = ['^https://console\\.example$']\n\n[tracing]\nendpoint = \"127.0.0.1:4317\"\n",
         quickstart.replace("../filters/dist/", &dist.display().to_string())
     );
     let path = dir.join("every-step.toml");

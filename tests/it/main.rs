@@ -54,6 +54,7 @@ mod self_reviews;
 mod self_signed;
 mod systemd;
 mod tls;
+mod tracing;
 mod try_cli;
 mod upgrades;
 mod upstream;

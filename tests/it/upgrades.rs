@@ -1,7 +1,9 @@
 //! Upgrades and long-running requests over real TLS, both to the gateway and
 //! from it to the upstream: a WebSocket client (tokio-tungstenite) through
 //! the whole chain to an echo upstream, kubectl's `SPDY/3.1` handshake
-//! passed through with bytes copied both ways, an upgrade authorization
+//! passed through with bytes copied both ways (and, traced, the upstream
+//! told the trace with the gateway's upstream span as its parent, as a
+//! proxied request is), an upgrade authorization
 //! refuses answered 403 before anything is upgraded, the audit events of a
 //! tunnel, the user's identity headers (and not the client's credentials)
 //! at the upstream, no priority-and-fairness seat; watches flushed as the upstream writes them, exempt from
@@ -297,6 +299,49 @@ async fn kubectls_spdy_upgrade_is_passed_through() {
             .expect("read");
         assert_eq!(echoed, bytes);
     }
+}
+
+/// With `[tracing]`, an upgrade's upstream request carries the trace as a
+/// proxied request's does: its parent is the gateway's upstream span, which
+/// ended at the upstream's 101.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_traced_upgrade_tells_the_upstream_its_trace() {
+    let collector = Collector::start().await;
+    let tracing = tracing_table(collector.addr, 1_000_000);
+    let setup = setup_with(Duration::from_secs(1), "", &tracing, "").await;
+    let trace_id = "55555555555555555555555555555555";
+    let mut stream = tls_connect(&setup.gateway, &setup.ca).await;
+    let head = format!(
+        "POST {EXEC} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer alice-token\r\n\
+         Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
+         X-Stream-Protocol-Version: v4.channel.k8s.io\r\n\
+         Traceparent: 00-{trace_id}-00f067aa0ba902b7-01\r\nContent-Length: 0\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let answer = read_head(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 101"), "{answer}");
+    let seen = setup.upstream.next_seen().await;
+    let sent = seen
+        .headers
+        .get("traceparent")
+        .and_then(|value| value.to_str().ok())
+        .expect("the upstream got a traceparent");
+    let parts: Vec<&str> = sent.split('-').collect();
+    assert_eq!(parts.len(), 4, "a traceparent: {sent}");
+    assert_eq!((parts[1], parts[3]), (trace_id, "01"), "{sent}");
+
+    let upstream = eventually("the upgrade's upstream span", || {
+        let found = collector
+            .spans()
+            .into_iter()
+            .find(|span| span.trace_id == trace_id && span.kind == 3);
+        std::future::ready(found)
+    })
+    .await;
+    assert_eq!(upstream.span_id, parts[2], "the upstream's parent");
+    assert_eq!(upstream.attribute("http.response.status_code"), Some("101"));
+    drop(stream);
+    setup.gateway.shutdown().await;
 }
 
 /// kube's authorization runs before anything is upgraded: bob may not exec,

@@ -179,7 +179,7 @@ async fn collect(
 async fn write_through(filters: &[LoadedFilter<Auditor>], batch: &[Event]) {
     crate::metrics::metrics().gateway.audit_batches.inc();
     for filter in filters {
-        let outcome = filter.audit(batch).await;
+        let outcome = filter.audit(batch).await.outcome;
         if !matches!(outcome, Outcome::Answer(())) {
             crate::metrics::metrics()
                 .stages

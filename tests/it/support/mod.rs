@@ -20,6 +20,7 @@
 //!   run with no proxy and no user configuration;
 //! - [`kube_api`]: a small kube-like API server (ConfigMaps, a custom
 //!   resource, discovery, OpenAPI) to stand where a kube-apiserver would;
+//! - [`otlp`]: a real OTLP/gRPC trace receiver, and the span tree it got;
 //! - [`etcd`]: a real etcd (Debian's `etcd-server`) on loopback ports;
 //! - [`debian`]: programs from Debian's packages, installed when absent.
 
@@ -36,6 +37,7 @@ pub mod gateway;
 pub mod jwt;
 pub mod kube;
 pub mod kube_api;
+pub mod otlp;
 pub mod process;
 pub mod raw;
 pub mod tunnel;
@@ -49,6 +51,7 @@ pub use gateway::*;
 pub use jwt::*;
 pub use kube::*;
 pub use kube_api::*;
+pub use otlp::*;
 pub use process::*;
 pub use raw::*;
 pub use tunnel::*;

@@ -1,0 +1,190 @@
+//! The request's span (kube's `WithTracing`,
+//! `staging/src/k8s.io/apiserver/pkg/endpoints/filters/traces.go`): named
+//! and attributed as kube names it, a child of the client's `traceparent`,
+//! installed only when the manifest has `[tracing]`. And the spans of the
+//! steps that matter, kube's `filterlatency.TrackStarted` and
+//! `TrackCompleted` around a filter: a step's span runs from when the step
+//! receives the request to when it hands it on (or answers it).
+
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use futures_util::future::BoxFuture;
+use opentelemetry::KeyValue;
+use opentelemetry::trace::{Span as _, SpanKind, Status};
+
+use crate::body::{Request, Response};
+use crate::context::{AuditId, ReceivedAt};
+use crate::handler::{Handler, SharedHandler};
+use crate::request_info::RequestInfo;
+use crate::traces::{Span, TraceContext, Tracer};
+
+/// kube's `WithTracing`: the request's server span, in which every later
+/// step, filter call and the upstream call make theirs.
+pub(crate) struct Tracing {
+    pub tracer: Tracer,
+    pub next: SharedHandler,
+}
+
+impl Handler for Tracing {
+    fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
+        let extensions = request.extensions();
+        // kube starts the span at the request-received timestamp, the
+        // time its latency metrics measure from.
+        let start = extensions
+            .get::<ReceivedAt>()
+            .map_or_else(SystemTime::now, |received| received.wall);
+        let (context, mut span) = self.tracer.request_span(request.headers(), start);
+        if span.is_recording() {
+            span.update_name(span_name(&request));
+            span.set_attributes(request_attributes(&request));
+        }
+        request.extensions_mut().insert(context);
+        Box::pin(async move {
+            let response = self.next.call(request).await;
+            if span.is_recording() {
+                let code = response.status();
+                span.set_attribute(KeyValue::new(
+                    "http.response.status_code",
+                    i64::from(code.as_u16()),
+                ));
+                // otelhttp's server spans: a 5xx is the server's error.
+                if code.is_server_error() {
+                    span.set_status(Status::error(""));
+                }
+            }
+            span.end();
+            response
+        })
+    }
+}
+
+/// kube's span names: `GET /api/v1/namespaces/{:namespace}/pods/{:name}`
+/// for a resource request, the method alone otherwise (a path is not a
+/// name: it has no bound).
+fn span_name(request: &Request) -> String {
+    let method = request.method().as_str();
+    let Some(info) = request
+        .extensions()
+        .get::<RequestInfo>()
+        .filter(|info| info.is_resource_request)
+    else {
+        return method.to_owned();
+    };
+    let mut name = format!("{method} /{}", info.api_prefix);
+    if !info.api_group.is_empty() {
+        name.push('/');
+        name.push_str(&info.api_group);
+    }
+    name.push('/');
+    name.push_str(&info.api_version);
+    if !info.namespace.is_empty() {
+        name.push_str("/namespaces/{:namespace}");
+    }
+    name.push('/');
+    name.push_str(&info.resource);
+    if !info.name.is_empty() {
+        name.push_str("/{:name}");
+    }
+    if !info.subresource.is_empty() {
+        name.push('/');
+        name.push_str(&info.subresource);
+    }
+    name
+}
+
+/// otelhttp's server attributes, and kube's `http.target` and `audit-id`.
+fn request_attributes(request: &Request) -> Vec<KeyValue> {
+    let mut attributes = vec![
+        KeyValue::new("http.request.method", request.method().as_str().to_owned()),
+        KeyValue::new("http.target", request.uri().to_string()),
+        KeyValue::new(
+            "network.protocol.version",
+            match request.version() {
+                http::Version::HTTP_2 => "2",
+                http::Version::HTTP_10 => "1.0",
+                _ => "1.1",
+            },
+        ),
+    ];
+    let text = |name| {
+        request
+            .headers()
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+    };
+    if let Some(agent) = text(http::header::USER_AGENT) {
+        attributes.push(KeyValue::new("user_agent.original", agent));
+    }
+    if let Some(AuditId(id)) = request.extensions().get::<AuditId>() {
+        attributes.push(KeyValue::new("audit-id", id.clone()));
+    }
+    attributes
+}
+
+/// kube's `TrackStarted`: the step's span, under the request's, from here
+/// to [`StepEnd`] (or to the step's answer). The step runs with its span as
+/// the request's [`TraceContext`], so the filter calls it makes are its
+/// children.
+pub(crate) struct StepStart {
+    pub step: &'static str,
+    /// The step, whose `next` is a [`StepEnd`].
+    pub inner: SharedHandler,
+}
+
+/// kube's `TrackCompleted`: the step handed the request on; its span ends,
+/// and what follows runs in the request's span again.
+pub(crate) struct StepEnd {
+    pub next: SharedHandler,
+}
+
+/// A step's span while the step runs, and the context to give back.
+#[derive(Clone)]
+struct OpenStep {
+    span: Arc<Mutex<Option<Span>>>,
+    outer: TraceContext,
+}
+
+impl OpenStep {
+    fn end(&self) {
+        if let Some(mut span) = self.span.lock().ok().and_then(|mut span| span.take()) {
+            span.end();
+        }
+    }
+}
+
+impl Handler for StepStart {
+    fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
+        let Some(outer) = request
+            .extensions()
+            .get::<TraceContext>()
+            .filter(|context| context.sampled())
+            .cloned()
+        else {
+            return self.inner.call(request);
+        };
+        let span = outer.child(self.step, SpanKind::Internal, None, Vec::new());
+        request.extensions_mut().insert(outer.within(&span));
+        let open = OpenStep {
+            span: Arc::new(Mutex::new(Some(span))),
+            outer,
+        };
+        request.extensions_mut().insert(open.clone());
+        Box::pin(async move {
+            let response = self.inner.call(request).await;
+            open.end();
+            response
+        })
+    }
+}
+
+impl Handler for StepEnd {
+    fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
+        if let Some(open) = request.extensions_mut().remove::<OpenStep>() {
+            open.end();
+            request.extensions_mut().insert(open.outer);
+        }
+        self.next.call(request)
+    }
+}

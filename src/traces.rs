@@ -1,0 +1,308 @@
+//! OpenTelemetry tracing, as kube's `--tracing-config-file` sets it up
+//! (`staging/src/k8s.io/component-base/tracing/utils.go`, `NewProvider`):
+//! spans exported over OTLP/gRPC by a batch processor with a bounded queue,
+//! sampled `ParentBased(TraceIDRatioBased(rate))`, W3C Trace Context read
+//! from the client and written to the upstream.
+//!
+//! A [`Tracer`] belongs to one configuration's chain snapshot, so a reload
+//! applies a changed `[tracing]` table; the request carries the span it is
+//! in as a [`TraceContext`] extension, which the steps, the filter calls and
+//! the upstream proxy make their spans under. Export runs on the batch
+//! processor's own thread: a slow or unreachable collector costs a request
+//! nothing, and when the queue is full spans are dropped, never waited for.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::{
+    Span as _, SpanBuilder, SpanContext, SpanKind, Status, TraceContextExt, TraceFlags,
+    TracerProvider as _,
+};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{
+    BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider, Span as SdkSpan,
+};
+
+use crate::config::Tracing;
+
+/// A span of the gateway's, ended when dropped or by `end`.
+pub(crate) type Span = SdkSpan;
+
+/// The service name spans are exported under (kube's is `apiserver`).
+const SERVICE_NAME: &str = "wasmgate";
+
+/// The instrumentation scope of the gateway's spans.
+const SCOPE: &str = "wasmgate";
+
+/// One configuration's tracer: its provider (exporter, batch processor)
+/// and the tracer spans are made with. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Tracer(Arc<Provider>);
+
+struct Provider {
+    provider: SdkTracerProvider,
+    tracer: SdkTracer,
+}
+
+impl Tracer {
+    /// The tracer of `config`: the exporter connects lazily, so a collector
+    /// that is not there fails nothing here. Made on the tokio runtime,
+    /// where tonic spawns its channel's worker.
+    pub(crate) fn new(config: &Tracing) -> Result<Tracer, String> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err("the exporter needs the tokio runtime".to_owned());
+        }
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(config.endpoint.clone())
+            .build()
+            .map_err(|error| error.to_string())?;
+        let ratio = f64::from(config.sampling_rate_per_million) / 1_000_000.0;
+        let provider = SdkTracerProvider::builder()
+            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+                ratio,
+            ))))
+            .with_span_processor(BatchSpanProcessor::builder(exporter).build())
+            .with_resource(
+                Resource::builder_empty()
+                    .with_service_name(SERVICE_NAME)
+                    .build(),
+            )
+            .build();
+        let tracer = provider.tracer(SCOPE);
+        Ok(Tracer(Arc::new(Provider { provider, tracer })))
+    }
+
+    /// The request's server span: a child of the client's `traceparent`
+    /// when it sent a valid one, else a new trace's root. The span is made
+    /// (as a non-recording one) even when not sampled, so the upstream is
+    /// still told the trace; its name and attributes are the caller's to
+    /// set when it is recorded (the sampler reads neither), so an unsampled
+    /// request does not pay for them.
+    pub(crate) fn request_span(
+        &self,
+        headers: &HeaderMap,
+        start: SystemTime,
+    ) -> (TraceContext, Span) {
+        let parent = TraceContextPropagator::new().extract(&HeaderReader(headers));
+        let span = SpanBuilder::from_name("")
+            .with_kind(SpanKind::Server)
+            .with_start_time(start)
+            .start_with_context(&self.0.tracer, &parent);
+        let context = TraceContext {
+            tracer: self.clone(),
+            span: opentelemetry::trace::Span::span_context(&span).clone(),
+        };
+        (context, span)
+    }
+}
+
+impl Tracer {
+    /// Sends the spans still queued, waiting at most `limit` (shutdown
+    /// calls it, so the last requests' spans are not lost with the
+    /// process). The export runs on the processor's thread; this waits
+    /// on a blocking thread, not on the runtime's worker.
+    pub(crate) async fn flush(&self, limit: Duration) {
+        let provider = self.0.provider.clone();
+        let flushed = tokio::task::spawn_blocking(move || provider.force_flush());
+        match tokio::time::timeout(limit, flushed).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => tracing::warn!(%error, "the last spans could not be sent"),
+            Ok(Err(error)) => tracing::warn!(%error, "the last spans could not be sent"),
+            Err(_) => tracing::warn!(
+                ?limit,
+                "the collector took too long: the last spans are dropped"
+            ),
+        }
+    }
+}
+
+impl Drop for Provider {
+    /// Shutting the provider down flushes its queue to the collector and
+    /// can wait for the export timeout: done on a thread of its own, never
+    /// on the worker that drops a snapshot's last request.
+    fn drop(&mut self) {
+        let provider = self.provider.clone();
+        let spawned = std::thread::Builder::new()
+            .name("wasmgate-trace-shutdown".to_owned())
+            .spawn(move || {
+                if let Err(error) = provider.shutdown() {
+                    tracing::debug!(%error, "tracing provider shutdown");
+                }
+            });
+        if let Err(error) = spawned {
+            tracing::warn!(%error, "cannot start a thread to flush the last spans");
+        }
+    }
+}
+
+/// The span a request is in now, as its extension: the request's own span
+/// (set by the chain's tracing step), or the step it is in.
+#[derive(Clone)]
+pub(crate) struct TraceContext {
+    tracer: Tracer,
+    span: SpanContext,
+}
+
+impl TraceContext {
+    /// True when this trace is being recorded: the spans below it are
+    /// worth making (an unsampled request makes none but the ones whose
+    /// context the upstream needs).
+    pub(crate) fn sampled(&self) -> bool {
+        self.span.is_sampled()
+    }
+
+    /// A span under this one, started at `start` (now when `None`).
+    pub(crate) fn child(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        kind: SpanKind,
+        start: Option<SystemTime>,
+        attributes: Vec<KeyValue>,
+    ) -> Span {
+        let mut builder = SpanBuilder::from_name(name)
+            .with_kind(kind)
+            .with_attributes(attributes);
+        if let Some(start) = start {
+            builder = builder.with_start_time(start);
+        }
+        let parent = Context::new().with_remote_span_context(self.span.clone());
+        builder.start_with_context(&self.tracer.0.tracer, &parent)
+    }
+
+    /// The context of `span`, made under this one, for what runs in it.
+    pub(crate) fn within(&self, span: &Span) -> TraceContext {
+        TraceContext {
+            tracer: self.tracer.clone(),
+            span: opentelemetry::trace::Span::span_context(span).clone(),
+        }
+    }
+
+    /// Writes this span as the request's `traceparent` (and `tracestate`),
+    /// replacing the client's. Written here rather than by the SDK's
+    /// propagator, whose `format!` of the two IDs cost 4.5k instructions a
+    /// request, more than a third of an unsampled request's tracing
+    /// (bench/README.md § Tracing); this is W3C Trace Context's version 00,
+    /// as the propagator writes it.
+    pub(crate) fn inject(&self, headers: &mut HeaderMap) {
+        headers.remove(TRACEPARENT);
+        headers.remove(TRACESTATE);
+        if !self.span.is_valid() {
+            return;
+        }
+        let mut value = *b"00-00000000000000000000000000000000-0000000000000000-00";
+        let flags = self.span.trace_flags() & TraceFlags::SAMPLED;
+        let written = hex::encode_to_slice(self.span.trace_id().to_bytes(), &mut value[3..35])
+            .and_then(|()| hex::encode_to_slice(self.span.span_id().to_bytes(), &mut value[36..52]))
+            .and_then(|()| hex::encode_to_slice([flags.to_u8()], &mut value[53..55]));
+        if let (Ok(()), Ok(traceparent)) = (written, HeaderValue::from_bytes(&value)) {
+            headers.insert(TRACEPARENT, traceparent);
+        }
+        let state = self.span.trace_state().header();
+        if !state.is_empty()
+            && let Ok(state) = HeaderValue::try_from(state)
+        {
+            headers.insert(TRACESTATE, state);
+        }
+    }
+}
+
+/// The upstream call's client span (otelhttp's transport), under the span
+/// the request is in, and written into the outgoing `request` as its
+/// `traceparent`, so the upstream's spans are its children. Made even when
+/// the trace is not sampled (then as a non-recording span): the upstream
+/// is told the trace and its decision all the same.
+pub(crate) fn upstream_span<B>(request: &mut http::Request<B>, url: &http::Uri) -> Option<Span> {
+    let context = request.extensions().get::<TraceContext>()?;
+    let attributes = if context.sampled() {
+        // The pool sends origin-form: the URL is the upstream's with the
+        // request's path and query.
+        let target = request
+            .uri()
+            .path_and_query()
+            .map_or("/", |path| path.as_str());
+        let full = match (url.scheme_str(), url.authority()) {
+            (Some(scheme), Some(authority)) => format!("{scheme}://{authority}{target}"),
+            _ => url.to_string(),
+        };
+        let mut attributes = vec![
+            KeyValue::new("http.request.method", request.method().as_str().to_owned()),
+            KeyValue::new("url.full", full),
+        ];
+        if let Some(host) = url.host() {
+            attributes.push(KeyValue::new("server.address", host.to_owned()));
+        }
+        if let Some(port) = url.port_u16() {
+            attributes.push(KeyValue::new("server.port", i64::from(port)));
+        }
+        attributes
+    } else {
+        Vec::new()
+    };
+    // A name only a recorded span needs.
+    let name = if context.sampled() {
+        Cow::Owned(request.method().as_str().to_owned())
+    } else {
+        Cow::Borrowed("")
+    };
+    let span = context.child(name, SpanKind::Client, None, attributes);
+    let within = context.within(&span);
+    within.inject(request.headers_mut());
+    Some(span)
+}
+
+/// Ends the upstream call's span with its answer's code, or its failure.
+pub(crate) fn upstream_answered<B, E: std::fmt::Display>(
+    span: Option<Span>,
+    result: &Result<http::Response<B>, E>,
+) {
+    let Some(mut span) = span else { return };
+    if span.is_recording() {
+        match result {
+            Ok(response) => {
+                let code = response.status();
+                span.set_attribute(KeyValue::new(
+                    "http.response.status_code",
+                    i64::from(code.as_u16()),
+                ));
+                // otelhttp's client spans: a 4xx or 5xx is an error.
+                if code.is_client_error() || code.is_server_error() {
+                    span.set_status(Status::error(""));
+                }
+            }
+            Err(error) => span.set_status(Status::error(error.to_string())),
+        }
+    }
+    span.end();
+}
+
+/// The trace ID of the request whose extensions are `extensions`, in hex
+/// (32 digits), when the gateway traces it: for a log line to name the
+/// trace its request is in.
+pub(crate) fn trace_id(extensions: &http::Extensions) -> Option<String> {
+    extensions
+        .get::<TraceContext>()
+        .map(|context| context.span.trace_id().to_string())
+}
+
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
+/// The request's headers as the propagator reads them.
+struct HeaderReader<'a>(&'a HeaderMap);
+
+impl Extractor for HeaderReader<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|value| value.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(HeaderName::as_str).collect()
+    }
+}

@@ -1,0 +1,478 @@
+//! `[tracing]`: the spans of a request reach a real OTLP/gRPC receiver as
+//! one tree under the client's `traceparent` (the request's span, the
+//! steps', the filter calls' and the upstream call's), and the upstream is
+//! told the trace with the gateway's upstream span as its parent; sampling
+//! follows the client's decision (kube's `ParentBased`), an answer from a
+//! decision cache has its filter span (marked a hit, with no instance), a
+//! self-subject access review's authorizer calls are in its trace, a
+//! collector that
+//! is not there costs a request nothing, a reload moves the spans to the
+//! new endpoint, and shutdown sends the last of them.
+
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+/// A client's span: trace `trace_id`, span `span_id`, sampled or not.
+fn traceparent(trace_id: &str, span_id: &str, sampled: bool) -> String {
+    let flags = if sampled { "01" } else { "00" };
+    format!("00-{trace_id}-{span_id}-{flags}")
+}
+
+/// The trace ID, parent span ID and flags of the `traceparent` the
+/// upstream received.
+fn upstream_traceparent(echo: &serde_json::Value) -> (String, String, String) {
+    let value = echoed_header(echo, "traceparent").expect("the upstream got a traceparent");
+    let parts: Vec<&str> = value.split('-').collect();
+    assert_eq!(parts.len(), 4, "a traceparent: {value}");
+    assert_eq!(parts[0], "00", "version 00: {value}");
+    (
+        parts[1].to_owned(),
+        parts[2].to_owned(),
+        parts[3].to_owned(),
+    )
+}
+
+/// A receiver, an upstream, and a gateway tracing to the receiver at `rate`
+/// per million in front of it (as [`traced_gateway`]).
+async fn traced(rate: u32) -> (Collector, Upstream, TestGateway) {
+    let collector = Collector::start().await;
+    let upstream = Upstream::start().await;
+    let gateway = traced_gateway(&tracing_table(collector.addr, rate), &upstream).await;
+    (collector, upstream, gateway)
+}
+
+/// A gateway with `tracing` (a `[tracing]` table), the token authenticator
+/// and RBAC, in front of `upstream`.
+async fn traced_gateway(tracing: &str, upstream: &Upstream) -> TestGateway {
+    let manifest = plaintext(&format!(
+        "{tracing}{}{}{}",
+        tokens(),
+        rbac(),
+        routes(&upstream.url())
+    ));
+    TestGateway::start(&manifest).await
+}
+
+/// GET the widgets as alice, with `traceparent` when given: the echo.
+async fn get_widgets(gateway: &TestGateway, traceparent: Option<&str>) -> serde_json::Value {
+    let mut request = http_client()
+        .get(gateway.url(WIDGETS))
+        .bearer_auth("alice-token");
+    if let Some(value) = traceparent {
+        request = request.header("traceparent", value);
+    }
+    echo(&send(request).await)
+}
+
+fn one<'a>(spans: &'a [ReceivedSpan], name: &str) -> &'a ReceivedSpan {
+    let found: Vec<&ReceivedSpan> = spans.iter().filter(|span| span.name == name).collect();
+    assert_eq!(found.len(), 1, "one span {name:?} in {spans:#?}");
+    found[0]
+}
+
+#[tokio::test]
+async fn one_request_is_one_span_tree_under_the_clients_span() {
+    let (collector, upstream, gateway) = traced(1_000_000).await;
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let client_span = "00f067aa0ba902b7";
+    let echo = get_widgets(&gateway, Some(&traceparent(trace_id, client_span, true))).await;
+
+    // The upstream is in the same trace, under the gateway's upstream span.
+    let (sent_trace, sent_parent, sent_flags) = upstream_traceparent(&echo);
+    assert_eq!(sent_trace, trace_id);
+    assert_eq!(sent_flags, "01");
+    assert_ne!(
+        sent_parent, client_span,
+        "the gateway's span, not the client's"
+    );
+
+    // request, 4 steps, 2 filter calls, the upstream call.
+    let spans = collector.trace(trace_id, 8).await;
+    eprintln!("{}", render_tree(&spans, client_span));
+    assert!(spans.iter().all(|span| span.service == "wasmgate"));
+
+    let request = one(
+        &spans,
+        "GET /apis/demo.example.io/v1/namespaces/{:namespace}/widgets",
+    );
+    assert_eq!(request.parent_span_id, client_span);
+    assert_eq!(request.kind, 2, "a server span");
+    assert_eq!(request.attribute("http.request.method"), Some("GET"));
+    assert_eq!(request.attribute("http.target"), Some(WIDGETS));
+    assert_eq!(request.attribute("http.response.status_code"), Some("200"));
+    assert!(
+        request
+            .attribute("audit-id")
+            .is_some_and(|id| !id.is_empty()),
+        "kube's audit-id attribute: {request:?}"
+    );
+
+    let steps = [
+        "authentication",
+        "impersonation",
+        "max-in-flight",
+        "authorization",
+    ];
+    for step in steps {
+        let span = one(&spans, step);
+        assert_eq!(
+            span.parent_span_id, request.span_id,
+            "{step} under the request"
+        );
+        assert_eq!(span.kind, 1, "{step}: an internal span");
+    }
+    // Each step's span ends where the next begins: siblings, in chain order.
+    let starts: Vec<u64> = steps.iter().map(|step| one(&spans, step).start).collect();
+    assert!(starts.is_sorted(), "steps in chain order: {starts:?}");
+
+    for (name, step, outcome) in [
+        ("authentication/tokens", "authentication", "authenticated"),
+        ("authorization/rbac", "authorization", "allow"),
+    ] {
+        let span = one(&spans, name);
+        assert_eq!(
+            span.parent_span_id,
+            one(&spans, step).span_id,
+            "{name} under {step}"
+        );
+        assert_eq!(span.attribute("wasmgate.filter.stage"), Some(step));
+        assert_eq!(span.attribute("wasmgate.filter.outcome"), Some(outcome));
+        assert_eq!(
+            span.attribute("wasmgate.filter.isolation"),
+            Some("per-request")
+        );
+        assert_eq!(
+            span.attribute("wasmgate.filter.fresh_instance"),
+            Some("true")
+        );
+        assert_eq!(span.attribute("wasmgate.filter.cache"), None, "no cache");
+        assert_eq!(span.status, 0, "{name} succeeded");
+    }
+
+    let call = one(&spans, "GET");
+    assert_eq!(call.kind, 3, "a client span");
+    assert_eq!(call.parent_span_id, request.span_id);
+    assert_eq!(
+        call.span_id, sent_parent,
+        "the upstream's parent is the upstream span"
+    );
+    assert_eq!(call.attribute("http.response.status_code"), Some("200"));
+    assert!(
+        call.attribute("url.full") == Some(&format!("{}{WIDGETS}", upstream.url())),
+        "{call:?}"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_pooled_filters_reused_instance_and_its_refusal_are_in_its_span() {
+    let collector = Collector::start().await;
+    let upstream = Upstream::start().await;
+    let manifest = plaintext(&format!(
+        "{}{}{}{}",
+        tracing_table(collector.addr, 1_000_000),
+        tokens(),
+        filter(
+            "authorization.filters",
+            "rbac",
+            "rbac-authz",
+            Some(rbac_config()),
+            "isolation = \"pooled\"\n"
+        ),
+        routes(&upstream.url())
+    ));
+    let gateway = TestGateway::start(&manifest).await;
+    let first = "11111111111111111111111111111111";
+    let second = "22222222222222222222222222222222";
+    let parent = "00f067aa0ba902b7";
+    get_widgets(&gateway, Some(&traceparent(first, parent, true))).await;
+    // bob may not delete widgets: RBAC has no opinion (so 403), in the instance alice's
+    // request left in the pool.
+    let answer = send(
+        http_client()
+            .delete(gateway.url(&format!("{WIDGETS}/w1")))
+            .bearer_auth("bob-token")
+            .header("traceparent", traceparent(second, parent, true)),
+    )
+    .await;
+    answer.assert_status(403, "Forbidden");
+
+    let spans = collector.trace(first, 8).await;
+    let rbac = one(&spans, "authorization/rbac");
+    assert_eq!(rbac.attribute("wasmgate.filter.isolation"), Some("pooled"));
+    assert_eq!(
+        rbac.attribute("wasmgate.filter.fresh_instance"),
+        Some("true")
+    );
+
+    // No upstream call this time: request, 4 steps, 2 filters.
+    let spans = collector.trace(second, 7).await;
+    let rbac = one(&spans, "authorization/rbac");
+    assert_eq!(
+        rbac.attribute("wasmgate.filter.outcome"),
+        Some("no-opinion")
+    );
+    assert_eq!(
+        rbac.attribute("wasmgate.filter.fresh_instance"),
+        Some("false")
+    );
+    let request = spans
+        .iter()
+        .find(|span| span.parent_span_id == parent)
+        .expect("the request's span");
+    assert_eq!(request.attribute("http.response.status_code"), Some("403"));
+    assert!(
+        spans.iter().all(|span| span.name != "DELETE"),
+        "no upstream call"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_cache_hit_has_a_filter_span_marked_hit_with_no_instance() {
+    let collector = Collector::start().await;
+    let upstream = Upstream::start().await;
+    let manifest = plaintext(&format!(
+        "{}{}{}{}",
+        tracing_table(collector.addr, 1_000_000),
+        filter(
+            "authentication.filters",
+            "tokens",
+            "token-authn",
+            Some(tokens_config()),
+            // Its key is the headers it sees: every traceparent differs.
+            "headers = [\"authorization\"]\ncache = true\n"
+        ),
+        filter(
+            "authorization.filters",
+            "rbac",
+            "rbac-authz",
+            Some(rbac_config()),
+            "cache = true\n"
+        ),
+        routes(&upstream.url())
+    ));
+    let gateway = TestGateway::start(&manifest).await;
+    let first = "33333333333333333333333333333333";
+    let second = "44444444444444444444444444444444";
+    let parent = "00f067aa0ba902b7";
+    get_widgets(&gateway, Some(&traceparent(first, parent, true))).await;
+    get_widgets(&gateway, Some(&traceparent(second, parent, true))).await;
+
+    // The same tree both times: request, 4 steps, 2 filters, the upstream.
+    for (trace_id, cache, fresh) in [(first, "miss", Some("true")), (second, "hit", None)] {
+        let spans = collector.trace(trace_id, 8).await;
+        for (name, outcome) in [
+            ("authentication/tokens", "authenticated"),
+            ("authorization/rbac", "allow"),
+        ] {
+            let span = one(&spans, name);
+            assert_eq!(
+                span.attribute("wasmgate.filter.cache"),
+                Some(cache),
+                "{name}"
+            );
+            assert_eq!(
+                span.attribute("wasmgate.filter.outcome"),
+                Some(outcome),
+                "{name}: the cached answer"
+            );
+            assert_eq!(
+                span.attribute("wasmgate.filter.fresh_instance"),
+                fresh,
+                "{name} ({cache}): an instance only when the filter ran"
+            );
+        }
+    }
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_self_subject_access_reviews_authorizer_calls_are_in_its_trace() {
+    let collector = Collector::start().await;
+    let upstream = Upstream::start().await;
+    let mut config = rbac_config();
+    config["roles"].as_array_mut().expect("roles").push(serde_json::json!({
+        "name": "reviews",
+        "rules": [{"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews"]}],
+    }));
+    config["bindings"]
+        .as_array_mut()
+        .expect("bindings")
+        .push(serde_json::json!({"role": "reviews", "users": ["alice"]}));
+    let manifest = plaintext(&format!(
+        "{}{}{}{}",
+        tracing_table(collector.addr, 1_000_000),
+        tokens(),
+        rbac_with(config),
+        routes(&upstream.url())
+    ));
+    let gateway = TestGateway::start(&manifest).await;
+    let trace_id = "66666666666666666666666666666666";
+    let review = serde_json::json!({
+        "kind": "SelfSubjectAccessReview",
+        "apiVersion": "authorization.k8s.io/v1",
+        "spec": {"resourceAttributes": {"verb": "get", "group": "demo.example.io", "resource": "widgets", "namespace": "default"}},
+    });
+    let answer = send(
+        http_client()
+            .post(gateway.url("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"))
+            .bearer_auth("alice-token")
+            .header(
+                "traceparent",
+                traceparent(trace_id, "00f067aa0ba902b7", true),
+            )
+            .header("content-type", "application/json")
+            .body(review.to_string()),
+    )
+    .await;
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    assert_eq!(answer.json()["status"]["allowed"], true, "{}", answer.body);
+
+    // request, 4 steps, 2 filters, and the review's own call of rbac.
+    let spans = collector.trace(trace_id, 8).await;
+    let request = spans
+        .iter()
+        .find(|span| span.parent_span_id == "00f067aa0ba902b7")
+        .expect("the request's span");
+    let step = one(&spans, "authorization");
+    let mut parents: Vec<&str> = spans
+        .iter()
+        .filter(|span| span.name == "authorization/rbac")
+        .map(|span| span.parent_span_id.as_str())
+        .collect();
+    parents.sort_unstable();
+    let mut expected = vec![step.span_id.as_str(), request.span_id.as_str()];
+    expected.sort_unstable();
+    assert_eq!(
+        parents, expected,
+        "the stage's call under its step, the review's under the request"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn at_rate_zero_only_a_sampled_parent_is_recorded_and_every_trace_is_propagated() {
+    let (collector, _upstream, gateway) = traced(0).await;
+    let parent = "00f067aa0ba902b7";
+
+    // The client's decision not to sample is kept, and passed on.
+    let unsampled = "33333333333333333333333333333333";
+    let echo = get_widgets(&gateway, Some(&traceparent(unsampled, parent, false))).await;
+    let (sent_trace, sent_parent, sent_flags) = upstream_traceparent(&echo);
+    assert_eq!(
+        (sent_trace.as_str(), sent_flags.as_str()),
+        (unsampled, "00")
+    );
+    assert_ne!(sent_parent, parent, "the gateway's own (unrecorded) span");
+
+    // No client span: a new trace, not sampled at rate 0, told all the same.
+    let echo = get_widgets(&gateway, None).await;
+    let (fresh_trace, _, fresh_flags) = upstream_traceparent(&echo);
+    assert_eq!(fresh_flags, "00");
+    assert_ne!(fresh_trace, unsampled);
+
+    // A sampled parent is followed (kube's ParentBased).
+    let sampled = "44444444444444444444444444444444";
+    get_widgets(&gateway, Some(&traceparent(sampled, parent, true))).await;
+    collector.trace(sampled, 8).await;
+    // The spans of one export came with it: nothing of the two others.
+    let traces: Vec<String> = collector
+        .spans()
+        .into_iter()
+        .map(|span| span.trace_id)
+        .filter(|id| id != sampled)
+        .collect();
+    assert!(traces.is_empty(), "unsampled traces recorded: {traces:?}");
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_collector_never_slows_or_fails_a_request() {
+    // A port nothing listens on.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("an address")
+    };
+    let upstream = Upstream::start().await;
+    let gateway = traced_gateway(&tracing_table(closed, 1_000_000), &upstream).await;
+    // Enough spans to fill the batch processor's queue (2048) past full.
+    let started = Instant::now();
+    for round in 0..300 {
+        let one_started = Instant::now();
+        let trace_id = format!("{round:032x}");
+        get_widgets(
+            &gateway,
+            Some(&traceparent(&trace_id, "00f067aa0ba902b7", true)),
+        )
+        .await;
+        assert!(
+            one_started.elapsed() < Duration::from_secs(2),
+            "request {round} took {:?}",
+            one_started.elapsed()
+        );
+    }
+    eprintln!(
+        "300 traced requests to a closed collector port: {:?}",
+        started.elapsed()
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reload_sends_spans_where_the_new_table_says() {
+    let before = Collector::start().await;
+    let after = Collector::start().await;
+    let upstream = Upstream::start().await;
+    let manifest = |collector: &Collector| {
+        plaintext(&format!(
+            "{}{}{}{}",
+            tracing_table(collector.addr, 1_000_000),
+            tokens(),
+            rbac(),
+            routes(&upstream.url())
+        ))
+    };
+    let gateway = ReloadGateway::start(&manifest(&before)).await;
+    std::fs::write(&gateway.path, manifest(&after)).expect("write the manifest");
+    let (_, restart_required) = gateway.swapped().await;
+    assert!(restart_required.is_empty(), "{restart_required:?}");
+    let trace_id = "55555555555555555555555555555555";
+    let answer = send(
+        http_client()
+            .get(gateway.url(WIDGETS))
+            .bearer_auth("alice-token")
+            .header(
+                "traceparent",
+                traceparent(trace_id, "00f067aa0ba902b7", true),
+            ),
+    )
+    .await;
+    echo(&answer);
+    after.trace(trace_id, 8).await;
+    assert!(
+        before.spans().iter().all(|span| span.trace_id != trace_id),
+        "the old collector got the new configuration's spans"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_sends_the_last_spans_before_it_returns() {
+    let (collector, _upstream, gateway) = traced(1_000_000).await;
+    let trace_id = "66666666666666666666666666666666";
+    get_widgets(
+        &gateway,
+        Some(&traceparent(trace_id, "00f067aa0ba902b7", true)),
+    )
+    .await;
+    // Well before the batch processor's 5 s delay.
+    gateway.shutdown().await;
+    let sent = collector
+        .spans()
+        .into_iter()
+        .filter(|span| span.trace_id == trace_id)
+        .count();
+    assert_eq!(sent, 8, "the request's spans were sent at shutdown");
+}
