@@ -150,6 +150,9 @@ fn scan_segment(segment: &str) -> Result<SegmentScan, TargetError> {
         rewrite: false,
         escaped_slash: false,
     };
+    if segment.bytes().all(is_plain) {
+        return Ok(scan);
+    }
     let mut non_ascii_escape = false;
     for piece in Pieces(segment) {
         match piece? {
@@ -217,6 +220,19 @@ fn respell(segment: &str) -> Result<String, TargetError> {
         }
     }
     Ok(out)
+}
+
+/// Whether a path may hold `byte` raw and the gateway accepts it there: a
+/// `pchar` that is neither an escape's `%` nor the refused `;` (the bytes
+/// [`NOT_PCHAR`] leaves raw, less `;`). A segment of these alone is
+/// canonical as sent, which most are: [`scan_segment`] then skips its
+/// pieces.
+fn is_plain(byte: u8) -> bool {
+    is_unreserved(byte)
+        || matches!(
+            byte,
+            b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b'=' | b':' | b'@'
+        )
 }
 
 /// RFC 3986 §2.3: ALPHA / DIGIT / `-` / `.` / `_` / `~`.
@@ -340,6 +356,16 @@ mod tests {
 
     fn canonical(path: &str) -> Result<String, TargetError> {
         canonicalize(path).map(|c| c.path.into_owned())
+    }
+
+    #[test]
+    fn plain_bytes_are_those_pchar_leaves_raw_but_semicolon() {
+        for byte in 0..=u8::MAX {
+            let raw = [byte];
+            let left_raw = std::str::from_utf8(&raw)
+                .is_ok_and(|text| utf8_percent_encode(text, NOT_PCHAR).to_string() == text);
+            assert_eq!(is_plain(byte), left_raw && byte != b';', "byte {byte:#04x}");
+        }
     }
 
     #[test]

@@ -217,8 +217,11 @@ impl Connection {
             info,
             activity: Arc::new(Activity::new()),
             clock: Arc::new(HeaderClock::new(self.read_header_timeout)),
-            cut: CancellationToken::new(),
-            retire: CancellationToken::new(),
+            // Children of the shutdown's tokens, so that the loop below
+            // waits on two tokens rather than four: it polls each of them
+            // every time the connection wakes it, several times a request.
+            cut: self.drain.cut_connections.child_token(),
+            retire: self.drain.close_connections.child_token(),
             drain: self.drain.clone(),
         });
         let service = {
@@ -244,11 +247,6 @@ impl Connection {
                 // Dropping the connection closes it, and drops what its
                 // requests were doing.
                 () = requests.cut.cancelled() => return,
-                () = self.drain.cut_connections.cancelled() => return,
-                () = self.drain.close_connections.cancelled(), if !closing => {
-                    closing = true;
-                    connection.as_mut().graceful_shutdown();
-                }
                 () = requests.retire.cancelled(), if !closing => {
                     closing = true;
                     connection.as_mut().graceful_shutdown();
@@ -269,10 +267,12 @@ struct Requests {
     activity: Arc<Activity>,
     clock: Arc<HeaderClock>,
     /// Cancelled by a request to close the connection now (HTTP/1.x: the
-    /// connection is the request's stream).
+    /// connection is the request's stream), or by the shutdown cutting
+    /// every connection.
     cut: CancellationToken,
     /// Cancelled by a request to retire the connection once the responses
-    /// under way are done (HTTP/2's GOAWAY during shutdown).
+    /// under way are done (HTTP/2's GOAWAY during shutdown), or by the
+    /// shutdown asking every connection to finish.
     retire: CancellationToken,
     drain: Drain,
 }
