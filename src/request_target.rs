@@ -156,12 +156,10 @@ fn scan_segment(segment: &str) -> Result<SegmentScan, TargetError> {
     let mut non_ascii_escape = false;
     for piece in Pieces(segment) {
         match piece? {
-            Piece::Raw(text) => {
-                scan.rewrite |= matches!(
-                    Cow::from(utf8_percent_encode(text, NOT_PCHAR)),
-                    Cow::Owned(_)
-                );
-            }
+            // Not whether `utf8_percent_encode` gave an owned Cow: a piece
+            // that is one character to escape comes back borrowed, as the
+            // escape's static text.
+            Piece::Raw(text) => scan.rewrite |= !text.bytes().all(is_plain),
             Piece::Escape { byte, lower_case } => {
                 scan.escaped_slash |= matches!(byte, b'/' | b'\\');
                 non_ascii_escape |= !byte.is_ascii();
@@ -398,6 +396,9 @@ mod tests {
             ("/a/%2e%2e/b", "/b"),
             ("/a/%2E./b", "/b"),
             ("/a/.%2e", "/"),
+            ("/a/\"", "/a/%22"),
+            ("/a/%41\"", "/a/A%22"),
+            ("/a/%7e\"b", "/a/~%22b"),
             ("/a%2db%7e", "/a-b~"),
             ("/%c3%a9", "/%C3%A9"),
             ("/%3f", "/%3F"),
