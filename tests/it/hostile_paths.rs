@@ -374,6 +374,16 @@ fn attack_cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "a raw character to escape after an escape",
+            token: None,
+            target: "/public/%3F\"",
+            outcome: Served {
+                judged: "/public/%3F%22",
+                forwarded: "/public/%3F%22",
+                served: "/public/?\"",
+            },
+        },
+        Case {
             name: "a list that is only a list",
             token: Some("lister-token"),
             target: "/apis/demo.example.io/v1/namespaces/default/widgets?watch=0&limit=5",
