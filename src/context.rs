@@ -5,6 +5,7 @@
 //! the first native filters), and the user (set by authentication).
 //! [`crate::request_info::RequestInfo`] travels the same way.
 
+use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -181,6 +182,14 @@ impl UserInfo {
             groups: vec!["system:unauthenticated".to_owned()],
             ..UserInfo::default()
         }
+    }
+
+    /// The user authentication set on a request; kube's anonymous user
+    /// when it set none (the chain's own answers run before it).
+    pub(crate) fn of(extensions: &http::Extensions) -> Cow<'_, UserInfo> {
+        extensions
+            .get::<UserInfo>()
+            .map_or_else(|| Cow::Owned(UserInfo::anonymous()), Cow::Borrowed)
     }
 }
 

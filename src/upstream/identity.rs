@@ -81,18 +81,12 @@ impl IdentityHeaders {
                 headers.remove(name);
             }
         }
-        let anonymous;
-        let user = match extensions.get::<UserInfo>() {
-            Some(user) => user,
-            None => {
-                anonymous = UserInfo::anonymous();
-                &anonymous
-            }
-        };
         match &self.identity {
             Identity::None => {}
-            Identity::RequestHeader(names) => set_request_headers(headers, names, user)?,
-            Identity::Impersonate => set_impersonation(headers, user)?,
+            Identity::RequestHeader(names) => {
+                set_request_headers(headers, names, &UserInfo::of(extensions))?
+            }
+            Identity::Impersonate => set_impersonation(headers, &UserInfo::of(extensions))?,
         }
         if let Some(token) = &self.bearer_token {
             let (token, _) = token.current();
