@@ -282,6 +282,18 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// The runtime of a command that is not the server (`check`, `try`, the
+/// fleet's): one thread is all they need.
+fn one_thread_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| {
+            eprintln!("cannot start the runtime: {error}");
+            ExitCode::FAILURE
+        })
+}
+
 fn check(path: &std::path::Path) -> ExitCode {
     // The steps a start (and a reload) takes: parse, complete, validate,
     // load and compile every component, build the chain; nothing is written.
@@ -292,15 +304,9 @@ fn check(path: &std::path::Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match one_thread_runtime() {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(async { Gateway::check(config) }) {
         Ok(checked) => {
@@ -339,15 +345,9 @@ fn try_request(
             return ExitCode::FAILURE;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match one_thread_runtime() {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         let gateway = match Gateway::reporting(config) {
@@ -392,15 +392,9 @@ where
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match one_thread_runtime() {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         let store = match wasmgate::fleet::store::Store::open(&target).await {
