@@ -221,13 +221,22 @@ async fn quiet_latencies(
 
 /// The nearest-rank 99th percentile.
 fn p99(sorted: &[Duration]) -> Duration {
-    let rank = (sorted.len() * 99).div_ceil(100).max(1);
+    percentile(sorted, 99)
+}
+
+fn median(sorted: &[Duration]) -> Duration {
+    percentile(sorted, 50)
+}
+
+/// The nearest-rank `percent`th percentile of a sorted, non-empty slice.
+fn percentile(sorted: &[Duration], percent: usize) -> Duration {
+    let rank = (sorted.len() * percent).div_ceil(100).max(1);
     sorted[rank - 1]
 }
 
 struct Flood {
     stop: Arc<std::sync::atomic::AtomicBool>,
-    tasks: Vec<tokio::task::JoinHandle<(usize, usize)>>,
+    tasks: Vec<tokio::task::JoinHandle<(Vec<Duration>, usize)>>,
 }
 
 /// 64 connections of `noisy`, each sending as fast as its answers come
@@ -243,16 +252,17 @@ fn flood(url: &str, bound: Duration) -> Flood {
             let stop = stop.clone();
             let rejected_well = rejected_well.clone();
             tokio::spawn(async move {
-                let (mut served, mut rejected) = (0, 0);
+                let (mut served, mut rejected) = (Vec::new(), 0);
                 let start = Instant::now();
                 while !stop.load(Ordering::Relaxed) && start.elapsed() < bound {
                     let request = as_user(client.get(&url), "noisy").header(MODE, "slow:100");
+                    let sent = Instant::now();
                     let Ok(response) = request.send().await else {
                         continue;
                     };
                     let answer = Answer::of(response).await;
                     if answer.status == 200 {
-                        served += 1;
+                        served.push(sent.elapsed());
                     } else {
                         assert_eq!(answer.status, 429, "{}", answer.body);
                         if answer.header("retry-after").is_some() {
@@ -270,16 +280,19 @@ fn flood(url: &str, bound: Duration) -> Flood {
 }
 
 impl Flood {
-    async fn end(self) -> (usize, usize) {
+    /// Stops the flood: the latencies of noisy's served requests, sorted,
+    /// and how many were rejected.
+    async fn end(self) -> (Vec<Duration>, usize) {
         self.stop.store(true, Ordering::Relaxed);
-        let (mut served, mut rejected) = (0, 0);
+        let (mut served, mut rejected) = (Vec::new(), 0);
         for task in self.tasks {
             let (s, r) = bounded("a flooding connection to stop", task)
                 .await
                 .expect("the flood task");
-            served += s;
+            served.extend(s);
             rejected += r;
         }
+        served.sort();
         (served, rejected)
     }
 }
@@ -289,32 +302,35 @@ async fn a_flood_from_one_user_does_not_starve_another_but_max_in_flight_does() 
     let upstream = Upstream::start().await;
     let url_of = |gateway: &TestGateway| gateway.url(WIDGETS);
 
-    // With priority and fairness.
+    // With priority and fairness: quiet, in a queue of its own, takes the
+    // next free seat, while noisy's requests wait behind each other in its
+    // full queues. Both are measured in the same seconds on the same cores,
+    // so the comparison holds on a busy machine too.
     let gateway = TestGateway::start(&manifest(&upstream, &tenants(4))).await;
     let client = http_client();
     let url = url_of(&gateway);
-    let (alone, refused) = quiet_latencies(&client, &url, 20).await;
-    assert_eq!(refused, 0);
     let flooding = flood(&url, Duration::from_secs(15));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (under_flood, refused) = quiet_latencies(&client, &url, 30).await;
-    let (noisy_served, noisy_rejected) = flooding.end().await;
+    let (quiet, refused) = quiet_latencies(&client, &url, 30).await;
+    let (noisy, noisy_rejected) = flooding.end().await;
     eprintln!(
-        "quiet's p99 alone {:?}, under the flood {:?}; noisy served {noisy_served}, rejected {noisy_rejected}",
-        p99(&alone),
-        p99(&under_flood)
+        "under the flood quiet's p99 {:?}, noisy's median {:?}; noisy served {}, rejected {noisy_rejected}",
+        p99(&quiet),
+        median(&noisy),
+        noisy.len()
     );
     assert_eq!(refused, 0, "quiet got 429s under priority and fairness");
-    assert!(
-        p99(&under_flood) <= p99(&alone) * 3,
-        "quiet's p99 went from {:?} alone to {:?} under the flood",
-        p99(&alone),
-        p99(&under_flood)
-    );
-    assert!(noisy_served > 0);
+    assert!(!noisy.is_empty());
     assert!(
         noisy_rejected > 0,
-        "noisy got no 429 ({noisy_served} served)"
+        "noisy got no 429 ({} served)",
+        noisy.len()
+    );
+    assert!(
+        p99(&quiet) < median(&noisy),
+        "quiet's p99 {:?} is not below noisy's median {:?}: quiet waited behind noisy",
+        p99(&quiet),
+        median(&noisy)
     );
     gateway.shutdown().await;
 
