@@ -22,6 +22,7 @@ use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use http::Method;
 use http_body::{Body as _, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
@@ -87,11 +88,23 @@ impl Http1Pool {
             if sender.ready().await.is_err() {
                 continue;
             }
+            let replay = replayable_head(&request);
             match sender.try_send_request(request).await {
                 Ok(response) => return Ok(self.pooled(response, sender)),
-                Err(mut failure) => match failure.take_message() {
-                    Some(unsent) => request = unsent,
-                    None => return Err(ExchangeError::Exchange(failure.into_error().into())),
+                Err(mut failure) => match (failure.take_message(), replay) {
+                    (Some(unsent), _) => request = unsent,
+                    // The upstream closed the idle connection as the request
+                    // went out, before any answer: a request that may be
+                    // sent twice goes again on a fresh connection, as Go's
+                    // transport and nginx's `proxy_next_upstream error` do.
+                    (None, Some(head)) => {
+                        tracing::debug!(error = %failure.error(), "a reused upstream connection closed under a request: sending it again");
+                        request = head;
+                        break;
+                    }
+                    (None, None) => {
+                        return Err(ExchangeError::Exchange(failure.into_error().into()));
+                    }
                 },
             }
         }
@@ -186,6 +199,26 @@ impl Http1Pool {
             pooled
         })
     }
+}
+
+/// A copy of `request` to send again if a reused connection fails under it:
+/// only for a method that may be repeated (RFC 9110 §9.2.2: GET, HEAD,
+/// OPTIONS, TRACE) and a request without a body, which the first attempt
+/// consumed.
+fn replayable_head(request: &Request) -> Option<Request> {
+    let idempotent = matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+    );
+    if !idempotent || !request.body().is_end_stream() {
+        return None;
+    }
+    let mut head = Request::new(Body::empty());
+    *head.method_mut() = request.method().clone();
+    *head.uri_mut() = request.uri().clone();
+    *head.version_mut() = request.version();
+    *head.headers_mut() = request.headers().clone();
+    Some(head)
 }
 
 /// An upstream response body that returns its connection to the pool once it

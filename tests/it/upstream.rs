@@ -365,6 +365,8 @@ async fn a_malformed_request_body_is_the_clients_fault() {
 /// `/length` has a `Content-Length` body, `/chunked` a chunked one, `/empty`
 /// is a 204; `/close-after` answers like `/length`, then closes the
 /// connection as an upstream's idle timeout would, without warning;
+/// `/drop-next` answers like `/length`, then closes the connection on the
+/// next request without answering it (the close and the request crossed);
 /// `/stall` sends the head and half of its body, then nothing; `/early`
 /// answers at once without reading the request's body, then waits.
 struct ScriptedUpstream {
@@ -415,7 +417,7 @@ impl ScriptedUpstream {
             }
             let path = request_line.split(' ').nth(1).unwrap_or("/");
             let answer: &[u8] = match path {
-                "/length" | "/close-after" => b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+                "/length" | "/close-after" | "/drop-next" => b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
                 "/chunked" => {
                     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhe\r\n3\r\nllo\r\n0\r\n\r\n"
                 }
@@ -439,6 +441,11 @@ impl ScriptedUpstream {
             }
             match path {
                 "/close-after" => return,
+                "/drop-next" => {
+                    let mut next = String::new();
+                    let _ = reader.read_line(&mut next).await;
+                    return;
+                }
                 "/stall" | "/early" => std::future::pending::<()>().await,
                 _ => {}
             }
@@ -499,6 +506,25 @@ async fn a_connection_the_upstream_closed_while_idle_is_not_reused() {
         );
     }
     assert_eq!(upstream.connections(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_lost_with_a_reused_connection_is_sent_again_only_if_it_may_be_repeated() {
+    let upstream = ScriptedUpstream::start().await;
+    let gateway = TestGateway::start(&scripted_manifest(&upstream)).await;
+    let client = http_client();
+    let url = gateway.url("/drop-next");
+    let first = get(&client, &url).await;
+    assert_eq!((first.status, first.body.as_str()), (200, "hello"));
+    // The GET goes out on the idle connection, which drops it: it is sent
+    // again on a new one.
+    let again = get(&client, &url).await;
+    assert_eq!((again.status, again.body.as_str()), (200, "hello"));
+    assert_eq!(upstream.connections(), 2);
+    // A POST may not be repeated: the client hears that the exchange failed.
+    let post = send(client.post(&url)).await;
+    assert_eq!(post.status, 502, "{}", post.body);
+    assert_eq!(upstream.connections(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
