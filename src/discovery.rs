@@ -19,7 +19,9 @@
 //! (`staging/src/k8s.io/apiserver/pkg/endpoints/discovery/aggregated/handler.go`)
 //! when the resources of every listed version are known; otherwise it gets
 //! the legacy document, which client-go takes as "not aggregated" and reads
-//! the versions one by one.
+//! the versions one by one. The aggregated list is serialised once per
+//! publication and tagged as kube tags it (`ETag`, `304`:
+//! `.../discovery/aggregated/etag.go`); the legacy documents are not.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,6 +36,7 @@ use crate::context::ClientOrigin;
 use crate::handler::Handler;
 use crate::published::{FIRST_PUBLICATION_WAIT, Published};
 use crate::status::GatewayError;
+use crate::tagged_document::TaggedDocument;
 
 /// The path of kube's legacy `APIVersions` document.
 pub(crate) const LEGACY_ROOT: &str = "/api";
@@ -144,10 +147,11 @@ pub(crate) struct Documents {
     /// The versions `/api` lists; its document names the client's host, so
     /// it is written per request.
     legacy_versions: Vec<String>,
-    /// `/api`'s and `/apis`' aggregated lists (their `items`), when every
-    /// listed version's resources are known.
-    aggregated_core: Option<Value>,
-    aggregated_groups: Option<Value>,
+    /// `/api`'s and `/apis`' `APIGroupDiscoveryList`s, one per version of
+    /// [`AGGREGATED_VERSIONS`], when every listed version's resources are
+    /// known.
+    aggregated_core: Option<[TaggedDocument; 2]>,
+    aggregated_groups: Option<[TaggedDocument; 2]>,
 }
 
 impl Documents {
@@ -181,8 +185,8 @@ impl Documents {
         Documents {
             legacy,
             legacy_versions,
-            aggregated_core: aggregated_core.map(Value::from),
-            aggregated_groups: aggregated_groups.map(Value::from),
+            aggregated_core: aggregated_core.map(|items| aggregated_lists(&items)),
+            aggregated_groups: aggregated_groups.map(|items| aggregated_lists(&items)),
         }
     }
 
@@ -252,37 +256,30 @@ impl Discovery {
             GROUPS_ROOT => documents.aggregated_groups.as_ref(),
             _ => None,
         };
-        let (body, content_type) = match (
+        let body = match (
             negotiate(request.headers(), aggregated.is_some())?,
             aggregated,
         ) {
-            (Format::Aggregated(version), Some(items)) => (
-                to_bytes(&json!({
-                    "kind": AGGREGATED_KIND,
-                    "apiVersion": format!("{AGGREGATED_GROUP}/{version}"),
-                    "metadata": {},
-                    "items": items,
-                })),
-                format!("application/json;g={AGGREGATED_GROUP};v={version};as={AGGREGATED_KIND}"),
-            ),
-            _ if path == LEGACY_ROOT => (
-                self.legacy_versions(request, &documents.legacy_versions),
-                "application/json".to_owned(),
-            ),
-            _ => (
-                documents
-                    .legacy
-                    .get(path)
-                    .cloned()
-                    .ok_or(GatewayError::NotFound)?,
-                "application/json".to_owned(),
-            ),
+            (Format::Aggregated(index), Some(lists)) => {
+                let version = AGGREGATED_VERSIONS[index];
+                let content_type = format!(
+                    "application/json;g={AGGREGATED_GROUP};v={version};as={AGGREGATED_KIND}"
+                );
+                let content_type = HeaderValue::try_from(content_type)
+                    .unwrap_or(HeaderValue::from_static("application/json"));
+                // kube's aggregated discovery is the one document it tags.
+                return Ok(lists[index].serve(request, content_type, "public"));
+            }
+            _ if path == LEGACY_ROOT => self.legacy_versions(request, &documents.legacy_versions),
+            _ => documents
+                .legacy
+                .get(path)
+                .cloned()
+                .ok_or(GatewayError::NotFound)?,
         };
         let mut response = http::Response::new(Body::full(body));
         let headers = response.headers_mut();
-        if let Ok(value) = HeaderValue::try_from(content_type) {
-            headers.insert(CONTENT_TYPE, value);
-        }
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(VARY, HeaderValue::from_static("Accept"));
         Ok(response)
     }
@@ -300,8 +297,9 @@ impl Handler for Discovery {
 
 /// What a client is answered in.
 enum Format {
-    /// kube's aggregated discovery, at this version of its API.
-    Aggregated(&'static str),
+    /// kube's aggregated discovery, at this version of its API (an index
+    /// into [`AGGREGATED_VERSIONS`]).
+    Aggregated(usize),
     Legacy,
 }
 
@@ -331,11 +329,11 @@ fn negotiate(headers: &HeaderMap, aggregated: bool) -> Result<Format, GatewayErr
         match param("as") {
             None => return Ok(Format::Legacy),
             Some(AGGREGATED_KIND) if aggregated && param("g") == Some(AGGREGATED_GROUP) => {
-                if let Some(version) = AGGREGATED_VERSIONS
+                if let Some(index) = AGGREGATED_VERSIONS
                     .iter()
-                    .find(|version| param("v") == Some(**version))
+                    .position(|version| param("v") == Some(*version))
                 {
-                    return Ok(Format::Aggregated(version));
+                    return Ok(Format::Aggregated(index));
                 }
             }
             Some(_) => {}
@@ -430,6 +428,19 @@ fn resources_of(list: &Value, group: &str, version: &str) -> Value {
 }
 
 /// One group's `APIGroupDiscovery`, when every version's resources are known.
+/// One `APIGroupDiscoveryList` of `items` per version of
+/// [`AGGREGATED_VERSIONS`], serialised and hashed once per publication.
+fn aggregated_lists(items: &[Value]) -> [TaggedDocument; 2] {
+    AGGREGATED_VERSIONS.map(|version| {
+        TaggedDocument::json(&json!({
+            "kind": AGGREGATED_KIND,
+            "apiVersion": format!("{AGGREGATED_GROUP}/{version}"),
+            "metadata": {},
+            "items": items,
+        }))
+    })
+}
+
 fn aggregated_group(name: &str, versions: &[(String, Option<Value>)]) -> Option<Value> {
     let described: Option<Vec<Value>> = versions
         .iter()
@@ -582,10 +593,11 @@ mod catalog_tests {
         ]});
         catalog.add_root("/apis/demo.example.io/v1", Some(&list));
         let documents = Documents::new(&catalog);
-        let items = documents
+        let lists = documents
             .aggregated_groups
             .expect("every version described");
-        let resource = &items[0]["versions"][0]["resources"][0];
+        let list: Value = serde_json::from_slice(lists[0].bytes()).expect("JSON");
+        let resource = &list["items"][0]["versions"][0]["resources"][0];
         assert_eq!(resource["resource"], "widgets");
         assert_eq!(resource["scope"], "Namespaced");
         assert_eq!(

@@ -35,6 +35,7 @@ pub mod server;
 mod static_response;
 pub mod status;
 mod status_page;
+mod tagged_document;
 mod traces;
 pub mod try_request;
 mod upstream;

@@ -24,15 +24,15 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_TYPE, ETAG, IF_NONE_MATCH, LOCATION, VARY};
+use http::header::{ACCEPT, LOCATION};
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha512};
 
 use crate::body::{Body, Request, Response};
 use crate::handler::Handler;
 use crate::published::{FIRST_PUBLICATION_WAIT, Published};
 use crate::status::GatewayError;
+use crate::tagged_document::TaggedDocument;
 
 /// The prefix every OpenAPI path of the gateway is under.
 pub(crate) const PREFIX: &str = "/openapi/";
@@ -42,55 +42,33 @@ const V3: &str = "/openapi/v3";
 /// The sections of a v2 document whose entries are merged by name.
 const V2_SECTIONS: [&str; 4] = ["paths", "definitions", "parameters", "responses"];
 
-/// One document as served: its bytes and their hash.
-pub(crate) struct Document {
-    bytes: Bytes,
-    /// Upper-case hex of the SHA-512 of `bytes`, as kube-openapi's `ETag`.
-    hash: String,
-}
-
-impl Document {
-    pub(crate) fn new(bytes: Bytes) -> Self {
-        let hash = hex::encode_upper(Sha512::digest(&bytes));
-        Document { bytes, hash }
-    }
-
-    fn json(value: &Value) -> Self {
-        Document::new(Bytes::from(value.to_string()))
-    }
-
-    fn etag(&self) -> String {
-        format!("\"{}\"", self.hash)
-    }
-}
-
 /// Every OpenAPI document the gateway serves, made again at each refresh.
 pub(crate) struct Specs {
     /// `None` when no upstream serves v2.
-    v2: Option<Document>,
-    v3_root: Document,
+    v2: Option<TaggedDocument>,
+    v3_root: TaggedDocument,
     /// Group version path (`api/v1`, `apis/<group>/<version>`) to document.
-    v3: BTreeMap<String, Document>,
+    v3: BTreeMap<String, TaggedDocument>,
 }
 
 impl Specs {
     /// The served documents of the merged v2 document and the v3 group
     /// versions.
     pub(crate) fn new(v2: Option<Value>, v3: BTreeMap<String, Bytes>) -> Self {
-        let v3: BTreeMap<String, Document> = v3
+        let v3: BTreeMap<String, TaggedDocument> = v3
             .into_iter()
-            .map(|(path, bytes)| (path, Document::new(bytes)))
+            .map(|(path, bytes)| (path, TaggedDocument::new(bytes)))
             .collect();
         let paths: Map<String, Value> = v3
             .iter()
             .map(|(path, document)| {
-                let url = format!("{V3}/{path}?hash={}", document.hash);
+                let url = format!("{V3}/{path}?hash={}", document.hash());
                 (path.clone(), json!({"serverRelativeURL": url}))
             })
             .collect();
         Specs {
-            v2: v2.as_ref().map(Document::json),
-            v3_root: Document::json(&json!({"paths": paths})),
+            v2: v2.as_ref().map(TaggedDocument::json),
+            v3_root: TaggedDocument::json(&json!({"paths": paths})),
             v3,
         }
     }
@@ -182,11 +160,11 @@ impl OpenApi {
         accept_json(request.headers())?;
         match asked_hash(request) {
             None => Ok(serve(request, document, Caching::Revalidate)),
-            Some(hash) if hash == document.hash => Ok(serve(request, document, Caching::Forever)),
+            Some(hash) if hash == document.hash() => Ok(serve(request, document, Caching::Forever)),
             // kube-openapi sends a stale hash to the current one.
             Some(_) => Ok(redirect(&format!(
                 "{V3}/{group_version}?hash={}",
-                document.hash
+                document.hash()
             ))),
         }
     }
@@ -210,37 +188,16 @@ enum Caching {
     Forever,
 }
 
-fn serve(request: &Request, document: &Document, caching: Caching) -> Response {
-    let etag = document.etag();
-    let not_modified = request
-        .headers()
-        .get_all(IF_NONE_MATCH)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .any(|tag| tag.trim() == etag || tag.trim() == "*");
-    let mut response = if not_modified {
-        let mut response = http::Response::new(Body::empty());
-        *response.status_mut() = StatusCode::NOT_MODIFIED;
-        response
-    } else {
-        let mut response = http::Response::new(Body::full(document.bytes.clone()));
-        response
-            .headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        response
-    };
-    let headers = response.headers_mut();
-    if let Ok(value) = HeaderValue::try_from(etag) {
-        headers.insert(ETAG, value);
-    }
-    headers.insert(VARY, HeaderValue::from_static("Accept"));
+fn serve(request: &Request, document: &TaggedDocument, caching: Caching) -> Response {
     let cache_control = match caching {
         Caching::Revalidate => "no-cache, private",
         Caching::Forever => "public, immutable",
     };
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static(cache_control));
-    response
+    document.serve(
+        request,
+        HeaderValue::from_static("application/json"),
+        cache_control,
+    )
 }
 
 fn redirect(location: &str) -> Response {
@@ -291,6 +248,7 @@ fn accept_json(headers: &HeaderMap) -> Result<(), GatewayError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha512};
 
     #[test]
     fn v2_sections_merge_with_the_first_upstream_winning() {
@@ -311,7 +269,7 @@ mod tests {
             None,
             BTreeMap::from([("api/v1".to_owned(), Bytes::from_static(b"{}"))]),
         );
-        let root: Value = serde_json::from_slice(&specs.v3_root.bytes).expect("JSON");
+        let root: Value = serde_json::from_slice(specs.v3_root.bytes()).expect("JSON");
         let url = root["paths"]["api/v1"]["serverRelativeURL"]
             .as_str()
             .expect("a URL");

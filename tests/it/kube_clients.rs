@@ -298,6 +298,22 @@ async fn openapi_and_aggregated_discovery_answer_as_kube_does() {
         groups.header("content-type"),
         Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
     );
+    // Tagged as kube tags its aggregated discovery: the quoted SHA-512 of
+    // the body, and a 304 for a client that has it.
+    let etag = groups.header("etag").expect("an ETag").to_owned();
+    let hash = hex::encode_upper(<sha2::Sha512 as sha2::Digest>::digest(
+        groups.body.as_bytes(),
+    ));
+    assert_eq!(etag, format!("\"{hash}\""));
+    assert_eq!(groups.header("cache-control"), Some("public"));
+    let cached = send(
+        authorized("/apis")
+            .header("accept", aggregated)
+            .header("if-none-match", &etag),
+    )
+    .await;
+    assert_eq!((cached.status, cached.body.as_str()), (304, ""));
+    assert_eq!(cached.header("etag"), Some(etag.as_str()));
     let names: Vec<String> = groups.json()["items"]
         .as_array()
         .expect("items")
@@ -323,8 +339,11 @@ async fn openapi_and_aggregated_discovery_answer_as_kube_does() {
     ))
     .await;
     assert_eq!(beta.json()["apiVersion"], "apidiscovery.k8s.io/v2beta1");
+    // Each version is a document of its own: v2's tag is not v2beta1's.
+    assert_ne!(beta.header("etag"), core.header("etag"));
     let legacy = send(authorized("/apis")).await;
     assert_eq!(legacy.json()["kind"], "APIGroupList");
+    assert_eq!(legacy.header("etag"), None);
     assert_eq!(legacy.json()["groups"][0]["name"], "demo.example.io");
 }
 
