@@ -755,7 +755,7 @@ verify_components() {
         exports="$(sed -n 's/^  export \(.*\);$/\1/p' <<<"$wit")"
         imports="$(sed -n 's/^  import \(.*\);$/\1/p' <<<"$wit")"
         bad="$(grep -Ev "$ALLOWED_IMPORTS_RE" <<<"$imports" || true)"
-        if ! grep -Eqx 'wasmgate:filter/(authenticator|authorizer|admission|auditor)@0\.[12]\.0' <<<"$exports"; then
+        if ! grep -Eqx 'wasmgate:filter/(authenticator|authorizer|admission|auditor)@0\.[123]\.0' <<<"$exports"; then
             log "$wasm: exports no filter interface (exports: $(tr '\n' ' ' <<<"$exports"))"
             failed=1
         fi
