@@ -24,7 +24,7 @@ use std::time::Duration;
 use criterion::Criterion;
 use wasmgate::config::Name;
 use wasmgate::config::stages::{
-    FailurePolicy, FilterMatch, FilterSpec, Isolation, Mode, RequestHeaders, Sink,
+    FailurePolicy, FilterMatch, FilterSpec, Isolation, Mode, Reads, RequestHeaders, Sink,
 };
 use wasmgate::context::UserInfo;
 use wasmgate::request_info::RequestInfo;
@@ -172,6 +172,7 @@ fn spec(name: &str, isolation: Isolation, config_json: &str) -> FilterSpec {
         config_json: config_json.to_owned(),
         sink: None,
         headers: RequestHeaders::All,
+        reads: Reads::ALL,
         wasi: Default::default(),
         cache: None,
     }
@@ -293,16 +294,16 @@ impl Inputs {
         let (parts, ()) = request.into_parts();
         let object = r#"{"apiVersion":"demo.example.io/v1","kind":"Widget","metadata":{"name":"w"},"spec":{"replicas":3}}"#;
         Inputs {
-            view: convert::request_view(&parts, &RequestHeaders::All),
+            view: convert::request_view(&parts, &RequestHeaders::All, Reads::ALL),
             attributes: Attributes {
                 user: convert::user_to_wit(&user),
-                request: convert::request_info(&info),
+                request: convert::request_info(&info, Reads::ALL),
             },
             admission: AdmissionRequest {
                 uid: "bench".into(),
                 operation: Operation::Create,
-                request: convert::request_info(&info),
-                user: convert::user_to_wit(&user),
+                request: Some(convert::request_info(&info, Reads::ALL)),
+                user: Some(convert::user_to_wit(&user)),
                 object: Some(object.into()),
                 content_type: "application/json".into(),
                 dry_run: false,

@@ -35,8 +35,9 @@ set -euo pipefail
 FILTERS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 WIT_DIR="$(dirname "$FILTERS_DIR")/wit"
 # The contract the Python, JavaScript and C filters are built against (the
-# Rust ones name theirs in their wit_bindgen::generate!). wit/ also holds the
-# versions before it, which the gateway still loads.
+# Rust ones name theirs in their wit_bindgen::generate!, through the SDK:
+# 0.3.0). They stay on 0.2.0, which the gateway loads through its
+# compatibility path, until they move; wit/ also holds 0.3.0 and 0.1.0.
 WIT_FILE="$WIT_DIR/filter-0.2.0.wit"
 DIST_DIR="$FILTERS_DIR/dist"
 # The guards every Python and JavaScript component is built with (a raised
@@ -59,12 +60,12 @@ C_APT_PACKAGES=(clang lld wasi-libc libclang-rt-dev-wasm32)
 # WASI features the JavaScript engine would import and the host does not link.
 COMPONENTIZE_JS_DISABLE=(http fetch-event)
 
-# The interfaces a component may import: the filter contract (0.2.0, or 0.1.0,
-# which had no cache), and the WASI
+# The interfaces a component may import: the filter contract (0.3.0, 0.2.0,
+# or 0.1.0, which had no cache), and the WASI
 # 0.2 interfaces guest runtimes pull in. The host links all of WASI 0.2 and
 # grants none of it but clocks and random unless a filter's `wasi` table does
 # (never the network).
-ALLOWED_IMPORTS_RE='^(wasmgate:filter/(types|host|sink|cache)@0\.2\.0|wasmgate:filter/(types|host|sink)@0\.1\.0|wasi:(cli|io|clocks|filesystem|random|sockets)/[a-z-]+@0\.2\.[0-9]+)$'
+ALLOWED_IMPORTS_RE='^(wasmgate:filter/(types|host|sink|cache)@0\.[23]\.0|wasmgate:filter/(types|host|sink)@0\.1\.0|wasi:(cli|io|clocks|filesystem|random|sockets)/[a-z-]+@0\.2\.[0-9]+)$'
 
 log() { printf 'filters: %s\n' "$*" >&2; }
 die() { printf 'filters: error: %s\n' "$*" >&2; exit 1; }
@@ -754,7 +755,7 @@ verify_components() {
         exports="$(sed -n 's/^  export \(.*\);$/\1/p' <<<"$wit")"
         imports="$(sed -n 's/^  import \(.*\);$/\1/p' <<<"$wit")"
         bad="$(grep -Ev "$ALLOWED_IMPORTS_RE" <<<"$imports" || true)"
-        if ! grep -Eqx 'wasmgate:filter/(authenticator|authorizer|admission|auditor)@0\.[12]\.0' <<<"$exports"; then
+        if ! grep -Eqx 'wasmgate:filter/(authenticator|authorizer|admission|auditor)@0\.[123]\.0' <<<"$exports"; then
             log "$wasm: exports no filter interface (exports: $(tr '\n' ' ' <<<"$exports"))"
             failed=1
         fi

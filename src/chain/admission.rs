@@ -16,7 +16,7 @@ use http_body_util::BodyExt;
 
 use super::stage::{self, Failure, Watchers};
 use crate::body::{Body, MaxRequestBody, Request, Response};
-use crate::config::stages::Mode;
+use crate::config::stages::{Mode, ReadField};
 use crate::context::{AuditId, UserInfo};
 use crate::decision_cache::Lookup;
 use crate::handler::{Handler, SharedHandler};
@@ -100,6 +100,11 @@ impl Admission {
             .get::<RequestInfo>()
             .cloned()
             .unwrap_or_default();
+        let user = parts
+            .extensions
+            .get::<UserInfo>()
+            .cloned()
+            .unwrap_or_default();
         let mut object = original.clone();
         // kube's step metric: each phase's time, and whether it rejected.
         let phase_done = |phase: AdmissionType, started: Instant, rejected: bool| {
@@ -116,6 +121,7 @@ impl Admission {
             .iter()
             .filter(|f| stage::selects(&f.spec.matcher, &info))
         {
+            given_to(filter, &mut review, &info, &user);
             match self
                 .run(filter, &review, object.as_ref(), true, &watchers)
                 .await
@@ -140,6 +146,7 @@ impl Admission {
             .iter()
             .filter(|f| stage::selects(&f.spec.matcher, &info))
         {
+            given_to(filter, &mut review, &info, &user);
             if let Step::Stop(error) = self
                 .run(filter, &review, object.as_ref(), false, &watchers)
                 .await
@@ -306,6 +313,25 @@ fn operation(info: &RequestInfo) -> Option<Operation> {
     }
 }
 
+/// Fills `review`'s request and user info as `filter` reads them (its
+/// `reads`): a filter that reads only the object is given neither.
+fn given_to(
+    filter: &LoadedFilter<AdmissionKind>,
+    review: &mut AdmissionRequest,
+    info: &RequestInfo,
+    user: &UserInfo,
+) {
+    let reads = filter.spec.reads;
+    review.request = reads
+        .includes(ReadField::Request)
+        .then(|| convert::request_info(info, reads));
+    review.user = reads
+        .includes(ReadField::User)
+        .then(|| convert::user_to_wit(user));
+}
+
+/// The review of one request, without its request and user info: each
+/// filter is given those it reads ([`given_to`]).
 fn review(parts: &http::request::Parts, operation: Operation, body: &[u8]) -> AdmissionRequest {
     let extensions = &parts.extensions;
     let dry_run = url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
@@ -316,14 +342,8 @@ fn review(parts: &http::request::Parts, operation: Operation, body: &[u8]) -> Ad
             .map(|id| id.0.clone())
             .unwrap_or_default(),
         operation,
-        request: extensions.get::<RequestInfo>().map_or_else(
-            || convert::request_info(&RequestInfo::default()),
-            convert::request_info,
-        ),
-        user: extensions.get::<UserInfo>().map_or_else(
-            || convert::user_to_wit(&UserInfo::default()),
-            convert::user_to_wit,
-        ),
+        request: None,
+        user: None,
         object: (!body.is_empty()).then(|| String::from_utf8_lossy(body).into_owned()),
         content_type: parts
             .headers

@@ -19,7 +19,7 @@ use http::header::AUTHORIZATION;
 use super::audit::FailedAuthenticationAudit;
 use super::stage::{self, Failure, Watchers};
 use crate::body::{Request, Response};
-use crate::config::stages::RequestHeaders;
+use crate::config::stages::{Reads, RequestHeaders};
 use crate::context::{ClientCredentials, UserInfo};
 use crate::handler::{Handler, SharedHandler};
 use crate::metrics::stages::AuthnOutcome;
@@ -57,24 +57,28 @@ impl Authentication {
             return Identified::Failed(GatewayError::internal("request info missing"));
         };
         let watchers = Watchers::of(&request.extensions);
-        // Authenticators that see the same headers share one view.
-        let mut views: Vec<(&RequestHeaders, RequestView)> = Vec::new();
+        // Authenticators that see the same headers and fields share one view.
+        let mut views: Vec<(&RequestHeaders, Reads, RequestView)> = Vec::new();
         let mut rejected = has_bearer_token(&request.headers);
         for filter in &self.filters {
             if !stage::selects(&filter.spec.matcher, info) {
                 stage::skipped(STAGE, &filter.spec, &watchers);
                 continue;
             }
-            let selected = &filter.spec.headers;
-            let index = match views.iter().position(|(headers, _)| *headers == selected) {
+            let (selected, reads) = (&filter.spec.headers, filter.spec.reads);
+            let index = match views
+                .iter()
+                .position(|(headers, shared, _)| *headers == selected && *shared == reads)
+            {
                 Some(index) => index,
                 None => {
-                    views.push((selected, convert::request_view(request, selected)));
+                    let view = convert::request_view(request, selected, reads);
+                    views.push((selected, reads, view));
                     views.len() - 1
                 }
             };
             let started = Instant::now();
-            let (call, lookup) = filter.authenticate(&views[index].1).await;
+            let (call, lookup) = filter.authenticate(&views[index].2).await;
             stage::observe(
                 STAGE,
                 &filter.spec,

@@ -13,7 +13,7 @@ use futures_util::future::BoxFuture;
 use super::audit::AuditContext;
 use super::stage::{self, Failure, Watchers};
 use crate::body::{Request, Response};
-use crate::config::stages::Mode;
+use crate::config::stages::{Mode, Reads};
 use crate::context::UserInfo;
 use crate::handler::{Handler, SharedHandler};
 use crate::metrics::stages::Decisions;
@@ -57,17 +57,25 @@ impl Authorizers {
         info: &RequestInfo,
         watchers: &Watchers,
     ) -> Verdict {
-        let mut attributes = None;
+        // Authorizers that read the same fields share one record.
+        let mut attributes: Option<(Reads, Attributes)> = None;
         let mut reasons = Vec::new();
         for (filter, decisions) in self.filters.iter().zip(&self.decisions) {
             if !stage::selects(&filter.spec.matcher, info) {
                 stage::skipped(STAGE, &filter.spec, watchers);
                 continue;
             }
-            let attributes = attributes.get_or_insert_with(|| Attributes {
-                user: convert::user_to_wit(user),
-                request: convert::request_info(info),
-            });
+            let reads = filter.spec.reads;
+            let attributes = match &mut attributes {
+                Some((shared, attributes)) if *shared == reads => attributes,
+                slot => {
+                    let built = Attributes {
+                        user: convert::user_to_wit(user),
+                        request: convert::request_info(info, reads),
+                    };
+                    &slot.insert((reads, built)).1
+                }
+            };
             let started = Instant::now();
             let (call, lookup) = filter.authorize(attributes).await;
             stage::observe(

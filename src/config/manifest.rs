@@ -118,6 +118,8 @@ pub(crate) struct Filter {
     pub sink: Option<Spanned<String>>,
     /// Authentication filters only: the request headers the filter sees.
     pub headers: Option<Spanned<Vec<String>>>,
+    /// The optional fields of its records the filter reads; all when absent.
+    pub reads: Option<Spanned<Vec<String>>>,
     /// What of WASI the filter may use; nothing when absent.
     pub wasi: Option<Spanned<WasiGrant>>,
     /// Authentication and authorization filters only: the decision cache.

@@ -146,6 +146,8 @@ pub struct FilterSpec {
     pub sink: Option<Sink>,
     /// Authentication filters only: which request headers reach the filter.
     pub headers: RequestHeaders,
+    /// Which of its records' optional fields the filter is given.
+    pub reads: Reads,
     /// What of WASI the filter may use (nothing unless the manifest grants it).
     pub wasi: WasiGrants,
     /// Authentication and authorization filters only: how long answers are
@@ -201,6 +203,105 @@ impl RequestHeaders {
             RequestHeaders::All => true,
             RequestHeaders::Only(names) => names.contains(name),
         }
+    }
+}
+
+/// A field of the records a filter is given that is there only for a
+/// filter that reads it (the options of `wasmgate:filter@0.3.0`): each
+/// string handed to a filter costs a call into its allocator, an absent
+/// option none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadField {
+    /// `request-view.method` (authenticators).
+    Method,
+    /// `request-view.path` (authenticators).
+    Path,
+    /// `request-view.query` (authenticators).
+    Query,
+    /// `request-view.remote-addr` (authenticators).
+    RemoteAddr,
+    /// `request-info.api-prefix` (authorizers, admission).
+    ApiPrefix,
+    /// `request-info.api-version` (authorizers, admission).
+    ApiVersion,
+    /// `request-info.label-selector` (authorizers, admission).
+    LabelSelector,
+    /// `request-info.field-selector` (authorizers, admission).
+    FieldSelector,
+    /// `admission-request.request`, the request info (admission).
+    Request,
+    /// `admission-request.user`, the user info (admission).
+    User,
+}
+
+impl ReadField {
+    const AUTHENTICATION: &[ReadField] = &[
+        ReadField::Method,
+        ReadField::Path,
+        ReadField::Query,
+        ReadField::RemoteAddr,
+    ];
+    const AUTHORIZATION: &[ReadField] = &[
+        ReadField::ApiPrefix,
+        ReadField::ApiVersion,
+        ReadField::LabelSelector,
+        ReadField::FieldSelector,
+    ];
+    const ADMISSION: &[ReadField] = &[
+        ReadField::Request,
+        ReadField::User,
+        ReadField::ApiPrefix,
+        ReadField::ApiVersion,
+        ReadField::LabelSelector,
+        ReadField::FieldSelector,
+    ];
+
+    /// Its name in `reads`: the WIT field's.
+    fn name(self) -> &'static str {
+        match self {
+            ReadField::Method => "method",
+            ReadField::Path => "path",
+            ReadField::Query => "query",
+            ReadField::RemoteAddr => "remote-addr",
+            ReadField::ApiPrefix => "api-prefix",
+            ReadField::ApiVersion => "api-version",
+            ReadField::LabelSelector => "label-selector",
+            ReadField::FieldSelector => "field-selector",
+            ReadField::Request => "request",
+            ReadField::User => "user",
+        }
+    }
+
+    fn bit(self) -> u16 {
+        1 << self as u16
+    }
+}
+
+/// The optional fields a filter is given: those its `reads` lists, or every
+/// one when it has no `reads` (what a 0.2.0 filter saw).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reads(u16);
+
+impl Reads {
+    /// Every optional field: a filter without `reads`.
+    pub const ALL: Reads = Reads(u16::MAX);
+
+    /// Whether the filter is given `field`.
+    pub fn includes(self, field: ReadField) -> bool {
+        self.0 & field.bit() != 0
+    }
+}
+
+impl Default for Reads {
+    fn default() -> Self {
+        Reads::ALL
+    }
+}
+
+/// The fields listed, and no others.
+impl FromIterator<ReadField> for Reads {
+    fn from_iter<I: IntoIterator<Item = ReadField>>(fields: I) -> Self {
+        Reads(fields.into_iter().fold(0, |bits, field| bits | field.bit()))
     }
 }
 
@@ -545,6 +646,7 @@ impl Completer<'_> {
             (None, _) => None,
         };
         let headers = self.request_headers(filter, key, stage);
+        let reads = self.reads(filter, key, stage);
         let cache = self.cache(filter, key, stage);
         let sha256 = filter.sha256.as_ref().and_then(|digest| {
             let parsed = hex::decode(digest.get_ref().trim_start_matches("sha256:"))
@@ -609,6 +711,7 @@ impl Completer<'_> {
             config_json,
             sink,
             headers,
+            reads,
             wasi,
             cache,
         })
@@ -721,6 +824,53 @@ impl Completer<'_> {
             }
         }
         RequestHeaders::Only(names)
+    }
+
+    /// The optional fields `reads` lists, each one a field of the stage's
+    /// records; an admission filter that reads a field of the request info
+    /// reads the request info.
+    fn reads(&mut self, filter: &m::Filter, key: &str, stage: StageKind) -> Reads {
+        let Some(given) = &filter.reads else {
+            return Reads::ALL;
+        };
+        let key = format!("{key}.reads");
+        let known = match stage {
+            StageKind::Authentication => ReadField::AUTHENTICATION,
+            StageKind::Authorization => ReadField::AUTHORIZATION,
+            StageKind::Admission => ReadField::ADMISSION,
+            StageKind::Audit => {
+                self.at(
+                    given,
+                    &key,
+                    "audit filters are given whole events: only authentication, authorization and admission filters have reads",
+                );
+                return Reads::ALL;
+            }
+        };
+        let mut fields = Vec::new();
+        for name in given.get_ref() {
+            match known.iter().find(|field| field.name() == name) {
+                Some(field) if fields.contains(field) => {
+                    self.at(given, &key, format!("{name:?} is listed twice"));
+                }
+                Some(field) => fields.push(*field),
+                None => {
+                    let names: Vec<&str> = known.iter().map(|field| field.name()).collect();
+                    self.at(
+                        given,
+                        &key,
+                        format!(
+                            "{name:?} is not an optional field of this stage's records: one of {}",
+                            names.join(", ")
+                        ),
+                    );
+                }
+            }
+        }
+        if stage == StageKind::Admission && fields.iter().any(|f| *f != ReadField::User) {
+            fields.push(ReadField::Request);
+        }
+        fields.into_iter().collect()
     }
 
     fn wasi_grants(&mut self, grant: &Spanned<m::WasiGrant>, key: &str) -> WasiGrants {

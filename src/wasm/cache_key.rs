@@ -7,8 +7,8 @@
 //!   cached token authenticator keys by the token alone): not the method,
 //!   path, query or client address its view also carries.
 //! * An authorizer: the user (name, uid, groups, extra) and every request
-//!   attribute, as kube's webhook authorizer keys by the whole
-//!   SubjectAccessReview spec.
+//!   attribute it is given (those its `reads` leaves out are not), as kube's
+//!   webhook authorizer keys by the whole SubjectAccessReview spec.
 
 use sha2::{Digest, Sha256};
 
@@ -57,19 +57,24 @@ pub fn authorization(user: &UserInfo, request: &RequestInfo) -> Option<Key> {
     for field in [
         &request.path,
         &request.verb,
-        &request.api_prefix,
         &request.api_group,
-        &request.api_version,
         &request.namespace,
         &request.resource,
         &request.subresource,
         &request.name,
-        &request.label_selector,
-        &request.field_selector,
     ] {
         key.bytes(field.as_bytes());
     }
-    key.strings(&request.parts);
+    // The options the filter reads (a filter is given the same ones on every
+    // call, so an absent one and an empty one never meet in one cache).
+    for field in [
+        &request.api_prefix,
+        &request.api_version,
+        &request.label_selector,
+        &request.field_selector,
+    ] {
+        key.bytes(field.as_deref().unwrap_or("").as_bytes());
+    }
     key.finish()
 }
 
@@ -81,14 +86,14 @@ mod tests {
 
     fn view(token: &str) -> RequestView {
         RequestView {
-            method: "GET".into(),
-            path: "/".into(),
-            query: String::new(),
+            method: Some("GET".into()),
+            path: Some("/".into()),
+            query: Some(String::new()),
             headers: vec![Header {
                 name: "authorization".into(),
                 value: format!("Bearer {token}"),
             }],
-            remote_addr: "127.0.0.1:1".into(),
+            remote_addr: Some("127.0.0.1:1".into()),
             client_certificate: None,
         }
     }
@@ -98,20 +103,22 @@ mod tests {
         assert_eq!(authentication(&view("a")), authentication(&view("a")));
         assert_ne!(authentication(&view("a")), authentication(&view("b")));
         let mut elsewhere = view("a");
-        elsewhere.path = "/elsewhere".into();
-        elsewhere.remote_addr = "127.0.0.1:2".into();
+        elsewhere.path = Some("/elsewhere".into());
+        elsewhere.remote_addr = Some("127.0.0.1:2".into());
         assert_eq!(authentication(&elsewhere), authentication(&view("a")));
         assert!(authentication(&view(&"x".repeat(MAX_KEY_MATERIAL))).is_none());
     }
 
     #[test]
     fn authorization_keys_keep_groups_apart() {
-        let request =
-            crate::wasm::convert::request_info(&crate::request_info::RequestInfo::resolve(
+        let request = crate::wasm::convert::request_info(
+            &crate::request_info::RequestInfo::resolve(
                 &http::Method::GET,
                 "/api/v1/namespaces/default/pods",
                 None,
-            ));
+            ),
+            crate::config::stages::Reads::ALL,
+        );
         let user = |groups: &[&str]| UserInfo {
             name: "alice".into(),
             uid: String::new(),

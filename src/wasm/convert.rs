@@ -1,20 +1,30 @@
 //! The records a filter receives, built from the request: the request view
-//! for authenticators, request info and user info for everyone after them.
-//! Conversions only; no decisions are made here.
+//! for authenticators, request info and user info for everyone after them,
+//! each optional field filled only for a filter that reads it
+//! ([`Reads`]). Conversions only; no decisions are made here.
 
 use super::bindings::types;
-use crate::config::stages::RequestHeaders;
+use crate::config::stages::{ReadField, Reads, RequestHeaders};
 use crate::context::{ConnectionInfo, UserInfo};
 use crate::request_info::RequestInfo;
 
+/// `value`, for a filter that reads `field`.
+fn read(reads: Reads, field: ReadField, value: &str) -> Option<String> {
+    reads.includes(field).then(|| value.to_owned())
+}
+
 /// What an authenticator sees of the request: every header, or those the
-/// manifest lists for it.
-pub fn request_view(parts: &http::request::Parts, selected: &RequestHeaders) -> types::RequestView {
+/// manifest lists for it, and the fields it reads.
+pub fn request_view(
+    parts: &http::request::Parts,
+    selected: &RequestHeaders,
+    reads: Reads,
+) -> types::RequestView {
     let connection = parts.extensions.get::<ConnectionInfo>();
     types::RequestView {
-        method: parts.method.as_str().to_owned(),
-        path: parts.uri.path().to_owned(),
-        query: parts.uri.query().unwrap_or("").to_owned(),
+        method: read(reads, ReadField::Method, parts.method.as_str()),
+        path: read(reads, ReadField::Path, parts.uri.path()),
+        query: read(reads, ReadField::Query, parts.uri.query().unwrap_or("")),
         headers: parts
             .headers
             .iter()
@@ -24,9 +34,11 @@ pub fn request_view(parts: &http::request::Parts, selected: &RequestHeaders) -> 
                 value: String::from_utf8_lossy(value.as_bytes()).into_owned(),
             })
             .collect(),
-        remote_addr: connection
-            .map(|c| c.remote_text.clone())
-            .unwrap_or_default(),
+        remote_addr: read(
+            reads,
+            ReadField::RemoteAddr,
+            connection.map_or("", |c| c.remote_text.as_str()),
+        ),
         client_certificate: connection.and_then(client_certificate),
     }
 }
@@ -46,22 +58,21 @@ fn client_certificate(connection: &ConnectionInfo) -> Option<types::ClientCertif
     })
 }
 
-/// The request info as the WIT record filters receive.
-pub fn request_info(info: &RequestInfo) -> types::RequestInfo {
+/// The request info as the WIT record a filter that reads `reads` receives.
+pub fn request_info(info: &RequestInfo, reads: Reads) -> types::RequestInfo {
     types::RequestInfo {
         is_resource_request: info.is_resource_request,
         path: info.path.clone(),
         verb: info.verb.clone(),
-        api_prefix: info.api_prefix.clone(),
+        api_prefix: read(reads, ReadField::ApiPrefix, &info.api_prefix),
         api_group: info.api_group.clone(),
-        api_version: info.api_version.clone(),
+        api_version: read(reads, ReadField::ApiVersion, &info.api_version),
         namespace: info.namespace.clone(),
         resource: info.resource.clone(),
         subresource: info.subresource.clone(),
         name: info.name.clone(),
-        parts: info.parts.clone(),
-        label_selector: info.label_selector.clone(),
-        field_selector: info.field_selector.clone(),
+        label_selector: read(reads, ReadField::LabelSelector, &info.label_selector),
+        field_selector: read(reads, ReadField::FieldSelector, &info.field_selector),
     }
 }
 
@@ -92,5 +103,66 @@ pub(crate) fn user_from_wit(user: types::UserInfo) -> UserInfo {
             .into_iter()
             .map(|extra| (extra.key, extra.values))
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts() -> http::request::Parts {
+        let request = http::Request::get("/apis/g/v1/widgets?labelSelector=a")
+            .header("authorization", "Bearer t")
+            .header("accept", "application/json")
+            .body(())
+            .expect("a request");
+        request.into_parts().0
+    }
+
+    #[test]
+    fn a_view_carries_the_fields_the_filter_reads() {
+        let headers = RequestHeaders::Only(vec![http::header::AUTHORIZATION]);
+        let every = request_view(&parts(), &headers, Reads::ALL);
+        assert_eq!(every.method.as_deref(), Some("GET"));
+        assert_eq!(every.path.as_deref(), Some("/apis/g/v1/widgets"));
+        assert_eq!(every.query.as_deref(), Some("labelSelector=a"));
+        assert_eq!(every.remote_addr.as_deref(), Some(""));
+        assert_eq!(every.headers.len(), 1);
+
+        let path_only = request_view(&parts(), &headers, [ReadField::Path].into_iter().collect());
+        assert_eq!(path_only.path.as_deref(), Some("/apis/g/v1/widgets"));
+        assert_eq!(
+            (path_only.method, path_only.query, path_only.remote_addr),
+            (None, None, None)
+        );
+        assert_eq!(path_only.headers.len(), 1, "headers follow `headers` alone");
+    }
+
+    #[test]
+    fn request_info_carries_the_options_the_filter_reads() {
+        let info = RequestInfo::resolve(
+            &http::Method::GET,
+            "/apis/g/v1/widgets",
+            Some("labelSelector=a"),
+        );
+        let every = request_info(&info, Reads::ALL);
+        assert_eq!(every.api_prefix.as_deref(), Some("apis"));
+        assert_eq!(every.api_version.as_deref(), Some("v1"));
+        assert_eq!(every.label_selector.as_deref(), Some("a"));
+        assert_eq!(every.field_selector.as_deref(), Some(""));
+        let none = request_info(&info, std::iter::empty().collect());
+        assert_eq!(
+            (
+                none.api_prefix,
+                none.api_version,
+                none.label_selector,
+                none.field_selector
+            ),
+            (None, None, None, None)
+        );
+        assert_eq!(
+            (none.verb.as_str(), none.resource.as_str()),
+            ("list", "widgets")
+        );
     }
 }

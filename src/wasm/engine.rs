@@ -314,14 +314,17 @@ impl std::fmt::Debug for WasmHost {
     }
 }
 
-/// The host's imports of both contract versions: 0.2.0's types, host, sink
-/// and cache, and 0.1.0's host and sink (its types are the same).
+/// The host's imports of every contract version: 0.3.0's types, host, sink
+/// and cache, 0.2.0's (the same functions under the older name), and
+/// 0.1.0's host and sink (its types are 0.2.0's).
 fn link_contract(linker: &mut Linker<StoreData>) -> wasmtime::Result<()> {
     fn state(data: &mut StoreData) -> &mut FilterState {
         &mut data.state
     }
-    use super::bindings::{auditor, cache, v0_1};
+    use super::bindings::{auditor, cache, v0_1, v0_2};
     auditor::AuditorFilter::add_to_linker::<_, HasSelf<FilterState>>(linker, state)?;
     cache::add_to_linker::<_, HasSelf<FilterState>>(linker, state)?;
+    v0_2::auditor::AuditorFilter::add_to_linker::<_, HasSelf<FilterState>>(linker, state)?;
+    v0_2::cache::add_to_linker::<_, HasSelf<FilterState>>(linker, state)?;
     v0_1::auditor::AuditorFilter::add_to_linker::<_, HasSelf<FilterState>>(linker, state)
 }

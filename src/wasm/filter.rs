@@ -9,9 +9,9 @@
 //! never reused: a trap may leave it in any state. Every instance holds a
 //! slot and a share of memory of the configuration's [`Capacity`].
 //!
-//! Versions: a component built against `wasmgate:filter@0.2.0` or `0.1.0`
-//! loads; [`Versioned`] holds which, and `super::legacy` converts 0.1.0's
-//! records. Authenticators and authorizers with `cache` in the manifest
+//! Versions: a component built against `wasmgate:filter@0.3.0`, `0.2.0`
+//! or `0.1.0` loads; [`Versioned`] holds which, and `super::legacy`
+//! converts the older versions' records. Authenticators and authorizers with `cache` in the manifest
 //! answer from their [`DecisionCache`] when it holds the answer.
 
 use std::marker::PhantomData;
@@ -22,11 +22,12 @@ use std::time::{Duration, Instant};
 use wasmtime::component::InstancePre;
 use wasmtime::{Store, UpdateDeadline};
 
-use super::bindings::{admission, auditor, authenticator, authorizer, types, v0_1};
+use super::bindings::{admission, auditor, authenticator, authorizer, types, v0_1, v0_2};
+use super::cache_key;
 use super::capacity::{Capacity, Exhausted, IdleInstances, Slot, StoreData};
 use super::engine::{LoadError, WasmHost};
+use super::legacy::{v0_1 as v0_1_of, v0_2 as v0_2_of};
 use super::state::{FilterIdentity, FilterState, SinkWriter};
-use super::{cache_key, legacy};
 use crate::decision_cache::{DecisionCache, Fetched, Keep, Lookup};
 pub use admission::exports::wasmgate::filter::admission::{
     AdmissionRequest, AdmissionResponse, Operation,
@@ -117,13 +118,15 @@ struct DeadlineExceeded;
 /// Idle pooled instances kept per filter; more are dropped when returned.
 const MAX_IDLE_INSTANCES: usize = 32;
 
-/// What a component was built against: the current contract or the previous
-/// one, with what is bound for it.
-pub enum Versioned<Current, Previous> {
+/// What a component was built against: the current contract or one of the
+/// previous ones, with what is bound for it.
+pub enum Versioned<Current, V0_2, V0_1> {
+    /// `wasmgate:filter@0.3.0`.
+    V0_3(Current),
     /// `wasmgate:filter@0.2.0`.
-    V0_2(Current),
+    V0_2(V0_2),
     /// `wasmgate:filter@0.1.0`.
-    V0_1(Previous),
+    V0_1(V0_1),
 }
 
 /// A filter world: how its exports are pre-instantiated and instantiated.
@@ -150,29 +153,35 @@ macro_rules! filter_kind {
         #[doc = concat!("The `", $name, "` world of `wit/filter.wit`.")]
         pub struct $kind;
         impl Kind for $kind {
-            type Pre = Versioned<$module::$pre<StoreData>, v0_1::$module::$pre<StoreData>>;
-            type Exports = Versioned<$module::$world, v0_1::$module::$world>;
+            type Pre = Versioned<
+                $module::$pre<StoreData>,
+                v0_2::$module::$pre<StoreData>,
+                v0_1::$module::$pre<StoreData>,
+            >;
+            type Exports = Versioned<$module::$world, v0_2::$module::$world, v0_1::$module::$world>;
             type Answer = $answer;
             const WORLD: &'static str = $name;
             fn pre(pre: InstancePre<StoreData>) -> wasmtime::Result<Self::Pre> {
-                match $module::$pre::new(pre.clone()) {
-                    Ok(current) => Ok(Versioned::V0_2(current)),
-                    Err(error) => {
-                        v0_1::$module::$pre::new(pre)
-                            .map(Versioned::V0_1)
-                            .map_err(|_| {
-                                error.context(
-                                    "it implements neither wasmgate:filter@0.2.0 nor 0.1.0",
-                                )
-                            })
-                    }
+                let error = match $module::$pre::new(pre.clone()) {
+                    Ok(current) => return Ok(Versioned::V0_3(current)),
+                    Err(error) => error,
+                };
+                if let Ok(previous) = v0_2::$module::$pre::new(pre.clone()) {
+                    return Ok(Versioned::V0_2(previous));
                 }
+                v0_1::$module::$pre::new(pre)
+                    .map(Versioned::V0_1)
+                    .map_err(|_| {
+                        error
+                            .context("it implements none of wasmgate:filter@0.3.0, 0.2.0 and 0.1.0")
+                    })
             }
             async fn instantiate(
                 pre: &Self::Pre,
                 store: &mut Store<StoreData>,
             ) -> wasmtime::Result<Self::Exports> {
                 match pre {
+                    Versioned::V0_3(pre) => pre.instantiate_async(store).await.map(Versioned::V0_3),
                     Versioned::V0_2(pre) => pre.instantiate_async(store).await.map(Versioned::V0_2),
                     Versioned::V0_1(pre) => pre.instantiate_async(store).await.map(Versioned::V0_1),
                 }
@@ -623,17 +632,22 @@ impl LoadedFilter<Authenticator> {
             }
         };
         let result = match &instance.exports {
-            Versioned::V0_2(exports) => {
+            Versioned::V0_3(exports) => {
                 exports
                     .wasmgate_filter_authenticator()
                     .call_authenticate(&mut instance.store, request)
                     .await
             }
+            Versioned::V0_2(exports) => exports
+                .wasmgate_filter_authenticator()
+                .call_authenticate(&mut instance.store, &v0_2_of::request_view(request))
+                .await
+                .map(v0_2_of::authn_result),
             Versioned::V0_1(exports) => exports
                 .wasmgate_filter_authenticator()
-                .call_authenticate(&mut instance.store, request)
+                .call_authenticate(&mut instance.store, &v0_2_of::request_view(request))
                 .await
-                .map(legacy::authn_result),
+                .map(|result| v0_2_of::authn_result(v0_1_of::authn_result(result))),
         };
         // The WIT's own `error` case is the filter's error outcome.
         let result = result.map(|answer| match answer {
@@ -667,17 +681,25 @@ impl LoadedFilter<Authorizer> {
             }
         };
         let result = match &instance.exports {
-            Versioned::V0_2(exports) => {
+            Versioned::V0_3(exports) => {
                 exports
                     .wasmgate_filter_authorizer()
                     .call_authorize(&mut instance.store, attributes)
                     .await
             }
-            Versioned::V0_1(exports) => exports
+            Versioned::V0_2(exports) => exports
                 .wasmgate_filter_authorizer()
-                .call_authorize(&mut instance.store, &legacy::attributes(attributes))
+                .call_authorize(&mut instance.store, &v0_2_of::attributes(attributes))
                 .await
-                .map(|result| result.map(legacy::decision)),
+                .map(|result| result.map(v0_2_of::decision)),
+            Versioned::V0_1(exports) => {
+                let attributes = v0_1_of::attributes(v0_2_of::attributes(attributes));
+                exports
+                    .wasmgate_filter_authorizer()
+                    .call_authorize(&mut instance.store, &attributes)
+                    .await
+                    .map(|result| result.map(|d| v0_2_of::decision(v0_1_of::decision(d))))
+            }
         };
         let limit = instance.store.data().state.ttl_limit;
         let outcome = self.finish(instance, result);
@@ -696,17 +718,27 @@ impl LoadedFilter<Admission> {
             Err(unanswered) => return self.uninstantiated(started, unanswered),
         };
         let result = match &instance.exports {
-            Versioned::V0_2(exports) => {
+            Versioned::V0_3(exports) => {
                 exports
                     .wasmgate_filter_admission()
                     .call_admit(&mut instance.store, request)
                     .await
             }
-            Versioned::V0_1(exports) => exports
+            Versioned::V0_2(exports) => exports
                 .wasmgate_filter_admission()
-                .call_admit(&mut instance.store, &legacy::admission_request(request))
+                .call_admit(&mut instance.store, &v0_2_of::admission_request(request))
                 .await
-                .map(|result| result.map(legacy::admission_response)),
+                .map(|result| result.map(v0_2_of::admission_response)),
+            Versioned::V0_1(exports) => {
+                let request = v0_1_of::admission_request(v0_2_of::admission_request(request));
+                exports
+                    .wasmgate_filter_admission()
+                    .call_admit(&mut instance.store, &request)
+                    .await
+                    .map(|result| {
+                        result.map(|r| v0_2_of::admission_response(v0_1_of::admission_response(r)))
+                    })
+            }
         };
         let outcome = self.finish(instance, result);
         self.record(started, outcome)
@@ -723,8 +755,8 @@ impl LoadedFilter<Auditor> {
         }
     }
 
-    /// Records `events`, in order: in one call (0.2.0's `audit-batch`), or
-    /// one call each for a 0.1.0 auditor, which goes on past an event it
+    /// Records `events`, in order: in one call (`audit-batch`, since 0.2.0),
+    /// or one call each for a 0.1.0 auditor, which goes on past an event it
     /// failed on (the first failure is the outcome) and stops at a trap.
     pub async fn audit(&self, events: &[Event]) -> Call<()> {
         let started = Instant::now();
@@ -733,10 +765,17 @@ impl LoadedFilter<Auditor> {
             Err(unanswered) => return self.uninstantiated(started, unanswered),
         };
         let result = match &instance.exports {
-            Versioned::V0_2(exports) => {
+            Versioned::V0_3(exports) => {
                 exports
                     .wasmgate_filter_auditor()
                     .call_audit_batch(&mut instance.store, events)
+                    .await
+            }
+            Versioned::V0_2(exports) => {
+                let events: Vec<_> = events.iter().map(v0_2_of::event).collect();
+                exports
+                    .wasmgate_filter_auditor()
+                    .call_audit_batch(&mut instance.store, &events)
                     .await
             }
             Versioned::V0_1(exports) => {
@@ -744,7 +783,7 @@ impl LoadedFilter<Auditor> {
                 let mut result = Ok(Ok(()));
                 for event in events {
                     match auditor
-                        .call_audit(&mut instance.store, &legacy::event(event))
+                        .call_audit(&mut instance.store, &v0_1_of::event(v0_2_of::event(event)))
                         .await
                     {
                         Ok(Ok(())) => {}

@@ -5,7 +5,8 @@
 //! memory a configuration's filters share, [`filter`] one loaded filter and
 //! its outcomes, [`convert`] the records built from a request, [`cache_key`]
 //! what a decision cache keys an answer by, [`legacy`] the records of
-//! components built against `wasmgate:filter@0.1.0`. The stages that
+//! components built against the earlier contracts (`wasmgate:filter@0.2.0`
+//! and `0.1.0`). The stages that
 //! call them sit in the chain: `chain::authentication`, `chain::audit`,
 //! `chain::authorization`, `chain::admission`.
 

@@ -22,7 +22,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::{cache, host, sink, types, v0_1};
+use super::bindings::{cache, host, sink, types, v0_1, v0_2};
 use crate::config::stages::{Sink, WasiGrants};
 
 /// Who a filter is, shared by all its instances.
@@ -462,18 +462,48 @@ impl cache::Host for FilterState {
     }
 }
 
-/// 0.1.0's host and sink are 0.2.0's, under the older name.
+/// 0.2.0's host, sink and cache are 0.3.0's, under the older name (with
+/// the older name's own `log-level`).
+impl v0_2::types::Host for FilterState {}
+
+impl v0_2::host::Host for FilterState {
+    fn config(&mut self) -> String {
+        host::Host::config(self)
+    }
+
+    fn log_enabled(&mut self, level: v0_2::types::LogLevel) -> bool {
+        host::Host::log_enabled(self, super::legacy::log_level(level))
+    }
+
+    fn log(&mut self, level: v0_2::types::LogLevel, message: String) {
+        host::Host::log(self, super::legacy::log_level(level), message)
+    }
+}
+
+impl v0_2::sink::Host for FilterState {
+    fn write(&mut self, record: String) -> Result<(), String> {
+        sink::Host::write(self, record)
+    }
+}
+
+impl v0_2::cache::Host for FilterState {
+    fn limit_ttl(&mut self, milliseconds: u64) {
+        cache::Host::limit_ttl(self, milliseconds)
+    }
+}
+
+/// 0.1.0's host and sink are 0.2.0's (its types are 0.2.0's).
 impl v0_1::host::Host for FilterState {
     fn config(&mut self) -> String {
         host::Host::config(self)
     }
 
-    fn log_enabled(&mut self, level: types::LogLevel) -> bool {
-        host::Host::log_enabled(self, level)
+    fn log_enabled(&mut self, level: v0_2::types::LogLevel) -> bool {
+        v0_2::host::Host::log_enabled(self, level)
     }
 
-    fn log(&mut self, level: types::LogLevel, message: String) {
-        host::Host::log(self, level, message)
+    fn log(&mut self, level: v0_2::types::LogLevel, message: String) {
+        v0_2::host::Host::log(self, level, message)
     }
 }
 

@@ -32,6 +32,7 @@ mod clients;
 mod deadlines;
 mod decision_cache;
 mod filter_units;
+mod filter_versions;
 mod fleet;
 mod flow_control;
 mod health;

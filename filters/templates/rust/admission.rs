@@ -32,10 +32,12 @@ impl Guest for Filter {
         };
         let size = request.object.as_ref().map_or(0, String::len);
         // Formatted only when the gateway's log keeps debug lines.
+        // `request` and `user` are given unless the manifest's `reads` leaves
+        // them out (a filter that reads only the object is cheaper to call).
+        let resource = request.request.as_ref().map_or("", |info| info.resource.as_str());
+        let user = request.user.as_ref().map_or("", |user| user.name.as_str());
         debug!(
-            "{operation} {} by {}: {size} bytes (config: {} keys)",
-            request.request.resource,
-            request.user.name,
+            "{operation} {resource} by {user}: {size} bytes (config: {} keys)",
             config.0.len()
         );
         Ok(AdmissionResponse::Allowed)

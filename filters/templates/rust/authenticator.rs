@@ -29,10 +29,12 @@ impl Guest for Filter {
             Err(message) => return AuthnResult::Error(message),
         };
         // Formatted only when the gateway's log keeps debug lines.
+        // `method`, `path`, `query` and `remote_addr` are given unless the
+        // manifest's `reads` leaves them out (headers: its `headers`).
         debug!(
             "{} {} with {} headers (config: {} keys)",
-            request.method,
-            request.path,
+            request.method.as_deref().unwrap_or("-"),
+            request.path.as_deref().unwrap_or("-"),
             request.headers.len(),
             config.0.len()
         );

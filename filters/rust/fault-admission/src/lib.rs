@@ -20,7 +20,18 @@ fn word(object: Option<&Value>) -> &str {
         .unwrap_or("")
 }
 
-fn answer(word: &str, object: Option<Value>, dry_run: bool) -> AdmissionResponse {
+/// What of the request and its user the filter was given (its `reads`):
+/// `request=<verb> user=<name>`, `-` for one it was not.
+fn given(request: &AdmissionRequest) -> String {
+    let verb = request
+        .request
+        .as_ref()
+        .map_or("-", |info| info.verb.as_str());
+    let user = request.user.as_ref().map_or("-", |user| user.name.as_str());
+    format!("request={verb} user={user}")
+}
+
+fn answer(word: &str, object: Option<Value>, dry_run: bool, given: &str) -> AdmissionResponse {
     let denied = |message: String| {
         AdmissionResponse::Denied(Status {
             code: 403,
@@ -30,6 +41,7 @@ fn answer(word: &str, object: Option<Value>, dry_run: bool) -> AdmissionResponse
     };
     match (word, object) {
         ("deny", _) => denied(format!("{NAME}: deny requested")),
+        ("given", _) => denied(given.to_owned()),
         ("dry-run", _) if dry_run => denied(format!("{NAME}: the request is a dry run")),
         ("mutate", Some(mut object)) => {
             if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -59,7 +71,7 @@ impl Guest for Filter {
         let word = word(object.as_ref()).to_owned();
         wasmgate_filter::debug!("{NAME}: {word:?} for {}", request.uid);
         match faults::parse(&word) {
-            Fault::Answer(word) => Ok(answer(word, object, request.dry_run)),
+            Fault::Answer(word) => Ok(answer(word, object, request.dry_run, &given(&request))),
             Fault::Error => Err(format!("{NAME}: error requested")),
             Fault::Trap => faults::trap(NAME),
             Fault::Loop => faults::spin_forever(),
@@ -89,28 +101,29 @@ mod tests {
     #[test]
     fn answers() {
         assert!(matches!(
-            answer("allow", None, false),
+            answer("allow", None, false, ""),
             AdmissionResponse::Allowed
         ));
         assert!(matches!(
-            answer("no-opinion", None, false),
+            answer("no-opinion", None, false, ""),
             AdmissionResponse::Allowed
         ));
         assert!(
-            matches!(answer("deny", None, false), AdmissionResponse::Denied(s) if s.code == 403)
+            matches!(answer("deny", None, false, ""), AdmissionResponse::Denied(s) if s.code == 403)
         );
         assert!(matches!(
-            answer("dry-run", None, false),
+            answer("dry-run", None, false, ""),
             AdmissionResponse::Allowed
         ));
         assert!(matches!(
-            answer("dry-run", None, true),
+            answer("dry-run", None, true, ""),
             AdmissionResponse::Denied(_)
         ));
         match answer(
             "mutate",
             Some(json!({"metadata": {"name": "mutate"}})),
             false,
+            "",
         ) {
             AdmissionResponse::Mutated(object) => {
                 let object: Value = serde_json::from_str(&object).unwrap();
@@ -119,8 +132,11 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            answer("patch", Some(json!({"metadata": {}})), false),
+            answer("patch", Some(json!({"metadata": {}})), false, ""),
             AdmissionResponse::Patched(_)
         ));
+        assert!(
+            matches!(answer("given", None, false, "request=- user=-"), AdmissionResponse::Denied(s) if s.message == "request=- user=-")
+        );
     }
 }

@@ -81,9 +81,9 @@ mod tests {
 
     fn view(headers: &[(&str, &str)]) -> RequestView {
         RequestView {
-            method: "GET".into(),
-            path: "/".into(),
-            query: String::new(),
+            method: None,
+            path: None,
+            query: None,
             headers: headers
                 .iter()
                 .map(|(name, value)| Header {
@@ -91,7 +91,7 @@ mod tests {
                     value: (*value).into(),
                 })
                 .collect(),
-            remote_addr: "127.0.0.1:1".into(),
+            remote_addr: None,
             client_certificate: None,
         }
     }

@@ -4,6 +4,7 @@
 
 use faults::Fault;
 use wasmgate_filter::authorizer::{self, Attributes, Decision, Guest};
+use wasmgate_filter::types::RequestInfo;
 
 const NAME: &str = "fault-authz";
 
@@ -14,8 +15,22 @@ fn word(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or("")
 }
 
-fn answer(word: &str) -> Decision {
+/// The optional request attributes the filter was given (its `reads`), as
+/// `key=value` (`key=-` for an absent one) separated by spaces.
+fn given(request: &RequestInfo) -> String {
+    [
+        ("api-prefix", &request.api_prefix),
+        ("api-version", &request.api_version),
+        ("label-selector", &request.label_selector),
+        ("field-selector", &request.field_selector),
+    ]
+    .map(|(key, value)| format!("{key}={}", value.as_deref().unwrap_or("-")))
+    .join(" ")
+}
+
+fn answer(word: &str, request: &RequestInfo) -> Decision {
     match word {
+        "given" => Decision::Deny(given(request)),
         "allow" => Decision::Allow,
         "deny" => Decision::Deny(format!("{NAME}: deny requested")),
         // What WASI lets the filter see, told back in a denial: the
@@ -37,7 +52,7 @@ impl Guest for Filter {
         let word = word(&attributes.request.path);
         wasmgate_filter::debug!("{NAME}: {word:?} for user {:?}", attributes.user.name);
         match faults::parse(word) {
-            Fault::Answer(word) => Ok(answer(word)),
+            Fault::Answer(word) => Ok(answer(word, &attributes.request)),
             Fault::Error => Err(format!("{NAME}: error requested")),
             Fault::Trap => faults::trap(NAME),
             Fault::Loop => faults::spin_forever(),
@@ -65,9 +80,44 @@ mod tests {
         );
         assert_eq!(word("/x/"), "");
         assert_eq!(word(""), "");
-        assert!(matches!(answer("allow"), Decision::Allow));
-        assert!(matches!(answer("deny"), Decision::Deny(_)));
-        assert!(matches!(answer("no-opinion"), Decision::NoOpinion(_)));
-        assert!(matches!(answer("healthz"), Decision::NoOpinion(_)));
+        let request = request(None);
+        assert!(matches!(answer("allow", &request), Decision::Allow));
+        assert!(matches!(answer("deny", &request), Decision::Deny(_)));
+        assert!(matches!(
+            answer("no-opinion", &request),
+            Decision::NoOpinion(_)
+        ));
+        assert!(matches!(
+            answer("healthz", &request),
+            Decision::NoOpinion(_)
+        ));
+    }
+
+    fn request(version: Option<&str>) -> RequestInfo {
+        RequestInfo {
+            is_resource_request: true,
+            path: "/api/v1/pods/given".into(),
+            verb: "get".into(),
+            api_prefix: None,
+            api_group: String::new(),
+            api_version: version.map(str::to_owned),
+            namespace: String::new(),
+            resource: "pods".into(),
+            subresource: String::new(),
+            name: "given".into(),
+            label_selector: Some(String::new()),
+            field_selector: None,
+        }
+    }
+
+    #[test]
+    fn given_spells_out_the_options() {
+        let Decision::Deny(reason) = answer("given", &request(Some("v1"))) else {
+            panic!("given denies");
+        };
+        assert_eq!(
+            reason,
+            "api-prefix=- api-version=v1 label-selector= field-selector=-"
+        );
     }
 }

@@ -19,7 +19,12 @@ impl Guest for Filter {
                 Operation::Delete => logic::Op::Delete,
                 Operation::Connect => logic::Op::Connect,
             },
-            verb: &request.request.verb,
+            // Absent when the manifest's `reads` leaves `request` out: a patch
+            // is then told by its content type alone.
+            verb: request
+                .request
+                .as_ref()
+                .map_or("", |info| info.verb.as_str()),
             content_type: &request.content_type,
             object: request.object.as_deref(),
         };

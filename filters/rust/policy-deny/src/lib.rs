@@ -13,6 +13,12 @@ struct Filter;
 impl Guest for Filter {
     fn admit(request: AdmissionRequest) -> Result<AdmissionResponse, String> {
         let config = wasmgate_filter::config::<logic::Config>()?;
+        let Some(info) = &request.request else {
+            return Err(
+                "policy-deny reads the request's verb and resource: keep `request` in its `reads`"
+                    .to_owned(),
+            );
+        };
         let input = logic::Input {
             operation: match request.operation {
                 Operation::Create => logic::Op::Create,
@@ -20,8 +26,8 @@ impl Guest for Filter {
                 Operation::Delete => logic::Op::Delete,
                 Operation::Connect => logic::Op::Connect,
             },
-            verb: &request.request.verb,
-            resource: &request.request.resource,
+            verb: &info.verb,
+            resource: &info.resource,
             content_type: &request.content_type,
             object: request.object.as_deref(),
         };

@@ -1,0 +1,211 @@
+//! The filter contract's versions and `reads`, over real sockets with real
+//! components: a filter built against `wasmgate:filter@0.3.0` is given the
+//! optional fields its manifest entry's `reads` lists (every one without
+//! `reads`), and a component built against `0.2.0` (the compat-0-2-authz
+//! fixture) still loads and decides on 0.2.0's records, filled from
+//! 0.3.0's (a field `reads` leaves out as empty, `parts` from the path).
+//! The 0.1.0 fixtures are in `decision_cache` and `audit_batches`.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use crate::support::*;
+
+/// A gateway with anonymous users and `filters` (manifest entries).
+async fn start(filters: &[String]) -> (TestGateway, Upstream) {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let manifest = plaintext(
+        &[
+            "[authentication]\nanonymous = true\n".to_owned(),
+            filters.concat(),
+            routes(&upstream.url()),
+        ]
+        .concat(),
+    );
+    (TestGateway::start(&manifest).await, upstream)
+}
+
+/// The reason of the 403 `path` gets (kube's message ends with it).
+async fn denial(gateway: &TestGateway, path: &str) -> String {
+    let answer = get(&http_client(), &gateway.url(path)).await;
+    let status = answer.assert_status(403, "Forbidden");
+    status["message"].as_str().unwrap_or_default().to_owned()
+}
+
+/// A list of resource `attributes` with a label selector: the fixture's
+/// word is the path's last segment.
+const ATTRIBUTES: &str =
+    "/apis/demo.example.io/v1/namespaces/default/attributes?labelSelector=team%3Da";
+
+#[tokio::test]
+async fn a_0_2_0_authorizer_decides_as_before() {
+    let (gateway, _upstream) = start(&[filter(
+        "authorization.filters",
+        "legacy-authz",
+        "compat-0-2-authz",
+        None,
+        "isolation = \"pooled\"\n",
+    )])
+    .await;
+    let client = http_client();
+    let allowed = send(client.get(gateway.url(&format!("{WIDGETS}/allow")))).await;
+    assert_eq!(allowed.status, 200, "{}", allowed.body);
+    let denied = denial(&gateway, "/fault/deny").await;
+    assert!(
+        denied.ends_with("compat-0-2-authz: deny requested"),
+        "{denied}"
+    );
+    let attributes = denial(&gateway, ATTRIBUTES).await;
+    for given in [
+        "user=system:anonymous ",
+        "resource-request=true verb=list api-prefix=apis api-group=demo.example.io api-version=v1 namespace=default resource=attributes name= parts=attributes label-selector=team=a field-selector=",
+    ] {
+        assert!(attributes.contains(given), "{given:?} not in {attributes}");
+    }
+    gateway.shutdown().await;
+}
+
+/// `reads` works for a 0.2.0 component too: what it leaves out reaches the
+/// component as 0.2.0 had it when empty; `parts`, gone from 0.3.0, is still
+/// the path's.
+#[tokio::test]
+async fn a_0_2_0_authorizer_sees_what_reads_leaves_out_as_empty() {
+    let (gateway, _upstream) = start(&[filter(
+        "authorization.filters",
+        "legacy-reads",
+        "compat-0-2-authz",
+        None,
+        "reads = [\"api-version\"]\n",
+    )])
+    .await;
+    let attributes = denial(&gateway, ATTRIBUTES).await;
+    let given = "verb=list api-prefix= api-group=demo.example.io api-version=v1 namespace=default resource=attributes name= parts=attributes label-selector= field-selector=";
+    assert!(attributes.contains(given), "{given:?} not in {attributes}");
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_0_3_0_authorizer_is_given_the_options_it_reads() {
+    let every = filter(
+        "authorization.filters",
+        "given-all",
+        "fault-authz",
+        None,
+        "",
+    );
+    let (gateway, _upstream) = start(&[every]).await;
+    let given = "/apis/demo.example.io/v1/namespaces/default/given?labelSelector=x";
+    assert!(
+        denial(&gateway, given)
+            .await
+            .ends_with("api-prefix=apis api-version=v1 label-selector=x field-selector="),
+        "without reads, every option"
+    );
+    gateway.shutdown().await;
+
+    let one = filter(
+        "authorization.filters",
+        "given-one",
+        "fault-authz",
+        None,
+        "reads = [\"api-version\"]\n",
+    );
+    let (gateway, _upstream) = start(&[one]).await;
+    let reason = denial(&gateway, given).await;
+    assert!(
+        reason.ends_with("api-prefix=- api-version=v1 label-selector=- field-selector=-"),
+        "{reason}"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_0_3_0_admission_filter_is_given_the_request_and_user_it_reads() {
+    let client = http_client();
+    for (reads, expected) in [
+        ("", "request=create user=system:anonymous"),
+        ("reads = []\n", "request=- user=-"),
+        ("reads = [\"user\"]\n", "request=- user=system:anonymous"),
+        // A field of the request info is read with the request info.
+        ("reads = [\"api-version\"]\n", "request=create user=-"),
+    ] {
+        let (gateway, _upstream) = start(&[
+            "\n[authorization]\nalways_allow = true\n".to_owned(),
+            filter(
+                "admission.validating",
+                "given",
+                "fault-admission",
+                None,
+                reads,
+            ),
+        ])
+        .await;
+        let object = json!({"metadata": {"name": "given"}});
+        let status = send(
+            client
+                .post(gateway.url(WIDGETS))
+                .header("content-type", "application/json")
+                .body(object.to_string()),
+        )
+        .await
+        .assert_status(403, "Forbidden");
+        assert_eq!(status["message"], expected, "{reads:?}");
+        gateway.shutdown().await;
+    }
+}
+
+#[test]
+fn reads_names_optional_fields_of_the_stage_records() {
+    let text = plaintext(
+        &[
+            filter(
+                "authentication.filters",
+                "authn",
+                "fault-authn",
+                None,
+                "reads = [\"path\", \"path\", \"verb\"]\n",
+            ),
+            filter(
+                "authorization.filters",
+                "authz",
+                "fault-authz",
+                None,
+                "reads = [\"method\", \"label-selector\"]\n",
+            ),
+            filter(
+                "admission.mutating",
+                "admit",
+                "fault-admission",
+                None,
+                "reads = [\"user\", \"request\", \"parts\"]\n",
+            ),
+            filter(
+                "audit.filters",
+                "audit",
+                "jsonl-audit",
+                None,
+                "reads = []\n",
+            ),
+            routes("http://127.0.0.1:9"),
+        ]
+        .concat(),
+    );
+    let error = wasmgate::config::parse(Path::new("gw.toml"), &text)
+        .expect_err("refused")
+        .to_string();
+    for expected in [
+        "authentication.filters[0].reads: \"path\" is listed twice",
+        "authentication.filters[0].reads: \"verb\" is not an optional field of this stage's records: one of method, path, query, remote-addr",
+        "authorization.filters[0].reads: \"method\" is not an optional field of this stage's records: one of api-prefix, api-version, label-selector, field-selector",
+        "admission.mutating[0].reads: \"parts\" is not an optional field of this stage's records: one of request, user, api-prefix, api-version, label-selector, field-selector",
+        "audit.filters[0].reads: audit filters are given whole events",
+    ] {
+        assert!(error.contains(expected), "{expected:?} not in:\n{error}");
+    }
+    assert!(
+        !error.contains("label-selector\" is not"),
+        "a field of the stage is accepted:\n{error}"
+    );
+}
