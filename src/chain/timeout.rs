@@ -60,13 +60,10 @@ impl Handler for Timeout {
             };
             let deadline = Instant::now() + timeout;
             request.extensions_mut().insert(Deadline(deadline));
-            let cut = request
-                .extensions()
-                .get::<ConnectionControl>()
-                .and_then(|control| control.cut.clone());
+            let connection = request.extensions().get::<ConnectionControl>().cloned();
             match tokio::time::timeout_at(deadline.into(), self.next.call(request)).await {
                 Ok(response) => {
-                    response.map(|body| Body::wrap(DeadlineBody::new(body, deadline, cut)))
+                    response.map(|body| Body::wrap(DeadlineBody::new(body, deadline, connection)))
                 }
                 Err(_) => {
                     let mut response = GatewayError::Timeout {
@@ -89,7 +86,7 @@ impl Timeout {
         let closing = request
             .extensions()
             .get::<ConnectionControl>()
-            .map(|control| control.closing.clone());
+            .map(|control| control.closing().clone());
         let response = self.next.call(request).await;
         if watch_ends.is_none() && closing.is_none() {
             return response;
@@ -222,8 +219,9 @@ pub(crate) struct ResponseDeadlinePassed;
 struct DeadlineBody {
     shared: Arc<Mutex<Streaming>>,
     deadline: Instant,
-    /// Taken when the enforcer starts.
-    cut: Option<CancellationToken>,
+    /// The connection the enforcer cuts (an HTTP/1.x one); taken when the
+    /// enforcer starts.
+    connection: Option<ConnectionControl>,
     enforcer: Option<JoinHandle<()>>,
 }
 
@@ -236,14 +234,14 @@ struct Streaming {
 }
 
 impl DeadlineBody {
-    fn new(body: Body, deadline: Instant, cut: Option<CancellationToken>) -> Self {
+    fn new(body: Body, deadline: Instant, connection: Option<ConnectionControl>) -> Self {
         DeadlineBody {
             shared: Arc::new(Mutex::new(Streaming {
                 body: Some(body),
                 waker: None,
             })),
             deadline,
-            cut,
+            connection,
             enforcer: None,
         }
     }
@@ -255,7 +253,7 @@ impl DeadlineBody {
 
     fn start_enforcer(&mut self) {
         let shared = self.shared.clone();
-        let cut = self.cut.take();
+        let connection = self.connection.take();
         let deadline = self.deadline;
         self.enforcer = Some(tokio::spawn(async move {
             tokio::time::sleep_until(deadline.into()).await;
@@ -269,7 +267,7 @@ impl DeadlineBody {
             tracing::debug!("response cut at the request deadline");
             // The slot, the upstream connection: released now.
             drop(body);
-            if let Some(cut) = cut {
+            if let Some(cut) = connection.as_ref().and_then(ConnectionControl::cut) {
                 cut.cancel();
             }
             if let Some(waker) = waker {

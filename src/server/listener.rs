@@ -212,15 +212,25 @@ impl Connection {
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        // Children of the shutdown's tokens, so that the loop below waits on
+        // two tokens rather than four: it polls each of them every time the
+        // connection wakes it, several times a request.
+        let cut = self.drain.cut_connections.child_token();
+        let control = |cut| {
+            ConnectionControl::new(
+                cut,
+                self.drain.cut_connections.clone(),
+                self.drain.close_connections.clone(),
+            )
+        };
         let requests = Arc::new(Requests {
             live: self.live.clone(),
             info,
             activity: Arc::new(Activity::new()),
             clock: Arc::new(HeaderClock::new(self.read_header_timeout)),
-            // Children of the shutdown's tokens, so that the loop below
-            // waits on two tokens rather than four: it polls each of them
-            // every time the connection wakes it, several times a request.
-            cut: self.drain.cut_connections.child_token(),
+            http1_control: control(Some(cut.clone())),
+            http2_control: control(None),
+            cut,
             retire: self.drain.close_connections.child_token(),
             drain: self.drain.clone(),
         });
@@ -274,6 +284,10 @@ struct Requests {
     /// under way are done (HTTP/2's GOAWAY during shutdown), or by the
     /// shutdown asking every connection to finish.
     retire: CancellationToken,
+    /// What an HTTP/1.x request may do to the connection (cut it), and
+    /// what an HTTP/2 one may, made once for all of them.
+    http1_control: ConnectionControl,
+    http2_control: ConnectionControl,
     drain: Drain,
 }
 
@@ -304,11 +318,12 @@ impl Requests {
         } else {
             let mut request = request.map(Body::wrap);
             request.extensions_mut().insert(self.info.clone());
-            request.extensions_mut().insert(ConnectionControl {
-                cut: http1.then(|| self.cut.clone()),
-                shutdown_cut: self.drain.cut_connections.clone(),
-                closing: self.drain.close_connections.clone(),
-            });
+            let control = if http1 {
+                &self.http1_control
+            } else {
+                &self.http2_control
+            };
+            request.extensions_mut().insert(control.clone());
             snapshot.handler.call(request).await
         };
         if response.status() == http::StatusCode::SWITCHING_PROTOCOLS {
