@@ -17,6 +17,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::FuturesUnordered;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -213,8 +216,7 @@ impl Connection {
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         // Children of the shutdown's tokens, so that the loop below waits on
-        // two tokens rather than four: it polls each of them every time the
-        // connection wakes it, several times a request.
+        // two tokens rather than four.
         let cut = self.drain.cut_connections.child_token();
         let control = |cut| {
             ConnectionControl::new(
@@ -243,6 +245,23 @@ impl Connection {
             .builder
             .serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(connection);
+        // What else ends or retires the connection. A `select!` polls every
+        // branch each time the connection wakes its task, several times a
+        // request (two locks per token each time); in a `FuturesUnordered`
+        // each is polled only when it was itself woken.
+        let mut signals: FuturesUnordered<BoxFuture<'_, Signal>> = FuturesUnordered::new();
+        signals.push(Box::pin(async {
+            requests.cut.cancelled().await;
+            Signal::Cut
+        }));
+        signals.push(Box::pin(async {
+            requests.retire.cancelled().await;
+            Signal::Retire
+        }));
+        signals.push(Box::pin(async {
+            idle(&requests.activity, self.idle_timeout).await;
+            Signal::Idle
+        }));
         let mut closing = false;
         loop {
             tokio::select! {
@@ -254,20 +273,30 @@ impl Connection {
                     }
                     return;
                 }
-                // Dropping the connection closes it, and drops what its
-                // requests were doing.
-                () = requests.cut.cancelled() => return,
-                () = requests.retire.cancelled(), if !closing => {
-                    closing = true;
-                    connection.as_mut().graceful_shutdown();
-                }
-                () = idle(&requests.activity, self.idle_timeout), if !closing => {
-                    closing = true;
-                    connection.as_mut().graceful_shutdown();
-                }
+                Some(signal) = signals.next() => match signal {
+                    // Dropping the connection closes it, and drops what its
+                    // requests were doing.
+                    Signal::Cut => return,
+                    Signal::Retire | Signal::Idle => {
+                        if !closing {
+                            closing = true;
+                            connection.as_mut().graceful_shutdown();
+                        }
+                    }
+                },
             }
         }
     }
+}
+
+/// What, besides the connection itself, ends a connection's loop.
+enum Signal {
+    /// Close it now: [`Requests::cut`].
+    Cut,
+    /// Let it finish its requests and close: [`Requests::retire`].
+    Retire,
+    /// It has had no request for the idle timeout: retire it.
+    Idle,
 }
 
 /// What a connection's requests share with it.
