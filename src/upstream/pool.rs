@@ -108,7 +108,10 @@ impl Http1Pool {
                 },
             }
         }
-        let mut sender = self.connect().await?;
+        // Boxed: the connect and handshake futures are large, and inline
+        // they would be copied into every request's box, reused
+        // connection or not.
+        let mut sender = Box::pin(self.connect()).await?;
         let response = sender
             .send_request(request)
             .await
