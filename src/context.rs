@@ -12,6 +12,7 @@ use std::time::{Instant, SystemTime};
 
 use http::{HeaderMap, HeaderValue};
 use rustls_pki_types::CertificateDer;
+use tokio_util::sync::CancellationToken;
 
 /// The connection a request arrived on.
 #[derive(Debug, Clone)]
@@ -200,20 +201,51 @@ impl UserInfo {
 pub struct ClientCredentials(pub Vec<HeaderValue>);
 
 /// What the flow may do to the connection a request came on, and what the
-/// gateway did to it (set by the listener).
+/// gateway did to it (set by the listener). Made once per connection and
+/// shared by its requests: a clone is one reference count, where cloning
+/// the tokens themselves takes a lock each, and another to drop.
 #[derive(Debug, Clone)]
-pub(crate) struct ConnectionControl {
+pub(crate) struct ConnectionControl(Arc<ConnectionTokens>);
+
+#[derive(Debug)]
+struct ConnectionTokens {
+    cut: Option<CancellationToken>,
+    shutdown_cut: CancellationToken,
+    closing: CancellationToken,
+}
+
+impl ConnectionControl {
+    pub(crate) fn new(
+        cut: Option<CancellationToken>,
+        shutdown_cut: CancellationToken,
+        closing: CancellationToken,
+    ) -> Self {
+        ConnectionControl(Arc::new(ConnectionTokens {
+            cut,
+            shutdown_cut,
+            closing,
+        }))
+    }
+
     /// Cancelling it closes the connection at once: how a response past its
     /// deadline is cut. HTTP/1.x requests only: an HTTP/2 connection carries
     /// other requests' streams, and a stream is reset through its body.
-    pub cut: Option<tokio_util::sync::CancellationToken>,
+    pub(crate) fn cut(&self) -> Option<&CancellationToken> {
+        self.0.cut.as_ref()
+    }
+
     /// Cancelled when the shutdown closes every connection still open
     /// (`shutdown_timeout` passed), so what ends then knows why.
-    pub shutdown_cut: tokio_util::sync::CancellationToken,
+    pub(crate) fn shutdown_cut(&self) -> &CancellationToken {
+        &self.0.shutdown_cut
+    }
+
     /// Cancelled when the shutdown, `shutdown_delay` after it began, asks
     /// every connection to finish: long-running requests (a watch, a tunnel)
     /// end then rather than hold the drain until `shutdown_timeout`.
-    pub closing: tokio_util::sync::CancellationToken,
+    pub(crate) fn closing(&self) -> &CancellationToken {
+        &self.0.closing
+    }
 }
 
 /// Set on a response the gateway ended in self-defense (its request

@@ -116,6 +116,39 @@ const NOT_PCHAR: &AsciiSet = &NON_ALPHANUMERIC
 /// query), or why it has none.
 pub fn canonicalize(path: &str) -> Result<CanonicalPath<'_>, TargetError> {
     let rest = path.strip_prefix('/').ok_or(TargetError::NotOriginForm)?;
+    if is_plain_path(rest.as_bytes()) {
+        return Ok(CanonicalPath {
+            path: Cow::Borrowed(path),
+            escaped_slashes: false,
+        });
+    }
+    canonicalize_segments(path, rest)
+}
+
+/// Whether `rest` (the path after its leading `/`) is canonical as sent
+/// and holds nothing to refuse, seen in one pass over its bytes: plain
+/// bytes ([`is_plain`]) and separators, no dot-segment, no empty segment
+/// but the last (a trailing `/`). Most paths are; the others go through
+/// [`canonicalize_segments`], which says the same of these.
+fn is_plain_path(rest: &[u8]) -> bool {
+    let mut segment_start = 0;
+    for (at, &byte) in rest.iter().enumerate() {
+        if byte == b'/' {
+            if matches!(&rest[segment_start..at], b"" | b"." | b"..") {
+                return false;
+            }
+            segment_start = at + 1;
+        } else if !is_plain(byte) {
+            return false;
+        }
+    }
+    !matches!(&rest[segment_start..], b"." | b"..")
+}
+
+/// [`canonicalize`] segment by segment: each one checked and, where its
+/// spelling or its kind (empty, a dot-segment) is not canonical, the path
+/// rebuilt.
+fn canonicalize_segments<'a>(path: &'a str, rest: &str) -> Result<CanonicalPath<'a>, TargetError> {
     let mut escaped_slashes = false;
     let mut canonical = true;
     let mut segments = rest.split('/').peekable();
@@ -224,17 +257,30 @@ fn respell(segment: &str) -> Result<String, TargetError> {
 /// `pchar` that is neither an escape's `%` nor the refused `;` (the bytes
 /// [`NOT_PCHAR`] leaves raw, less `;`). A segment of these alone is
 /// canonical as sent, which most are: [`scan_segment`] then skips its
-/// pieces.
+/// pieces. A table, since it is asked of every byte of every path.
 fn is_plain(byte: u8) -> bool {
-    is_unreserved(byte)
-        || matches!(
-            byte,
-            b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b'=' | b':' | b'@'
-        )
+    PLAIN[usize::from(byte)]
 }
 
+/// [`is_plain`] of each byte.
+const PLAIN: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut byte: u8 = 0;
+    loop {
+        table[byte as usize] = is_unreserved(byte)
+            || matches!(
+                byte,
+                b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b'=' | b':' | b'@'
+            );
+        if byte == u8::MAX {
+            break table;
+        }
+        byte += 1;
+    }
+};
+
 /// RFC 3986 §2.3: ALPHA / DIGIT / `-` / `.` / `_` / `~`.
-fn is_unreserved(byte: u8) -> bool {
+const fn is_unreserved(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~')
 }
 
@@ -384,6 +430,52 @@ mod tests {
     }
 
     #[test]
+    fn one_pass_takes_plain_paths_only() {
+        for path in [
+            "/",
+            "/api/v1/namespaces/default/pods",
+            "/apis/",
+            "/.well-known/openid-configuration",
+            "/a/.b/..c/.../b.",
+            "/a:b@c!$&'()*+,=~",
+        ] {
+            assert!(is_plain_path(&path.as_bytes()[1..]), "{path}");
+            assert_eq!(
+                canonicalize(path),
+                canonicalize_segments(path, &path[1..]),
+                "{path}"
+            );
+        }
+        // Each has something the segments must see: a dot-segment, an empty
+        // segment, an escape (of a slash, of a non-UTF-8 byte, one before a
+        // raw character to escape), a raw character to escape or to refuse.
+        for path in [
+            "/.",
+            "/..",
+            "/a/.",
+            "/a/..",
+            "/./a",
+            "/a/../b",
+            "//",
+            "//a",
+            "/a//b",
+            "/a%2Fb",
+            "/a%2fb/..",
+            "/%FF",
+            "/public/%3F\"",
+            "/a\"",
+            "/\"",
+            "/a;b",
+            "/a\\b",
+            "/a\0",
+            "/é",
+            "/a b",
+        ] {
+            assert!(!is_plain_path(&path.as_bytes()[1..]), "{path:?}");
+        }
+    }
+
+    #[test]
     fn paths_are_made_canonical() {
         let cases = [
             ("/a/./b", "/a/b"),
@@ -398,6 +490,8 @@ mod tests {
             ("/a/.%2e", "/"),
             ("/a/\"", "/a/%22"),
             ("/a/%3F\"", "/a/%3F%22"),
+            ("/public/%3F\"", "/public/%3F%22"),
+            ("/a/.b/./..c/", "/a/.b/..c/"),
             ("/a/%7e\"b", "/a/~%22b"),
             ("/a%2db%7e", "/a-b~"),
             ("/%c3%a9", "/%C3%A9"),
@@ -494,6 +588,9 @@ mod tests {
         "kube-system",
         ".",
         "..",
+        "...",
+        ".b",
+        "b.",
         "%2e",
         "%2E",
         "%2e%2e",
@@ -540,6 +637,21 @@ mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::test_runner::Config::with_cases(2000))]
+
+        /// The one pass over plain paths answers what the segment-by-segment
+        /// reading answers, to the byte and to the borrow.
+        #[test]
+        fn the_one_pass_agrees_with_the_segments(path in any_path()) {
+            let whole = canonicalize(&path);
+            let by_segments = canonicalize_segments(&path, &path[1..]);
+            proptest::prop_assert_eq!(&whole, &by_segments, "{:?}", path);
+            if let (Ok(whole), Ok(by_segments)) = (whole, by_segments) {
+                proptest::prop_assert_eq!(
+                    matches!(whole.path, Cow::Borrowed(_)),
+                    matches!(by_segments.path, Cow::Borrowed(_))
+                );
+            }
+        }
 
         #[test]
         fn canonicalizing_twice_changes_nothing(path in any_path()) {

@@ -10,14 +10,16 @@
 //! a 400 too, since the gateway cannot tell which one the client meant.
 
 use futures_util::future::BoxFuture;
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::body::{Request, Response};
 use crate::context::AuditId;
 use crate::handler::{Handler, SharedHandler};
 use crate::status::GatewayError;
 
-pub(crate) const AUDIT_ID_HEADER: &str = "audit-id";
+/// A name made once: a `&str` name is parsed, and copied into a new
+/// allocation, by every insert (twice a request here).
+pub(crate) const AUDIT_ID_HEADER: HeaderName = HeaderName::from_static("audit-id");
 
 /// kube's `maxAuditIDLength`.
 const MAX_AUDIT_ID_LENGTH: usize = 256;
@@ -28,22 +30,22 @@ pub(crate) struct AuditIdFilter {
 
 impl Handler for AuditIdFilter {
     fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
-        let header = match client_audit_id(request.headers()) {
-            Ok(Some(header)) => Ok(header),
-            // A UUID is always a valid header value.
-            Ok(None) => HeaderValue::try_from(new_audit_id())
-                .map_err(|_| GatewayError::internal("a new audit ID is not a header value")),
-            Err(error) => Err(error),
-        };
-        let header = match header {
-            Ok(header) => header,
+        let (header, audit_id) = match client_audit_id(request.headers()) {
+            // Letters, digits and hyphens: the lossy reading loses nothing.
+            Ok(Some(header)) => {
+                let audit_id = String::from_utf8_lossy(header.as_bytes()).into_owned();
+                (header, audit_id)
+            }
+            Ok(None) => match new_audit_id() {
+                Ok(new) => new,
+                Err(error) => return Box::pin(std::future::ready(error.into_response())),
+            },
             Err(error) => return Box::pin(std::future::ready(error.into_response())),
         };
         // Exactly one Audit-ID goes on: the one the audit log records.
         request
             .headers_mut()
             .insert(AUDIT_ID_HEADER, header.clone());
-        let audit_id = String::from_utf8_lossy(header.as_bytes()).into_owned();
         request.extensions_mut().insert(AuditId(audit_id));
         Box::pin(async move {
             let mut response = self.next.call(request).await;
@@ -87,14 +89,15 @@ fn is_valid_audit_id(id: &[u8]) -> bool {
         && id.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
-/// A new UUID, written without the formatting machinery (this runs on
-/// every request that brings no `Audit-ID`).
-fn new_audit_id() -> String {
+/// A new UUID as a header and as text, written without the formatting
+/// machinery (this runs on every request that brings no `Audit-ID`).
+fn new_audit_id() -> Result<(HeaderValue, String), GatewayError> {
     let mut buffer = uuid::Uuid::encode_buffer();
-    uuid::Uuid::new_v4()
-        .hyphenated()
-        .encode_lower(&mut buffer)
-        .to_owned()
+    let text = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer);
+    // A UUID is always a valid header value.
+    let header = HeaderValue::from_str(text)
+        .map_err(|_| GatewayError::internal("a new audit ID is not a header value"))?;
+    Ok((header, text.to_owned()))
 }
 
 #[cfg(test)]

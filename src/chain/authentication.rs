@@ -171,7 +171,10 @@ impl Handler for Authentication {
                 UserInfo::anonymous()
             } else {
                 let started = Instant::now();
-                let identified = self.identify(&parts).await;
+                // Boxed, as the refusals below: the filters' calls make a
+                // large future, and inline it would be copied into this
+                // step's box on every request, with filters or without.
+                let identified = Box::pin(self.identify(&parts)).await;
                 crate::metrics::metrics()
                     .stages
                     .authentication(identified.result(self.anonymous), started.elapsed());
@@ -187,9 +190,12 @@ impl Handler for Authentication {
                         UserInfo::anonymous()
                     }
                     Identified::Nobody | Identified::Rejected => {
-                        return self.refuse(parts, body, GatewayError::Unauthorized).await;
+                        return Box::pin(self.refuse(parts, body, GatewayError::Unauthorized))
+                            .await;
                     }
-                    Identified::Failed(error) => return self.refuse(parts, body, error).await,
+                    Identified::Failed(error) => {
+                        return Box::pin(self.refuse(parts, body, error)).await;
+                    }
                 }
             };
             parts.extensions.insert(user.clone());

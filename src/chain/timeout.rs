@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use http_body::{Frame, SizeHint};
+use http_body::{Body as _, Frame, SizeHint};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -60,13 +60,10 @@ impl Handler for Timeout {
             };
             let deadline = Instant::now() + timeout;
             request.extensions_mut().insert(Deadline(deadline));
-            let cut = request
-                .extensions()
-                .get::<ConnectionControl>()
-                .and_then(|control| control.cut.clone());
+            let connection = request.extensions().get::<ConnectionControl>().cloned();
             match tokio::time::timeout_at(deadline.into(), self.next.call(request)).await {
                 Ok(response) => {
-                    response.map(|body| Body::wrap(DeadlineBody::new(body, deadline, cut)))
+                    response.map(|body| Body::wrap(DeadlineBody::new(body, deadline, connection)))
                 }
                 Err(_) => {
                     let mut response = GatewayError::Timeout {
@@ -89,7 +86,7 @@ impl Timeout {
         let closing = request
             .extensions()
             .get::<ConnectionControl>()
-            .map(|control| control.closing.clone());
+            .map(|control| control.closing().clone());
         let response = self.next.call(request).await;
         if watch_ends.is_none() && closing.is_none() {
             return response;
@@ -213,18 +210,27 @@ fn requested_timeout(query: Option<&str>) -> Result<Option<Duration>, String> {
 pub(crate) struct ResponseDeadlinePassed;
 
 /// A response body that ends at the request's deadline. Most bodies are
-/// over at their first poll (a Status, a small JSON object) and cost one
-/// lock per poll; a body with more to send after a poll gets an enforcer,
-/// a task that sleeps until the deadline and then drops the inner body,
-/// cuts an HTTP/1.x connection and wakes whoever waits on the body. hyper
-/// stops polling a body while the client is not reading, so only a task of
-/// its own can end it on time.
+/// over at their first poll (a Status, a small JSON object): the response
+/// holds them and polls them directly. A body with more to send after a
+/// poll moves into a lock shared with an enforcer, a task that sleeps until
+/// the deadline and then drops the inner body, cuts an HTTP/1.x connection
+/// and wakes whoever waits on the body. hyper stops polling a body while the
+/// client is not reading, so only a task of its own can end it on time.
 struct DeadlineBody {
-    shared: Arc<Mutex<Streaming>>,
+    held: Held,
     deadline: Instant,
-    /// Taken when the enforcer starts.
-    cut: Option<CancellationToken>,
+    /// The connection the enforcer cuts (an HTTP/1.x one); taken when the
+    /// enforcer starts.
+    connection: Option<ConnectionControl>,
     enforcer: Option<JoinHandle<()>>,
+}
+
+/// Where the inner body is.
+enum Held {
+    /// With the response alone: no enforcer has started.
+    Here(Body),
+    /// Shared with the enforcer, from the first poll that left more to send.
+    Shared(Arc<Mutex<Streaming>>),
 }
 
 /// What the response and its enforcer share.
@@ -236,31 +242,22 @@ struct Streaming {
 }
 
 impl DeadlineBody {
-    fn new(body: Body, deadline: Instant, cut: Option<CancellationToken>) -> Self {
+    fn new(body: Body, deadline: Instant, connection: Option<ConnectionControl>) -> Self {
         DeadlineBody {
-            shared: Arc::new(Mutex::new(Streaming {
-                body: Some(body),
-                waker: None,
-            })),
+            held: Held::Here(body),
             deadline,
-            cut,
+            connection,
             enforcer: None,
         }
     }
 
-    fn streaming(&self) -> MutexGuard<'_, Streaming> {
-        // A panic while holding the lock leaves nothing half-done here.
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn start_enforcer(&mut self) {
-        let shared = self.shared.clone();
-        let cut = self.cut.take();
+    fn start_enforcer(&mut self, shared: Arc<Mutex<Streaming>>) {
+        let connection = self.connection.take();
         let deadline = self.deadline;
         self.enforcer = Some(tokio::spawn(async move {
             tokio::time::sleep_until(deadline.into()).await;
             let (body, waker) = {
-                let mut streaming = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut streaming = lock(&shared);
                 (streaming.body.take(), streaming.waker.take())
             };
             if body.is_none() {
@@ -269,7 +266,7 @@ impl DeadlineBody {
             tracing::debug!("response cut at the request deadline");
             // The slot, the upstream connection: released now.
             drop(body);
-            if let Some(cut) = cut {
+            if let Some(cut) = connection.as_ref().and_then(ConnectionControl::cut) {
                 cut.cancel();
             }
             if let Some(waker) = waker {
@@ -283,6 +280,48 @@ impl DeadlineBody {
             enforcer.abort();
         }
     }
+
+    /// A poll of the body once it is shared: under the lock, the waker kept
+    /// for the enforcer while there is more to send.
+    fn poll_shared(
+        &mut self,
+        shared: &Arc<Mutex<Streaming>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let (polled, more) = {
+            let mut streaming = lock(shared);
+            let Some(body) = streaming.body.as_mut() else {
+                return Poll::Ready(Some(Err(ResponseDeadlinePassed.into())));
+            };
+            let polled = Pin::new(&mut *body).poll_frame(cx);
+            let more = has_more(&polled, body);
+            if more
+                && !streaming
+                    .waker
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(cx.waker()))
+            {
+                streaming.waker = Some(cx.waker().clone());
+            }
+            (polled, more)
+        };
+        match (more, self.enforcer.is_some()) {
+            (true, false) => self.start_enforcer(shared.clone()),
+            (false, true) => self.stop_enforcer(),
+            _ => {}
+        }
+        polled
+    }
+}
+
+/// Whether `body` has more to send after it answered a poll with `polled`.
+fn has_more(polled: &Poll<Option<Result<Frame<Bytes>, BodyError>>>, body: &Body) -> bool {
+    !matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) && !body.is_end_stream()
+}
+
+fn lock(shared: &Mutex<Streaming>) -> MutexGuard<'_, Streaming> {
+    // A panic while holding the lock leaves nothing half-done here.
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Drop for DeadlineBody {
@@ -300,45 +339,45 @@ impl http_body::Body for DeadlineBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
-        let (polled, more) = {
-            let mut streaming = this.streaming();
-            let Some(body) = streaming.body.as_mut() else {
-                return Poll::Ready(Some(Err(ResponseDeadlinePassed.into())));
-            };
-            let polled = Pin::new(&mut *body).poll_frame(cx);
-            let more = !matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_))))
-                && !body.is_end_stream();
-            if more
-                && !streaming
-                    .waker
-                    .as_ref()
-                    .is_some_and(|w| w.will_wake(cx.waker()))
-            {
-                streaming.waker = Some(cx.waker().clone());
+        let body = match &mut this.held {
+            Held::Shared(shared) => {
+                let shared = shared.clone();
+                return this.poll_shared(&shared, cx);
             }
-            (polled, more)
+            Held::Here(body) => body,
         };
-        match (more, this.enforcer.is_some()) {
-            (true, false) => this.start_enforcer(),
-            (false, true) => this.stop_enforcer(),
-            _ => {}
+        let polled = Pin::new(&mut *body).poll_frame(cx);
+        if has_more(&polled, body) {
+            // From now on the enforcer may take the body at the deadline.
+            let shared = Arc::new(Mutex::new(Streaming {
+                body: Some(std::mem::take(body)),
+                waker: Some(cx.waker().clone()),
+            }));
+            this.held = Held::Shared(shared.clone());
+            this.start_enforcer(shared);
         }
         polled
     }
 
     fn is_end_stream(&self) -> bool {
-        // Past the deadline the body is not over: its next poll is the error.
-        self.streaming()
-            .body
-            .as_ref()
-            .is_some_and(http_body::Body::is_end_stream)
+        match &self.held {
+            Held::Here(body) => body.is_end_stream(),
+            // Past the deadline the body is not over: its next poll is the error.
+            Held::Shared(shared) => lock(shared)
+                .body
+                .as_ref()
+                .is_some_and(http_body::Body::is_end_stream),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.streaming()
-            .body
-            .as_ref()
-            .map_or_else(SizeHint::default, http_body::Body::size_hint)
+        match &self.held {
+            Held::Here(body) => body.size_hint(),
+            Held::Shared(shared) => lock(shared)
+                .body
+                .as_ref()
+                .map_or_else(SizeHint::default, http_body::Body::size_hint),
+        }
     }
 }
 

@@ -17,6 +17,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::FuturesUnordered;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -212,15 +215,24 @@ impl Connection {
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        // Children of the shutdown's tokens, so that the loop below waits on
+        // two tokens rather than four.
+        let cut = self.drain.cut_connections.child_token();
+        let control = |cut| {
+            ConnectionControl::new(
+                cut,
+                self.drain.cut_connections.clone(),
+                self.drain.close_connections.clone(),
+            )
+        };
         let requests = Arc::new(Requests {
             live: self.live.clone(),
             info,
             activity: Arc::new(Activity::new()),
             clock: Arc::new(HeaderClock::new(self.read_header_timeout)),
-            // Children of the shutdown's tokens, so that the loop below
-            // waits on two tokens rather than four: it polls each of them
-            // every time the connection wakes it, several times a request.
-            cut: self.drain.cut_connections.child_token(),
+            http1_control: control(Some(cut.clone())),
+            http2_control: control(None),
+            cut,
             retire: self.drain.close_connections.child_token(),
             drain: self.drain.clone(),
         });
@@ -233,6 +245,23 @@ impl Connection {
             .builder
             .serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(connection);
+        // What else ends or retires the connection. A `select!` polls every
+        // branch each time the connection wakes its task, several times a
+        // request (two locks per token each time); in a `FuturesUnordered`
+        // each is polled only when it was itself woken.
+        let mut signals: FuturesUnordered<BoxFuture<'_, Signal>> = FuturesUnordered::new();
+        signals.push(Box::pin(async {
+            requests.cut.cancelled().await;
+            Signal::Cut
+        }));
+        signals.push(Box::pin(async {
+            requests.retire.cancelled().await;
+            Signal::Retire
+        }));
+        signals.push(Box::pin(async {
+            idle(&requests.activity, self.idle_timeout).await;
+            Signal::Idle
+        }));
         let mut closing = false;
         loop {
             tokio::select! {
@@ -244,20 +273,30 @@ impl Connection {
                     }
                     return;
                 }
-                // Dropping the connection closes it, and drops what its
-                // requests were doing.
-                () = requests.cut.cancelled() => return,
-                () = requests.retire.cancelled(), if !closing => {
-                    closing = true;
-                    connection.as_mut().graceful_shutdown();
-                }
-                () = idle(&requests.activity, self.idle_timeout), if !closing => {
-                    closing = true;
-                    connection.as_mut().graceful_shutdown();
-                }
+                Some(signal) = signals.next() => match signal {
+                    // Dropping the connection closes it, and drops what its
+                    // requests were doing.
+                    Signal::Cut => return,
+                    Signal::Retire | Signal::Idle => {
+                        if !closing {
+                            closing = true;
+                            connection.as_mut().graceful_shutdown();
+                        }
+                    }
+                },
             }
         }
     }
+}
+
+/// What, besides the connection itself, ends a connection's loop.
+enum Signal {
+    /// Close it now: [`Requests::cut`].
+    Cut,
+    /// Let it finish its requests and close: [`Requests::retire`].
+    Retire,
+    /// It has had no request for the idle timeout: retire it.
+    Idle,
 }
 
 /// What a connection's requests share with it.
@@ -274,6 +313,10 @@ struct Requests {
     /// under way are done (HTTP/2's GOAWAY during shutdown), or by the
     /// shutdown asking every connection to finish.
     retire: CancellationToken,
+    /// What an HTTP/1.x request may do to the connection (cut it), and
+    /// what an HTTP/2 one may, made once for all of them.
+    http1_control: ConnectionControl,
+    http2_control: ConnectionControl,
     drain: Drain,
 }
 
@@ -304,11 +347,12 @@ impl Requests {
         } else {
             let mut request = request.map(Body::wrap);
             request.extensions_mut().insert(self.info.clone());
-            request.extensions_mut().insert(ConnectionControl {
-                cut: http1.then(|| self.cut.clone()),
-                shutdown_cut: self.drain.cut_connections.clone(),
-                closing: self.drain.close_connections.clone(),
-            });
+            let control = if http1 {
+                &self.http1_control
+            } else {
+                &self.http2_control
+            };
+            request.extensions_mut().insert(control.clone());
             snapshot.handler.call(request).await
         };
         if response.status() == http::StatusCode::SWITCHING_PROTOCOLS {

@@ -296,7 +296,16 @@ impl UpstreamProxy {
                         Transport::Plain { .. } => None,
                         Transport::Tls(tls) => Some(tls.clients().tunnel),
                     };
-                    upgrade::exchange(&self.tunnel, tls, asked, origin_form(outgoing)?).await
+                    // Boxed: a tunnel's set-up (TLS included) is a large
+                    // future, which inline would be copied into every
+                    // request's box.
+                    Box::pin(upgrade::exchange(
+                        &self.tunnel,
+                        tls,
+                        asked,
+                        origin_form(outgoing)?,
+                    ))
+                    .await
                 }
                 None => {
                     let mut response = self.exchange(outgoing).await?;

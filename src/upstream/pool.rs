@@ -22,7 +22,7 @@ use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::Method;
+use http::{HeaderName, HeaderValue, Method};
 use http_body::{Body as _, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
@@ -88,7 +88,7 @@ impl Http1Pool {
             if sender.ready().await.is_err() {
                 continue;
             }
-            let replay = replayable_head(&request);
+            let replay = ReplayableHead::of(&request);
             match sender.try_send_request(request).await {
                 Ok(response) => return Ok(self.pooled(response, sender)),
                 Err(mut failure) => match (failure.take_message(), replay) {
@@ -99,7 +99,7 @@ impl Http1Pool {
                     // transport and nginx's `proxy_next_upstream error` do.
                     (None, Some(head)) => {
                         tracing::debug!(error = %failure.error(), "a reused upstream connection closed under a request: sending it again");
-                        request = head;
+                        request = head.into_request();
                         break;
                     }
                     (None, None) => {
@@ -108,7 +108,10 @@ impl Http1Pool {
                 },
             }
         }
-        let mut sender = self.connect().await?;
+        // Boxed: the connect and handshake futures are large, and inline
+        // they would be copied into every request's box, reused
+        // connection or not.
+        let mut sender = Box::pin(self.connect()).await?;
         let response = sender
             .send_request(request)
             .await
@@ -201,24 +204,57 @@ impl Http1Pool {
     }
 }
 
-/// A copy of `request` to send again if a reused connection fails under it:
-/// only for a method that may be repeated (RFC 9110 §9.2.2: GET, HEAD,
-/// OPTIONS, TRACE) and a request without a body, which the first attempt
-/// consumed.
-fn replayable_head(request: &Request) -> Option<Request> {
-    let idempotent = matches!(
-        *request.method(),
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
-    );
-    if !idempotent || !request.body().is_end_stream() {
-        return None;
+/// A copy of a request's head, to send it again if a reused connection
+/// fails under it: only for a method that may be repeated (RFC 9110
+/// §9.2.2: GET, HEAD, OPTIONS, TRACE) and a request without a body, which
+/// the first attempt consumed. Made for every such request on a reused
+/// connection and almost never used, so its headers are a plain list, one
+/// allocation, rather than a `HeaderMap`'s clone (its table and its
+/// entries); the map is built again only to resend.
+struct ReplayableHead {
+    method: Method,
+    uri: http::Uri,
+    version: http::Version,
+    headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl ReplayableHead {
+    fn of(request: &Request) -> Option<Self> {
+        let idempotent = matches!(
+            *request.method(),
+            Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+        );
+        if !idempotent || !request.body().is_end_stream() {
+            return None;
+        }
+        let mut headers = Vec::with_capacity(request.headers().len());
+        headers.extend(
+            request
+                .headers()
+                .iter()
+                .map(|(name, value)| (name.clone(), value.clone())),
+        );
+        Some(ReplayableHead {
+            method: request.method().clone(),
+            uri: request.uri().clone(),
+            version: request.version(),
+            headers,
+        })
     }
-    let mut head = Request::new(Body::empty());
-    *head.method_mut() = request.method().clone();
-    *head.uri_mut() = request.uri().clone();
-    *head.version_mut() = request.version();
-    *head.headers_mut() = request.headers().clone();
-    Some(head)
+
+    /// The request again, its headers in the order they were sent.
+    fn into_request(self) -> Request {
+        let mut request = Request::new(Body::empty());
+        *request.method_mut() = self.method;
+        *request.uri_mut() = self.uri;
+        *request.version_mut() = self.version;
+        let headers = request.headers_mut();
+        headers.reserve(self.headers.len());
+        for (name, value) in self.headers {
+            headers.append(name, value);
+        }
+        request
+    }
 }
 
 /// An upstream response body that returns its connection to the pool once it

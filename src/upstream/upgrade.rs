@@ -114,7 +114,7 @@ impl Asked {
         let closing = request
             .extensions()
             .get::<crate::context::ConnectionControl>()
-            .map(|control| control.closing.clone())
+            .map(|control| control.closing().clone())
             .unwrap_or_default();
         Some(Asked {
             upgrade,

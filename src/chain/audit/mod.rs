@@ -35,7 +35,6 @@ use std::time::Instant;
 
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
-use tokio_util::sync::CancellationToken;
 
 use crate::body::{Request, Response};
 use crate::config::stages::{AuditLevel, AuditRule, AuditStage};
@@ -193,7 +192,7 @@ impl Drop for Completion {
 /// connection, or else its client went away.
 struct Interruption {
     deadline: Option<Instant>,
-    shutdown_cut: Option<CancellationToken>,
+    connection: Option<ConnectionControl>,
 }
 
 impl Interruption {
@@ -201,9 +200,7 @@ impl Interruption {
         let extensions = request.extensions();
         Interruption {
             deadline: extensions.get::<Deadline>().map(|deadline| deadline.0),
-            shutdown_cut: extensions
-                .get::<ConnectionControl>()
-                .map(|control| control.shutdown_cut.clone()),
+            connection: extensions.get::<ConnectionControl>().cloned(),
         }
     }
 
@@ -218,9 +215,9 @@ impl Interruption {
         {
             status_record(504, "Timeout", super::timeout::TIMEOUT_MESSAGE)
         } else if self
-            .shutdown_cut
+            .connection
             .as_ref()
-            .is_some_and(CancellationToken::is_cancelled)
+            .is_some_and(|control| control.shutdown_cut().is_cancelled())
         {
             status_record(
                 503,
