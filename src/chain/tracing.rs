@@ -34,24 +34,24 @@ impl Handler for Tracing {
         let start = extensions
             .get::<ReceivedAt>()
             .map_or_else(SystemTime::now, |received| received.wall);
-        let (context, mut span) = self.tracer.request_span(request.headers(), start);
-        if span.is_recording() {
-            span.update_name(span_name(&request));
-            span.set_attributes(request_attributes(&request));
-        }
+        let (context, span) = self.tracer.request_span(request.headers(), start);
         request.extensions_mut().insert(context);
+        // Not sampled: no span, and nothing more to do here.
+        let Some(mut span) = span else {
+            return self.next.call(request);
+        };
+        span.update_name(span_name(&request));
+        span.set_attributes(request_attributes(&request));
         Box::pin(async move {
             let response = self.next.call(request).await;
-            if span.is_recording() {
-                let code = response.status();
-                span.set_attribute(KeyValue::new(
-                    "http.response.status_code",
-                    i64::from(code.as_u16()),
-                ));
-                // otelhttp's server spans: a 5xx is the server's error.
-                if code.is_server_error() {
-                    span.set_status(Status::error(""));
-                }
+            let code = response.status();
+            span.set_attribute(KeyValue::new(
+                "http.response.status_code",
+                i64::from(code.as_u16()),
+            ));
+            // otelhttp's server spans: a 5xx is the server's error.
+            if code.is_server_error() {
+                span.set_status(Status::error(""));
             }
             span.end();
             response
