@@ -128,11 +128,11 @@ pub(crate) fn build(
 
     if !stages.mutating.is_empty() || !stages.validating.is_empty() {
         chain.wrap_timed("admission", "admission", |next| {
-            Arc::new(admission::Admission {
-                mutating: stages.mutating,
-                validating: stages.validating,
+            Arc::new(admission::Admission::new(
+                stages.mutating,
+                stages.validating,
                 next,
-            })
+            ))
         });
     }
     let authorizers = (!stages.authorizers.is_empty())
