@@ -234,9 +234,11 @@ impl TraceContext {
     /// (bench/README.md § Tracing); this is W3C Trace Context's version 00,
     /// as the propagator writes it.
     pub(crate) fn inject(&self, headers: &mut HeaderMap) {
-        headers.remove(TRACEPARENT);
-        headers.remove(TRACESTATE);
+        // An insert replaces the client's value: only what is not written
+        // is removed.
         if !self.span.is_valid() {
+            headers.remove(TRACEPARENT);
+            headers.remove(TRACESTATE);
             return;
         }
         let mut value = *b"00-00000000000000000000000000000000-0000000000000000-00";
@@ -244,15 +246,15 @@ impl TraceContext {
         let written = hex::encode_to_slice(self.span.trace_id().to_bytes(), &mut value[3..35])
             .and_then(|()| hex::encode_to_slice(self.span.span_id().to_bytes(), &mut value[36..52]))
             .and_then(|()| hex::encode_to_slice([flags.to_u8()], &mut value[53..55]));
-        if let (Ok(()), Ok(traceparent)) = (written, HeaderValue::from_bytes(&value)) {
-            headers.insert(TRACEPARENT, traceparent);
-        }
+        match (written, HeaderValue::from_bytes(&value)) {
+            (Ok(()), Ok(traceparent)) => headers.insert(TRACEPARENT, traceparent),
+            _ => headers.remove(TRACEPARENT),
+        };
         let state = self.span.trace_state().header();
-        if !state.is_empty()
-            && let Ok(state) = HeaderValue::try_from(state)
-        {
-            headers.insert(TRACESTATE, state);
-        }
+        match HeaderValue::try_from(state) {
+            Ok(state) if !state.is_empty() => headers.insert(TRACESTATE, state),
+            _ => headers.remove(TRACESTATE),
+        };
     }
 }
 
