@@ -90,15 +90,7 @@ impl Layers {
     ) {
         let traced = self.traced;
         self.wrap(step, |next| {
-            let inner = if traced {
-                Arc::new(tracing::StepStart {
-                    step,
-                    inner: wrap(Arc::new(tracing::StepEnd { next })),
-                })
-            } else {
-                wrap(next)
-            };
-            Arc::new(filter_latency::Track::new(filter, inner))
+            Arc::new(filter_latency::Track::new(step, filter, traced, wrap(next)))
         });
         self.timed.push(TimedStep { step, filter });
     }
