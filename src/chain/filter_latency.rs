@@ -74,32 +74,32 @@ impl Track {
 impl Handler for Track {
     fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
         let now = Instant::now();
-        if let Some(previous) = request
-            .extensions_mut()
-            .get_mut::<Clock>()
-            .and_then(|Clock(open)| open.take())
-        {
-            previous.close(now, &mut request);
-        }
-        let span = if self.traced {
-            StepSpan::open(&mut request, self.step)
-        } else {
-            None
-        };
         let opened = Open {
             histogram: self.histogram.clone(),
             since: now,
-            span: span.clone(),
+            span: None,
         };
-        match request.extensions_mut().get_mut::<Clock>() {
-            Some(Clock(open)) => *open = Some(opened),
+        let previous = match request.extensions_mut().get_mut::<Clock>() {
+            Some(Clock(open)) => open.replace(opened),
             None => {
                 request.extensions_mut().insert(Clock(Some(opened)));
+                None
             }
+        };
+        if let Some(previous) = previous {
+            previous.close(now, &mut request);
         }
+        // Opened once the step before has given back the request's span.
+        let span = match self.traced {
+            true => StepSpan::open(&mut request, self.step),
+            false => None,
+        };
         let Some(span) = span else {
             return self.next.call(request);
         };
+        if let Some(Clock(Some(open))) = request.extensions_mut().get_mut::<Clock>() {
+            open.span = Some(span.clone());
+        }
         // A step that answers itself ends its span with its answer.
         Box::pin(async move {
             let response = self.next.call(request).await;
