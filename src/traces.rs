@@ -195,8 +195,7 @@ pub(crate) struct TraceContext {
 
 impl TraceContext {
     /// True when this trace is being recorded: the spans below it are
-    /// worth making (an unsampled request makes none but the ones whose
-    /// context the upstream needs).
+    /// worth making (an unsampled request makes none).
     pub(crate) fn sampled(&self) -> bool {
         self.span.is_sampled()
     }
