@@ -20,7 +20,7 @@ use crate::config::stages::{Mode, ReadField};
 use crate::context::{AuditId, UserInfo};
 use crate::decision_cache::Lookup;
 use crate::handler::{Handler, SharedHandler};
-use crate::metrics::stages::AdmissionType;
+use crate::metrics::stages::{AdmissionTimer, AdmissionType};
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
 use crate::wasm::filter::{
@@ -31,9 +31,60 @@ use crate::wasm::{LoadedFilter, Outcome, convert};
 const STAGE: &str = "admission";
 
 pub(crate) struct Admission {
-    pub mutating: Vec<LoadedFilter<AdmissionKind>>,
-    pub validating: Vec<LoadedFilter<AdmissionKind>>,
-    pub next: SharedHandler,
+    mutating: Phase,
+    validating: Phase,
+    next: SharedHandler,
+}
+
+/// The filters of one phase, and its timers (kube's step metric, and each
+/// filter's controller metric), made with the chain.
+struct Phase {
+    filters: Vec<Controller>,
+    timer: AdmissionTimer,
+}
+
+/// One admission filter, and the timer of its calls.
+struct Controller {
+    filter: LoadedFilter<AdmissionKind>,
+    timer: AdmissionTimer,
+}
+
+impl Phase {
+    fn new(phase: AdmissionType, filters: Vec<LoadedFilter<AdmissionKind>>) -> Self {
+        let metrics = &crate::metrics::metrics().stages;
+        let filters = filters
+            .into_iter()
+            .map(|filter| Controller {
+                timer: metrics.admission_controller(filter.name(), phase),
+                filter,
+            })
+            .collect();
+        Phase {
+            filters,
+            timer: metrics.admission_step(phase),
+        }
+    }
+
+    /// The phase's filters the request is for.
+    fn selected<'a>(&'a self, info: &'a RequestInfo) -> impl Iterator<Item = &'a Controller> {
+        self.filters
+            .iter()
+            .filter(|controller| stage::selects(&controller.filter.spec.matcher, info))
+    }
+}
+
+impl Admission {
+    pub(crate) fn new(
+        mutating: Vec<LoadedFilter<AdmissionKind>>,
+        validating: Vec<LoadedFilter<AdmissionKind>>,
+        next: SharedHandler,
+    ) -> Self {
+        Admission {
+            mutating: Phase::new(AdmissionType::Admit, mutating),
+            validating: Phase::new(AdmissionType::Validate, validating),
+            next,
+        }
+    }
 }
 
 /// Where the object stands after a filter.
@@ -52,13 +103,12 @@ impl Handler for Admission {
             let Some(operation) = operation(info) else {
                 return self.next.call(request).await;
             };
-            let selected =
-                |filter: &&LoadedFilter<AdmissionKind>| stage::selects(&filter.spec.matcher, info);
-            if !self
+            if self
                 .mutating
-                .iter()
-                .chain(&self.validating)
-                .any(|filter| selected(&filter))
+                .selected(info)
+                .chain(self.validating.selected(info))
+                .next()
+                .is_none()
             {
                 return self.next.call(request).await;
             }
@@ -107,23 +157,12 @@ impl Admission {
             .unwrap_or_default();
         let mut object = original.clone();
         // kube's step metric: each phase's time, and whether it rejected.
-        let phase_done = |phase: AdmissionType, started: Instant, rejected: bool| {
-            crate::metrics::metrics().stages.admission_step(
-                phase,
-                operation_label(operation),
-                rejected,
-                started.elapsed(),
-            );
-        };
+        let operation_name = operation_label(operation);
         let started = Instant::now();
-        for filter in self
-            .mutating
-            .iter()
-            .filter(|f| stage::selects(&f.spec.matcher, &info))
-        {
-            given_to(filter, &mut review, &info, &user);
+        for controller in self.mutating.selected(&info) {
+            given_to(&controller.filter, &mut review, &info, &user);
             match self
-                .run(filter, &review, object.as_ref(), true, &watchers)
+                .run(controller, &review, object.as_ref(), true, &watchers)
                 .await
             {
                 Step::Continue => {}
@@ -132,31 +171,31 @@ impl Admission {
                     object = Some(value);
                 }
                 Step::Stop(error) => {
-                    phase_done(AdmissionType::Admit, started, true);
+                    let timer = &self.mutating.timer;
+                    timer.observe(operation_name, true, started.elapsed());
                     return Err(error);
                 }
             }
         }
-        if !self.mutating.is_empty() {
-            phase_done(AdmissionType::Admit, started, false);
+        if !self.mutating.filters.is_empty() {
+            let timer = &self.mutating.timer;
+            timer.observe(operation_name, false, started.elapsed());
         }
         let started = Instant::now();
-        for filter in self
-            .validating
-            .iter()
-            .filter(|f| stage::selects(&f.spec.matcher, &info))
-        {
-            given_to(filter, &mut review, &info, &user);
+        for controller in self.validating.selected(&info) {
+            given_to(&controller.filter, &mut review, &info, &user);
             if let Step::Stop(error) = self
-                .run(filter, &review, object.as_ref(), false, &watchers)
+                .run(controller, &review, object.as_ref(), false, &watchers)
                 .await
             {
-                phase_done(AdmissionType::Validate, started, true);
+                let timer = &self.validating.timer;
+                timer.observe(operation_name, true, started.elapsed());
                 return Err(error);
             }
         }
-        if !self.validating.is_empty() {
-            phase_done(AdmissionType::Validate, started, false);
+        if !self.validating.filters.is_empty() {
+            let timer = &self.validating.timer;
+            timer.observe(operation_name, false, started.elapsed());
         }
         let body = match object.filter(|object| Some(object) != original.as_ref()) {
             Some(mutated) => {
@@ -174,22 +213,17 @@ impl Admission {
     /// One filter's call, timed per filter (kube's per-controller metric).
     async fn run(
         &self,
-        filter: &LoadedFilter<AdmissionKind>,
+        controller: &Controller,
         review: &AdmissionRequest,
         object: Option<&serde_json::Value>,
         mutating: bool,
         watchers: &Watchers,
     ) -> Step {
         let started = Instant::now();
-        let step = self.call(filter, review, object, mutating, watchers).await;
-        let phase = if mutating {
-            AdmissionType::Admit
-        } else {
-            AdmissionType::Validate
-        };
-        crate::metrics::metrics().stages.admission_controller(
-            filter.name(),
-            phase,
+        let step = self
+            .call(&controller.filter, review, object, mutating, watchers)
+            .await;
+        controller.timer.observe(
             operation_label(review.operation),
             matches!(step, Step::Stop(_)),
             started.elapsed(),

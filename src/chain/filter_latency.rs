@@ -7,12 +7,18 @@
 //! [`Close`] goes inside the last timed step. A step that answers itself
 //! (a 401, a 403, a 429) is not timed, as in kube: its answer is counted in
 //! `apiserver_request_total`.
+//!
+//! When the chain is traced, `Track` also opens the step's span for a
+//! sampled request and the next `Track` (or `Close`) ends it, as kube's
+//! `filterlatency` does both ([`super::tracing::StepSpan`]): an unsampled
+//! request pays one extension look-up a step for it.
 
 use std::time::Instant;
 
 use futures_util::future::BoxFuture;
 use prometheus_client::metrics::histogram::Histogram;
 
+use super::tracing::StepSpan;
 use crate::body::{Request, Response};
 use crate::handler::{Handler, SharedHandler};
 
@@ -25,25 +31,41 @@ struct Clock(Option<Open>);
 struct Open {
     histogram: Histogram,
     since: Instant,
+    /// The step's span, when the request is traced and sampled.
+    span: Option<StepSpan>,
 }
 
 impl Open {
-    fn close(self, now: Instant) {
+    /// Observes the step's time and ends its span.
+    fn close(self, now: Instant, request: &mut Request) {
         self.histogram
             .observe(now.duration_since(self.since).as_secs_f64());
+        if let Some(span) = self.span {
+            span.close(request);
+        }
     }
 }
 
-/// Opens the timing of the step it wraps (`filter` is kube's name for it).
+/// Opens the timing of the step it wraps (`filter` is kube's name for it),
+/// and its span (named `step`) when `traced`.
 pub(crate) struct Track {
     histogram: Histogram,
+    step: &'static str,
+    traced: bool,
     next: SharedHandler,
 }
 
 impl Track {
-    pub(crate) fn new(filter: &'static str, next: SharedHandler) -> Self {
+    pub(crate) fn new(
+        step: &'static str,
+        filter: &'static str,
+        traced: bool,
+        next: SharedHandler,
+    ) -> Self {
         Track {
             histogram: crate::metrics::metrics().requests.filter_duration(filter),
+            step,
+            traced,
             next,
         }
     }
@@ -55,18 +77,35 @@ impl Handler for Track {
         let opened = Open {
             histogram: self.histogram.clone(),
             since: now,
+            span: None,
         };
-        match request.extensions_mut().get_mut::<Clock>() {
-            Some(Clock(open)) => {
-                if let Some(previous) = open.replace(opened) {
-                    previous.close(now);
-                }
-            }
+        let previous = match request.extensions_mut().get_mut::<Clock>() {
+            Some(Clock(open)) => open.replace(opened),
             None => {
                 request.extensions_mut().insert(Clock(Some(opened)));
+                None
             }
+        };
+        if let Some(previous) = previous {
+            previous.close(now, &mut request);
         }
-        self.next.call(request)
+        // Opened once the step before has given back the request's span.
+        let span = match self.traced {
+            true => StepSpan::open(&mut request, self.step),
+            false => None,
+        };
+        let Some(span) = span else {
+            return self.next.call(request);
+        };
+        if let Some(Clock(Some(open))) = request.extensions_mut().get_mut::<Clock>() {
+            open.span = Some(span.clone());
+        }
+        // A step that answers itself ends its span with its answer.
+        Box::pin(async move {
+            let response = self.next.call(request).await;
+            span.end();
+            response
+        })
     }
 }
 
@@ -82,7 +121,7 @@ impl Handler for Close {
             .get_mut::<Clock>()
             .and_then(|Clock(open)| open.take())
         {
-            open.close(Instant::now());
+            open.close(Instant::now(), &mut request);
         }
         self.next.call(request)
     }

@@ -90,15 +90,7 @@ impl Layers {
     ) {
         let traced = self.traced;
         self.wrap(step, |next| {
-            let inner = if traced {
-                Arc::new(tracing::StepStart {
-                    step,
-                    inner: wrap(Arc::new(tracing::StepEnd { next })),
-                })
-            } else {
-                wrap(next)
-            };
-            Arc::new(filter_latency::Track::new(filter, inner))
+            Arc::new(filter_latency::Track::new(step, filter, traced, wrap(next)))
         });
         self.timed.push(TimedStep { step, filter });
     }
@@ -128,11 +120,11 @@ pub(crate) fn build(
 
     if !stages.mutating.is_empty() || !stages.validating.is_empty() {
         chain.wrap_timed("admission", "admission", |next| {
-            Arc::new(admission::Admission {
-                mutating: stages.mutating,
-                validating: stages.validating,
+            Arc::new(admission::Admission::new(
+                stages.mutating,
+                stages.validating,
                 next,
-            })
+            ))
         });
     }
     let authorizers = (!stages.authorizers.is_empty())

@@ -13,10 +13,10 @@ use std::time::Instant;
 use futures_util::future::BoxFuture;
 
 use super::timeout::ResponseDeadlinePassed;
-use crate::body::{Request, Response, caused_by, keep_until_done};
+use crate::body::{Request, Response, Tunnel, caused_by, keep_until_done};
 use crate::context::{ReceivedAt, Terminated};
 use crate::handler::{Handler, SharedHandler};
-use crate::metrics::request::{Finished, Labeled};
+use crate::metrics::request::{Finished, InFlight, Labeled};
 use crate::request_info::RequestInfo;
 
 pub(crate) struct RequestMetrics {
@@ -31,20 +31,30 @@ impl Handler for RequestMetrics {
         let metrics = &crate::metrics::metrics().requests;
         let labeled = metrics.request_labels(info, &request);
         let long_running = crate::request_info::is_long_running(&request);
-        let in_flight = metrics.start(info, long_running, &labeled.labels);
+        let in_flight = metrics.start(info, long_running, &labeled);
         let started = request
             .extensions()
             .get::<ReceivedAt>()
             .map_or_else(Instant::now, |received| received.instant);
         Box::pin(async move {
-            let response = self.next.call(request).await;
+            let mut response = self.next.call(request).await;
+            // A tunnel keeps the request counted until it closes; any
+            // other response until its body ends, where it is recorded
+            // (one wrapper of the body for both).
+            let in_flight = if response.extensions().get::<Tunnel>().is_some() {
+                response = keep_until_done(response, in_flight);
+                None
+            } else {
+                Some(in_flight)
+            };
             let pending = Pending {
                 labeled,
                 code: response.status().as_u16(),
                 terminated: response.extensions().get::<Terminated>().is_some(),
                 started,
+                in_flight,
             };
-            let response = response.map(|body| {
+            response.map(|body| {
                 body.on_end(move |bytes, error| {
                     let mut pending = pending;
                     // Cut at its deadline: the gateway ended it.
@@ -52,8 +62,7 @@ impl Handler for RequestMetrics {
                         .is_some_and(|error| caused_by::<ResponseDeadlinePassed>(error.as_ref()));
                     pending.finish(bytes);
                 })
-            });
-            keep_until_done(response, in_flight)
+            })
         })
     }
 }
@@ -64,6 +73,8 @@ struct Pending {
     code: u16,
     terminated: bool,
     started: Instant,
+    /// Dropped, so no longer counted, once recorded.
+    in_flight: Option<InFlight>,
 }
 
 impl Pending {
@@ -75,5 +86,6 @@ impl Pending {
             elapsed_seconds: self.started.elapsed().as_secs_f64(),
             terminated: self.terminated,
         });
+        drop(self.in_flight);
     }
 }

@@ -4,7 +4,8 @@
 //! installed only when the manifest has `[tracing]`. And the spans of the
 //! steps that matter, kube's `filterlatency.TrackStarted` and
 //! `TrackCompleted` around a filter: a step's span runs from when the step
-//! receives the request to when it hands it on (or answers it).
+//! receives the request to when it hands it on (or answers it); filter
+//! latency's `Track`, which times the same steps, opens and closes them.
 
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -34,24 +35,24 @@ impl Handler for Tracing {
         let start = extensions
             .get::<ReceivedAt>()
             .map_or_else(SystemTime::now, |received| received.wall);
-        let (context, mut span) = self.tracer.request_span(request.headers(), start);
-        if span.is_recording() {
-            span.update_name(span_name(&request));
-            span.set_attributes(request_attributes(&request));
-        }
+        let (context, span) = self.tracer.request_span(request.headers(), start);
         request.extensions_mut().insert(context);
+        // Not sampled: no span, and nothing more to do here.
+        let Some(mut span) = span else {
+            return self.next.call(request);
+        };
+        span.update_name(span_name(&request));
+        span.set_attributes(request_attributes(&request));
         Box::pin(async move {
             let response = self.next.call(request).await;
-            if span.is_recording() {
-                let code = response.status();
-                span.set_attribute(KeyValue::new(
-                    "http.response.status_code",
-                    i64::from(code.as_u16()),
-                ));
-                // otelhttp's server spans: a 5xx is the server's error.
-                if code.is_server_error() {
-                    span.set_status(Status::error(""));
-                }
+            let code = response.status();
+            span.set_attribute(KeyValue::new(
+                "http.response.status_code",
+                i64::from(code.as_u16()),
+            ));
+            // otelhttp's server spans: a 5xx is the server's error.
+            if code.is_server_error() {
+                span.set_status(Status::error(""));
             }
             span.end();
             response
@@ -123,68 +124,46 @@ fn request_attributes(request: &Request) -> Vec<KeyValue> {
     attributes
 }
 
-/// kube's `TrackStarted`: the step's span, under the request's, from here
-/// to [`StepEnd`] (or to the step's answer). The step runs with its span as
-/// the request's [`TraceContext`], so the filter calls it makes are its
-/// children.
-pub(crate) struct StepStart {
-    pub step: &'static str,
-    /// The step, whose `next` is a [`StepEnd`].
-    pub inner: SharedHandler,
-}
-
-/// kube's `TrackCompleted`: the step handed the request on; its span ends,
-/// and what follows runs in the request's span again.
-pub(crate) struct StepEnd {
-    pub next: SharedHandler,
-}
-
-/// A step's span while the step runs, and the context to give back.
+/// A timed step's span while the step runs (kube's `TrackStarted` to
+/// `TrackCompleted`), opened by filter latency's `Track` for a sampled
+/// request: ended where the next timed step begins (or the servers), or
+/// when the step answers the request itself, whichever comes first; what
+/// follows the step runs in the request's span again.
 #[derive(Clone)]
-struct OpenStep {
+pub(crate) struct StepSpan {
     span: Arc<Mutex<Option<Span>>>,
     outer: TraceContext,
 }
 
-impl OpenStep {
-    fn end(&self) {
+impl StepSpan {
+    /// Opens `step`'s span when the request is sampled, under the span the
+    /// request is in; the step runs with its span as the request's
+    /// [`TraceContext`], so the filter calls it makes are its children.
+    pub(crate) fn open(request: &mut Request, step: &'static str) -> Option<StepSpan> {
+        let outer = request
+            .extensions()
+            .get::<TraceContext>()
+            .filter(|context| context.sampled())?
+            .clone();
+        let span = outer.child(step, SpanKind::Internal, None, Vec::new());
+        request.extensions_mut().insert(outer.within(&span));
+        Some(StepSpan {
+            span: Arc::new(Mutex::new(Some(span))),
+            outer,
+        })
+    }
+
+    /// Ends the span, if still open, and gives the request back its outer
+    /// context.
+    pub(crate) fn close(&self, request: &mut Request) {
+        self.end();
+        request.extensions_mut().insert(self.outer.clone());
+    }
+
+    /// Ends the span, if still open.
+    pub(crate) fn end(&self) {
         if let Some(mut span) = self.span.lock().ok().and_then(|mut span| span.take()) {
             span.end();
         }
-    }
-}
-
-impl Handler for StepStart {
-    fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
-        let Some(outer) = request
-            .extensions()
-            .get::<TraceContext>()
-            .filter(|context| context.sampled())
-            .cloned()
-        else {
-            return self.inner.call(request);
-        };
-        let span = outer.child(self.step, SpanKind::Internal, None, Vec::new());
-        request.extensions_mut().insert(outer.within(&span));
-        let open = OpenStep {
-            span: Arc::new(Mutex::new(Some(span))),
-            outer,
-        };
-        request.extensions_mut().insert(open.clone());
-        Box::pin(async move {
-            let response = self.inner.call(request).await;
-            open.end();
-            response
-        })
-    }
-}
-
-impl Handler for StepEnd {
-    fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
-        if let Some(open) = request.extensions_mut().remove::<OpenStep>() {
-            open.end();
-            request.extensions_mut().insert(open.outer);
-        }
-        self.next.call(request)
     }
 }

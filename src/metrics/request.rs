@@ -14,8 +14,14 @@
 //! non-resource path) gets its own series once something answered it with
 //! another code than 404, for at most [`MAX_RESOURCES`] of them; every other
 //! request is counted under [`OTHER`].
+//!
+//! A request finds its series with two lookups, hashed with foldhash: its
+//! resource's names among the known resources, then its verb, dry run and
+//! scope among that resource's series; kube's label sets are built only
+//! when a series is made.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::{Arc, OnceLock, RwLock};
 
 use http::Method;
@@ -117,22 +123,68 @@ pub(crate) struct FilterLabel {
 
 type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
 
+/// foldhash, seeded once per process.
+type Hashing = foldhash::fast::RandomState;
+
 pub(crate) struct RequestMetrics {
     total: Family<CodeLabels, Counter>,
     duration: HistogramFamily<RequestLabels>,
     sizes: HistogramFamily<SizeLabels>,
     terminations: Family<TerminationLabels, Counter>,
     longrunning: Family<SizeLabels, Gauge>,
-    /// Indexed by [`RequestMetrics::kind_index`].
+    /// `readOnly`'s, then `mutating`'s.
     inflight: [Gauge; 2],
     inflight_family: Family<RequestKind, Gauge>,
     filter_duration: HistogramFamily<FilterLabel>,
     resources: ResourceNames,
-    /// Each label set's series, found with one lookup a request.
-    series: RwLock<HashMap<RequestLabels, Arc<Series>>>,
+}
+
+/// The labels of a request but its resource's: what picks its series
+/// among its resource's.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct Words {
+    verb: &'static str,
+    dry_run: &'static str,
+    scope: &'static str,
+}
+
+/// A resource with series of its own (or the one every folded request
+/// shares), and its series by label set.
+#[derive(Debug)]
+struct Known {
+    names: Resource,
+    series: RwLock<HashMap<Words, Arc<Series>, Hashing>>,
+}
+
+impl Known {
+    fn new(names: Resource) -> Self {
+        Known {
+            names,
+            series: RwLock::default(),
+        }
+    }
+
+    /// The series of `words` for this resource, made by `make` the first
+    /// time.
+    fn series(&self, words: Words, make: impl FnOnce() -> Series) -> Arc<Series> {
+        if let Some(series) = self
+            .series
+            .read()
+            .ok()
+            .and_then(|all| all.get(&words).cloned())
+        {
+            return series;
+        }
+        let series = Arc::new(make());
+        if let Ok(mut all) = self.series.write() {
+            all.insert(words, series.clone());
+        }
+        series
+    }
 }
 
 /// The series of one label set, fetched from the families once.
+#[derive(Debug)]
 struct Series {
     duration: Histogram,
     /// Read requests only.
@@ -167,7 +219,6 @@ impl RequestMetrics {
             inflight_family: Family::default(),
             filter_duration: Family::new_with_constructor(filter_histogram),
             resources: ResourceNames::default(),
-            series: RwLock::default(),
         };
         let mut metrics = metrics;
         // The family holds the gauges requests move, fetched once here so
@@ -227,72 +278,54 @@ impl RequestMetrics {
     /// `long_running` ([`crate::request_info::is_long_running`]: watches,
     /// upgrades, ...); the guard stops when dropped.
     pub(crate) fn start(
-        &self,
+        &'static self,
         info: &RequestInfo,
         long_running: bool,
-        labels: &RequestLabels,
+        labeled: &Labeled,
     ) -> InFlight {
-        let long_running = long_running.then(|| {
-            let labels = self.size_labels(labels);
+        let gauge = if long_running {
+            let labels = size_labels(&labeled.labels());
             let gauge = self.longrunning.get_or_create(&labels).clone();
-            gauge.inc();
-            gauge
-        });
-        let inflight = match long_running {
-            Some(_) => None,
-            None => {
-                let gauge = &self.inflight[usize::from(!info.is_read_only())];
-                gauge.inc();
-                Some(gauge.clone())
-            }
+            Counted::LongRunning(gauge)
+        } else {
+            Counted::InFlight(&self.inflight[usize::from(!info.is_read_only())])
         };
-        InFlight {
-            inflight,
-            long_running,
-        }
+        gauge.gauge().inc();
+        InFlight(gauge)
     }
 
     /// The labels a request is counted under; its content type tells an
     /// apply patch from the others.
     pub(crate) fn request_labels(&self, info: &RequestInfo, request: &Request) -> Labeled {
-        let (resource, unknown) = match self.resources.known(info) {
-            Ok(resource) => (resource, None),
-            Err(unknown) => (ResourceNames::folded(), Some(unknown)),
-        };
         let content_type = request
             .headers()
             .get(http::header::CONTENT_TYPE)
             .and_then(|value| value.to_str().ok())
             .unwrap_or("");
-        let labels = RequestLabels {
-            verb: reported_verb(info, request.method(), content_type),
-            dry_run: dry_run(request.uri().query()),
-            group: resource.group,
-            version: resource.version,
-            resource: resource.resource,
-            subresource: resource.subresource,
-            scope: scope(info),
-            component: COMPONENT,
-        };
-        Labeled { labels, unknown }
+        Labeled {
+            words: Words {
+                verb: reported_verb(info, request.method(), content_type),
+                dry_run: dry_run(request.uri().query()),
+                scope: scope(info),
+            },
+            resource: self.resources.known(info),
+        }
     }
 
     /// Records a finished request (kube's `MonitorRequest`). A resource
     /// answered with another code than 404 gets series of its own from then
     /// on; this request, if it was the first, is already counted under them.
     pub(crate) fn record(&self, record: Finished) {
-        let mut labels = record.labeled.labels;
-        let admitted = match &record.labeled.unknown {
-            Some(unknown) if record.code != 404 => self.resources.admit(unknown),
-            _ => None,
+        let words = record.labeled.words;
+        let known = match record.labeled.resource {
+            Ok(known) => known,
+            Err(unknown) if record.code != 404 => self
+                .resources
+                .admit(unknown)
+                .unwrap_or_else(ResourceNames::folded),
+            Err(_) => ResourceNames::folded(),
         };
-        if let Some(resource) = admitted {
-            labels.group = resource.group;
-            labels.version = resource.version;
-            labels.resource = resource.resource;
-            labels.subresource = resource.subresource;
-        }
-        let series = self.series_of(&labels);
+        let series = known.series(words, || self.new_series(&labels(words, &known.names)));
         series.duration.observe(record.elapsed_seconds);
         if let Some(sizes) = &series.sizes {
             sizes.observe(record.bytes as f64);
@@ -301,11 +334,11 @@ impl RequestMetrics {
             let found = codes.iter().find(|(code, _)| *code == record.code);
             found.map(|(_, counter)| counter.inc())
         });
-        let coded = CodeLabels {
-            request: labels,
-            code: record.code,
-        };
         if counted.is_none() {
+            let coded = CodeLabels {
+                request: labels(words, &known.names),
+                code: record.code,
+            };
             let counter = self.total.get_or_create(&coded).clone();
             counter.inc();
             if let Ok(mut codes) = series.codes.write() {
@@ -314,52 +347,66 @@ impl RequestMetrics {
         }
         if record.terminated {
             let terminated = TerminationLabels {
-                request: self.size_labels(&coded.request),
+                request: size_labels(&labels(words, &known.names)),
                 code: record.code,
             };
             self.terminations.get_or_create(&terminated).inc();
         }
     }
 
-    fn series_of(&self, labels: &RequestLabels) -> Arc<Series> {
-        if let Some(series) = self
-            .series
-            .read()
-            .ok()
-            .and_then(|all| all.get(labels).cloned())
-        {
-            return series;
-        }
-        let series = Arc::new(Series {
+    fn new_series(&self, labels: &RequestLabels) -> Series {
+        Series {
             duration: self.duration.get_or_create(labels).clone(),
             // kube: "We are only interested in response sizes of read requests."
             sizes: matches!(labels.verb, "GET" | "LIST")
-                .then(|| self.sizes.get_or_create(&self.size_labels(labels)).clone()),
+                .then(|| self.sizes.get_or_create(&size_labels(labels)).clone()),
             codes: RwLock::default(),
-        });
-        if let Ok(mut all) = self.series.write() {
-            all.insert(labels.clone(), series.clone());
-        }
-        series
-    }
-
-    fn size_labels(&self, labels: &RequestLabels) -> SizeLabels {
-        SizeLabels {
-            verb: labels.verb,
-            group: labels.group.clone(),
-            version: labels.version.clone(),
-            resource: labels.resource.clone(),
-            subresource: labels.subresource.clone(),
-            scope: labels.scope,
-            component: labels.component,
         }
     }
 }
 
-/// A request's labels, and its resource's names while that has no series.
+/// kube's label set of a request with `words` to `resource`.
+fn labels(words: Words, resource: &Resource) -> RequestLabels {
+    RequestLabels {
+        verb: words.verb,
+        dry_run: words.dry_run,
+        group: resource.group.clone(),
+        version: resource.version.clone(),
+        resource: resource.resource.clone(),
+        subresource: resource.subresource.clone(),
+        scope: words.scope,
+        component: COMPONENT,
+    }
+}
+
+fn size_labels(labels: &RequestLabels) -> SizeLabels {
+    SizeLabels {
+        verb: labels.verb,
+        group: labels.group.clone(),
+        version: labels.version.clone(),
+        resource: labels.resource.clone(),
+        subresource: labels.subresource.clone(),
+        scope: labels.scope,
+        component: labels.component,
+    }
+}
+
+/// A request's labels: its resource with series of its own, or, while it
+/// has none, its names.
 pub(crate) struct Labeled {
-    pub labels: RequestLabels,
-    unknown: Option<Resource>,
+    words: Words,
+    resource: Result<Arc<Known>, Resource>,
+}
+
+impl Labeled {
+    /// The label set the request is counted under until it is answered: a
+    /// resource without series yet is folded.
+    fn labels(&self) -> RequestLabels {
+        match &self.resource {
+            Ok(known) => labels(self.words, &known.names),
+            Err(_) => labels(self.words, &ResourceNames::folded().names),
+        }
+    }
 }
 
 /// One finished request, as [`RequestMetrics::record`] counts it.
@@ -373,19 +420,28 @@ pub(crate) struct Finished {
 }
 
 /// A request counted in flight (or as long-running) until dropped.
-pub(crate) struct InFlight {
-    inflight: Option<Gauge>,
-    long_running: Option<Gauge>,
+pub(crate) struct InFlight(Counted);
+
+/// The gauge a request moves.
+enum Counted {
+    /// kube's in-flight gauge of its kind, fetched at registration.
+    InFlight(&'static Gauge),
+    /// Its label set's long-running gauge.
+    LongRunning(Gauge),
+}
+
+impl Counted {
+    fn gauge(&self) -> &Gauge {
+        match self {
+            Counted::InFlight(gauge) => gauge,
+            Counted::LongRunning(gauge) => gauge,
+        }
+    }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        if let Some(gauge) = &self.inflight {
-            gauge.dec();
-        }
-        if let Some(gauge) = &self.long_running {
-            gauge.dec();
-        }
+        self.0.gauge().dec();
     }
 }
 
@@ -444,53 +500,65 @@ pub(crate) fn scope(info: &RequestInfo) -> &'static str {
 /// labels share their strings; found by a hash of the request's names, so
 /// a lookup allocates nothing.
 #[derive(Default)]
-struct ResourceNames(RwLock<HashMap<u64, Resource>>);
+struct ResourceNames {
+    known: RwLock<HashMap<u64, Arc<Known>, Hashing>>,
+    hashing: Hashing,
+}
 
 impl ResourceNames {
-    fn folded() -> Resource {
-        static FOLDED: OnceLock<Resource> = OnceLock::new();
+    /// The resource every folded request is counted under.
+    fn folded() -> Arc<Known> {
+        static FOLDED: OnceLock<Arc<Known>> = OnceLock::new();
         FOLDED
             .get_or_init(|| {
                 let other: Arc<str> = Arc::from(OTHER);
-                Resource {
+                Arc::new(Known::new(Resource {
                     group: other.clone(),
                     version: other.clone(),
                     resource: other.clone(),
                     subresource: other,
-                }
+                }))
             })
             .clone()
     }
 
     /// The request's resource if it has series; else its names, to
     /// [`admit`](Self::admit) once its code is known.
-    fn known(&self, info: &RequestInfo) -> Result<Resource, Resource> {
+    fn known(&self, info: &RequestInfo) -> Result<Arc<Known>, Resource> {
         let names = Names::of(info);
-        self.0
+        let hash = self.hashing.hash_one(&names);
+        self.known
             .read()
             .ok()
-            .and_then(|known| known.get(&names.hash()).filter(|r| names.is(r)).cloned())
+            .and_then(|known| {
+                known
+                    .get(&hash)
+                    .filter(|known| names.is(&known.names))
+                    .cloned()
+            })
             .ok_or_else(|| names.interned())
     }
 
     /// Gives `resource` series of its own, while there is room.
-    fn admit(&self, resource: &Resource) -> Option<Resource> {
+    fn admit(&self, resource: Resource) -> Option<Arc<Known>> {
         let names = Names([
             &resource.group,
             &resource.version,
             &resource.resource,
             &resource.subresource,
         ]);
-        let mut known = self.0.write().ok()?;
-        if let Some(existing) = known.get(&names.hash()) {
+        let hash = self.hashing.hash_one(&names);
+        let mut known = self.known.write().ok()?;
+        if let Some(existing) = known.get(&hash) {
             // Another resource with the same hash keeps the series.
-            return names.is(existing).then(|| existing.clone());
+            return names.is(&existing.names).then(|| existing.clone());
         }
         if known.len() >= MAX_RESOURCES {
             return None;
         }
-        known.insert(names.hash(), resource.clone());
-        Some(resource.clone())
+        let admitted = Arc::new(Known::new(resource));
+        known.insert(hash, admitted.clone());
+        Some(admitted)
     }
 }
 
@@ -512,11 +580,6 @@ impl<'a> Names<'a> {
             // subresource label.
             Names(["", "", "", &info.path])
         }
-    }
-
-    fn hash(&self) -> u64 {
-        use std::hash::{BuildHasher, BuildHasherDefault};
-        BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(self)
     }
 
     fn is(&self, resource: &Resource) -> bool {

@@ -15,7 +15,7 @@
 //! the manifest, so the series are bounded by the configuration.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -26,6 +26,9 @@ use prometheus_client::registry::Registry;
 
 /// kube's admission buckets (step and controller).
 const ADMISSION_BUCKETS: [f64; 6] = [0.005, 0.025, 0.1, 0.5, 1.0, 2.5];
+
+/// kube's admission operations, as its metrics label them.
+const OPERATIONS: [&str; 4] = ["CREATE", "UPDATE", "DELETE", "CONNECT"];
 
 /// How authentication ended (kube's `result` label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -235,44 +238,23 @@ impl StageMetrics {
         }
     }
 
-    /// One admission phase (every mutating, or every validating, filter).
-    pub(crate) fn admission_step(
-        &self,
-        phase: AdmissionType,
-        operation: &'static str,
-        rejected: bool,
-        elapsed: Duration,
-    ) {
-        let labels = StepLabels {
-            r#type: phase.label(),
-            operation,
-            rejected,
-        };
-        self.admission_step
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
+    /// The timer of one admission phase (every mutating, or every
+    /// validating, filter), for the chain to hold.
+    pub(crate) fn admission_step(&self, phase: AdmissionType) -> AdmissionTimer {
+        AdmissionTimer::new(phase, AdmissionFamily::Step(self.admission_step.clone()))
     }
 
-    /// One admission filter's call.
+    /// The timer of one admission filter's calls, for the chain to hold.
     pub(crate) fn admission_controller(
         &self,
         filter: &str,
         phase: AdmissionType,
-        operation: &'static str,
-        rejected: bool,
-        elapsed: Duration,
-    ) {
-        let labels = ControllerLabels {
+    ) -> AdmissionTimer {
+        let family = AdmissionFamily::Controller {
             name: self.name(filter),
-            step: StepLabels {
-                r#type: phase.label(),
-                operation,
-                rejected,
-            },
+            family: self.admission_controller.clone(),
         };
-        self.admission_controller
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
+        AdmissionTimer::new(phase, family)
     }
 
     /// An audit event handed to the backend.
@@ -305,5 +287,69 @@ impl StageMetrics {
             names.insert(name.to_owned(), interned.clone());
         }
         interned
+    }
+}
+
+/// The admission histograms of one phase, or of one filter in it, by
+/// operation and by whether it rejected: each fetched from its family the
+/// first time it is observed (so `/metrics` shows what happened, no more)
+/// and held after, so that an observation touches no labels.
+pub(crate) struct AdmissionTimer {
+    phase: AdmissionType,
+    family: AdmissionFamily,
+    /// Indexed by the operation's place in [`OPERATIONS`], twice, then
+    /// whether it rejected.
+    series: [OnceLock<Histogram>; OPERATIONS.len() * 2],
+}
+
+/// Where an [`AdmissionTimer`]'s series come from.
+enum AdmissionFamily {
+    /// `apiserver_admission_step_admission_duration_seconds`.
+    Step(HistogramFamily<StepLabels>),
+    /// `apiserver_admission_controller_admission_duration_seconds` of
+    /// the filter `name`.
+    Controller {
+        name: Arc<str>,
+        family: HistogramFamily<ControllerLabels>,
+    },
+}
+
+impl AdmissionTimer {
+    fn new(phase: AdmissionType, family: AdmissionFamily) -> Self {
+        AdmissionTimer {
+            phase,
+            family,
+            series: Default::default(),
+        }
+    }
+
+    /// Observes one phase's, or one call's, time: `operation` is kube's
+    /// (`CREATE`, `UPDATE`, `DELETE`, `CONNECT`).
+    pub(crate) fn observe(&self, operation: &'static str, rejected: bool, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64();
+        match OPERATIONS.iter().position(|known| *known == operation) {
+            Some(index) => self.series[index * 2 + usize::from(rejected)]
+                .get_or_init(|| self.fetch(operation, rejected))
+                .observe(seconds),
+            None => self.fetch(operation, rejected).observe(seconds),
+        }
+    }
+
+    fn fetch(&self, operation: &'static str, rejected: bool) -> Histogram {
+        let step = StepLabels {
+            r#type: self.phase.label(),
+            operation,
+            rejected,
+        };
+        match &self.family {
+            AdmissionFamily::Step(family) => family.get_or_create(&step).clone(),
+            AdmissionFamily::Controller { name, family } => {
+                let labels = ControllerLabels {
+                    name: name.clone(),
+                    step,
+                };
+                family.get_or_create(&labels).clone()
+            }
+        }
     }
 }

@@ -389,6 +389,67 @@ async fn at_rate_zero_only_a_sampled_parent_is_recorded_and_every_trace_is_propa
 }
 
 #[tokio::test]
+async fn an_unsampled_request_makes_no_span_and_tells_the_upstream_its_trace_and_state() {
+    let (collector, _upstream, gateway) = traced(0).await;
+    let trace_id = "55555555555555555555555555555555";
+    let client_span = "00f067aa0ba902b7";
+    let echo = echo(
+        &send(
+            http_client()
+                .get(gateway.url(WIDGETS))
+                .bearer_auth("alice-token")
+                .header("traceparent", traceparent(trace_id, client_span, false))
+                .header("tracestate", "vendor=opaque"),
+        )
+        .await,
+    );
+    let (sent_trace, sent_parent, sent_flags) = upstream_traceparent(&echo);
+    assert_eq!((sent_trace.as_str(), sent_flags.as_str()), (trace_id, "00"));
+    assert_eq!(sent_parent.len(), 16, "a span ID: {sent_parent}");
+    assert_ne!(sent_parent, client_span, "the gateway's own span ID");
+    assert_ne!(sent_parent, "0000000000000000", "a valid span ID");
+    assert_eq!(
+        echoed_header(&echo, "tracestate").as_deref(),
+        Some("vendor=opaque"),
+        "the client's trace state goes on with its trace"
+    );
+    // Its two requests' IDs differ: each is the gateway's own.
+    let again = get_widgets(&gateway, Some(&traceparent(trace_id, client_span, false))).await;
+    assert_ne!(upstream_traceparent(&again).1, sent_parent);
+    // A sampled request after them is the only trace exported.
+    let sampled = "66666666666666666666666666666666";
+    get_widgets(&gateway, Some(&traceparent(sampled, client_span, true))).await;
+    collector.trace(sampled, 8).await;
+    assert!(
+        collector
+            .spans()
+            .iter()
+            .all(|span| span.trace_id == sampled),
+        "nothing of the unsampled trace"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_new_trace_the_ratio_samples_is_the_one_exported_and_told_upstream() {
+    let (collector, _upstream, gateway) = traced(1_000_000).await;
+    // No client span: the gateway draws the trace ID its sampler judges.
+    let echo = get_widgets(&gateway, None).await;
+    let (trace_id, sent_parent, sent_flags) = upstream_traceparent(&echo);
+    assert_eq!(sent_flags, "01");
+    let spans = collector.trace(&trace_id, 8).await;
+    let request = one(
+        &spans,
+        "GET /apis/demo.example.io/v1/namespaces/{:namespace}/widgets",
+    );
+    assert_eq!(request.parent_span_id, "", "the trace's root");
+    let call = one(&spans, "GET");
+    assert_eq!(call.parent_span_id, request.span_id);
+    assert_eq!(call.span_id, sent_parent, "the upstream's parent");
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
 async fn an_unreachable_collector_never_slows_or_fails_a_request() {
     // A port nothing listens on.
     let closed = {
