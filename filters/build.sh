@@ -34,11 +34,11 @@ set -euo pipefail
 
 FILTERS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 WIT_DIR="$(dirname "$FILTERS_DIR")/wit"
-# The contract the Python, JavaScript and C filters are built against (the
-# Rust ones name theirs in their wit_bindgen::generate!, through the SDK:
-# 0.3.0). They stay on 0.2.0, which the gateway loads through its
-# compatibility path, until they move; wit/ also holds 0.3.0 and 0.1.0.
-WIT_FILE="$WIT_DIR/filter-0.2.0.wit"
+# The contract the Python, JavaScript and C filters are built against, the
+# current one (the Rust ones name theirs in their wit_bindgen::generate!,
+# through the SDK: 0.3.0 too; the compat-* fixtures an older one). wit/ also
+# holds 0.2.0 and 0.1.0, which the gateway still loads.
+WIT_FILE="$WIT_DIR/filter-0.3.0.wit"
 DIST_DIR="$FILTERS_DIR/dist"
 # The guards every Python and JavaScript component is built with (a raised
 # exception or thrown value is the filter's error outcome, not a trap).
@@ -275,13 +275,14 @@ source_files() {
 }
 
 # A digest of everything a component is built from: the sources of filter
-# folder $2 (language $1), the WIT, and the further words given (tool
-# versions, the world).
+# folder $2 (language $1), the WIT and which of its files is the contract
+# (the files alone do not say which version a component targets), and the
+# further words given (tool versions, the world).
 build_key() {
     local lang="$1" dir="$2"
     shift 2
     {
-        printf '%s\n' "$@"
+        printf '%s\n' "contract ${WIT_FILE#"$WIT_DIR/"}" "$@"
         (cd "$dir" && source_files "$lang" | LC_ALL=C sort | tr '\n' '\0' | xargs -0 -r sha256sum)
         (cd "$WIT_DIR" && find . -type f -name '*.wit' -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum)
     } | sha256sum | cut -c1-24

@@ -35,8 +35,7 @@ pub enum Lang {
     C,
 }
 
-/// The four filter worlds of the contract (`wit/filter-0.3.0.wit` for Rust;
-/// the other languages' templates are still built against 0.2.0).
+/// The four filter worlds of the contract, `wit/filter-0.3.0.wit`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum FilterKind {
     /// Says who sent the request.

@@ -1,8 +1,9 @@
 //! The filter contract's versions and `reads`, over real sockets with real
 //! components: a filter built against `wasmgate:filter@0.3.0` is given the
 //! optional fields its manifest entry's `reads` lists (every one without
-//! `reads`), and a component built against `0.2.0` (the compat-0-2-authz
-//! fixture) still loads and decides on 0.2.0's records, filled from
+//! `reads`), and a component built against `0.2.0` (the compat-0-2-authn,
+//! compat-0-2-authz and compat-0-2-admission fixtures: every shipped filter
+//! is on 0.3.0) still loads and decides on 0.2.0's records, filled from
 //! 0.3.0's (a field `reads` leaves out as empty, `parts` from the path).
 //! The 0.1.0 fixtures are in `decision_cache` and `audit_batches`.
 
@@ -84,6 +85,153 @@ async fn a_0_2_0_authorizer_sees_what_reads_leaves_out_as_empty() {
     let given = "verb=list api-prefix= api-group=demo.example.io api-version=v1 namespace=default resource=attributes name= parts=attributes label-selector= field-selector=";
     assert!(attributes.contains(given), "{given:?} not in {attributes}");
     gateway.shutdown().await;
+}
+
+/// The name compat-0-2-authn gives a `/whoami?q=1` request with `x-compat:
+/// word` (`attributes`: the request view spelled out), or its status.
+async fn legacy_user(gateway: &TestGateway, word: &str) -> String {
+    whoami(
+        http_client()
+            .get(gateway.url(&format!("{WHOAMI}?q=1")))
+            .header("x-compat", word),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_0_2_0_authenticator_decides_as_before() {
+    let (gateway, _upstream) = start(&[
+        filter(
+            "authentication.filters",
+            "legacy-authn",
+            "compat-0-2-authn",
+            None,
+            "isolation = \"pooled\"\n",
+        ),
+        rbac(),
+    ])
+    .await;
+    assert_eq!(legacy_user(&gateway, "user").await, "compat-0-2-authn");
+    assert_eq!(legacy_user(&gateway, "none").await, "system:anonymous");
+    // Its error is an authenticator's error, never anonymous: a 401.
+    send(
+        http_client()
+            .get(gateway.url(WHOAMI))
+            .header("x-compat", "error"),
+    )
+    .await
+    .assert_status(401, "Unauthorized");
+    let given = legacy_user(&gateway, "attributes").await;
+    assert!(
+        given.starts_with("method=GET path=/whoami query=q=1 remote-addr=127.0.0.1:"),
+        "{given}"
+    );
+    gateway.shutdown().await;
+}
+
+/// What `reads` leaves out of an authenticator's request view reaches a
+/// 0.2.0 one as an empty string.
+#[tokio::test]
+async fn a_0_2_0_authenticator_sees_what_reads_leaves_out_as_empty() {
+    let (gateway, _upstream) = start(&[
+        filter(
+            "authentication.filters",
+            "legacy-authn-reads",
+            "compat-0-2-authn",
+            None,
+            "reads = [\"path\"]\n",
+        ),
+        rbac(),
+    ])
+    .await;
+    assert_eq!(
+        legacy_user(&gateway, "attributes").await,
+        "method= path=/whoami query= remote-addr="
+    );
+    gateway.shutdown().await;
+}
+
+/// The message of the answer a create of an object named `name` gets, and
+/// its status code.
+async fn admitted(gateway: &TestGateway, name: &str) -> (u16, String) {
+    let object = json!({"metadata": {"name": name}});
+    let answer = send(
+        http_client()
+            .post(gateway.url(WIDGETS))
+            .header("content-type", "application/json")
+            .body(object.to_string()),
+    )
+    .await;
+    let message = serde_json::from_str::<serde_json::Value>(&answer.body)
+        .ok()
+        .and_then(|status| status["message"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    (answer.status, message)
+}
+
+/// A gateway that allows every request and admits with compat-0-2-admission
+/// (manifest settings `settings`).
+async fn legacy_admission(settings: &str) -> (TestGateway, Upstream) {
+    start(&[
+        "\n[authorization]\nalways_allow = true\n".to_owned(),
+        filter(
+            "admission.validating",
+            "legacy-admission",
+            "compat-0-2-admission",
+            None,
+            settings,
+        ),
+    ])
+    .await
+}
+
+#[tokio::test]
+async fn a_0_2_0_admission_filter_decides_as_before() {
+    let (gateway, upstream) = legacy_admission("isolation = \"pooled\"\n").await;
+    assert_eq!(admitted(&gateway, "fine").await.0, 200);
+    assert_eq!(
+        admitted(&gateway, "deny").await,
+        (403, "compat-0-2-admission: deny requested".to_owned())
+    );
+    // Its error under the default failure policy (fail): the request fails.
+    assert_eq!(admitted(&gateway, "error").await.0, 500);
+    let (code, given) = admitted(&gateway, "attributes").await;
+    assert_eq!(code, 403);
+    assert_eq!(
+        given,
+        "verb=create api-prefix=apis api-group=demo.example.io api-version=v1 namespace=default resource=widgets parts=widgets label-selector= user=system:anonymous groups=system:unauthenticated"
+    );
+    assert_eq!(upstream.hits(), 1, "only the allowed create went up");
+    gateway.shutdown().await;
+}
+
+/// An admission review without the request info or the user (`reads`
+/// leaves them out) reaches a 0.2.0 filter as empty records; `parts` is
+/// still the path's.
+#[tokio::test]
+async fn a_0_2_0_admission_filter_sees_what_reads_leaves_out_as_empty() {
+    for (reads, expected) in [
+        (
+            "reads = []\n",
+            "verb= api-prefix= api-group= api-version= namespace= resource= parts= label-selector= user= groups=",
+        ),
+        (
+            "reads = [\"user\"]\n",
+            "verb= api-prefix= api-group= api-version= namespace= resource= parts= label-selector= user=system:anonymous groups=system:unauthenticated",
+        ),
+        (
+            "reads = [\"api-version\"]\n",
+            "verb=create api-prefix= api-group=demo.example.io api-version=v1 namespace=default resource=widgets parts=widgets label-selector= user= groups=",
+        ),
+    ] {
+        let (gateway, _upstream) = legacy_admission(reads).await;
+        assert_eq!(
+            admitted(&gateway, "attributes").await,
+            (403, expected.to_owned()),
+            "{reads:?}"
+        );
+        gateway.shutdown().await;
+    }
 }
 
 #[tokio::test]

@@ -5,7 +5,8 @@
 //!
 //! - `apikey-authn` (C): API keys in a header, by SHA-256;
 //! - `abac-authz` (Python): attribute rules with working-hours windows;
-//! - `schema-admission` (JavaScript): objects against JSON-schema rules;
+//! - `schema-admission` (JavaScript): objects against JSON-schema rules (and
+//!   an error, not a guess, when `reads` leaves out the request info);
 //! - `raise-authz` (Python) and `throw-authn` (JavaScript), test fixtures
 //!   that raise, throw and recurse: exceptions are filter errors, engine
 //!   faults traps.
@@ -372,6 +373,41 @@ async fn javascript_schema_admission_rejects_invalid_objects() {
     let answer = send(post(&client, &broken, alice, &widget("w", 1))).await;
     let status = answer.assert_status(500, "InternalError");
     assert_no_internal_detail(&status);
+}
+
+/// Without the request info, which picks the schemas (the manifest's `reads`
+/// leaves it out), schema-admission fails as its error outcome, never a
+/// trap or a guess: fail-closed, a 500 with no detail for the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_schema_admission_without_the_request_info_is_a_filter_error() {
+    let upstream = Upstream::start().await;
+    let client = http_client();
+    // A name no other test uses: the metrics are process-wide.
+    let gateway = gateway(&[
+        "[authentication]\nanonymous = true\n\n[authorization]\nalways_allow = true\n",
+        &filter(
+            "admission.validating",
+            "blind-schema",
+            "schema-admission",
+            Some(widget_schema()),
+            "reads = []\n",
+        ),
+        &routes(&upstream.url()),
+    ])
+    .await;
+    let answer = send(
+        client
+            .post(gateway.url(WIDGETS))
+            .header("content-type", "application/json")
+            .body(widget("w1", 3).to_string()),
+    )
+    .await;
+    let status = answer.assert_status(500, "InternalError");
+    assert_no_internal_detail(&status);
+    let metrics = gateway.url("/metrics");
+    assert_eq!(filter_calls(&metrics, "blind-schema", "error").await, 1);
+    assert_eq!(filter_calls(&metrics, "blind-schema", "trap").await, 0);
+    assert_eq!(upstream.hits(), 0);
 }
 
 // ---------------------------------------------------------------------------

@@ -187,14 +187,21 @@ export function validate(schema, value, path = '', errors = []) {
   return errors;
 }
 
+// Why a review without the request info fails, and how to fix the manifest.
+export const NO_REQUEST_INFO = `${FILTER}: not given the request info, which picks the schemas: the manifest entry's reads must list "request" (or be left out)`;
+
 const listed = (list, value) => list.includes('*') || list.includes(value);
 
 // The review of one request: `{ allowed: true, why }` or
 // `{ allowed: false, status: { code, reason, message } }`. `request` has the
 // fields of the WIT admission-request as componentize-js gives them
 // (operation, request: { verb, apiGroup, resource, subresource, name }, object).
+// The schemas are chosen by the request info, which the manifest's `reads`
+// can leave out (undefined): then this throws NO_REQUEST_INFO, the filter's
+// error outcome, rather than validate against a guess.
 export function review(policy, request) {
   const info = request.request;
+  if (info === undefined || info === null) throw NO_REQUEST_INFO;
   const resource = info.subresource ? `${info.resource}/${info.subresource}` : info.resource;
   const applicable = policy.schemas.filter(
     (entry) => listed(entry.resources, resource) && listed(entry.apiGroups, info.apiGroup) && entry.operations.includes(request.operation),

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { compilePolicy, ConfigError, review, validate } from './logic.js';
+import { compilePolicy, ConfigError, NO_REQUEST_INFO, review, validate } from './logic.js';
 
 const CONFIG = {
   schemas: [
@@ -80,6 +80,13 @@ test('only the configured resources, groups and operations are checked', () => {
   assert.equal(review(policy, request({}, { group: 'other.io' })).allowed, true);
   assert.equal(review(policy, request({}, { operation: 'delete', verb: 'delete' })).allowed, true);
   assert.equal(review(policy, request(widget({ replicas: 99 }), { operation: 'update', verb: 'update' })).allowed, false);
+});
+
+test('a review without the request info (left out by reads) is an error, never a guess', () => {
+  const policy = compilePolicy(CONFIG);
+  const blind = { ...request(widget({ replicas: 3 })), request: undefined };
+  assert.throws(() => review(policy, blind), (thrown) => thrown === NO_REQUEST_INFO);
+  assert.match(NO_REQUEST_INFO, /^schema-admission: .*reads must list "request"/);
 });
 
 test('patch documents are allowed unless the config denies them', () => {

@@ -19,7 +19,7 @@ export const authenticator = {
   authenticate(request) {
     const fault = header(request, 'x-fault');
     if (fault === 'throw') {
-      throw new Error(`throw-authn: cannot read the credentials of ${request.path}`);
+      throw new Error(`throw-authn: cannot read the credentials of ${request.path ?? 'this request'}`);
     }
     if (fault === 'type-error') {
       // Reading a field of undefined: a TypeError thrown by the engine.

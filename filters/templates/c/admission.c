@@ -54,13 +54,17 @@ bool exports_wasmgate_filter_admission_admit(exports_wasmgate_filter_admission_a
         exports_wasmgate_filter_admission_admission_request_free(request);
         return false;
     }
-    /* Formatted only when the gateway's log keeps debug lines. */
+    /* Formatted only when the gateway's log keeps debug lines. request and
+     * user are given (is_some) unless the manifest's `reads` leaves them out
+     * (a filter that reads only the object is cheaper to call). */
     if (wasmgate_filter_host_log_enabled(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG)) {
         char message[512];
         size_t size = request->object.is_some ? request->object.val.len : 0;
+        wit_string none = {(uint8_t *)"", 0};
+        const wit_string *resource = request->request.is_some ? &request->request.val.resource : &none;
+        const wit_string *user = request->user.is_some ? &request->user.val.name : &none;
         snprintf(message, sizeof message, "%s %.*s by %.*s: %zu bytes (config: %s)", OPERATIONS[request->operation & 3],
-                 (int)request->request.resource.len, (const char *)request->request.resource.ptr,
-                 (int)request->user.name.len, (const char *)request->user.name.ptr, size, config);
+                 (int)resource->len, (const char *)resource->ptr, (int)user->len, (const char *)user->ptr, size, config);
         host_log(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG, message);
     }
     free(config);

@@ -49,12 +49,16 @@ void exports_wasmgate_filter_authenticator_authenticate(exports_wasmgate_filter_
         ret->tag = EXPORTS_WASMGATE_FILTER_AUTHENTICATOR_AUTHN_RESULT_ERROR;
         authenticator_filter_string_dup(&ret->val.error, "{{name}}: bad config: not a JSON object");
     } else {
-        /* Formatted only when the gateway's log keeps debug lines. */
+        /* Formatted only when the gateway's log keeps debug lines. method,
+         * path, query and remote_addr are given (is_some) unless the
+         * manifest's `reads` leaves them out (headers: its `headers`). */
         if (wasmgate_filter_host_log_enabled(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG)) {
             char message[512];
-            snprintf(message, sizeof message, "%.*s %.*s with %zu headers (config: %s)", (int)request->method.len,
-                     (const char *)request->method.ptr, (int)request->path.len, (const char *)request->path.ptr,
-                     request->headers.len, config);
+            wit_string none = {(uint8_t *)"-", 1};
+            const wit_string *method = request->method.is_some ? &request->method.val : &none;
+            const wit_string *path = request->path.is_some ? &request->path.val : &none;
+            snprintf(message, sizeof message, "%.*s %.*s with %zu headers (config: %s)", (int)method->len,
+                     (const char *)method->ptr, (int)path->len, (const char *)path->ptr, request->headers.len, config);
             host_log(WASMGATE_FILTER_TYPES_LOG_LEVEL_DEBUG, message);
         }
         free(config);

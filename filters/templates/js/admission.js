@@ -15,7 +15,7 @@
 // (InternalError: too much recursion) stays a trap. `console.error` lines
 // show in a trap's detail in `wasmgate try`; `wasi = { stdio = true }` in
 // try.toml shows every line as it happens.
-import { config, log, logEnabled } from 'wasmgate:filter/host@0.2.0';
+import { config, log, logEnabled } from 'wasmgate:filter/host@0.3.0';
 
 // The manifest's `config` table, as an object. Throwing is this filter's own
 // failure: the manifest's failure_policy decides.
@@ -36,9 +36,14 @@ export const admission = {
   admit(request) {
     const cfg = settings();
     const size = request.object == null ? 0 : request.object.length;
+    // `request` and `user` are given (else undefined) unless the manifest's
+    // `reads` leaves them out (a filter that reads only the object is cheaper
+    // to call).
+    const resource = request.request?.resource ?? '';
+    const user = request.user?.name ?? '';
     // Formatted only when the gateway's log keeps debug lines.
     if (logEnabled('debug')) {
-      log('debug', `${request.operation} ${request.request.resource} by ${request.user.name}: ${size} bytes (config: ${Object.keys(cfg).length} keys)`);
+      log('debug', `${request.operation} ${resource} by ${user}: ${size} bytes (config: ${Object.keys(cfg).length} keys)`);
     }
     return { tag: 'allowed' };
   },

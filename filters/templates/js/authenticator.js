@@ -13,7 +13,7 @@
 // authenticator. An engine fault (InternalError: too much recursion) stays a
 // trap. `console.error` lines show in a trap's detail in `wasmgate try`;
 // `wasi = { stdio = true }` in try.toml shows every line as it happens.
-import { config, log, logEnabled } from 'wasmgate:filter/host@0.2.0';
+import { config, log, logEnabled } from 'wasmgate:filter/host@0.3.0';
 
 // The manifest's `config` table, as an object; throws a message when bad.
 function settings() {
@@ -38,9 +38,11 @@ export const authenticator = {
       // This filter's error outcome: logged, never shown to the client.
       return { tag: 'error', val: message };
     }
-    // Formatted only when the gateway's log keeps debug lines.
+    // Formatted only when the gateway's log keeps debug lines. `method`,
+    // `path`, `query` and `remoteAddr` are given (else undefined) unless the
+    // manifest's `reads` leaves them out (headers: its `headers`).
     if (logEnabled('debug')) {
-      log('debug', `${request.method} ${request.path} with ${request.headers.length} headers (config: ${Object.keys(cfg).length} keys)`);
+      log('debug', `${request.method ?? '-'} ${request.path ?? '-'} with ${request.headers.length} headers (config: ${Object.keys(cfg).length} keys)`);
     }
     // To accept the request: return { tag: 'authenticated', val: { name: 'alice', uid: '', groups: ['dev'], extra: [] } };
     return { tag: 'no-opinion' };

@@ -46,7 +46,12 @@ class Admission(exports.Admission):
         settings = config()
         size = len(request.object) if request.object is not None else 0
         operation = request.operation.name.lower()
+        # `request` and `user` are given (else None) unless the manifest's
+        # `reads` leaves them out (a filter that reads only the object is
+        # cheaper to call).
+        resource = request.request.resource if request.request is not None else ""
+        user = request.user.name if request.user is not None else ""
         # Formatted only when the gateway's log keeps debug lines.
         if host.log_enabled(LogLevel.DEBUG):
-            host.log(LogLevel.DEBUG, f"{operation} {request.request.resource} by {request.user.name}: {size} bytes (config: {len(settings)} keys)")
+            host.log(LogLevel.DEBUG, f"{operation} {resource} by {user}: {size} bytes (config: {len(settings)} keys)")
         return AdmissionResponse_Allowed()

@@ -36,8 +36,10 @@ class Authenticator(exports.Authenticator):
         except ValueError as error:
             # This filter's error outcome: logged, never shown to the client.
             return AuthnResult_Error(f"{{name}}: bad config: {error}")
-        # Formatted only when the gateway's log keeps debug lines.
+        # Formatted only when the gateway's log keeps debug lines. `method`,
+        # `path`, `query` and `remote_addr` are given (else None) unless the
+        # manifest's `reads` leaves them out (headers: its `headers`).
         if host.log_enabled(LogLevel.DEBUG):
-            host.log(LogLevel.DEBUG, f"{request.method} {request.path} with {len(request.headers)} headers (config: {len(settings)} keys)")
+            host.log(LogLevel.DEBUG, f"{request.method or '-'} {request.path or '-'} with {len(request.headers)} headers (config: {len(settings)} keys)")
         # To accept the request: return AuthnResult_Authenticated(UserInfo("alice", "", ["dev"], []))
         return AuthnResult_NoOpinion()
