@@ -7,7 +7,9 @@
 
 use super::sample;
 use crate::support::{GatewayProcess, Upstream, http_client, new_dir, plaintext, send};
-use crate::support::{WIDGETS, build_filters, filter, rbac_config, rbac_with, routes, tokens};
+use crate::support::{
+    WIDGETS, audit_log_sink, build_filters, filter, rbac_config, rbac_with, routes, tokens,
+};
 use serde_json::json;
 
 /// The tests' RBAC, and alice may read `/metrics` (a non-resource URL).
@@ -50,13 +52,7 @@ async fn stage_metrics_count_known_traffic_under_kubes_names() {
                 "",
             ),
             "\n[audit]\nmode = \"blocking\"\n[[audit.policy]]\nlevel = \"Metadata\"\n".to_owned(),
-            filter(
-                "audit.filters",
-                "audit-log",
-                "jsonl-audit",
-                None,
-                "sink = \"audit.jsonl\"\n",
-            ),
+            audit_log_sink(),
             routes(&upstream.url()),
         ]
         .concat(),
