@@ -20,7 +20,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{
     Span as _, SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags,
-    TraceId, TracerProvider as _,
+    TraceId, TraceState, TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::WithExportConfig;
@@ -249,10 +249,15 @@ impl TraceContext {
             (Ok(()), Ok(traceparent)) => headers.insert(TRACEPARENT, traceparent),
             _ => headers.remove(TRACEPARENT),
         };
-        let state = self.span.trace_state().header();
-        match HeaderValue::try_from(state) {
-            Ok(state) if !state.is_empty() => headers.insert(TRACESTATE, state),
-            _ => headers.remove(TRACESTATE),
+        // Most traces carry no state: nothing to render for them.
+        let state = self.span.trace_state();
+        let value = (*state != TraceState::NONE)
+            .then(|| HeaderValue::try_from(state.header()).ok())
+            .flatten()
+            .filter(|value| !value.is_empty());
+        match value {
+            Some(state) => headers.insert(TRACESTATE, state),
+            None => headers.remove(TRACESTATE),
         };
     }
 }
@@ -263,7 +268,8 @@ impl TraceContext {
 /// sampled gets no span: the upstream is told the request's context (the
 /// trace, the gateway's span ID, not sampled) all the same.
 pub(crate) fn upstream_span<B>(request: &mut http::Request<B>, url: &http::Uri) -> Option<Span> {
-    let context = request.extensions().get::<TraceContext>()?.clone();
+    // Taken, not cloned: the request is leaving the gateway.
+    let context = request.extensions_mut().remove::<TraceContext>()?;
     if !context.sampled() {
         context.inject(request.headers_mut());
         return None;

@@ -10,8 +10,9 @@
 //!
 //! When the chain is traced, `Track` also opens the step's span for a
 //! sampled request and the next `Track` (or `Close`) ends it, as kube's
-//! `filterlatency` does both ([`super::tracing::StepSpan`]): an unsampled
-//! request pays one extension look-up a step for it.
+//! `filterlatency` does both ([`super::tracing::StepSpan`]): whether the
+//! request is sampled is read once, when its clock starts, so an unsampled
+//! request pays one extension look-up for its steps' spans in all.
 
 use std::time::Instant;
 
@@ -23,9 +24,15 @@ use crate::body::{Request, Response};
 use crate::handler::{Handler, SharedHandler};
 
 /// The timed step a request is in, kept in its extensions (one entry,
-/// updated in place, so timing a step allocates nothing).
+/// updated in place, so timing a step allocates nothing), and whether its
+/// steps get spans.
 #[derive(Clone)]
-struct Clock(Option<Open>);
+struct Clock {
+    open: Option<Open>,
+    /// The request is traced and sampled: known from the first timed step
+    /// on, which runs inside the tracing step.
+    sampled: bool,
+}
 
 #[derive(Clone)]
 struct Open {
@@ -79,25 +86,32 @@ impl Handler for Track {
             since: now,
             span: None,
         };
-        let previous = match request.extensions_mut().get_mut::<Clock>() {
-            Some(Clock(open)) => open.replace(opened),
+        let (previous, sampled) = match request.extensions_mut().get_mut::<Clock>() {
+            Some(clock) => (clock.open.replace(opened), clock.sampled),
             None => {
-                request.extensions_mut().insert(Clock(Some(opened)));
-                None
+                let sampled = self.traced && StepSpan::sampled(&request);
+                let clock = Clock {
+                    open: Some(opened),
+                    sampled,
+                };
+                request.extensions_mut().insert(clock);
+                (None, sampled)
             }
         };
         if let Some(previous) = previous {
             previous.close(now, &mut request);
         }
+        if !sampled {
+            return self.next.call(request);
+        }
         // Opened once the step before has given back the request's span.
-        let span = match self.traced {
-            true => StepSpan::open(&mut request, self.step),
-            false => None,
-        };
-        let Some(span) = span else {
+        let Some(span) = StepSpan::open(&mut request, self.step) else {
             return self.next.call(request);
         };
-        if let Some(Clock(Some(open))) = request.extensions_mut().get_mut::<Clock>() {
+        if let Some(Clock {
+            open: Some(open), ..
+        }) = request.extensions_mut().get_mut::<Clock>()
+        {
             open.span = Some(span.clone());
         }
         // A step that answers itself ends its span with its answer.
@@ -119,7 +133,7 @@ impl Handler for Close {
         if let Some(open) = request
             .extensions_mut()
             .get_mut::<Clock>()
-            .and_then(|Clock(open)| open.take())
+            .and_then(|clock| clock.open.take())
         {
             open.close(Instant::now(), &mut request);
         }

@@ -136,6 +136,14 @@ pub(crate) struct StepSpan {
 }
 
 impl StepSpan {
+    /// True when the request is traced and sampled: its steps get spans.
+    pub(crate) fn sampled(request: &Request) -> bool {
+        request
+            .extensions()
+            .get::<TraceContext>()
+            .is_some_and(TraceContext::sampled)
+    }
+
     /// Opens `step`'s span when the request is sampled, under the span the
     /// request is in; the step runs with its span as the request's
     /// [`TraceContext`], so the filter calls it makes are its children.
