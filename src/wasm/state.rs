@@ -606,6 +606,37 @@ mod tests {
     }
 
     #[test]
+    fn write_lines_appends_whole_lines_and_refuses_half_a_line() {
+        use sink::Host as _;
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("audit.jsonl");
+        let identity = Arc::new(FilterIdentity {
+            name: "probe".into(),
+            config_json: "{}".into(),
+            sink: Some(SinkWriter::open(&Sink::File(path.clone())).expect("the sink")),
+            wasi: WasiGrants::default(),
+        });
+        let mut state = FilterState::new(identity, 1 << 20).expect("a state");
+        assert_eq!(
+            state.write_lines(b"{\"a\":1}\n{\"b\":2}\n".to_vec()),
+            Ok(())
+        );
+        assert_eq!(state.write_lines(Vec::new()), Ok(()));
+        let refused = state
+            .write_lines(b"{\"c\":3}\n{\"d\"".to_vec())
+            .expect_err("half a line");
+        assert!(refused.contains("does not end in a newline"), "{refused}");
+        assert_eq!(state.write("{\"e\":5}".to_owned()), Ok(()));
+        if let Some(sink) = &state.identity.sink {
+            sink.flush().expect("flushed");
+        }
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("the file"),
+            "{\"a\":1}\n{\"b\":2}\n{\"e\":5}\n"
+        );
+    }
+
+    #[test]
     fn log_enabled_answers_as_the_gateway_log_filters_filter_lines() {
         use LogLevel::*;
         assert_eq!(kept("info"), [Info, Warn, Error]);
