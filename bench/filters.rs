@@ -28,6 +28,7 @@ use wasmgate::config::stages::{
 };
 use wasmgate::context::UserInfo;
 use wasmgate::request_info::RequestInfo;
+use wasmgate::wasm::audit_batch::AuditBatch;
 use wasmgate::wasm::bindings::authenticator::{AuthenticatorFilter, AuthenticatorFilterPre};
 use wasmgate::wasm::bindings::types;
 use wasmgate::wasm::capacity::{Capacity, Slot, StoreData};
@@ -101,8 +102,11 @@ fn main() {
         audit_spec.sink = Some(Sink::File(PathBuf::from("/dev/null")));
         let audit = load(audit_spec);
         group.bench_function(format!("jsonl-audit/{mode}"), |b| {
-            b.to_async(&runtime)
-                .iter(|| audit.audit(std::slice::from_ref(&inputs.event)))
+            b.to_async(&runtime).iter(|| async {
+                // Rendered in every call, as the audit stage renders every batch.
+                let batch = AuditBatch::new(std::slice::from_ref(&inputs.event));
+                audit.audit(&batch).await
+            })
         });
         // The filters in other languages: C, Python (CPython), JavaScript (SpiderMonkey).
         let apikey = load(spec("apikey-authn", isolation, APIKEY_CONFIG));

@@ -36,9 +36,9 @@ FILTERS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 WIT_DIR="$(dirname "$FILTERS_DIR")/wit"
 # The contract the Python, JavaScript and C filters are built against, the
 # current one (the Rust ones name theirs in their wit_bindgen::generate!,
-# through the SDK: 0.3.0 too; the compat-* fixtures an older one). wit/ also
-# holds 0.2.0 and 0.1.0, which the gateway still loads.
-WIT_FILE="$WIT_DIR/filter-0.3.0.wit"
+# through the SDK: 0.4.0 too; the compat-* fixtures an older one). wit/ also
+# holds 0.3.0, 0.2.0 and 0.1.0, which the gateway still loads.
+WIT_FILE="$WIT_DIR/filter-0.4.0.wit"
 DIST_DIR="$FILTERS_DIR/dist"
 # The guards every Python and JavaScript component is built with (a raised
 # exception or thrown value is the filter's error outcome, not a trap).
@@ -60,12 +60,12 @@ C_APT_PACKAGES=(clang lld wasi-libc libclang-rt-dev-wasm32)
 # WASI features the JavaScript engine would import and the host does not link.
 COMPONENTIZE_JS_DISABLE=(http fetch-event)
 
-# The interfaces a component may import: the filter contract (0.3.0, 0.2.0,
-# or 0.1.0, which had no cache), and the WASI
+# The interfaces a component may import: the filter contract (0.4.0, 0.3.0,
+# 0.2.0, or 0.1.0, which had no cache), and the WASI
 # 0.2 interfaces guest runtimes pull in. The host links all of WASI 0.2 and
 # grants none of it but clocks and random unless a filter's `wasi` table does
 # (never the network).
-ALLOWED_IMPORTS_RE='^(wasmgate:filter/(types|host|sink|cache)@0\.[23]\.0|wasmgate:filter/(types|host|sink)@0\.1\.0|wasi:(cli|io|clocks|filesystem|random|sockets)/[a-z-]+@0\.2\.[0-9]+)$'
+ALLOWED_IMPORTS_RE='^(wasmgate:filter/(types|host|sink|cache)@0\.[234]\.0|wasmgate:filter/(types|host|sink)@0\.1\.0|wasi:(cli|io|clocks|filesystem|random|sockets)/[a-z-]+@0\.2\.[0-9]+)$'
 
 log() { printf 'filters: %s\n' "$*" >&2; }
 die() { printf 'filters: error: %s\n' "$*" >&2; exit 1; }
@@ -756,7 +756,7 @@ verify_components() {
         exports="$(sed -n 's/^  export \(.*\);$/\1/p' <<<"$wit")"
         imports="$(sed -n 's/^  import \(.*\);$/\1/p' <<<"$wit")"
         bad="$(grep -Ev "$ALLOWED_IMPORTS_RE" <<<"$imports" || true)"
-        if ! grep -Eqx 'wasmgate:filter/(authenticator|authorizer|admission|auditor)@0\.[123]\.0' <<<"$exports"; then
+        if ! grep -Eqx 'wasmgate:filter/(authenticator|authorizer|admission|auditor)@0\.[1234]\.0|wasmgate:filter/json-auditor@0\.4\.0' <<<"$exports"; then
             log "$wasm: exports no filter interface (exports: $(tr '\n' ' ' <<<"$exports"))"
             failed=1
         fi

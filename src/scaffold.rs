@@ -35,7 +35,8 @@ pub enum Lang {
     C,
 }
 
-/// The four filter worlds of the contract, `wit/filter-0.3.0.wit`.
+/// The four filter kinds of the contract, `wit/filter-0.4.0.wit` (an
+/// auditor is scaffolded as a record auditor, `auditor-filter`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum FilterKind {
     /// Says who sent the request.
@@ -220,8 +221,8 @@ const SDK_FILES: [(&str, &str); 6] = [
     ),
     ("src/log.rs", include_str!("../filters/rust/sdk/src/log.rs")),
     (
-        "wit/filter-0.3.0.wit",
-        include_str!("../wit/filter-0.3.0.wit"),
+        "wit/filter-0.4.0.wit",
+        include_str!("../wit/filter-0.4.0.wit"),
     ),
 ];
 

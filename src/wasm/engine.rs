@@ -314,16 +314,19 @@ impl std::fmt::Debug for WasmHost {
     }
 }
 
-/// The host's imports of every contract version: 0.3.0's types, host, sink
-/// and cache, 0.2.0's (the same functions under the older name), and
-/// 0.1.0's host and sink (its types are 0.2.0's).
+/// The host's imports of every contract version: 0.4.0's types, host, sink
+/// and cache (the serialised auditor's world imports the same), 0.3.0's and
+/// 0.2.0's (the same functions under the older names), and 0.1.0's host and
+/// sink (its types are 0.2.0's).
 fn link_contract(linker: &mut Linker<StoreData>) -> wasmtime::Result<()> {
     fn state(data: &mut StoreData) -> &mut FilterState {
         &mut data.state
     }
-    use super::bindings::{auditor, cache, v0_1, v0_2};
+    use super::bindings::{auditor, cache, v0_1, v0_2, v0_3};
     auditor::AuditorFilter::add_to_linker::<_, HasSelf<FilterState>>(linker, state)?;
     cache::add_to_linker::<_, HasSelf<FilterState>>(linker, state)?;
+    v0_3::auditor::AuditorFilter::add_to_linker::<_, HasSelf<FilterState>>(linker, state)?;
+    v0_3::cache::add_to_linker::<_, HasSelf<FilterState>>(linker, state)?;
     v0_2::auditor::AuditorFilter::add_to_linker::<_, HasSelf<FilterState>>(linker, state)?;
     v0_2::cache::add_to_linker::<_, HasSelf<FilterState>>(linker, state)?;
     v0_1::auditor::AuditorFilter::add_to_linker::<_, HasSelf<FilterState>>(linker, state)

@@ -9,9 +9,10 @@
 //! never reused: a trap may leave it in any state. Every instance holds a
 //! slot and a share of memory of the configuration's [`Capacity`].
 //!
-//! Versions: a component built against `wasmgate:filter@0.3.0`, `0.2.0`
-//! or `0.1.0` loads; [`Versioned`] holds which, and `super::legacy`
-//! converts the older versions' records. Authenticators and authorizers with `cache` in the manifest
+//! Versions: a component built against `wasmgate:filter@0.4.0`, `0.3.0`,
+//! `0.2.0` or `0.1.0` loads; [`Versioned`] holds which, and `super::legacy`
+//! converts the older versions' records. A 0.4.0 auditor takes its events
+//! as records or serialised ([`AuditorForm`]), by the export it has. Authenticators and authorizers with `cache` in the manifest
 //! answer from their [`DecisionCache`] when it holds the answer.
 
 use std::marker::PhantomData;
@@ -22,11 +23,14 @@ use std::time::{Duration, Instant};
 use wasmtime::component::InstancePre;
 use wasmtime::{Store, UpdateDeadline};
 
-use super::bindings::{admission, auditor, authenticator, authorizer, types, v0_1, v0_2};
+use super::audit_batch::AuditBatch;
+use super::bindings::{
+    admission, auditor, authenticator, authorizer, json_auditor, types, v0_1, v0_2, v0_3,
+};
 use super::cache_key;
 use super::capacity::{Capacity, Exhausted, IdleInstances, Slot, StoreData};
 use super::engine::{LoadError, WasmHost};
-use super::legacy::{v0_1 as v0_1_of, v0_2 as v0_2_of};
+use super::legacy::{v0_1 as v0_1_of, v0_2 as v0_2_of, v0_3 as v0_3_of};
 use super::state::{FilterIdentity, FilterState, SinkWriter};
 use crate::decision_cache::{DecisionCache, Fetched, Keep, Lookup};
 pub use admission::exports::wasmgate::filter::admission::{
@@ -37,6 +41,7 @@ pub use auditor::exports::wasmgate::filter::auditor::{
 };
 pub use authenticator::exports::wasmgate::filter::authenticator::AuthnResult;
 pub use authorizer::exports::wasmgate::filter::authorizer::{Attributes, Decision};
+pub use json_auditor::exports::wasmgate::filter::json_auditor::{JsonBatch, Stage as JsonStage};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -120,9 +125,11 @@ const MAX_IDLE_INSTANCES: usize = 32;
 
 /// What a component was built against: the current contract or one of the
 /// previous ones, with what is bound for it.
-pub enum Versioned<Current, V0_2, V0_1> {
+pub enum Versioned<Current, V0_3, V0_2, V0_1> {
+    /// `wasmgate:filter@0.4.0`.
+    V0_4(Current),
     /// `wasmgate:filter@0.3.0`.
-    V0_3(Current),
+    V0_3(V0_3),
     /// `wasmgate:filter@0.2.0`.
     V0_2(V0_2),
     /// `wasmgate:filter@0.1.0`.
@@ -150,30 +157,54 @@ pub trait Kind: Send + Sync + 'static {
 
 macro_rules! filter_kind {
     ($kind:ident, $module:ident, $world:ident, $pre:ident, $answer:ty, $name:literal) => {
-        #[doc = concat!("The `", $name, "` world of `wit/filter.wit`.")]
+        filter_kind!(
+            $kind,
+            $module,
+            $world,
+            $pre,
+            $module::$pre<StoreData>,
+            $module::$world,
+            $answer,
+            $name
+        );
+    };
+    // `$current_pre` and `$current` are the current contract's: bindgen's
+    // types, or a type with the same `new` and `instantiate_async`.
+    ($kind:ident, $module:ident, $world:ident, $pre:ident, $current_pre:ty, $current:ty, $answer:ty, $name:literal) => {
+        #[doc = concat!("The `", $name, "` world of `wit/filter-0.4.0.wit`.")]
         pub struct $kind;
         impl Kind for $kind {
             type Pre = Versioned<
-                $module::$pre<StoreData>,
+                $current_pre,
+                v0_3::$module::$pre<StoreData>,
                 v0_2::$module::$pre<StoreData>,
                 v0_1::$module::$pre<StoreData>,
             >;
-            type Exports = Versioned<$module::$world, v0_2::$module::$world, v0_1::$module::$world>;
+            type Exports = Versioned<
+                $current,
+                v0_3::$module::$world,
+                v0_2::$module::$world,
+                v0_1::$module::$world,
+            >;
             type Answer = $answer;
             const WORLD: &'static str = $name;
             fn pre(pre: InstancePre<StoreData>) -> wasmtime::Result<Self::Pre> {
-                let error = match $module::$pre::new(pre.clone()) {
-                    Ok(current) => return Ok(Versioned::V0_3(current)),
+                let error = match <$current_pre>::new(pre.clone()) {
+                    Ok(current) => return Ok(Versioned::V0_4(current)),
                     Err(error) => error,
                 };
+                if let Ok(previous) = v0_3::$module::$pre::new(pre.clone()) {
+                    return Ok(Versioned::V0_3(previous));
+                }
                 if let Ok(previous) = v0_2::$module::$pre::new(pre.clone()) {
                     return Ok(Versioned::V0_2(previous));
                 }
                 v0_1::$module::$pre::new(pre)
                     .map(Versioned::V0_1)
                     .map_err(|_| {
-                        error
-                            .context("it implements none of wasmgate:filter@0.3.0, 0.2.0 and 0.1.0")
+                        error.context(
+                            "it implements none of wasmgate:filter@0.4.0, 0.3.0, 0.2.0 and 0.1.0",
+                        )
                     })
             }
             async fn instantiate(
@@ -181,6 +212,7 @@ macro_rules! filter_kind {
                 store: &mut Store<StoreData>,
             ) -> wasmtime::Result<Self::Exports> {
                 match pre {
+                    Versioned::V0_4(pre) => pre.instantiate_async(store).await.map(Versioned::V0_4),
                     Versioned::V0_3(pre) => pre.instantiate_async(store).await.map(Versioned::V0_3),
                     Versioned::V0_2(pre) => pre.instantiate_async(store).await.map(Versioned::V0_2),
                     Versioned::V0_1(pre) => pre.instantiate_async(store).await.map(Versioned::V0_1),
@@ -188,6 +220,48 @@ macro_rules! filter_kind {
             }
         }
     };
+}
+
+/// How a 0.4.0 auditor takes its events: as records (`auditor`), or
+/// serialised by the gateway (`json-auditor`).
+pub enum AuditorForm<Records, Serialised> {
+    /// World `auditor-filter`.
+    Records(Records),
+    /// World `json-auditor-filter`.
+    Serialised(Serialised),
+}
+
+/// A 0.4.0 auditor, pre-instantiated.
+type AuditorPre = AuditorForm<
+    auditor::AuditorFilterPre<StoreData>,
+    json_auditor::JsonAuditorFilterPre<StoreData>,
+>;
+
+impl AuditorPre {
+    /// The form whose export the component has; the record world's error
+    /// when it has neither.
+    fn new(pre: InstancePre<StoreData>) -> wasmtime::Result<Self> {
+        match json_auditor::JsonAuditorFilterPre::new(pre.clone()) {
+            Ok(serialised) => Ok(AuditorForm::Serialised(serialised)),
+            Err(_) => auditor::AuditorFilterPre::new(pre).map(AuditorForm::Records),
+        }
+    }
+
+    async fn instantiate_async(
+        &self,
+        store: &mut Store<StoreData>,
+    ) -> wasmtime::Result<AuditorForm<auditor::AuditorFilter, json_auditor::JsonAuditorFilter>>
+    {
+        match self {
+            AuditorForm::Records(pre) => {
+                pre.instantiate_async(store).await.map(AuditorForm::Records)
+            }
+            AuditorForm::Serialised(pre) => pre
+                .instantiate_async(store)
+                .await
+                .map(AuditorForm::Serialised),
+        }
+    }
 }
 
 filter_kind!(
@@ -219,6 +293,8 @@ filter_kind!(
     auditor,
     AuditorFilter,
     AuditorFilterPre,
+    AuditorPre,
+    AuditorForm<auditor::AuditorFilter, json_auditor::JsonAuditorFilter>,
     (),
     "auditor-filter"
 );
@@ -632,22 +708,29 @@ impl LoadedFilter<Authenticator> {
             }
         };
         let result = match &instance.exports {
-            Versioned::V0_3(exports) => {
+            Versioned::V0_4(exports) => {
                 exports
                     .wasmgate_filter_authenticator()
                     .call_authenticate(&mut instance.store, request)
                     .await
             }
+            Versioned::V0_3(exports) => exports
+                .wasmgate_filter_authenticator()
+                .call_authenticate(&mut instance.store, request)
+                .await
+                .map(v0_3_of::authn_result),
             Versioned::V0_2(exports) => exports
                 .wasmgate_filter_authenticator()
                 .call_authenticate(&mut instance.store, &v0_2_of::request_view(request))
                 .await
-                .map(v0_2_of::authn_result),
+                .map(|result| v0_3_of::authn_result(v0_2_of::authn_result(result))),
             Versioned::V0_1(exports) => exports
                 .wasmgate_filter_authenticator()
                 .call_authenticate(&mut instance.store, &v0_2_of::request_view(request))
                 .await
-                .map(|result| v0_2_of::authn_result(v0_1_of::authn_result(result))),
+                .map(|result| {
+                    v0_3_of::authn_result(v0_2_of::authn_result(v0_1_of::authn_result(result)))
+                }),
         };
         // The WIT's own `error` case is the filter's error outcome.
         let result = result.map(|answer| match answer {
@@ -681,24 +764,35 @@ impl LoadedFilter<Authorizer> {
             }
         };
         let result = match &instance.exports {
-            Versioned::V0_3(exports) => {
+            Versioned::V0_4(exports) => {
                 exports
                     .wasmgate_filter_authorizer()
                     .call_authorize(&mut instance.store, attributes)
                     .await
             }
-            Versioned::V0_2(exports) => exports
+            Versioned::V0_3(exports) => exports
                 .wasmgate_filter_authorizer()
-                .call_authorize(&mut instance.store, &v0_2_of::attributes(attributes))
+                .call_authorize(&mut instance.store, &v0_3_of::attributes(attributes))
                 .await
-                .map(|result| result.map(v0_2_of::decision)),
-            Versioned::V0_1(exports) => {
-                let attributes = v0_1_of::attributes(v0_2_of::attributes(attributes));
+                .map(|result| result.map(v0_3_of::decision)),
+            Versioned::V0_2(exports) => {
+                let attributes = v0_2_of::attributes(&v0_3_of::attributes(attributes));
                 exports
                     .wasmgate_filter_authorizer()
                     .call_authorize(&mut instance.store, &attributes)
                     .await
-                    .map(|result| result.map(|d| v0_2_of::decision(v0_1_of::decision(d))))
+                    .map(|result| result.map(|d| v0_3_of::decision(v0_2_of::decision(d))))
+            }
+            Versioned::V0_1(exports) => {
+                let attributes =
+                    v0_1_of::attributes(v0_2_of::attributes(&v0_3_of::attributes(attributes)));
+                exports
+                    .wasmgate_filter_authorizer()
+                    .call_authorize(&mut instance.store, &attributes)
+                    .await
+                    .map(|result| {
+                        result.map(|d| v0_3_of::decision(v0_2_of::decision(v0_1_of::decision(d))))
+                    })
             }
         };
         let limit = instance.store.data().state.ttl_limit;
@@ -718,25 +812,41 @@ impl LoadedFilter<Admission> {
             Err(unanswered) => return self.uninstantiated(started, unanswered),
         };
         let result = match &instance.exports {
-            Versioned::V0_3(exports) => {
+            Versioned::V0_4(exports) => {
                 exports
                     .wasmgate_filter_admission()
                     .call_admit(&mut instance.store, request)
                     .await
             }
-            Versioned::V0_2(exports) => exports
+            Versioned::V0_3(exports) => exports
                 .wasmgate_filter_admission()
-                .call_admit(&mut instance.store, &v0_2_of::admission_request(request))
+                .call_admit(&mut instance.store, &v0_3_of::admission_request(request))
                 .await
-                .map(|result| result.map(v0_2_of::admission_response)),
-            Versioned::V0_1(exports) => {
-                let request = v0_1_of::admission_request(v0_2_of::admission_request(request));
+                .map(|result| result.map(v0_3_of::admission_response)),
+            Versioned::V0_2(exports) => {
+                let request = v0_2_of::admission_request(&v0_3_of::admission_request(request));
                 exports
                     .wasmgate_filter_admission()
                     .call_admit(&mut instance.store, &request)
                     .await
                     .map(|result| {
-                        result.map(|r| v0_2_of::admission_response(v0_1_of::admission_response(r)))
+                        result.map(|r| v0_3_of::admission_response(v0_2_of::admission_response(r)))
+                    })
+            }
+            Versioned::V0_1(exports) => {
+                let request = v0_1_of::admission_request(v0_2_of::admission_request(
+                    &v0_3_of::admission_request(request),
+                ));
+                exports
+                    .wasmgate_filter_admission()
+                    .call_admit(&mut instance.store, &request)
+                    .await
+                    .map(|result| {
+                        result.map(|r| {
+                            v0_3_of::admission_response(v0_2_of::admission_response(
+                                v0_1_of::admission_response(r),
+                            ))
+                        })
                     })
             }
         };
@@ -755,24 +865,43 @@ impl LoadedFilter<Auditor> {
         }
     }
 
-    /// Records `events`, in order: in one call (`audit-batch`, since 0.2.0),
-    /// or one call each for a 0.1.0 auditor, which goes on past an event it
-    /// failed on (the first failure is the outcome) and stops at a trap.
-    pub async fn audit(&self, events: &[Event]) -> Call<()> {
+    /// Records `batch`, in order: in one call (`audit-json-lines`, given
+    /// the batch serialised, for a 0.4.0 filter that takes it so; else
+    /// `audit-batch`, since 0.2.0), or one call each for a 0.1.0 auditor,
+    /// which goes on past an event it failed on (the first failure is the
+    /// outcome) and stops at a trap.
+    pub async fn audit(&self, batch: &AuditBatch<'_>) -> Call<()> {
+        let events = batch.events();
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
             Err(unanswered) => return self.uninstantiated(started, unanswered),
         };
         let result = match &instance.exports {
-            Versioned::V0_3(exports) => {
+            Versioned::V0_4(AuditorForm::Serialised(exports)) => {
+                exports
+                    .wasmgate_filter_json_auditor()
+                    .call_audit_json_lines(&mut instance.store, batch.serialised())
+                    .await
+            }
+            Versioned::V0_4(AuditorForm::Records(exports)) => {
                 exports
                     .wasmgate_filter_auditor()
                     .call_audit_batch(&mut instance.store, events)
                     .await
             }
+            Versioned::V0_3(exports) => {
+                let events: Vec<_> = events.iter().map(v0_3_of::event).collect();
+                exports
+                    .wasmgate_filter_auditor()
+                    .call_audit_batch(&mut instance.store, &events)
+                    .await
+            }
             Versioned::V0_2(exports) => {
-                let events: Vec<_> = events.iter().map(v0_2_of::event).collect();
+                let events: Vec<_> = events
+                    .iter()
+                    .map(|event| v0_2_of::event(&v0_3_of::event(event)))
+                    .collect();
                 exports
                     .wasmgate_filter_auditor()
                     .call_audit_batch(&mut instance.store, &events)
@@ -782,10 +911,8 @@ impl LoadedFilter<Auditor> {
                 let auditor = exports.wasmgate_filter_auditor();
                 let mut result = Ok(Ok(()));
                 for event in events {
-                    match auditor
-                        .call_audit(&mut instance.store, &v0_1_of::event(v0_2_of::event(event)))
-                        .await
-                    {
+                    let event = v0_1_of::event(v0_2_of::event(&v0_3_of::event(event)));
+                    match auditor.call_audit(&mut instance.store, &event).await {
                         Ok(Ok(())) => {}
                         Ok(Err(message)) => {
                             if let Ok(Ok(())) = result {

@@ -4,12 +4,14 @@
 //! and the imports it grants, [`capacity`] the instance slots and filter
 //! memory a configuration's filters share, [`filter`] one loaded filter and
 //! its outcomes, [`convert`] the records built from a request, [`cache_key`]
-//! what a decision cache keys an answer by, [`legacy`] the records of
-//! components built against the earlier contracts (`wasmgate:filter@0.2.0`
-//! and `0.1.0`). The stages that
+//! what a decision cache keys an answer by, [`audit_batch`] a batch of audit
+//! events as auditors are given it (records, or serialised once as kube's
+//! audit log lines), [`legacy`] the records of components built against
+//! the earlier contracts (`wasmgate:filter@0.3.0`, `0.2.0` and `0.1.0`). The stages that
 //! call them sit in the chain: `chain::authentication`, `chain::audit`,
 //! `chain::authorization`, `chain::admission`.
 
+pub mod audit_batch;
 pub mod bindings;
 pub mod cache_key;
 pub mod capacity;

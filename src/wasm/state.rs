@@ -1,8 +1,9 @@
 //! What a filter's store holds, and the host functions the WIT grants it:
 //! `host.config`, `host.log` (into the gateway's log, tagged with the
 //! filter's name), `cache.limit-ttl` for authenticators and authorizers and,
-//! for auditors, `sink.write`; the same for components built against
-//! `wasmgate:filter@0.1.0`, which has no `cache`. WASI is linked because
+//! for auditors, `sink.write` and `sink.write-lines`; the same for
+//! components built against the earlier contracts (0.3.0 and 0.2.0 have no
+//! `write-lines`, 0.1.0 no `cache` either). WASI is linked because
 //! guest standard libraries import it, but its context grants only what the
 //! manifest's `wasi` table names (environment variables, folders, standard
 //! streams); by default nothing, and never the network. A filter not
@@ -22,7 +23,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::{cache, host, sink, types, v0_1, v0_2};
+use super::bindings::{cache, host, sink, types, v0_1, v0_2, v0_3};
 use crate::config::stages::{Sink, WasiGrants};
 
 /// Who a filter is, shared by all its instances.
@@ -78,10 +79,15 @@ impl SinkWriter {
         let mut line = Vec::with_capacity(record.len() + 1);
         line.extend_from_slice(record.as_bytes());
         line.push(b'\n');
+        self.append(&line)
+    }
+
+    /// Appends `bytes`, whole lines, in one write to the buffer.
+    fn append(&self, bytes: &[u8]) -> std::io::Result<()> {
         match self {
-            SinkWriter::Stdout => std::io::stdout().lock().write_all(&line),
+            SinkWriter::Stdout => std::io::stdout().lock().write_all(bytes),
             SinkWriter::File(file) => match file.lock() {
-                Ok(mut file) => file.write_all(&line),
+                Ok(mut file) => file.write_all(bytes),
                 Err(_) => Err(poisoned()),
             },
         }
@@ -444,13 +450,34 @@ impl host::Host for FilterState {
     }
 }
 
+impl FilterState {
+    fn sink(&self) -> Result<&SinkWriter, String> {
+        self.identity
+            .sink
+            .as_ref()
+            .ok_or_else(|| "this filter has no sink".to_owned())
+    }
+}
+
 impl sink::Host for FilterState {
     fn write(&mut self, record: String) -> Result<(), String> {
-        match &self.identity.sink {
-            Some(sink) => sink
-                .write_line(&record)
-                .map_err(|error| format!("cannot write the audit record: {error}")),
-            None => Err("this filter has no sink".to_owned()),
+        self.sink()?
+            .write_line(&record)
+            .map_err(|error| format!("cannot write the audit record: {error}"))
+    }
+
+    /// Refuses a chunk that would leave half a line in the sink.
+    fn write_lines(&mut self, lines: Vec<u8>) -> Result<(), String> {
+        let sink = self.sink()?;
+        match lines.last() {
+            None => Ok(()),
+            Some(b'\n') => sink
+                .append(&lines)
+                .map_err(|error| format!("cannot write the audit lines: {error}")),
+            Some(_) => Err(
+                "write-lines: the chunk does not end in a newline (whole lines only); nothing written"
+                    .to_owned(),
+            ),
         }
     }
 }
@@ -459,6 +486,34 @@ impl cache::Host for FilterState {
     fn limit_ttl(&mut self, milliseconds: u64) {
         let limit = Duration::from_millis(milliseconds);
         self.ttl_limit = Some(self.ttl_limit.map_or(limit, |shortest| shortest.min(limit)));
+    }
+}
+
+/// 0.3.0's host, sink (without `write-lines`) and cache are 0.4.0's,
+/// under the older name (its types are 0.4.0's).
+impl v0_3::host::Host for FilterState {
+    fn config(&mut self) -> String {
+        host::Host::config(self)
+    }
+
+    fn log_enabled(&mut self, level: types::LogLevel) -> bool {
+        host::Host::log_enabled(self, level)
+    }
+
+    fn log(&mut self, level: types::LogLevel, message: String) {
+        host::Host::log(self, level, message)
+    }
+}
+
+impl v0_3::sink::Host for FilterState {
+    fn write(&mut self, record: String) -> Result<(), String> {
+        sink::Host::write(self, record)
+    }
+}
+
+impl v0_3::cache::Host for FilterState {
+    fn limit_ttl(&mut self, milliseconds: u64) {
+        cache::Host::limit_ttl(self, milliseconds)
     }
 }
 
@@ -548,6 +603,37 @@ mod tests {
             .filter(|level| state.log_enabled(*level))
             .collect()
         })
+    }
+
+    #[test]
+    fn write_lines_appends_whole_lines_and_refuses_half_a_line() {
+        use sink::Host as _;
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("audit.jsonl");
+        let identity = Arc::new(FilterIdentity {
+            name: "probe".into(),
+            config_json: "{}".into(),
+            sink: Some(SinkWriter::open(&Sink::File(path.clone())).expect("the sink")),
+            wasi: WasiGrants::default(),
+        });
+        let mut state = FilterState::new(identity, 1 << 20).expect("a state");
+        assert_eq!(
+            state.write_lines(b"{\"a\":1}\n{\"b\":2}\n".to_vec()),
+            Ok(())
+        );
+        assert_eq!(state.write_lines(Vec::new()), Ok(()));
+        let refused = state
+            .write_lines(b"{\"c\":3}\n{\"d\"".to_vec())
+            .expect_err("half a line");
+        assert!(refused.contains("does not end in a newline"), "{refused}");
+        assert_eq!(state.write("{\"e\":5}".to_owned()), Ok(()));
+        if let Some(sink) = &state.identity.sink {
+            sink.flush().expect("flushed");
+        }
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("the file"),
+            "{\"a\":1}\n{\"b\":2}\n{\"e\":5}\n"
+        );
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! The filter contract's versions and `reads`, over real sockets with real
-//! components: a filter built against `wasmgate:filter@0.3.0` is given the
-//! optional fields its manifest entry's `reads` lists (every one without
-//! `reads`), and a component built against `0.2.0` (the compat-0-2-authn,
-//! compat-0-2-authz and compat-0-2-admission fixtures: every shipped filter
-//! is on 0.3.0) still loads and decides on 0.2.0's records, filled from
-//! 0.3.0's (a field `reads` leaves out as empty, `parts` from the path).
-//! The 0.1.0 fixtures are in `decision_cache` and `audit_batches`.
+//! components: a filter built against `wasmgate:filter@0.4.0` (as 0.3.0,
+//! which made them options) is given the optional fields its manifest
+//! entry's `reads` lists (every one without `reads`), and a component built
+//! against `0.2.0` (the compat-0-2-authn, compat-0-2-authz and
+//! compat-0-2-admission fixtures: every shipped filter is on 0.4.0) still
+//! loads and decides on 0.2.0's records, filled from 0.3.0's (a field `reads` leaves out as empty, `parts` from the path).
+//! A record auditor built against `0.3.0` (compat-0-3-audit: 0.4.0 added
+//! the serialised auditor, which jsonl-audit is) still loads and is given
+//! every event's fields, beside jsonl-audit in one chain. The 0.1.0
+//! fixtures are in `decision_cache` and `audit_batches`.
 
 use std::path::Path;
 
@@ -235,7 +238,7 @@ async fn a_0_2_0_admission_filter_sees_what_reads_leaves_out_as_empty() {
 }
 
 #[tokio::test]
-async fn a_0_3_0_authorizer_is_given_the_options_it_reads() {
+async fn a_0_4_0_authorizer_is_given_the_options_it_reads() {
     let every = filter(
         "authorization.filters",
         "given-all",
@@ -270,7 +273,7 @@ async fn a_0_3_0_authorizer_is_given_the_options_it_reads() {
 }
 
 #[tokio::test]
-async fn a_0_3_0_admission_filter_is_given_the_request_and_user_it_reads() {
+async fn a_0_4_0_admission_filter_is_given_the_request_and_user_it_reads() {
     let client = http_client();
     for (reads, expected) in [
         ("", "request=create user=system:anonymous"),
@@ -302,6 +305,64 @@ async fn a_0_3_0_admission_filter_is_given_the_request_and_user_it_reads() {
         assert_eq!(status["message"], expected, "{reads:?}");
         gateway.shutdown().await;
     }
+}
+
+/// The lines of the sink file `name` beside the gateway's manifest, once
+/// there are `count`.
+async fn sink_lines(gateway: &TestGateway, name: &str, count: usize) -> Vec<String> {
+    let path = gateway.dir.path().join(name);
+    eventually(&format!("{count} lines in {name}"), || async {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        (lines.len() >= count).then_some(lines)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_0_3_0_record_auditor_records_beside_a_serialised_one() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let manifest = plaintext(
+        &[
+            "[authentication]\nanonymous = true\n[authorization]\nalways_allow = true\n".to_owned(),
+            "\n[audit]\nmode = \"blocking\"\n[[audit.policy]]\nlevel = \"Metadata\"\n".to_owned(),
+            filter(
+                "audit.filters",
+                "legacy-audit",
+                "compat-0-3-audit",
+                None,
+                "sink = \"legacy.log\"\nisolation = \"pooled\"\n",
+            ),
+            audit_log_sink(),
+            routes(&upstream.url()),
+        ]
+        .concat(),
+    );
+    let gateway = TestGateway::start(&manifest).await;
+    let answer = send(http_client().get(gateway.url("/open/versions"))).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let id = answer.header("audit-id").expect("an Audit-ID").to_owned();
+    // Blocking mode: one event a batch, each written before the request goes on.
+    assert_eq!(
+        sink_lines(&gateway, "legacy.log", 2).await,
+        [
+            format!("{id} RequestReceived system:anonymous - 1"),
+            format!("{id} ResponseComplete system:anonymous 200 1"),
+        ]
+    );
+    let lines = sink_lines(&gateway, "audit.jsonl", 2).await;
+    let events: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    for (event, stage) in events.iter().zip(["RequestReceived", "ResponseComplete"]) {
+        assert_eq!(event["auditID"], id.as_str());
+        assert_eq!(event["stage"], stage);
+        assert_eq!(event["user"]["username"], "system:anonymous");
+    }
+    assert_eq!(events[1]["responseStatus"]["code"], 200);
+    gateway.shutdown().await;
 }
 
 #[test]

@@ -5,7 +5,7 @@
 // This module is the WIT glue (world admission-filter; componentize-js maps
 // the imports below to the host and this module's `admission` export to the
 // WIT interface); the logic is in logic.js, tested by logic.test.js.
-import { config, log, logEnabled } from 'wasmgate:filter/host@0.3.0';
+import { config, log, logEnabled } from 'wasmgate:filter/host@0.4.0';
 
 import { compilePolicy, ConfigError, review } from './logic.js';
 

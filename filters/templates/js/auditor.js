@@ -14,8 +14,8 @@
 // engine fault (InternalError: too much recursion) stays a trap.
 // `console.error` lines show in a trap's detail in `wasmgate try`; `wasi = {
 // stdio = true }` in try.toml shows every line as it happens.
-import { config, log, logEnabled } from 'wasmgate:filter/host@0.3.0';
-import { write } from 'wasmgate:filter/sink@0.3.0';
+import { config, log, logEnabled } from 'wasmgate:filter/host@0.4.0';
+import { write } from 'wasmgate:filter/sink@0.4.0';
 
 const STAGES = {
   'request-received': 'RequestReceived',

@@ -13,7 +13,7 @@
 // (InternalError: too much recursion) stays a trap. `console.error` lines
 // show in a trap's detail in `wasmgate try`; `wasi = { stdio = true }` in
 // try.toml shows every line as it happens.
-import { config, log, logEnabled } from 'wasmgate:filter/host@0.3.0';
+import { config, log, logEnabled } from 'wasmgate:filter/host@0.4.0';
 
 // The manifest's `config` table, as an object. Throwing is this filter's own
 // failure: the manifest's failure_policy decides.

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::stages::{Audit, AuditMode};
+use crate::wasm::audit_batch::AuditBatch;
 use crate::wasm::filter::{Auditor, Event};
 use crate::wasm::{LoadedFilter, Outcome};
 
@@ -175,33 +176,35 @@ async fn collect(
 }
 
 /// One batch to every filter, then their sinks flushed: in blocking mode
-/// the event is in the sinks' files before the request goes on.
-async fn write_through(filters: &[LoadedFilter<Auditor>], batch: &[Event]) {
+/// the event is in the sinks' files before the request goes on. The batch
+/// is serialised at most once, for the first filter that takes it so.
+async fn write_through(filters: &[LoadedFilter<Auditor>], events: &[Event]) {
     crate::metrics::metrics().gateway.audit_batches.inc();
+    let batch = AuditBatch::new(events);
     for filter in filters {
-        let outcome = filter.audit(batch).await.outcome;
+        let outcome = filter.audit(&batch).await.outcome;
         if !matches!(outcome, Outcome::Answer(())) {
             crate::metrics::metrics()
                 .stages
-                .audit_errors(filter.name(), batch.len());
+                .audit_errors(filter.name(), events.len());
         }
         match outcome {
             Outcome::Answer(()) => {}
             Outcome::FilterError(message) => {
-                tracing::warn!(filter = filter.name(), events = batch.len(), error = %message, "audit filter returned an error")
+                tracing::warn!(filter = filter.name(), events = events.len(), error = %message, "audit filter returned an error")
             }
             Outcome::Trap(message) => {
-                tracing::error!(filter = filter.name(), events = batch.len(), trap = %message, "audit filter trapped")
+                tracing::error!(filter = filter.name(), events = events.len(), trap = %message, "audit filter trapped")
             }
             Outcome::Timeout => {
                 tracing::error!(
                     filter = filter.name(),
-                    events = batch.len(),
+                    events = events.len(),
                     "audit filter timed out"
                 )
             }
             Outcome::Exhausted(what) => {
-                tracing::warn!(filter = filter.name(), events = batch.len(), %what, "no room to run the audit filter: events not written")
+                tracing::warn!(filter = filter.name(), events = events.len(), %what, "no room to run the audit filter: events not written")
             }
         }
         filter.flush_sink();

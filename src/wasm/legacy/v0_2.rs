@@ -1,18 +1,19 @@
 //! Components built against `wasmgate:filter@0.2.0`: its records, converted
-//! to and from 0.3.0's. 0.2.0's types are its own Rust types (0.3.0 changed
-//! the `types` interface), so every record crosses here, the unchanged ones
+//! to and from 0.3.0's (`super::v0_3`, whose shared `types` are 0.4.0's
+//! Rust types). 0.2.0's types are its own Rust types (0.3.0 changed the
+//! `types` interface), so every record crosses here, the unchanged ones
 //! too. 0.3.0's options are 0.2.0's strings (an absent one empty), its
 //! optional `request` and `user` of an admission review 0.2.0's empty
 //! records, and 0.2.0's `parts` are the path's, resolved again.
 
+use super::v0_3::admit::{AdmissionRequest, AdmissionResponse, Operation};
+use super::v0_3::audit::{Annotation, Event, Level, ObjectReference, Stage};
+use super::v0_3::authn::AuthnResult;
+use super::v0_3::authz::{Attributes, Decision};
 use crate::config::stages::Reads;
 use crate::wasm::bindings::types;
 use crate::wasm::bindings::v0_2::types as old;
 use crate::wasm::convert;
-use crate::wasm::filter::{
-    AdmissionRequest, AdmissionResponse, Annotation, Attributes, AuthnResult, Decision, Event,
-    Level, ObjectReference, Operation, Stage,
-};
 
 pub(crate) mod authn {
     pub(crate) use crate::wasm::bindings::v0_2::authenticator::exports::wasmgate::filter::authenticator::AuthnResult;
@@ -33,7 +34,7 @@ pub(crate) mod audit {
     };
 }
 
-/// 0.2.0's log level, for 0.3.0's host functions.
+/// 0.2.0's log level, for the current host functions.
 pub(crate) fn log_level(level: old::LogLevel) -> types::LogLevel {
     match level {
         old::LogLevel::Trace => types::LogLevel::Trace,

@@ -1,43 +1,33 @@
-//! `jsonl-audit`: writes each audit event to the sink as one Kubernetes
-//! `audit.k8s.io/v1` `Event` JSON object per line, a batch at a time. The
-//! rendering lives in [`logic`], unit-tested on the host target.
+//! `jsonl-audit`: appends the gateway's audit events to the sink as
+//! Kubernetes' log backend writes them (`--audit-log-format=json`: one
+//! `audit.k8s.io/v1` `Event` JSON object per line). The gateway renders
+//! the lines (world `json-auditor-filter`); the filter appends a batch in
+//! one sink call, less the lines of the stages its config omits ([`logic`],
+//! unit-tested on the host target).
 
 mod logic;
 
-use wasmgate_filter::auditor::{self, Event, Guest, sink};
-use wasmgate_filter::{error, warn};
+use wasmgate_filter::error;
+use wasmgate_filter::json_auditor::{self, Guest, JsonBatch, sink};
 
 struct Filter;
 
 impl Guest for Filter {
-    /// Every event is written, even after one that failed; the first
-    /// failure is the batch's answer.
-    fn audit_batch(events: Vec<Event>) -> Result<(), String> {
+    fn audit_json_lines(batch: JsonBatch) -> Result<(), String> {
         let config = wasmgate_filter::config::<logic::Config>()?;
-        let mut first_failure = Ok(());
-        for event in &events {
-            if let Err(message) = audit(config, event) {
-                first_failure = first_failure.and(Err(message));
-            }
+        let lines = logic::kept_lines(config, &batch)?;
+        if lines.is_empty() {
+            return Ok(());
         }
-        first_failure
+        sink::write_lines(&lines).map_err(|e| {
+            let message = format!(
+                "jsonl-audit: cannot write a batch of {} events: {e}",
+                batch.stages.len()
+            );
+            error!("{message}");
+            message
+        })
     }
 }
 
-/// Writes one event's line.
-fn audit(config: &logic::Config, event: &Event) -> Result<(), String> {
-    let rendered = logic::render(config, event)?;
-    for warning in &rendered.warnings {
-        warn!("{warning}");
-    }
-    let Some(line) = rendered.line else {
-        return Ok(());
-    };
-    sink::write(&line).map_err(|e| {
-        let message = format!("jsonl-audit: cannot write event {}: {e}", event.audit_id);
-        error!("{message}");
-        message
-    })
-}
-
-auditor::export!(Filter);
+json_auditor::export!(Filter);

@@ -1,9 +1,10 @@
 //! `wasmgate-filter`: what every Rust filter of wasmgate shares, so that a
 //! filter crate holds only its own logic.
 //!
-//! - The bindings of the four filter worlds of `wit/filter-0.3.0.wit`
-//!   (`wasmgate:filter@0.3.0`), one module
-//!   each ([`authenticator`], [`authorizer`], [`admission`], [`auditor`]),
+//! - The bindings of the five filter worlds of `wit/filter-0.4.0.wit`
+//!   (`wasmgate:filter@0.4.0`), one module
+//!   each ([`authenticator`], [`authorizer`], [`admission`], [`auditor`]
+//!   and [`json_auditor`], the auditor given its events serialised),
 //!   with the world's `Guest` trait, its types and its `export!` macro: a
 //!   filter implements `Guest` for a type of its own and names it in
 //!   `export!`. The types every world shares are in [`types`], the host's
@@ -31,7 +32,7 @@
 //! authorizer::export!(Filter);
 //! ```
 //!
-//! The bindings are generated from `wit/filter-0.3.0.wit` here (`wit/` is a
+//! The bindings are generated from `wit/filter-0.4.0.wit` here (`wit/` is a
 //! link to the checkout's `wit/`, the contract); `wasmgate new-filter --dir` writes this crate, with
 //! a copy of the contract there, beside a filter that lives outside the
 //! checkout.
@@ -50,18 +51,18 @@ pub use config::{FilterConfig, config};
 pub use log::write as __log;
 
 /// The interfaces the worlds import (`types`, `host`, `cache`), generated
-/// once for all four: each world's bindings refer to these (`with`), so a
+/// once for all five: each world's bindings refer to these (`with`), so a
 /// `Header` or a `LogLevel` is one type whatever the world.
 mod imports {
     wit_bindgen::generate!({
         inline: "
             package wasmgate:filter-sdk;
             world imports {
-                import wasmgate:filter/host@0.3.0;
-                import wasmgate:filter/cache@0.3.0;
+                import wasmgate:filter/host@0.4.0;
+                import wasmgate:filter/cache@0.4.0;
             }
         ",
-        path: "wit/filter-0.3.0.wit",
+        path: "wit/filter-0.4.0.wit",
         world: "wasmgate:filter-sdk/imports",
         generate_all,
     });
@@ -77,17 +78,17 @@ macro_rules! world_bindings {
         world_bindings!($world, $module, {});
     };
     ($world:literal, $module:literal, cache) => {
-        world_bindings!($world, $module, { "wasmgate:filter/cache@0.3.0": crate::cache, });
+        world_bindings!($world, $module, { "wasmgate:filter/cache@0.4.0": crate::cache, });
     };
     ($world:literal, $module:literal, { $($imports:tt)* }) => {
         #[doc(hidden)]
         pub mod bindings {
             wit_bindgen::generate!({
-                path: "wit/filter-0.3.0.wit",
+                path: "wit/filter-0.4.0.wit",
                 world: $world,
                 with: {
-                    "wasmgate:filter/types@0.3.0": crate::types,
-                    "wasmgate:filter/host@0.3.0": crate::host,
+                    "wasmgate:filter/types@0.4.0": crate::types,
+                    "wasmgate:filter/host@0.4.0": crate::host,
                     $($imports)*
                 },
                 pub_export_macro: true,
@@ -101,7 +102,7 @@ macro_rules! world_bindings {
 /// no opinion.
 pub mod authenticator {
     world_bindings!(
-        "wasmgate:filter/authenticator-filter@0.3.0",
+        "wasmgate:filter/authenticator-filter@0.4.0",
         "$crate::authenticator::bindings",
         cache
     );
@@ -114,7 +115,7 @@ pub mod authenticator {
 /// World `authorizer-filter`: `authorize` a user's request.
 pub mod authorizer {
     world_bindings!(
-        "wasmgate:filter/authorizer-filter@0.3.0",
+        "wasmgate:filter/authorizer-filter@0.4.0",
         "$crate::authorizer::bindings",
         cache
     );
@@ -127,7 +128,7 @@ pub mod authorizer {
 /// World `admission-filter`: `admit` (validate or mutate) an object.
 pub mod admission {
     world_bindings!(
-        "wasmgate:filter/admission-filter@0.3.0",
+        "wasmgate:filter/admission-filter@0.4.0",
         "$crate::admission::bindings"
     );
     /// Exports type `$ty` (which implements [`Guest`]) as the component's
@@ -142,7 +143,7 @@ pub mod admission {
 /// they happened, written to the `sink`.
 pub mod auditor {
     world_bindings!(
-        "wasmgate:filter/auditor-filter@0.3.0",
+        "wasmgate:filter/auditor-filter@0.4.0",
         "$crate::auditor::bindings"
     );
     /// Exports type `$ty` (which implements [`Guest`]) as the component's
@@ -151,5 +152,20 @@ pub mod auditor {
     pub use bindings::exports::wasmgate::filter::auditor::{
         Annotation, Event, Guest, Level, ObjectReference, Stage,
     };
+    pub use bindings::wasmgate::filter::sink;
+}
+
+/// World `json-auditor-filter`: `audit_json_lines`, a batch of events the
+/// gateway serialised as kube's audit log lines, written to the `sink`
+/// (`sink::write_lines` appends whole lines as they are).
+pub mod json_auditor {
+    world_bindings!(
+        "wasmgate:filter/json-auditor-filter@0.4.0",
+        "$crate::json_auditor::bindings"
+    );
+    /// Exports type `$ty` (which implements [`Guest`]) as the component's
+    /// `json-auditor`.
+    pub use bindings::export;
+    pub use bindings::exports::wasmgate::filter::json_auditor::{Guest, JsonBatch, Stage};
     pub use bindings::wasmgate::filter::sink;
 }
