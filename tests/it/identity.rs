@@ -1,6 +1,7 @@
 //! The identity reaches the upstream (issue 12, section 1): each `identity`
-//! mode's headers at an echo upstream, the client's credentials stripped
-//! (and forwarded where a route says so), and two gateways over real TLS,
+//! mode's headers at an echo upstream (under kube's names or those
+//! `identity_headers` gives), the client's credentials stripped (and
+//! forwarded where a route says so), and two gateways over real TLS,
 //! the front one in request-header mode with a proxy client certificate,
 //! the back one trusting it through `requestheader-authn`.
 
@@ -61,7 +62,9 @@ async fn request_header_mode_names_the_user_and_strips_the_clients_credentials()
          [[servers]]\nname = \"gw\"\n\
          [[servers.routes]]\nprefix = \"/open/rh/\"\nupstream = {{ url = \"{url}\", identity = \"request-header\" }}\n\
          [[servers.routes]]\nprefix = \"/open/none/\"\nupstream = \"{url}\"\n\
-         [[servers.routes]]\nprefix = \"/open/forward/\"\nupstream = \"{url}\"\nforward_credentials = true\n",
+         [[servers.routes]]\nprefix = \"/open/forward/\"\nupstream = \"{url}\"\nforward_credentials = true\n\
+         [[servers.routes]]\nprefix = \"/open/named/\"\nupstream = {{ url = \"{url}\", identity = \"request-header\", \
+         identity_headers = {{ user = \"X-Forwarded-User\", group = \"X-Forwarded-Groups\", extra_prefix = \"X-Forwarded-Extra-\" }} }}\n",
         tokens_with(users()).replace("\n\n", "\nheaders = [\"authorization\", \"x-api-key\"]\n\n"),
         rbac_with(rbac_rules()),
     ));
@@ -146,6 +149,44 @@ async fn request_header_mode_names_the_user_and_strips_the_clients_credentials()
         Some("read")
     );
     assert!(echoed_values(&seen, "impersonate-user").is_empty());
+
+    // identity_headers renames the headers (kube's --requestheader-*
+    // flags); what the client wrote under the new names is gone too, and
+    // a name left out (uid) keeps kube's default.
+    let seen = echo(
+        &send(
+            hostile("/open/named/x")
+                .header("x-forwarded-user", "admin")
+                .header("x-forwarded-groups", "system:masters")
+                .header("x-forwarded-extra-scopes", "everything"),
+        )
+        .await,
+    );
+    assert_eq!(
+        echoed_header(&seen, "x-forwarded-user").as_deref(),
+        Some("alice")
+    );
+    assert_eq!(
+        echoed_values(&seen, "x-forwarded-groups"),
+        ["dev", "system:authenticated"]
+    );
+    assert_eq!(
+        echoed_header(&seen, "x-remote-uid").as_deref(),
+        Some("1001")
+    );
+    for name in [
+        "x-remote-user",
+        "x-remote-group",
+        "x-forwarded-extra-scopes",
+        "authorization",
+        "x-api-key",
+    ] {
+        assert_eq!(
+            echoed_header(&seen, name),
+            None,
+            "{name} reached the upstream"
+        );
+    }
 }
 
 /// The back gateway: TLS, trusting only the front proxy CA's client
@@ -232,11 +273,12 @@ async fn a_front_gateway_tells_a_back_gateway_who_the_user_is() {
         ["dev", "system:authenticated"]
     );
 
-    // Straight to the back without the proxy's certificate, X-Remote-User is
-    // nobody's word: the request is anonymous, and RBAC refuses it.
+    // Straight to the back without the proxy's certificate, `X-Remote-User:
+    // admin` is nobody's word: the request is anonymous, and RBAC refuses it.
     let direct = tls_client(&back_ca.cert_pem)
         .get(back.url(WIDGETS))
-        .header("x-remote-user", "alice");
+        .header("x-remote-user", "admin")
+        .header("x-remote-group", "system:masters");
     let answer = send(direct).await;
     let status = answer.assert_status(403, "Forbidden");
     assert!(
@@ -307,6 +349,11 @@ async fn impersonate_mode_acts_as_the_user_with_the_gateways_own_token() {
     assert_eq!(
         echoed_header(&seen, "x-remote-uid").as_deref(),
         Some("1001")
+    );
+    assert_eq!(
+        echoed_values(&seen, "x-remote-group"),
+        ["dev", "system:authenticated"],
+        "Impersonate-Group carried alice's groups"
     );
 
     // The token file is re-read when it changes: a token the back does not
