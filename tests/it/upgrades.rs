@@ -4,10 +4,13 @@
 //! passed through with bytes copied both ways (and, traced, the upstream
 //! told the trace with the gateway's upstream span as its parent, as a
 //! proxied request is), an upgrade authorization
-//! refuses answered 403 before anything is upgraded, the audit events of a
+//! refuses answered 403 and one admission refuses (operation `CONNECT`)
+//! answered its 422 before anything is upgraded, the audit events of a
 //! tunnel, the user's identity headers (and not the client's credentials)
-//! at the upstream, no priority-and-fairness seat; watches flushed as the upstream writes them, exempt from
-//! `request_timeout`, ended after `min_request_timeout` (kube's
+//! at the upstream, no priority-and-fairness seat, an open tunnel closed by
+//! the shutdown after `shutdown_delay`; watches flushed as the upstream
+//! writes them, exempt from `request_timeout`, ended after
+//! `min_request_timeout` (kube's
 //! `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/get.go`) and by the
 //! shutdown after `shutdown_delay`.
 
@@ -344,6 +347,72 @@ async fn a_traced_upgrade_tells_the_upstream_its_trace() {
     setup.gateway.shutdown().await;
 }
 
+/// kube's connect admission (`ConnectResource` in
+/// `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/rest.go`): an exec
+/// upgrade, over WebSocket or SPDY, is admitted with operation `CONNECT`,
+/// after authorization and before anything is upgraded. schema-admission
+/// with a schema for `pods/exec` on `connect` that the bodiless request
+/// cannot meet (the gateway has no object for it: kube would decode the
+/// query into `PodExecOptions`) refuses it with its 422; the same schema on `pods/log`
+/// leaves a followed log alone (a read, no admission in kube), and the
+/// upstream hears only of the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_is_admitted_as_connect_before_it_is_upgraded() {
+    let connect_schema = json!({"schemas": [{
+        "resources": ["pods/exec", "pods/log"],
+        "api_groups": [""],
+        "operations": ["connect"],
+        "schema": {"type": "object"},
+    }]});
+    let admission = filter(
+        "admission.validating",
+        "connect-schema",
+        "schema-admission",
+        Some(connect_schema),
+        "isolation = \"pooled\"",
+    );
+    let setup = setup_with(Duration::from_secs(1), "", &admission, "").await;
+    for (method, upgrade) in [("GET", "websocket"), ("POST", "SPDY/3.1")] {
+        let mut stream = tls_connect(&setup.gateway, &setup.ca).await;
+        let head = format!(
+            "{method} {EXEC} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer alice-token\r\n\
+             Connection: Upgrade\r\nUpgrade: {upgrade}\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             Sec-WebSocket-Version: 13\r\nContent-Length: 0\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.expect("write");
+        let answer = read_head(&mut stream).await;
+        assert!(answer.starts_with("HTTP/1.1 422"), "{method}: {answer}");
+        let mut body = vec![0u8; 4096];
+        let read = bounded("the Status", stream.read(&mut body))
+            .await
+            .expect("read");
+        let body = String::from_utf8_lossy(&body[..read]).into_owned();
+        assert!(body.contains("\"reason\":\"Invalid\""), "{method}: {body}");
+        assert!(
+            body.contains("pods \\\"p\\\" is invalid: <root>: Invalid value: null"),
+            "{method}: {body}"
+        );
+    }
+    let log = bounded(
+        "a followed log's head",
+        tls_client(&setup.ca.cert_pem)
+            .get(setup.gateway.url(LOG_FOLLOW))
+            .bearer_auth("alice-token")
+            .send(),
+    )
+    .await
+    .expect("a log");
+    assert_eq!(log.status(), 200);
+    let seen = setup.upstream.next_seen().await;
+    let target: http::Uri = seen.target.parse().expect("a request target");
+    assert_eq!(
+        target.path_and_query().map(|target| target.as_str()),
+        Some(LOG_FOLLOW),
+        "only the log reached the upstream"
+    );
+    assert!(seen.upgrade.is_none());
+}
+
 /// kube's authorization runs before anything is upgraded: bob may not exec,
 /// so he gets kube's 403 Status on the HTTP/1.1 connection, and the upstream
 /// never hears of it.
@@ -479,6 +548,66 @@ async fn the_shutdown_closes_a_watch_after_shutdown_delay() {
     );
     let drained = bounded("the drain", shutdown).await.expect("the shutdown");
     assert_eq!(drained, wasmgate::server::Drained::Complete);
+}
+
+/// At shutdown an open tunnel (a WebSocket exec) is closed once
+/// `shutdown_delay` has passed, as a watch is: the client sees its
+/// connection end, the audit event is completed, and the drain completes
+/// instead of waiting for the tunnel until `shutdown_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shutdown_closes_an_open_tunnel_after_shutdown_delay() {
+    let mut setup = setup(
+        Duration::from_secs(1),
+        "shutdown_delay = \"1s\"\nshutdown_timeout = \"30s\"",
+    )
+    .await;
+    let stream = tls_connect(&setup.gateway, &setup.ca).await;
+    let mut request = format!("wss://{}{EXEC}", setup.gateway.addr)
+        .into_client_request()
+        .expect("a WebSocket request");
+    request.headers_mut().insert(
+        "authorization",
+        "Bearer alice-token".parse().expect("a header value"),
+    );
+    let (mut socket, response) = bounded(
+        "the WebSocket handshake",
+        tokio_tungstenite::client_async(request, stream),
+    )
+    .await
+    .expect("the gateway switches to WebSocket");
+    let audit_id = response.headers()["audit-id"]
+        .to_str()
+        .expect("an Audit-ID")
+        .to_owned();
+    assert_echoes(&mut socket, Message::text("before the shutdown")).await;
+
+    let started = Instant::now();
+    let shutdown = setup.gateway.begin_shutdown();
+    // Still a tunnel during shutdown_delay.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_echoes(&mut socket, Message::text("during shutdown_delay")).await;
+    // Then the gateway closes it: the next read ends.
+    bounded("the tunnel's end", async {
+        loop {
+            match socket.next().await {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => break,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    let lasted = started.elapsed();
+    assert!(
+        lasted >= Duration::from_millis(900) && lasted < Duration::from_secs(5),
+        "closed {lasted:?} after the shutdown began"
+    );
+    let drained = bounded("the drain", shutdown).await.expect("the shutdown");
+    assert_eq!(drained, wasmgate::server::Drained::Complete);
+    let events = wait_for_events(&setup.log, &audit_id, 3).await;
+    assert_eq!(
+        stages_of(&events),
+        ["RequestReceived", "ResponseStarted", "ResponseComplete"]
+    );
 }
 
 /// RFC 8441: a WebSocket over HTTP/2 (extended CONNECT, `:protocol =
