@@ -6,7 +6,9 @@
 //! background refresh. `get`, `create -f`, `apply -f` (twice),
 //! `explain`, `get -w`, `auth can-i` and `auth whoami` work, and so do the
 //! Python client's `VersionApi`, `CoreV1Api` and `CustomObjectsApi` calls;
-//! the OpenAPI documents answer with kube-openapi's caching headers.
+//! the OpenAPI documents answer with kube-openapi's caching headers and are
+//! authorized as non-resource URLs; discovery merges the groups of two
+//! aggregated servers, one reached by a prefix route.
 
 use std::time::{Duration, Instant};
 
@@ -25,12 +27,16 @@ fn rbac() -> Value {
             {"name": "basic-user", "rules": [
                 {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},
                 {"verbs": ["create"], "apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"]},
-                {"verbs": ["get"], "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/version", "/version/"]},
+                {"verbs": ["get"], "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/version", "/version/"]},
+            ]},
+            {"name": "openapi-reader", "rules": [
+                {"verbs": ["get"], "nonResourceURLs": ["/openapi", "/openapi/*"]},
             ]},
         ],
         "bindings": [
             {"role": "editor", "namespace": "default", "users": ["alice"]},
             {"role": "basic-user", "groups": ["system:authenticated"]},
+            {"role": "openapi-reader", "groups": ["dev"]},
         ],
     })
 }
@@ -288,9 +294,22 @@ async fn openapi_and_aggregated_discovery_answer_as_kube_does() {
     ))
     .await;
     protobuf.assert_status(406, "NotAcceptable");
-    // The documents go through the chain like any request.
+    // The documents go through the chain like any request: authenticated,
+    // then authorized as non-resource URLs (bob, outside group dev, may
+    // not get them).
     let anonymous = get(&client, &format!("{base}/openapi/v2")).await;
     anonymous.assert_status(401, "Unauthorized");
+    for path in ["/openapi/v2", "/openapi/v3", "/openapi/v3/api/v1"] {
+        let refused = send(client.get(format!("{base}{path}")).bearer_auth("bob-token")).await;
+        let status = refused.assert_status(403, "Forbidden");
+        let message = status["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with(&format!(
+                "forbidden: User \"bob\" cannot get path \"{path}\""
+            )),
+            "{status}"
+        );
+    }
 
     let aggregated = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json;q=0.9";
     let groups = send(authorized("/apis").header("accept", aggregated)).await;
@@ -408,4 +427,90 @@ async fn the_python_client_reads_the_version_config_maps_and_custom_objects() {
         .object("widgets", "default", "from-python")
         .expect("the widget at the server");
     assert_eq!(stored["spec"]["size"], 3);
+}
+
+/// kube's aggregated discovery lists the groups of every APIService, not
+/// only those a route declares: with the core API at one server and
+/// `prefix = "/apis/demo.example.io/"` (a prefix, no `api` root declared)
+/// at another, `/apis` lists
+/// the second's `demo.example.io` and `/api` the first's ConfigMaps, each
+/// kept to the paths routed to its server (the first's own widgets, and the
+/// second's ConfigMaps, are not listed), and kubectl finds both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_merges_the_groups_of_every_aggregated_upstream() {
+    build_filters();
+    let dir = new_dir();
+    let ca = write_server_pki(dir.path());
+    let core = KubeApi::start(&ca.server_cert()).await;
+    let groups = KubeApi::start(&ca.server_cert()).await;
+    let manifest = manifest(&core.url())
+        .split("\n[[servers.routes]]\napi = ")
+        .next()
+        .expect("the manifest's first part")
+        .to_owned()
+        + &format!(
+            "\n[[servers.routes]]\nprefix = \"/apis/demo.example.io/\"\nupstream = {{ url = \"{}\", ca = \"ca.crt\", identity = \"request-header\" }}\naggregate = true\n",
+            groups.url()
+        );
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, &manifest).expect("write the manifest");
+    let gateway = GatewayProcess::spawn(&path);
+    let server = format!("https://localhost:{}", gateway.addr.port());
+    let alice = Kubectl::new(
+        dir.path(),
+        "alice",
+        &server,
+        &dir.path().join("ca.crt"),
+        "alice-token",
+    );
+
+    let client = tls_client(&ca.cert_pem);
+    let ask = |path: &str, accept: &str| {
+        client
+            .get(format!("{server}{path}"))
+            .bearer_auth("alice-token")
+            .header("accept", accept.to_owned())
+    };
+    let aggregated = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+    let apis = send(ask("/apis", aggregated)).await;
+    let apis = apis.json();
+    let names: Vec<&str> = apis["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|item| item["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "demo.example.io",
+            "authentication.k8s.io",
+            "authorization.k8s.io"
+        ]
+    );
+    let core_resources = send(ask("/api", aggregated)).await.json();
+    let resources: Vec<&str> = core_resources["items"][0]["versions"][0]["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|resource| resource["resource"].as_str())
+        .collect();
+    assert_eq!(resources, ["configmaps"]);
+
+    let listed = alice
+        .ok(&["api-resources", "--no-headers", "-o", "name"])
+        .await;
+    let listed: Vec<&str> = listed.lines().collect();
+    assert!(listed.contains(&"configmaps"), "{listed:?}");
+    assert!(listed.contains(&"widgets.demo.example.io"), "{listed:?}");
+    assert_eq!(alice.ok(&["get", "widgets", "-o", "name"]).await.trim(), "");
+    let widget_requests = |server: &KubeApi| {
+        server
+            .requests()
+            .into_iter()
+            .filter(|request| request.starts_with("alice ") && request.contains("widgets"))
+            .count()
+    };
+    assert_eq!(widget_requests(&core), 0, "{:?}", core.requests());
+    assert!(widget_requests(&groups) > 0, "{:?}", groups.requests());
 }
