@@ -370,3 +370,43 @@ async fn impersonate_mode_acts_as_the_user_with_the_gateways_own_token() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonate_mode_acts_as_the_user_with_the_gateways_client_certificate() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let client_ca = Ca::new("gateway clients CA");
+    let x509 = filter("authentication.filters", "certs", "x509-authn", None, "");
+    let (back, back_ca) = back_gateway(&upstream, &client_ca, &x509).await;
+
+    let front_dir = new_dir();
+    write_pair(front_dir.path(), "gw", &client_ca.client_cert("front-gw"));
+    let front = front_gateway(
+        front_dir,
+        &back,
+        &back_ca,
+        "identity = \"impersonate\", client_cert = \"gw.crt\", client_key = \"gw.key\"",
+    )
+    .await;
+
+    // The back's x509-authn makes the front's certificate user front-gw
+    // (requestheader-authn has no opinion: its CN is not an allowed
+    // proxy name), which may impersonate alice: the back serves alice.
+    let seen = echo(
+        &send(
+            http_client()
+                .get(front.url(WIDGETS))
+                .bearer_auth("alice-token"),
+        )
+        .await,
+    );
+    assert_eq!(
+        echoed_header(&seen, "x-remote-user").as_deref(),
+        Some("alice")
+    );
+    assert_eq!(
+        echoed_values(&seen, "x-remote-group"),
+        ["dev", "system:authenticated"]
+    );
+    assert_eq!(echoed_header(&seen, "authorization"), None);
+}
