@@ -514,3 +514,77 @@ async fn discovery_merges_the_groups_of_every_aggregated_upstream() {
     assert_eq!(widget_requests(&core), 0, "{:?}", core.requests());
     assert!(widget_requests(&groups) > 0, "{:?}", groups.requests());
 }
+
+/// kube's OpenAPI controllers download every APIService's spec again each
+/// minute (`staging/src/k8s.io/kube-aggregator/pkg/controllers/openapi/controller.go`),
+/// and so does the gateway: an upstream whose v2 document names the round
+/// it was asked in is served as asked first, then, within a refresh
+/// interval and a little, as asked again; the old `ETag` no longer gets a
+/// 304.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_is_fetched_again_in_the_background_every_minute() {
+    let rounds = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the upstream");
+    let addr = listener.local_addr().expect("its address");
+    let counted = std::sync::Arc::clone(&rounds);
+    let _server = spawn_server(listener, None, move |request| {
+        let counted = std::sync::Arc::clone(&counted);
+        async move {
+            let answer = if request.uri().path() == "/openapi/v2" {
+                let round = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                let spec = json!({"swagger": "2.0", "info": {"title": "rounds", "version": "v1"},
+                    "paths": {format!("/apis/demo.example.io/v1/round-{round}"): {}}});
+                http::Response::new(full(spec.to_string()))
+            } else {
+                http::Response::builder()
+                    .status(404)
+                    .body(full(""))
+                    .expect("a 404")
+            };
+            Ok::<_, std::convert::Infallible>(answer)
+        }
+    });
+    let gateway = TestGateway::start(&plaintext(&format!(
+        "[[servers]]\nname = \"gw\"\n\n[[servers.routes]]\nprefix = \"/apis/demo.example.io/\"\nupstream = \"http://{addr}\"\naggregate = true\n"
+    )))
+    .await;
+    let client = http_client();
+    let paths = |answer: &Answer| -> Vec<String> {
+        answer.json()["paths"]
+            .as_object()
+            .map(|paths| paths.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+
+    let first = send(client.get(gateway.url("/openapi/v2"))).await;
+    assert_eq!(paths(&first), ["/apis/demo.example.io/v1/round-1"]);
+    let etag = first.header("etag").expect("an ETag").to_owned();
+    let cached = send(
+        client
+            .get(gateway.url("/openapi/v2"))
+            .header("if-none-match", &etag),
+    )
+    .await;
+    assert_eq!(cached.status, 304);
+
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let refreshed = loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let answer = send(client.get(gateway.url("/openapi/v2"))).await;
+        if paths(&answer) != ["/apis/demo.example.io/v1/round-1"] {
+            break answer;
+        }
+        assert!(Instant::now() < deadline, "no refresh within 90 s");
+    };
+    assert_eq!(paths(&refreshed), ["/apis/demo.example.io/v1/round-2"]);
+    assert_ne!(refreshed.header("etag"), Some(etag.as_str()));
+    let stale = send(
+        client
+            .get(gateway.url("/openapi/v2"))
+            .header("if-none-match", &etag),
+    )
+    .await;
+    assert_eq!(stale.status, 200);
+}
