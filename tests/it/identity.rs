@@ -273,6 +273,22 @@ async fn a_front_gateway_tells_a_back_gateway_who_the_user_is() {
         ["dev", "system:authenticated"]
     );
 
+    // An extra value's key crosses both gateways escaped as client-go
+    // escapes it and is read back by requestheader-authn as the key it was
+    // (the back escapes it again for its own upstream).
+    let with_extra = send(
+        http_client()
+            .get(front.url(WIDGETS))
+            .bearer_auth("alice-token")
+            .header("impersonate-user", "alice")
+            .header("impersonate-extra-example.com%2fscopes", "read"),
+    )
+    .await;
+    assert_eq!(
+        echoed_values(&echo(&with_extra), "x-remote-extra-example.com%2fscopes"),
+        ["read"]
+    );
+
     // Straight to the back without the proxy's certificate, `X-Remote-User:
     // admin` is nobody's word: the request is anonymous, and RBAC refuses it.
     let direct = tls_client(&back_ca.cert_pem)
