@@ -279,6 +279,13 @@ async fn openapi_and_aggregated_discovery_answer_as_kube_does() {
     assert!(document.json()["components"]["schemas"]["io.k8s.api.core.v1.ConfigMap"].is_object());
     let again = send(authorized("/openapi/v3/api/v1").header("if-none-match", &etag)).await;
     assert_eq!((again.status, again.body.as_str()), (304, ""));
+    let group = send(authorized("/openapi/v3/apis/demo.example.io/v1")).await;
+    assert_eq!(group.status, 200);
+    assert!(group.json()["components"]["schemas"]["io.example.demo.v1.Widget"].is_object());
+    assert!(
+        group.json()["components"]["schemas"]["io.k8s.api.core.v1.ConfigMap"].is_null(),
+        "a group version's document is its own"
+    );
     let stale = send(authorized("/openapi/v3/api/v1?hash=0123")).await;
     assert_eq!(stale.status, 301);
     assert_eq!(stale.header("location"), Some(url.as_str()));
