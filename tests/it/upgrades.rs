@@ -149,12 +149,15 @@ fn audit_id_of(head: &str) -> String {
 }
 
 /// A WebSocket to `target` through the gateway over TLS, sending
-/// `headers`; asserts the 101.
+/// `headers`, and its Audit-ID; asserts the 101.
 async fn websocket(
     setup: &Setup,
     target: &str,
     headers: &[(&str, &str)],
-) -> WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+) -> (
+    WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+    String,
+) {
     let stream = tls_connect(&setup.gateway, &setup.ca).await;
     let mut request = format!("wss://{}{target}", setup.gateway.addr)
         .into_client_request()
@@ -177,7 +180,11 @@ async fn websocket(
         None,
         "an upgrade is not judged by priority and fairness"
     );
-    socket
+    let audit_id = response.headers()["audit-id"]
+        .to_str()
+        .expect("an Audit-ID")
+        .to_owned();
+    (socket, audit_id)
 }
 
 /// Sends `message` on `socket` and reads it back.
@@ -191,6 +198,33 @@ where
         .expect("a message")
         .expect("a good message");
     assert_eq!(echoed, message);
+}
+
+/// An exec upgrade's methods and protocols: a WebSocket's `GET`, kubectl's
+/// SPDY `POST`.
+const UPGRADES: [(&str, &str); 2] = [("GET", "websocket"), ("POST", "SPDY/3.1")];
+
+/// Asks for an exec upgrade over `upgrade` with `token`, expecting a
+/// refusal: the response head and the start of its body (the Status).
+async fn refused_upgrade(
+    setup: &Setup,
+    method: &str,
+    upgrade: &str,
+    token: &str,
+) -> (String, String) {
+    let mut stream = tls_connect(&setup.gateway, &setup.ca).await;
+    let head = format!(
+        "{method} {EXEC} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
+         Connection: Upgrade\r\nUpgrade: {upgrade}\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Version: 13\r\nContent-Length: 0\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let answer = read_head(&mut stream).await;
+    let mut body = vec![0u8; 4096];
+    let read = bounded("the Status", stream.read(&mut body))
+        .await
+        .expect("read");
+    (answer, String::from_utf8_lossy(&body[..read]).into_owned())
 }
 
 /// Reads a response head (to the blank line) from `stream`.
@@ -372,21 +406,9 @@ async fn an_upgrade_is_admitted_as_connect_before_it_is_upgraded() {
         "isolation = \"pooled\"",
     );
     let setup = setup_with(Duration::from_secs(1), "", &admission, "").await;
-    for (method, upgrade) in [("GET", "websocket"), ("POST", "SPDY/3.1")] {
-        let mut stream = tls_connect(&setup.gateway, &setup.ca).await;
-        let head = format!(
-            "{method} {EXEC} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer alice-token\r\n\
-             Connection: Upgrade\r\nUpgrade: {upgrade}\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-             Sec-WebSocket-Version: 13\r\nContent-Length: 0\r\n\r\n"
-        );
-        stream.write_all(head.as_bytes()).await.expect("write");
-        let answer = read_head(&mut stream).await;
+    for (method, upgrade) in UPGRADES {
+        let (answer, body) = refused_upgrade(&setup, method, upgrade, "alice-token").await;
         assert!(answer.starts_with("HTTP/1.1 422"), "{method}: {answer}");
-        let mut body = vec![0u8; 4096];
-        let read = bounded("the Status", stream.read(&mut body))
-            .await
-            .expect("read");
-        let body = String::from_utf8_lossy(&body[..read]).into_owned();
         assert!(body.contains("\"reason\":\"Invalid\""), "{method}: {body}");
         assert!(
             body.contains("pods \\\"p\\\" is invalid: <root>: Invalid value: null"),
@@ -419,22 +441,10 @@ async fn an_upgrade_is_admitted_as_connect_before_it_is_upgraded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_authorization_refuses_is_403_before_any_upgrade() {
     let setup = setup(Duration::from_secs(1), "").await;
-    for (method, upgrade) in [("GET", "websocket"), ("POST", "SPDY/3.1")] {
-        let mut stream = tls_connect(&setup.gateway, &setup.ca).await;
-        let head = format!(
-            "{method} {EXEC} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer bob-token\r\n\
-             Connection: Upgrade\r\nUpgrade: {upgrade}\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-             Sec-WebSocket-Version: 13\r\nContent-Length: 0\r\n\r\n"
-        );
-        stream.write_all(head.as_bytes()).await.expect("write");
-        let answer = read_head(&mut stream).await;
+    for (method, upgrade) in UPGRADES {
+        let (answer, body) = refused_upgrade(&setup, method, upgrade, "bob-token").await;
         assert!(answer.starts_with("HTTP/1.1 403"), "{method}: {answer}");
         let verb = if method == "GET" { "get" } else { "create" };
-        let mut body = vec![0u8; 4096];
-        let read = bounded("the Status", stream.read(&mut body))
-            .await
-            .expect("read");
-        let body = String::from_utf8_lossy(&body[..read]).into_owned();
         assert!(
             body.contains(&format!("cannot {verb} resource \\\"pods/exec\\\""))
                 || body.contains(&format!("cannot {verb} resource \"pods/exec\"")),
@@ -561,24 +571,8 @@ async fn the_shutdown_closes_an_open_tunnel_after_shutdown_delay() {
         "shutdown_delay = \"1s\"\nshutdown_timeout = \"30s\"",
     )
     .await;
-    let stream = tls_connect(&setup.gateway, &setup.ca).await;
-    let mut request = format!("wss://{}{EXEC}", setup.gateway.addr)
-        .into_client_request()
-        .expect("a WebSocket request");
-    request.headers_mut().insert(
-        "authorization",
-        "Bearer alice-token".parse().expect("a header value"),
-    );
-    let (mut socket, response) = bounded(
-        "the WebSocket handshake",
-        tokio_tungstenite::client_async(request, stream),
-    )
-    .await
-    .expect("the gateway switches to WebSocket");
-    let audit_id = response.headers()["audit-id"]
-        .to_str()
-        .expect("an Audit-ID")
-        .to_owned();
+    let alice = [("authorization", "Bearer alice-token")];
+    let (mut socket, audit_id) = websocket(&setup, EXEC, &alice).await;
     assert_echoes(&mut socket, Message::text("before the shutdown")).await;
 
     let started = Instant::now();
@@ -693,7 +687,7 @@ async fn an_upgrade_in_request_header_mode_carries_the_user_not_the_clients_cred
         ("x-remote-user", "admin"),
         ("x-remote-group", "system:masters"),
     ];
-    let mut socket = websocket(&setup, EXEC, &hostile).await;
+    let (mut socket, _) = websocket(&setup, EXEC, &hostile).await;
     assert_echoes(&mut socket, Message::text("who am I")).await;
 
     let seen = setup.upstream.next_seen().await;
@@ -776,7 +770,7 @@ resource_rules = [{ verbs = ["*"], api_groups = ["*"], resources = ["*"], namesp
     let alice = [("authorization", "Bearer alice-token")];
     let mut tunnels = Vec::new();
     for target in [EXEC, WIDGETS] {
-        let mut socket = websocket(&setup, target, &alice).await;
+        let (mut socket, _) = websocket(&setup, target, &alice).await;
         assert_echoes(&mut socket, Message::text("no seat needed")).await;
         tunnels.push(socket);
     }
