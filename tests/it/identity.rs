@@ -199,8 +199,15 @@ async fn request_header_mode_names_the_user_and_strips_the_clients_credentials()
 /// request-header mode.
 async fn back_gateway(upstream: &Upstream, proxy_ca: &Ca, extra_auth: &str) -> (TestGateway, Ca) {
     let dir = new_dir();
-    let server_ca = crate::support::certs::write_server_pki(dir.path());
-    write(dir.path(), "front-proxy-ca.crt", &proxy_ca.cert_pem);
+    let (manifest, server_ca) = back_manifest(dir.path(), upstream, proxy_ca, extra_auth);
+    (TestGateway::start_in(dir, &manifest).await, server_ca)
+}
+
+/// [`back_gateway`]'s manifest, with the files it names written to `dir`,
+/// and the CA of its serving certificate.
+fn back_manifest(dir: &Path, upstream: &Upstream, proxy_ca: &Ca, extra_auth: &str) -> (String, Ca) {
+    let server_ca = crate::support::certs::write_server_pki(dir);
+    write(dir, "front-proxy-ca.crt", &proxy_ca.cert_pem);
     let requestheader = filter(
         "authentication.filters",
         "front-proxy",
@@ -216,15 +223,15 @@ async fn back_gateway(upstream: &Upstream, proxy_ca: &Ca, extra_auth: &str) -> (
         rbac_with(rbac_rules()),
         upstream.url(),
     );
-    (TestGateway::start_in(dir, &manifest).await, server_ca)
+    (manifest, server_ca)
 }
 
 /// The front gateway: plaintext, alice's token, everything allowed, the
-/// widgets API routed to `back` with `identity_keys` (after `url` and `ca`),
+/// widgets API routed to `back_url` with `identity_keys` (after `url` and `ca`),
 /// in `dir` (which holds the files those keys name).
 async fn front_gateway(
     dir: tempfile::TempDir,
-    back: &TestGateway,
+    back_url: &str,
     back_ca: &Ca,
     identity_keys: &str,
 ) -> TestGateway {
@@ -235,7 +242,7 @@ async fn front_gateway(
          [[servers.routes]]\napi = \"/apis/demo.example.io/v1\"\n\
          upstream = {{ url = \"{}\", ca = \"back-ca.crt\", {identity_keys} }}\n",
         tokens_with(users()),
-        back.url(""),
+        back_url,
     ));
     TestGateway::start_in(dir, &manifest).await
 }
@@ -255,7 +262,7 @@ async fn a_front_gateway_tells_a_back_gateway_who_the_user_is() {
     );
     let front = front_gateway(
         front_dir,
-        &back,
+        &back.url(""),
         &back_ca,
         "identity = \"request-header\", client_cert = \"proxy.crt\", client_key = \"proxy.key\"",
     )
@@ -346,7 +353,7 @@ async fn impersonate_mode_acts_as_the_user_with_the_gateways_own_token() {
     write(front_dir.path(), "token", "front-token\n");
     let front = front_gateway(
         front_dir,
-        &back,
+        &back.url(""),
         &back_ca,
         "identity = \"impersonate\", bearer_token_file = \"token\"",
     )
@@ -398,13 +405,19 @@ async fn impersonate_mode_acts_as_the_user_with_the_gateways_client_certificate(
     let upstream = Upstream::start().await;
     let client_ca = Ca::new("gateway clients CA");
     let x509 = filter("authentication.filters", "certs", "x509-authn", None, "");
-    let (back, back_ca) = back_gateway(&upstream, &client_ca, &x509).await;
+    // The back runs as a process of its own: reload.rs counts x509-authn's
+    // first load in this one.
+    let back_dir = new_dir();
+    let (manifest, back_ca) = back_manifest(back_dir.path(), &upstream, &client_ca, &x509);
+    let path = back_dir.path().join("gateway.toml");
+    std::fs::write(&path, manifest).expect("write the back's manifest");
+    let back = crate::support::process::GatewayProcess::spawn(&path);
 
     let front_dir = new_dir();
     write_pair(front_dir.path(), "gw", &client_ca.client_cert("front-gw"));
     let front = front_gateway(
         front_dir,
-        &back,
+        &back.url(""),
         &back_ca,
         "identity = \"impersonate\", client_cert = \"gw.crt\", client_key = \"gw.key\"",
     )
