@@ -7,8 +7,11 @@
 //! `explain`, `get -w`, `auth can-i` and `auth whoami` work, and so do the
 //! Python client's `VersionApi`, `CoreV1Api` and `CustomObjectsApi` calls;
 //! the OpenAPI documents answer with kube-openapi's caching headers and are
-//! authorized as non-resource URLs; discovery merges the groups of two
-//! aggregated servers, one reached by a prefix route.
+//! authorized as non-resource URLs; v2 is served as gnostic's protobuf too
+//! (decoded here, and read by `kubectl explain --output
+//! plaintext-openapiv2`), and a v2 document gnostic refuses as JSON only;
+//! discovery merges the groups of two aggregated servers, one reached by a
+//! prefix route.
 
 use std::time::{Duration, Instant};
 
@@ -115,6 +118,9 @@ impl Setup {
         path.to_str().expect("UTF-8").to_owned()
     }
 }
+
+/// What client-go's `OpenAPISchema()` asks `/openapi/v2` for.
+const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
 
 /// The groups `/apis` lists in these tests: the server's, then the
 /// gateway's own (the self-subject reviews').
@@ -233,6 +239,177 @@ async fn kubectl_get_create_apply_explain_and_auth_work_through_the_gateway() {
     drop(setup.gateway);
 }
 
+/// `/openapi/v2` as client-go's `OpenAPISchema()` asks for it: gnostic's
+/// `Document`, decoded here with prost, holds the JSON's paths and
+/// definitions in the JSON's order, its schemas' fields, `$ref`s and
+/// vendor extensions; tagged with the JSON's ETag (kube-openapi re-uses
+/// it), `304` on `If-None-Match`; a media type it does not serve is `406`.
+async fn v2_protobuf_answers_as_kube_openapi_does(
+    authorized: &dyn Fn(&str) -> reqwest::RequestBuilder,
+    json: &Value,
+    json_etag: &str,
+) {
+    use gnostic::{parameter, parameters_item};
+    use prost::Message;
+
+    let asked = || authorized("/openapi/v2").header("accept", V2_PROTOBUF);
+    let (status, headers, body) = send_for_bytes(asked()).await;
+    assert_eq!(status, 200);
+    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    assert_eq!(
+        header("content-type"),
+        Some("application/com.github.proto-openapi.spec.v2.v1.0+protobuf")
+    );
+    assert_eq!(header("etag"), Some(json_etag));
+    assert_eq!(header("vary"), Some("Accept"));
+    let document = gnostic::Document::decode(body).expect("gnostic's Document");
+    assert_eq!(document.swagger, "2.0");
+
+    let paths = document.paths.expect("paths");
+    let names: Vec<&str> = paths.path.iter().map(|named| named.name.as_str()).collect();
+    let json_paths: Vec<&str> = json["paths"]
+        .as_object()
+        .expect("paths")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(names, json_paths);
+    let definitions = document.definitions.expect("definitions");
+    let names: Vec<&str> = definitions
+        .additional_properties
+        .iter()
+        .map(|named| named.name.as_str())
+        .collect();
+    let json_definitions: Vec<&str> = json["definitions"]
+        .as_object()
+        .expect("definitions")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(names, json_definitions);
+
+    let widget = definitions
+        .additional_properties
+        .iter()
+        .find(|named| named.name == "io.example.demo.v1.Widget")
+        .and_then(|named| named.value.as_ref())
+        .expect("the Widget schema");
+    assert_eq!(
+        widget.description,
+        json["definitions"]["io.example.demo.v1.Widget"]["description"]
+    );
+    let property = |schema: &gnostic::Schema, name: &str| {
+        schema
+            .properties
+            .as_ref()
+            .and_then(|properties| {
+                properties
+                    .additional_properties
+                    .iter()
+                    .find(|named| named.name == name)
+            })
+            .and_then(|named| named.value.clone())
+            .unwrap_or_else(|| panic!("property {name}"))
+    };
+    let spec = property(widget, "spec");
+    assert_eq!(property(&spec, "size").format, "int64");
+    assert_eq!(
+        property(widget, "metadata").r#ref,
+        "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+    );
+    let gvk = &widget.vendor_extension[0];
+    assert_eq!(gvk.name, "x-kubernetes-group-version-kind");
+    let gvk_value: Value =
+        serde_json::from_str(&gvk.value.as_ref().expect("a value").yaml).expect("its text");
+    assert_eq!(
+        gvk_value,
+        json["definitions"]["io.example.demo.v1.Widget"]["x-kubernetes-group-version-kind"]
+    );
+    let widgets = paths
+        .path
+        .iter()
+        .find(|named| named.name == "/apis/demo.example.io/v1/namespaces/{namespace}/widgets")
+        .and_then(|named| named.value.as_ref())
+        .expect("the widgets path");
+    let post = widgets.post.as_ref().expect("post");
+    assert!(matches!(
+        post.parameters[0].oneof.as_ref(),
+        Some(parameters_item::Oneof::Parameter(gnostic::Parameter {
+            oneof: Some(parameter::Oneof::BodyParameter(body)),
+        })) if body.schema.as_ref().is_some_and(|schema| schema.r#ref == "#/definitions/io.example.demo.v1.Widget")
+    ));
+
+    let (status, _, body) = send_for_bytes(asked().header("if-none-match", json_etag)).await;
+    assert_eq!((status, body.len()), (304, 0));
+    let refused = send(authorized("/openapi/v2").header("accept", "text/plain")).await;
+    refused.assert_status(406, "NotAcceptable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_explain_reads_openapi_v2_as_protobuf_through_the_gateway() {
+    let setup = setup().await;
+    // -v=7 logs each request's headers: the Accept kubectl sends is the
+    // protobuf's.
+    let (ok, explained, log) = setup
+        .alice
+        .run(&[
+            "explain",
+            "widgets.spec",
+            "--output",
+            "plaintext-openapiv2",
+            "-v=7",
+        ])
+        .await;
+    assert!(ok, "{log}\n{explained}");
+    assert!(explained.contains("KIND:     Widget"), "{explained}");
+    assert!(
+        explained.contains("What the widget should be."),
+        "{explained}"
+    );
+    assert!(explained.contains("color\t<string>"), "{explained}");
+    assert!(explained.contains("The widget's size."), "{explained}");
+    let asked = format!(
+        "GET https://localhost:{}/openapi/v2",
+        setup.gateway.addr.port()
+    );
+    let request = log
+        .split_once(&asked)
+        .map(|(_, after)| after)
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        request.contains("Accept: application/com.github.proto-openapi.spec.v2@v1.0+protobuf"),
+        "{log}"
+    );
+    assert!(request.contains("Response Status: 200 OK"), "{log}");
+    // A map (additionalProperties a schema) read from the protobuf.
+    let data = setup
+        .alice
+        .ok(&[
+            "explain",
+            "configmap.data",
+            "--output",
+            "plaintext-openapiv2",
+        ])
+        .await;
+    assert!(data.contains("KIND:     ConfigMap"), "{data}");
+    assert!(data.contains("<map[string]string>"), "{data}");
+    assert!(
+        data.contains("Data contains the configuration data."),
+        "{data}"
+    );
+    // The gateway answered from its merged document: the server was asked
+    // for v2 only by the aggregator, and only for JSON.
+    let requests = setup.kube.requests();
+    assert!(
+        requests
+            .iter()
+            .all(|request| !request.ends_with("GET /openapi/v2")
+                || request.starts_with("system:aggregator ")),
+        "{requests:?}"
+    );
+    drop(setup.gateway);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_get_watch_sees_a_change_made_while_it_watches() {
     let setup = setup().await;
@@ -313,12 +490,8 @@ async fn openapi_and_aggregated_discovery_answer_as_kube_does() {
     let v2_json = v2.json();
     assert!(v2_json["definitions"]["io.example.demo.v1.Widget"].is_object());
     assert!(v2_json["paths"]["/api/v1/namespaces/{namespace}/configmaps"].is_object());
-    let protobuf = send(authorized("/openapi/v2").header(
-        "accept",
-        "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
-    ))
-    .await;
-    protobuf.assert_status(406, "NotAcceptable");
+    let v2_etag = v2.header("etag").expect("an ETag").to_owned();
+    v2_protobuf_answers_as_kube_openapi_does(&authorized, &v2_json, &v2_etag).await;
     // The documents go through the chain like any request: authenticated,
     // then authorized as non-resource URLs (bob, outside group dev, may
     // not get them).
@@ -574,4 +747,70 @@ async fn openapi_is_fetched_again_in_the_background_every_minute() {
     assert_eq!(paths(&refreshed), ["/apis/demo.example.io/v1/round-2"]);
     assert_ne!(refreshed.header("etag"), Some(etag.as_str()));
     assert_eq!(revalidate().await.status, 200, "the old ETag is stale");
+    // The protobuf was made again from the new document.
+    let (status, headers, body) = send_for_bytes(
+        client
+            .get(gateway.url("/openapi/v2"))
+            .header("accept", V2_PROTOBUF),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(headers.get("etag"), refreshed.headers.get("etag"));
+    let document = <gnostic::Document as prost::Message>::decode(body).expect("a Document");
+    let protobuf_paths: Vec<String> = document
+        .paths
+        .into_iter()
+        .flat_map(|paths| paths.path)
+        .map(|named| named.name)
+        .collect();
+    assert_eq!(protobuf_paths, ["/apis/demo.example.io/v1/round-2"]);
+}
+
+/// A v2 document gnostic's parser refuses (a schema with `nullable`, a
+/// key of OpenAPI v3, not v2) is served as JSON, and its protobuf is a
+/// `503` naming what gnostic refuses, as kube-openapi answers when
+/// `ToProtoBinary` fails; nothing panics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v2_document_gnostic_refuses_is_served_as_json_only() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the upstream");
+    let addr = listener.local_addr().expect("its address");
+    let _server = spawn_server(listener, None, move |request| async move {
+        let answer = if request.uri().path() == "/openapi/v2" {
+            let spec = json!({"swagger": "2.0", "info": {"title": "v3-ish", "version": "v1"},
+                "paths": {"/apis/demo.example.io/v1/widgets": {}},
+                "definitions": {"io.example.demo.v1.Widget": {"type": "object", "nullable": true}}});
+            http::Response::new(full(spec.to_string()))
+        } else {
+            http::Response::builder()
+                .status(404)
+                .body(full(""))
+                .expect("a 404")
+        };
+        Ok::<_, std::convert::Infallible>(answer)
+    });
+    let gateway = TestGateway::start(&plaintext(&format!(
+        "[[servers]]\nname = \"gw\"\n\n[[servers.routes]]\nprefix = \"/apis/demo.example.io/\"\nupstream = \"http://{addr}\"\naggregate = true\n"
+    )))
+    .await;
+    let client = http_client();
+    let json = send(client.get(gateway.url("/openapi/v2"))).await;
+    assert_eq!(json.status, 200);
+    assert_eq!(
+        json.json()["definitions"]["io.example.demo.v1.Widget"]["nullable"],
+        true
+    );
+    let protobuf = send(
+        client
+            .get(gateway.url("/openapi/v2"))
+            .header("accept", V2_PROTOBUF),
+    )
+    .await;
+    let status = protobuf.assert_status(503, "ServiceUnavailable");
+    assert_eq!(
+        status["message"],
+        "the OpenAPI v2 document cannot be served as protobuf: \
+         $root.definitions.io.example.demo.v1.Widget has invalid properties: nullable"
+    );
 }
