@@ -680,6 +680,35 @@ async fn discovery_merges_the_groups_of_every_aggregated_upstream() {
     assert!(widget_requests(&groups) > 0, "{:?}", groups.requests());
 }
 
+/// An upstream that serves only `/openapi/v2`, `spec()` at each request,
+/// and a plaintext gateway that routes the widgets API to it with
+/// `aggregate = true`.
+async fn gateway_to_a_v2_upstream(
+    spec: impl Fn() -> Value + Send + Sync + 'static,
+) -> (tokio::task::JoinHandle<()>, TestGateway) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the upstream");
+    let addr = listener.local_addr().expect("its address");
+    let spec = std::sync::Arc::new(spec);
+    let server = spawn_server(listener, None, move |request| {
+        let answer = if request.uri().path() == "/openapi/v2" {
+            http::Response::new(full(spec().to_string()))
+        } else {
+            http::Response::builder()
+                .status(404)
+                .body(full(""))
+                .expect("a 404")
+        };
+        async move { Ok::<_, std::convert::Infallible>(answer) }
+    });
+    let gateway = TestGateway::start(&plaintext(&format!(
+        "[[servers]]\nname = \"gw\"\n\n[[servers.routes]]\nprefix = \"/apis/demo.example.io/\"\nupstream = \"http://{addr}\"\naggregate = true\n"
+    )))
+    .await;
+    (server, gateway)
+}
+
 /// kube's OpenAPI controllers download every APIService's spec again each
 /// minute (`staging/src/k8s.io/kube-aggregator/pkg/controllers/openapi/controller.go`),
 /// and so does the gateway: an upstream whose v2 document names the round
@@ -688,32 +717,12 @@ async fn discovery_merges_the_groups_of_every_aggregated_upstream() {
 /// 304.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openapi_is_fetched_again_in_the_background_every_minute() {
-    let rounds = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind the upstream");
-    let addr = listener.local_addr().expect("its address");
-    let counted = std::sync::Arc::clone(&rounds);
-    let _server = spawn_server(listener, None, move |request| {
-        let counted = std::sync::Arc::clone(&counted);
-        async move {
-            let answer = if request.uri().path() == "/openapi/v2" {
-                let round = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-                let spec = json!({"swagger": "2.0", "info": {"title": "rounds", "version": "v1"},
-                    "paths": {format!("/apis/demo.example.io/v1/round-{round}"): {}}});
-                http::Response::new(full(spec.to_string()))
-            } else {
-                http::Response::builder()
-                    .status(404)
-                    .body(full(""))
-                    .expect("a 404")
-            };
-            Ok::<_, std::convert::Infallible>(answer)
-        }
-    });
-    let gateway = TestGateway::start(&plaintext(&format!(
-        "[[servers]]\nname = \"gw\"\n\n[[servers.routes]]\nprefix = \"/apis/demo.example.io/\"\nupstream = \"http://{addr}\"\naggregate = true\n"
-    )))
+    let rounds = std::sync::atomic::AtomicUsize::new(0);
+    let (_server, gateway) = gateway_to_a_v2_upstream(move || {
+        let round = rounds.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        json!({"swagger": "2.0", "info": {"title": "rounds", "version": "v1"},
+            "paths": {format!("/apis/demo.example.io/v1/round-{round}"): {}}})
+    })
     .await;
     let client = http_client();
     let paths = |answer: &Answer| -> Vec<String> {
@@ -772,27 +781,11 @@ async fn openapi_is_fetched_again_in_the_background_every_minute() {
 /// `ToProtoBinary` fails; nothing panics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_v2_document_gnostic_refuses_is_served_as_json_only() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind the upstream");
-    let addr = listener.local_addr().expect("its address");
-    let _server = spawn_server(listener, None, move |request| async move {
-        let answer = if request.uri().path() == "/openapi/v2" {
-            let spec = json!({"swagger": "2.0", "info": {"title": "v3-ish", "version": "v1"},
-                "paths": {"/apis/demo.example.io/v1/widgets": {}},
-                "definitions": {"io.example.demo.v1.Widget": {"type": "object", "nullable": true}}});
-            http::Response::new(full(spec.to_string()))
-        } else {
-            http::Response::builder()
-                .status(404)
-                .body(full(""))
-                .expect("a 404")
-        };
-        Ok::<_, std::convert::Infallible>(answer)
-    });
-    let gateway = TestGateway::start(&plaintext(&format!(
-        "[[servers]]\nname = \"gw\"\n\n[[servers.routes]]\nprefix = \"/apis/demo.example.io/\"\nupstream = \"http://{addr}\"\naggregate = true\n"
-    )))
+    let (_server, gateway) = gateway_to_a_v2_upstream(|| {
+        json!({"swagger": "2.0", "info": {"title": "v3-ish", "version": "v1"},
+            "paths": {"/apis/demo.example.io/v1/widgets": {}},
+            "definitions": {"io.example.demo.v1.Widget": {"type": "object", "nullable": true}}})
+    })
     .await;
     let client = http_client();
     let json = send(client.get(gateway.url("/openapi/v2"))).await;
