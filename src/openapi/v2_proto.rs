@@ -714,57 +714,62 @@ fn parameter_keys(extra: &[&'static str]) -> Vec<&'static str> {
     [PRIMITIVE_KEYS, PARAMETER_KEYS, extra].concat()
 }
 
-fn header_parameter(value: &Value, at: &At) -> Converted<pb::HeaderParameterSubSchema> {
-    let object = Object::new(value, at);
-    object.check(&[], &parameter_keys(&[]), &[VENDOR])?;
-    Ok(
-        primitive!(pb::HeaderParameterSubSchema, &object, PARAMETER_TYPES, COLLECTION_FORMATS, {
+/// A non-body parameter's `$message`, read from `$object`: `in` must be
+/// `$in`, `$required` keys there, and the keys of [`PRIMITIVE_KEYS`],
+/// [`PARAMETER_KEYS`] and `$extra` allowed; `$fields` besides.
+macro_rules! parameter_sub_schema {
+    ($message:path, $object:expr, $in:literal, $required:expr, $types:expr, $formats:expr, [$($extra:literal),*], { $($field:ident: $value:expr),* $(,)? }) => {{
+        let object = $object;
+        object.check($required, &parameter_keys(&[$($extra),*]), &[VENDOR])?;
+        Ok(primitive!($message, object, $types, $formats, {
             required: object.bool("required")?,
-            r#in: object.enum_string("in", &["header"])?,
+            r#in: object.enum_string("in", &[$in])?,
             description: object.string("description")?,
             name: object.string("name")?,
-        }),
+            $($field: $value),*
+        }))
+    }};
+}
+
+fn header_parameter(value: &Value, at: &At) -> Converted<pb::HeaderParameterSubSchema> {
+    let object = Object::new(value, at);
+    parameter_sub_schema!(
+        pb::HeaderParameterSubSchema,
+        &object,
+        "header",
+        &[],
+        PARAMETER_TYPES,
+        COLLECTION_FORMATS,
+        [],
+        {}
     )
 }
 
 fn form_data_parameter(value: &Value, at: &At) -> Converted<pb::FormDataParameterSubSchema> {
     let object = Object::new(value, at);
-    object.check(&[], &parameter_keys(&["allowEmptyValue"]), &[VENDOR])?;
-    Ok(
-        primitive!(pb::FormDataParameterSubSchema, &object, FORM_DATA_TYPES, COLLECTION_FORMATS_MULTI, {
-            required: object.bool("required")?,
-            r#in: object.enum_string("in", &["formData"])?,
-            description: object.string("description")?,
-            name: object.string("name")?,
-            allow_empty_value: object.bool("allowEmptyValue")?,
-        }),
-    )
+    parameter_sub_schema!(pb::FormDataParameterSubSchema, &object, "formData", &[], FORM_DATA_TYPES, COLLECTION_FORMATS_MULTI, ["allowEmptyValue"], {
+        allow_empty_value: object.bool("allowEmptyValue")?,
+    })
 }
 
 fn query_parameter(value: &Value, at: &At) -> Converted<pb::QueryParameterSubSchema> {
     let object = Object::new(value, at);
-    object.check(&[], &parameter_keys(&["allowEmptyValue"]), &[VENDOR])?;
-    Ok(
-        primitive!(pb::QueryParameterSubSchema, &object, PARAMETER_TYPES, COLLECTION_FORMATS_MULTI, {
-            required: object.bool("required")?,
-            r#in: object.enum_string("in", &["query"])?,
-            description: object.string("description")?,
-            name: object.string("name")?,
-            allow_empty_value: object.bool("allowEmptyValue")?,
-        }),
-    )
+    parameter_sub_schema!(pb::QueryParameterSubSchema, &object, "query", &[], PARAMETER_TYPES, COLLECTION_FORMATS_MULTI, ["allowEmptyValue"], {
+        allow_empty_value: object.bool("allowEmptyValue")?,
+    })
 }
 
 fn path_parameter(value: &Value, at: &At) -> Converted<pb::PathParameterSubSchema> {
     let object = Object::new(value, at);
-    object.check(&["required"], &parameter_keys(&[]), &[VENDOR])?;
-    Ok(
-        primitive!(pb::PathParameterSubSchema, &object, PARAMETER_TYPES, COLLECTION_FORMATS, {
-            required: object.bool("required")?,
-            r#in: object.enum_string("in", &["path"])?,
-            description: object.string("description")?,
-            name: object.string("name")?,
-        }),
+    parameter_sub_schema!(
+        pb::PathParameterSubSchema,
+        &object,
+        "path",
+        &["required"],
+        PARAMETER_TYPES,
+        COLLECTION_FORMATS,
+        [],
+        {}
     )
 }
 
