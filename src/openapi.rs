@@ -20,7 +20,7 @@
 //! plaintext-openapiv2`), as gnostic's protobuf `Document`
 //! ([`v2_proto`]), chosen from `Accept` as kube-openapi's handler chooses:
 //! the first media range (by `q`, then the more specific) that one of its
-//! three forms matches, `406` when none does. Both forms are made once per
+//! three media types matches, `406` when none does. Both forms are made once per
 //! publication and carry the JSON's `ETag`, as kube-openapi's do (its
 //! protobuf cache re-uses the JSON's ETag, the answer varying by
 //! `Accept`). A document gnostic's parser would refuse is served as JSON
@@ -288,12 +288,29 @@ enum V2Form {
     Protobuf,
 }
 
-/// kube-openapi's choice: `Accept`'s media ranges sorted as goautoneg's
-/// `ParseAccept` sorts them (by `q`, then a concrete type and subtype
-/// before `*`; the client's order otherwise), the first that matches
-/// JSON or one of [`V2_PROTOBUF_ASKED`], in that order, wins. No `Accept`
-/// is `*/*`; a range with `q=0` is refused, not taken.
+/// v2's media types in kube-openapi's order, each with its form.
+const V2_FORMS: [(&str, V2Form); 3] = [
+    ("application/json", V2Form::Json),
+    (V2_PROTOBUF_ASKED[0], V2Form::Protobuf),
+    (V2_PROTOBUF_ASKED[1], V2Form::Protobuf),
+];
+
 fn negotiate_v2(headers: &HeaderMap) -> Result<V2Form, GatewayError> {
+    negotiate(headers, &V2_FORMS)
+}
+
+/// v3 is served as JSON only: `406` unless the client accepts it.
+fn accept_json(headers: &HeaderMap) -> Result<(), GatewayError> {
+    negotiate(headers, &[("application/json", ())])
+}
+
+/// kube-openapi's choice among `forms` (`staging/src/k8s.io/kube-openapi/pkg/handler/handler.go`):
+/// `Accept`'s media ranges sorted as goautoneg's `ParseAccept` sorts them
+/// (by `q`, then a concrete type and subtype before `*`; the client's order
+/// otherwise), the first that matches one of `forms`, in their order,
+/// wins; `406` when none does. No `Accept` is `*/*`; a range with `q=0` is
+/// refused, not taken.
+fn negotiate<T: Copy>(headers: &HeaderMap, forms: &[(&str, T)]) -> Result<T, GatewayError> {
     let mut ranges: Vec<(String, f32)> = headers
         .get_all(ACCEPT)
         .iter()
@@ -309,9 +326,6 @@ fn negotiate_v2(headers: &HeaderMap) -> Result<V2Form, GatewayError> {
         qb.total_cmp(qa)
             .then_with(|| wildcards(a).cmp(&wildcards(b)))
     });
-    let forms = std::iter::once(("application/json", V2Form::Json))
-        .chain(V2_PROTOBUF_ASKED.map(|media| (media, V2Form::Protobuf)));
-    let forms: Vec<(&str, V2Form)> = forms.collect();
     ranges
         .iter()
         .filter(|(_, q)| *q > 0.0)
@@ -321,11 +335,14 @@ fn negotiate_v2(headers: &HeaderMap) -> Result<V2Form, GatewayError> {
                 .find(|(media, _)| media_matches(range, media))
                 .map(|(_, form)| *form)
         })
-        .ok_or_else(|| GatewayError::NotAcceptable {
-            message: format!(
-                "only the following media types are accepted: application/json, {}",
-                V2_PROTOBUF_ASKED.join(", ")
-            ),
+        .ok_or_else(|| {
+            let served: Vec<&str> = forms.iter().map(|(media, _)| *media).collect();
+            GatewayError::NotAcceptable {
+                message: format!(
+                    "only the following media types are accepted: {}",
+                    served.join(", ")
+                ),
+            }
         })
 }
 
@@ -352,35 +369,6 @@ fn media_matches(range: &str, media: &str) -> bool {
     let (media_type, media_subtype) = media.split_once('/').unwrap_or((media, ""));
     (range_type == "*" || range_type == media_type)
         && (range_subtype == "*" || range_subtype == media_subtype)
-}
-
-/// v3 is served as JSON only: `406` unless the client accepts it.
-fn accept_json(headers: &HeaderMap) -> Result<(), GatewayError> {
-    let mut ranges = headers
-        .get_all(ACCEPT)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .map(|range| {
-            range
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .filter(|range| !range.is_empty())
-        .peekable();
-    if ranges.peek().is_none() {
-        return Ok(());
-    }
-    if ranges.any(|range| matches!(range.as_str(), "application/json" | "application/*" | "*/*")) {
-        Ok(())
-    } else {
-        Err(GatewayError::NotAcceptable {
-            message: "only the following media types are accepted: application/json".to_owned(),
-        })
-    }
 }
 
 #[cfg(test)]
@@ -429,6 +417,14 @@ mod tests {
         );
         assert_eq!(form("application/json, */*"), Some(V2Form::Json));
         assert_eq!(form("application/json;q=0, text/plain"), None);
+        // v3 is JSON only, chosen the same way.
+        let v3 = |accept: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(ACCEPT, HeaderValue::from_str(accept).expect("a header"));
+            accept_json(&headers).is_ok()
+        };
+        assert!(v3("application/*;q=0.1, text/plain"));
+        assert!(!v3(V2_PROTOBUF_ASKED[0]));
     }
 
     #[test]
