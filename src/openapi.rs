@@ -14,10 +14,18 @@
 //! they share. v3 is one document per group version, so a group version is
 //! the first upstream's that lists it, as it is one APIService's in kube.
 //!
-//! Only JSON is served. kubectl 1.32 reads v3 as JSON for `create`, `apply`
-//! and `explain`; a client that accepts v2 only as protobuf
-//! (`application/com.github.proto-openapi.spec.v2@v1.0+protobuf`) gets a
-//! `406`, which client-go's discovery takes as "no v2 here".
+//! v3 is served as JSON (kubectl 1.32 reads it so for `create`, `apply`
+//! and `explain`). v2 is served as JSON or, to a client that asks for it
+//! (client-go's `OpenAPISchema()`, kubectl's `explain --output
+//! plaintext-openapiv2`), as gnostic's protobuf `Document`
+//! ([`v2_proto`]), chosen from `Accept` as kube-openapi's handler chooses:
+//! the first media range (by `q`, then the more specific) that one of its
+//! three media types matches, `406` when none does. Both forms are made once per
+//! publication and carry the JSON's `ETag`, as kube-openapi's do (its
+//! protobuf cache re-uses the JSON's ETag, the answer varying by
+//! `Accept`). A document gnostic's parser would refuse is served as JSON
+//! only: its protobuf is answered `503`, as kube-openapi answers when
+//! `ToProtoBinary` fails.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,6 +34,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::header::{ACCEPT, LOCATION};
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use prost::Message;
 use serde_json::{Map, Value, json};
 
 use crate::body::{Body, Request, Response};
@@ -34,10 +43,22 @@ use crate::published::{FIRST_PUBLICATION_WAIT, Published};
 use crate::status::GatewayError;
 use crate::tagged_document::TaggedDocument;
 
+mod v2_proto;
+
 /// The prefix every OpenAPI path of the gateway is under.
 pub(crate) const PREFIX: &str = "/openapi/";
 const V2: &str = "/openapi/v2";
 const V3: &str = "/openapi/v3";
+
+/// kube-openapi's protobuf media types for v2 (`subTypeProtobufDeprecated`,
+/// the one client-go asks for, and `subTypeProtobuf` in
+/// `staging/src/k8s.io/kube-openapi/pkg/handler/handler.go`); both are
+/// answered as the second.
+const V2_PROTOBUF_ASKED: [&str; 2] = [
+    "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+];
+const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
 
 /// The sections of a v2 document whose entries are merged by name.
 const V2_SECTIONS: [&str; 4] = ["paths", "definitions", "parameters", "responses"];
@@ -45,7 +66,7 @@ const V2_SECTIONS: [&str; 4] = ["paths", "definitions", "parameters", "responses
 /// Every OpenAPI document the gateway serves, made again at each refresh.
 pub(crate) struct Specs {
     /// `None` when no upstream serves v2.
-    v2: Option<TaggedDocument>,
+    v2: Option<V2Document>,
     v3_root: TaggedDocument,
     /// Group version path (`api/v1`, `apis/<group>/<version>`) to document.
     v3: BTreeMap<String, TaggedDocument>,
@@ -67,7 +88,7 @@ impl Specs {
             })
             .collect();
         Specs {
-            v2: v2.as_ref().map(TaggedDocument::json),
+            v2: v2.as_ref().map(V2Document::new),
             v3_root: TaggedDocument::json(&json!({"paths": paths})),
             v3,
         }
@@ -81,6 +102,51 @@ impl Specs {
     /// Whether any upstream serves OpenAPI at all.
     pub(crate) fn is_empty(&self) -> bool {
         self.v2.is_none() && self.v3.is_empty()
+    }
+}
+
+/// The merged v2 document in both its forms.
+struct V2Document {
+    json: TaggedDocument,
+    /// gnostic's `Document`, tagged as the JSON; why not, for a document
+    /// gnostic's parser would refuse.
+    protobuf: Result<TaggedDocument, v2_proto::ConversionError>,
+}
+
+impl V2Document {
+    fn new(document: &Value) -> Self {
+        let json = TaggedDocument::json(document);
+        let protobuf = v2_proto::document(document)
+            .map(|converted| json.other_form(Bytes::from(converted.encode_to_vec())));
+        if let Err(error) = &protobuf {
+            tracing::warn!(
+                %error,
+                "the merged OpenAPI v2 document is not one gnostic's parser takes; \
+                 it is served as JSON only"
+            );
+        }
+        V2Document { json, protobuf }
+    }
+
+    fn serve(&self, request: &Request) -> Result<Response, GatewayError> {
+        match negotiate_v2(request.headers())? {
+            V2Form::Json => Ok(serve(request, &self.json, Caching::Revalidate)),
+            V2Form::Protobuf => {
+                let protobuf =
+                    self.protobuf
+                        .as_ref()
+                        .map_err(|error| GatewayError::ServiceUnavailable {
+                            message: format!(
+                                "the OpenAPI v2 document cannot be served as protobuf: {error}"
+                            ),
+                        })?;
+                Ok(protobuf.serve(
+                    request,
+                    HeaderValue::from_static(V2_PROTOBUF),
+                    "no-cache, private",
+                ))
+            }
+        }
     }
 }
 
@@ -143,8 +209,7 @@ impl OpenApi {
         let path = request.uri().path();
         if path == V2 {
             let document = specs.v2.as_ref().ok_or(GatewayError::NotFound)?;
-            accept_json(request.headers())?;
-            return Ok(serve(request, document, Caching::Revalidate));
+            return document.serve(request);
         }
         if specs.is_empty() {
             return Err(GatewayError::NotFound);
@@ -216,33 +281,94 @@ fn asked_hash(request: &Request) -> Option<String> {
         .map(|(_, value)| value.into_owned())
 }
 
-/// JSON is all the gateway serves: `406` unless the client accepts it.
+/// The forms `/openapi/v2` is served in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum V2Form {
+    Json,
+    Protobuf,
+}
+
+/// v2's media types in kube-openapi's order, each with its form.
+const V2_FORMS: [(&str, V2Form); 3] = [
+    ("application/json", V2Form::Json),
+    (V2_PROTOBUF_ASKED[0], V2Form::Protobuf),
+    (V2_PROTOBUF_ASKED[1], V2Form::Protobuf),
+];
+
+fn negotiate_v2(headers: &HeaderMap) -> Result<V2Form, GatewayError> {
+    negotiate(headers, &V2_FORMS)
+}
+
+/// v3 is served as JSON only: `406` unless the client accepts it.
 fn accept_json(headers: &HeaderMap) -> Result<(), GatewayError> {
-    let mut ranges = headers
+    negotiate(headers, &[("application/json", ())])
+}
+
+/// kube-openapi's choice among `forms` (`staging/src/k8s.io/kube-openapi/pkg/handler/handler.go`):
+/// `Accept`'s media ranges sorted as goautoneg's `ParseAccept` sorts them
+/// (by `q`, then a concrete type and subtype before `*`; the client's order
+/// otherwise), the first that matches one of `forms`, in their order,
+/// wins; `406` when none does. No `Accept` is `*/*`; a range with `q=0` is
+/// refused, not taken.
+fn negotiate<T: Copy>(headers: &HeaderMap, forms: &[(&str, T)]) -> Result<T, GatewayError> {
+    let mut ranges: Vec<(String, f32)> = headers
         .get_all(ACCEPT)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
-        .map(|range| {
-            range
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .filter(|range| !range.is_empty())
-        .peekable();
-    if ranges.peek().is_none() {
-        return Ok(());
+        .filter_map(media_range)
+        .collect();
+    if ranges.is_empty() {
+        ranges.push(("*/*".to_owned(), 1.0));
     }
-    if ranges.any(|range| matches!(range.as_str(), "application/json" | "application/*" | "*/*")) {
-        Ok(())
-    } else {
-        Err(GatewayError::NotAcceptable {
-            message: "only the following media types are accepted: application/json".to_owned(),
+    let wildcards = |range: &str| range.matches('*').count();
+    ranges.sort_by(|(a, qa), (b, qb)| {
+        qb.total_cmp(qa)
+            .then_with(|| wildcards(a).cmp(&wildcards(b)))
+    });
+    ranges
+        .iter()
+        .filter(|(_, q)| *q > 0.0)
+        .find_map(|(range, _)| {
+            forms
+                .iter()
+                .find(|(media, _)| media_matches(range, media))
+                .map(|(_, form)| *form)
         })
-    }
+        .ok_or_else(|| {
+            let served: Vec<&str> = forms.iter().map(|(media, _)| *media).collect();
+            GatewayError::NotAcceptable {
+                message: format!(
+                    "only the following media types are accepted: {}",
+                    served.join(", ")
+                ),
+            }
+        })
+}
+
+/// One media range of `Accept`, lower-cased, with its `q` (1 when not
+/// given); `None` for one that is not `type/subtype` or `*`.
+fn media_range(clause: &str) -> Option<(String, f32)> {
+    let mut parts = clause.split(';');
+    let range = parts.next()?.trim().to_ascii_lowercase();
+    let range = match range.as_str() {
+        "*" => "*/*".to_owned(),
+        _ if range.split('/').count() == 2 => range,
+        _ => return None,
+    };
+    let q = parts
+        .filter_map(|param| param.split_once('='))
+        .find(|(key, _)| key.trim() == "q")
+        .map_or(1.0, |(_, value)| value.trim().parse().unwrap_or(0.0));
+    Some((range, q))
+}
+
+/// Whether `range` (`type/subtype`, either `*`) takes `media`.
+fn media_matches(range: &str, media: &str) -> bool {
+    let (range_type, range_subtype) = range.split_once('/').unwrap_or((range, ""));
+    let (media_type, media_subtype) = media.split_once('/').unwrap_or((media, ""));
+    (range_type == "*" || range_type == media_type)
+        && (range_subtype == "*" || range_subtype == media_subtype)
 }
 
 #[cfg(test)]
@@ -261,6 +387,62 @@ mod tests {
         assert!(merged["definitions"]["Y"].is_object());
         assert!(merged["parameters"]["p"].is_object());
         assert!(merge_v2(&[]).is_none());
+    }
+
+    #[test]
+    fn v2_is_served_in_the_form_accept_prefers_as_kube_openapi_chooses() {
+        let form = |accept: &str| {
+            let mut headers = HeaderMap::new();
+            if !accept.is_empty() {
+                headers.insert(ACCEPT, HeaderValue::from_str(accept).expect("a header"));
+            }
+            negotiate_v2(&headers).ok()
+        };
+        let protobuf = Some(V2Form::Protobuf);
+        assert_eq!(form(""), Some(V2Form::Json));
+        assert_eq!(form("*/*"), Some(V2Form::Json));
+        assert_eq!(form("application/*"), Some(V2Form::Json));
+        // What client-go's OpenAPISchema() sends, and the newer name.
+        assert_eq!(form(V2_PROTOBUF_ASKED[0]), protobuf);
+        assert_eq!(form(V2_PROTOBUF_ASKED[1]), protobuf);
+        assert_eq!(
+            form(
+                "application/json;q=0.5, application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+            ),
+            protobuf
+        );
+        assert_eq!(
+            form("*/*, application/com.github.proto-openapi.spec.v2.v1.0+protobuf"),
+            protobuf
+        );
+        assert_eq!(form("application/json, */*"), Some(V2Form::Json));
+        assert_eq!(form("application/json;q=0, text/plain"), None);
+        // v3 is JSON only, chosen the same way.
+        let v3 = |accept: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(ACCEPT, HeaderValue::from_str(accept).expect("a header"));
+            accept_json(&headers).is_ok()
+        };
+        assert!(v3("application/*;q=0.1, text/plain"));
+        assert!(!v3(V2_PROTOBUF_ASKED[0]));
+    }
+
+    #[test]
+    fn the_v2_protobuf_is_gnostics_document_tagged_as_the_json() {
+        let merged = json!({
+            "swagger": "2.0",
+            "info": {"title": "Kubernetes", "version": "v1"},
+            "paths": {"/api/v1": {"get": {"responses": {"200": {"description": "OK"}}}}},
+        });
+        let document = V2Document::new(&merged);
+        let protobuf = document.protobuf.as_ref().expect("gnostic takes it");
+        assert_eq!(protobuf.hash(), document.json.hash());
+        let decoded =
+            v2_proto::gnostic::Document::decode(protobuf.bytes().clone()).expect("protobuf");
+        assert_eq!(decoded.swagger, "2.0");
+        assert_eq!(decoded.paths.expect("paths").path[0].name, "/api/v1");
+        let refused = V2Document::new(&json!({"swagger": "2.0", "paths": {}}));
+        assert!(refused.protobuf.is_err());
     }
 
     #[test]

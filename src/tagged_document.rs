@@ -6,7 +6,8 @@
 //! `staging/src/k8s.io/apiserver/pkg/endpoints/discovery/aggregated/etag.go`),
 //! and a request whose `If-None-Match` names it is answered `304 Not
 //! Modified` without the body. Both vary by `Accept`, which chooses the
-//! document.
+//! document. A document served in a second form (kube-openapi's v2 as
+//! protobuf) carries the first form's tag, as kube-openapi's does.
 
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, ETAG, IF_NONE_MATCH, VARY};
@@ -19,7 +20,8 @@ use crate::body::{Body, Request, Response};
 /// One document as served: its bytes and their hash, computed once.
 pub(crate) struct TaggedDocument {
     bytes: Bytes,
-    /// Upper-case hex of the SHA-512 of `bytes`.
+    /// Upper-case hex of the SHA-512 of `bytes` (or of the form it is
+    /// another encoding of).
     hash: String,
 }
 
@@ -31,6 +33,17 @@ impl TaggedDocument {
 
     pub(crate) fn json(value: &Value) -> Self {
         TaggedDocument::new(Bytes::from(value.to_string()))
+    }
+
+    /// The same document in another encoding, `bytes`, with this one's
+    /// tag: kube-openapi's protobuf cache re-uses the JSON's ETag ("We can
+    /// re-use the same etag as json because of the Vary header", in
+    /// `staging/src/k8s.io/kube-openapi/pkg/handler/handler.go`).
+    pub(crate) fn other_form(&self, bytes: Bytes) -> Self {
+        TaggedDocument {
+            bytes,
+            hash: self.hash.clone(),
+        }
     }
 
     /// The document's hash, as kube-openapi puts it in v3's URLs.

@@ -1,6 +1,7 @@
 //! The identity reaches the upstream (issue 12, section 1): each `identity`
-//! mode's headers at an echo upstream, the client's credentials stripped
-//! (and forwarded where a route says so), and two gateways over real TLS,
+//! mode's headers at an echo upstream (under kube's names or those
+//! `identity_headers` gives), the client's credentials stripped (and
+//! forwarded where a route says so), and two gateways over real TLS,
 //! the front one in request-header mode with a proxy client certificate,
 //! the back one trusting it through `requestheader-authn`.
 
@@ -51,6 +52,17 @@ fn write_pair(dir: &Path, stem: &str, pair: &CertAndKey) {
     write(dir, &format!("{stem}.key"), &pair.key_pem);
 }
 
+/// None of `names` reached the upstream that echoed `seen`.
+fn assert_absent(seen: &Value, names: &[&str]) {
+    for name in names {
+        assert_eq!(
+            echoed_header(seen, name),
+            None,
+            "{name} reached the upstream"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_header_mode_names_the_user_and_strips_the_clients_credentials() {
     build_filters();
@@ -61,7 +73,9 @@ async fn request_header_mode_names_the_user_and_strips_the_clients_credentials()
          [[servers]]\nname = \"gw\"\n\
          [[servers.routes]]\nprefix = \"/open/rh/\"\nupstream = {{ url = \"{url}\", identity = \"request-header\" }}\n\
          [[servers.routes]]\nprefix = \"/open/none/\"\nupstream = \"{url}\"\n\
-         [[servers.routes]]\nprefix = \"/open/forward/\"\nupstream = \"{url}\"\nforward_credentials = true\n",
+         [[servers.routes]]\nprefix = \"/open/forward/\"\nupstream = \"{url}\"\nforward_credentials = true\n\
+         [[servers.routes]]\nprefix = \"/open/named/\"\nupstream = {{ url = \"{url}\", identity = \"request-header\", \
+         identity_headers = {{ user = \"X-Forwarded-User\", group = \"X-Forwarded-Groups\", extra_prefix = \"X-Forwarded-Extra-\" }} }}\n",
         tokens_with(users()).replace("\n\n", "\nheaders = [\"authorization\", \"x-api-key\"]\n\n"),
         rbac_with(rbac_rules()),
     ));
@@ -93,18 +107,15 @@ async fn request_header_mode_names_the_user_and_strips_the_clients_credentials()
     assert_eq!(echoed_header(&seen, "x-api-key"), None);
 
     let seen = echo(&send(hostile("/open/none/x")).await);
-    for name in [
-        "x-remote-user",
-        "x-remote-group",
-        "authorization",
-        "x-api-key",
-    ] {
-        assert_eq!(
-            echoed_header(&seen, name),
-            None,
-            "{name} reached the upstream"
-        );
-    }
+    assert_absent(
+        &seen,
+        &[
+            "x-remote-user",
+            "x-remote-group",
+            "authorization",
+            "x-api-key",
+        ],
+    );
 
     let seen = echo(&send(hostile("/open/forward/x")).await);
     assert_eq!(
@@ -146,6 +157,41 @@ async fn request_header_mode_names_the_user_and_strips_the_clients_credentials()
         Some("read")
     );
     assert!(echoed_values(&seen, "impersonate-user").is_empty());
+
+    // identity_headers renames the headers (kube's --requestheader-*
+    // flags); what the client wrote under the new names is gone too, and
+    // a name left out (uid) keeps kube's default.
+    let seen = echo(
+        &send(
+            hostile("/open/named/x")
+                .header("x-forwarded-user", "admin")
+                .header("x-forwarded-groups", "system:masters")
+                .header("x-forwarded-extra-scopes", "everything"),
+        )
+        .await,
+    );
+    assert_eq!(
+        echoed_header(&seen, "x-forwarded-user").as_deref(),
+        Some("alice")
+    );
+    assert_eq!(
+        echoed_values(&seen, "x-forwarded-groups"),
+        ["dev", "system:authenticated"]
+    );
+    assert_eq!(
+        echoed_header(&seen, "x-remote-uid").as_deref(),
+        Some("1001")
+    );
+    assert_absent(
+        &seen,
+        &[
+            "x-remote-user",
+            "x-remote-group",
+            "x-forwarded-extra-scopes",
+            "authorization",
+            "x-api-key",
+        ],
+    );
 }
 
 /// The back gateway: TLS, trusting only the front proxy CA's client
@@ -153,8 +199,15 @@ async fn request_header_mode_names_the_user_and_strips_the_clients_credentials()
 /// request-header mode.
 async fn back_gateway(upstream: &Upstream, proxy_ca: &Ca, extra_auth: &str) -> (TestGateway, Ca) {
     let dir = new_dir();
-    let server_ca = crate::support::certs::write_server_pki(dir.path());
-    write(dir.path(), "front-proxy-ca.crt", &proxy_ca.cert_pem);
+    let (manifest, server_ca) = back_manifest(dir.path(), upstream, proxy_ca, extra_auth);
+    (TestGateway::start_in(dir, &manifest).await, server_ca)
+}
+
+/// [`back_gateway`]'s manifest, with the files it names written to `dir`,
+/// and the CA of its serving certificate.
+fn back_manifest(dir: &Path, upstream: &Upstream, proxy_ca: &Ca, extra_auth: &str) -> (String, Ca) {
+    let server_ca = crate::support::certs::write_server_pki(dir);
+    write(dir, "front-proxy-ca.crt", &proxy_ca.cert_pem);
     let requestheader = filter(
         "authentication.filters",
         "front-proxy",
@@ -170,15 +223,15 @@ async fn back_gateway(upstream: &Upstream, proxy_ca: &Ca, extra_auth: &str) -> (
         rbac_with(rbac_rules()),
         upstream.url(),
     );
-    (TestGateway::start_in(dir, &manifest).await, server_ca)
+    (manifest, server_ca)
 }
 
 /// The front gateway: plaintext, alice's token, everything allowed, the
-/// widgets API routed to `back` with `identity_keys` (after `url` and `ca`),
+/// widgets API routed to `back_url` with `identity_keys` (after `url` and `ca`),
 /// in `dir` (which holds the files those keys name).
 async fn front_gateway(
     dir: tempfile::TempDir,
-    back: &TestGateway,
+    back_url: &str,
     back_ca: &Ca,
     identity_keys: &str,
 ) -> TestGateway {
@@ -189,7 +242,7 @@ async fn front_gateway(
          [[servers.routes]]\napi = \"/apis/demo.example.io/v1\"\n\
          upstream = {{ url = \"{}\", ca = \"back-ca.crt\", {identity_keys} }}\n",
         tokens_with(users()),
-        back.url(""),
+        back_url,
     ));
     TestGateway::start_in(dir, &manifest).await
 }
@@ -209,7 +262,7 @@ async fn a_front_gateway_tells_a_back_gateway_who_the_user_is() {
     );
     let front = front_gateway(
         front_dir,
-        &back,
+        &back.url(""),
         &back_ca,
         "identity = \"request-header\", client_cert = \"proxy.crt\", client_key = \"proxy.key\"",
     )
@@ -232,11 +285,28 @@ async fn a_front_gateway_tells_a_back_gateway_who_the_user_is() {
         ["dev", "system:authenticated"]
     );
 
-    // Straight to the back without the proxy's certificate, X-Remote-User is
-    // nobody's word: the request is anonymous, and RBAC refuses it.
+    // An extra value's key crosses both gateways escaped as client-go
+    // escapes it and is read back by requestheader-authn as the key it was
+    // (the back escapes it again for its own upstream).
+    let with_extra = send(
+        http_client()
+            .get(front.url(WIDGETS))
+            .bearer_auth("alice-token")
+            .header("impersonate-user", "alice")
+            .header("impersonate-extra-example.com%2fscopes", "read"),
+    )
+    .await;
+    assert_eq!(
+        echoed_values(&echo(&with_extra), "x-remote-extra-example.com%2fscopes"),
+        ["read"]
+    );
+
+    // Straight to the back without the proxy's certificate, `X-Remote-User:
+    // admin` is nobody's word: the request is anonymous, and RBAC refuses it.
     let direct = tls_client(&back_ca.cert_pem)
         .get(back.url(WIDGETS))
-        .header("x-remote-user", "alice");
+        .header("x-remote-user", "admin")
+        .header("x-remote-group", "system:masters");
     let answer = send(direct).await;
     let status = answer.assert_status(403, "Forbidden");
     assert!(
@@ -283,7 +353,7 @@ async fn impersonate_mode_acts_as_the_user_with_the_gateways_own_token() {
     write(front_dir.path(), "token", "front-token\n");
     let front = front_gateway(
         front_dir,
-        &back,
+        &back.url(""),
         &back_ca,
         "identity = \"impersonate\", bearer_token_file = \"token\"",
     )
@@ -308,6 +378,11 @@ async fn impersonate_mode_acts_as_the_user_with_the_gateways_own_token() {
         echoed_header(&seen, "x-remote-uid").as_deref(),
         Some("1001")
     );
+    assert_eq!(
+        echoed_values(&seen, "x-remote-group"),
+        ["dev", "system:authenticated"],
+        "Impersonate-Group carried alice's groups"
+    );
 
     // The token file is re-read when it changes: a token the back does not
     // know gets the front's requests refused, the right one served again.
@@ -322,4 +397,50 @@ async fn impersonate_mode_acts_as_the_user_with_the_gateways_own_token() {
         (as_alice().await.status == 200).then_some(())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonate_mode_acts_as_the_user_with_the_gateways_client_certificate() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let client_ca = Ca::new("gateway clients CA");
+    let x509 = filter("authentication.filters", "certs", "x509-authn", None, "");
+    // The back runs as a process of its own: reload.rs counts x509-authn's
+    // first load in this one.
+    let back_dir = new_dir();
+    let (manifest, back_ca) = back_manifest(back_dir.path(), &upstream, &client_ca, &x509);
+    let path = back_dir.path().join("gateway.toml");
+    std::fs::write(&path, manifest).expect("write the back's manifest");
+    let back = crate::support::process::GatewayProcess::spawn(&path);
+
+    let front_dir = new_dir();
+    write_pair(front_dir.path(), "gw", &client_ca.client_cert("front-gw"));
+    let front = front_gateway(
+        front_dir,
+        &back.url(""),
+        &back_ca,
+        "identity = \"impersonate\", client_cert = \"gw.crt\", client_key = \"gw.key\"",
+    )
+    .await;
+
+    // The back's x509-authn makes the front's certificate user front-gw
+    // (requestheader-authn has no opinion: its CN is not an allowed
+    // proxy name), which may impersonate alice: the back serves alice.
+    let seen = echo(
+        &send(
+            http_client()
+                .get(front.url(WIDGETS))
+                .bearer_auth("alice-token"),
+        )
+        .await,
+    );
+    assert_eq!(
+        echoed_header(&seen, "x-remote-user").as_deref(),
+        Some("alice")
+    );
+    assert_eq!(
+        echoed_values(&seen, "x-remote-group"),
+        ["dev", "system:authenticated"]
+    );
+    assert_eq!(echoed_header(&seen, "authorization"), None);
 }

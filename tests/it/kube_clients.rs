@@ -6,7 +6,12 @@
 //! background refresh. `get`, `create -f`, `apply -f` (twice),
 //! `explain`, `get -w`, `auth can-i` and `auth whoami` work, and so do the
 //! Python client's `VersionApi`, `CoreV1Api` and `CustomObjectsApi` calls;
-//! the OpenAPI documents answer with kube-openapi's caching headers.
+//! the OpenAPI documents answer with kube-openapi's caching headers and are
+//! authorized as non-resource URLs; v2 is served as gnostic's protobuf too
+//! (decoded here, and read by `kubectl explain --output
+//! plaintext-openapiv2`), and a v2 document gnostic refuses as JSON only;
+//! discovery merges the groups of two aggregated servers, one reached by a
+//! prefix route.
 
 use std::time::{Duration, Instant};
 
@@ -25,12 +30,16 @@ fn rbac() -> Value {
             {"name": "basic-user", "rules": [
                 {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},
                 {"verbs": ["create"], "apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"]},
-                {"verbs": ["get"], "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/version", "/version/"]},
+                {"verbs": ["get"], "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/version", "/version/"]},
+            ]},
+            {"name": "openapi-reader", "rules": [
+                {"verbs": ["get"], "nonResourceURLs": ["/openapi", "/openapi/*"]},
             ]},
         ],
         "bindings": [
             {"role": "editor", "namespace": "default", "users": ["alice"]},
             {"role": "basic-user", "groups": ["system:authenticated"]},
+            {"role": "openapi-reader", "groups": ["dev"]},
         ],
     })
 }
@@ -108,6 +117,27 @@ impl Setup {
         std::fs::write(&path, text).expect("write a manifest for kubectl");
         path.to_str().expect("UTF-8").to_owned()
     }
+}
+
+/// What client-go's `OpenAPISchema()` asks `/openapi/v2` for.
+const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+
+/// The groups `/apis` lists in these tests: the server's, then the
+/// gateway's own (the self-subject reviews').
+const SERVED_GROUPS: [&str; 3] = [
+    "demo.example.io",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+];
+
+/// The group names of an `APIGroupDiscoveryList`, in order.
+fn group_names(list: &Value) -> Vec<&str> {
+    list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|item| item["metadata"]["name"].as_str())
+        .collect()
 }
 
 fn config_map(name: &str, data: &str) -> String {
@@ -209,6 +239,177 @@ async fn kubectl_get_create_apply_explain_and_auth_work_through_the_gateway() {
     drop(setup.gateway);
 }
 
+/// `/openapi/v2` as client-go's `OpenAPISchema()` asks for it: gnostic's
+/// `Document`, decoded here with prost, holds the JSON's paths and
+/// definitions in the JSON's order, its schemas' fields, `$ref`s and
+/// vendor extensions; tagged with the JSON's ETag (kube-openapi re-uses
+/// it), `304` on `If-None-Match`; a media type it does not serve is `406`.
+async fn v2_protobuf_answers_as_kube_openapi_does(
+    authorized: &dyn Fn(&str) -> reqwest::RequestBuilder,
+    json: &Value,
+    json_etag: &str,
+) {
+    use gnostic::{parameter, parameters_item};
+    use prost::Message;
+
+    let asked = || authorized("/openapi/v2").header("accept", V2_PROTOBUF);
+    let (status, headers, body) = send_for_bytes(asked()).await;
+    assert_eq!(status, 200);
+    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    assert_eq!(
+        header("content-type"),
+        Some("application/com.github.proto-openapi.spec.v2.v1.0+protobuf")
+    );
+    assert_eq!(header("etag"), Some(json_etag));
+    assert_eq!(header("vary"), Some("Accept"));
+    let document = gnostic::Document::decode(body).expect("gnostic's Document");
+    assert_eq!(document.swagger, "2.0");
+
+    let paths = document.paths.expect("paths");
+    let names: Vec<&str> = paths.path.iter().map(|named| named.name.as_str()).collect();
+    let json_paths: Vec<&str> = json["paths"]
+        .as_object()
+        .expect("paths")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(names, json_paths);
+    let definitions = document.definitions.expect("definitions");
+    let names: Vec<&str> = definitions
+        .additional_properties
+        .iter()
+        .map(|named| named.name.as_str())
+        .collect();
+    let json_definitions: Vec<&str> = json["definitions"]
+        .as_object()
+        .expect("definitions")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(names, json_definitions);
+
+    let widget = definitions
+        .additional_properties
+        .iter()
+        .find(|named| named.name == "io.example.demo.v1.Widget")
+        .and_then(|named| named.value.as_ref())
+        .expect("the Widget schema");
+    assert_eq!(
+        widget.description,
+        json["definitions"]["io.example.demo.v1.Widget"]["description"]
+    );
+    let property = |schema: &gnostic::Schema, name: &str| {
+        schema
+            .properties
+            .as_ref()
+            .and_then(|properties| {
+                properties
+                    .additional_properties
+                    .iter()
+                    .find(|named| named.name == name)
+            })
+            .and_then(|named| named.value.clone())
+            .unwrap_or_else(|| panic!("property {name}"))
+    };
+    let spec = property(widget, "spec");
+    assert_eq!(property(&spec, "size").format, "int64");
+    assert_eq!(
+        property(widget, "metadata").r#ref,
+        "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+    );
+    let gvk = &widget.vendor_extension[0];
+    assert_eq!(gvk.name, "x-kubernetes-group-version-kind");
+    let gvk_value: Value =
+        serde_json::from_str(&gvk.value.as_ref().expect("a value").yaml).expect("its text");
+    assert_eq!(
+        gvk_value,
+        json["definitions"]["io.example.demo.v1.Widget"]["x-kubernetes-group-version-kind"]
+    );
+    let widgets = paths
+        .path
+        .iter()
+        .find(|named| named.name == "/apis/demo.example.io/v1/namespaces/{namespace}/widgets")
+        .and_then(|named| named.value.as_ref())
+        .expect("the widgets path");
+    let post = widgets.post.as_ref().expect("post");
+    assert!(matches!(
+        post.parameters[0].oneof.as_ref(),
+        Some(parameters_item::Oneof::Parameter(gnostic::Parameter {
+            oneof: Some(parameter::Oneof::BodyParameter(body)),
+        })) if body.schema.as_ref().is_some_and(|schema| schema.r#ref == "#/definitions/io.example.demo.v1.Widget")
+    ));
+
+    let (status, _, body) = send_for_bytes(asked().header("if-none-match", json_etag)).await;
+    assert_eq!((status, body.len()), (304, 0));
+    let refused = send(authorized("/openapi/v2").header("accept", "text/plain")).await;
+    refused.assert_status(406, "NotAcceptable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_explain_reads_openapi_v2_as_protobuf_through_the_gateway() {
+    let setup = setup().await;
+    // -v=7 logs each request's headers: the Accept kubectl sends is the
+    // protobuf's.
+    let (ok, explained, log) = setup
+        .alice
+        .run(&[
+            "explain",
+            "widgets.spec",
+            "--output",
+            "plaintext-openapiv2",
+            "-v=7",
+        ])
+        .await;
+    assert!(ok, "{log}\n{explained}");
+    assert!(explained.contains("KIND:     Widget"), "{explained}");
+    assert!(
+        explained.contains("What the widget should be."),
+        "{explained}"
+    );
+    assert!(explained.contains("color\t<string>"), "{explained}");
+    assert!(explained.contains("The widget's size."), "{explained}");
+    let asked = format!(
+        "GET https://localhost:{}/openapi/v2",
+        setup.gateway.addr.port()
+    );
+    let request = log
+        .split_once(&asked)
+        .map(|(_, after)| after)
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        request.contains("Accept: application/com.github.proto-openapi.spec.v2@v1.0+protobuf"),
+        "{log}"
+    );
+    assert!(request.contains("Response Status: 200 OK"), "{log}");
+    // A map (additionalProperties a schema) read from the protobuf.
+    let data = setup
+        .alice
+        .ok(&[
+            "explain",
+            "configmap.data",
+            "--output",
+            "plaintext-openapiv2",
+        ])
+        .await;
+    assert!(data.contains("KIND:     ConfigMap"), "{data}");
+    assert!(data.contains("<map[string]string>"), "{data}");
+    assert!(
+        data.contains("Data contains the configuration data."),
+        "{data}"
+    );
+    // The gateway answered from its merged document: the server was asked
+    // for v2 only by the aggregator, and only for JSON.
+    let requests = setup.kube.requests();
+    assert!(
+        requests
+            .iter()
+            .all(|request| !request.ends_with("GET /openapi/v2")
+                || request.starts_with("system:aggregator ")),
+        "{requests:?}"
+    );
+    drop(setup.gateway);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_get_watch_sees_a_change_made_while_it_watches() {
     let setup = setup().await;
@@ -273,6 +474,13 @@ async fn openapi_and_aggregated_discovery_answer_as_kube_does() {
     assert!(document.json()["components"]["schemas"]["io.k8s.api.core.v1.ConfigMap"].is_object());
     let again = send(authorized("/openapi/v3/api/v1").header("if-none-match", &etag)).await;
     assert_eq!((again.status, again.body.as_str()), (304, ""));
+    let group = send(authorized("/openapi/v3/apis/demo.example.io/v1")).await;
+    assert_eq!(group.status, 200);
+    assert!(group.json()["components"]["schemas"]["io.example.demo.v1.Widget"].is_object());
+    assert!(
+        group.json()["components"]["schemas"]["io.k8s.api.core.v1.ConfigMap"].is_null(),
+        "a group version's document is its own"
+    );
     let stale = send(authorized("/openapi/v3/api/v1?hash=0123")).await;
     assert_eq!(stale.status, 301);
     assert_eq!(stale.header("location"), Some(url.as_str()));
@@ -282,15 +490,24 @@ async fn openapi_and_aggregated_discovery_answer_as_kube_does() {
     let v2_json = v2.json();
     assert!(v2_json["definitions"]["io.example.demo.v1.Widget"].is_object());
     assert!(v2_json["paths"]["/api/v1/namespaces/{namespace}/configmaps"].is_object());
-    let protobuf = send(authorized("/openapi/v2").header(
-        "accept",
-        "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
-    ))
-    .await;
-    protobuf.assert_status(406, "NotAcceptable");
-    // The documents go through the chain like any request.
+    let v2_etag = v2.header("etag").expect("an ETag").to_owned();
+    v2_protobuf_answers_as_kube_openapi_does(&authorized, &v2_json, &v2_etag).await;
+    // The documents go through the chain like any request: authenticated,
+    // then authorized as non-resource URLs (bob, outside group dev, may
+    // not get them).
     let anonymous = get(&client, &format!("{base}/openapi/v2")).await;
     anonymous.assert_status(401, "Unauthorized");
+    for path in ["/openapi/v2", "/openapi/v3", "/openapi/v3/api/v1"] {
+        let refused = send(client.get(format!("{base}{path}")).bearer_auth("bob-token")).await;
+        let status = refused.assert_status(403, "Forbidden");
+        let message = status["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with(&format!(
+                "forbidden: User \"bob\" cannot get path \"{path}\""
+            )),
+            "{status}"
+        );
+    }
 
     let aggregated = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json;q=0.9";
     let groups = send(authorized("/apis").header("accept", aggregated)).await;
@@ -314,20 +531,7 @@ async fn openapi_and_aggregated_discovery_answer_as_kube_does() {
     .await;
     assert_eq!((cached.status, cached.body.as_str()), (304, ""));
     assert_eq!(cached.header("etag"), Some(etag.as_str()));
-    let names: Vec<String> = groups.json()["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .map(|item| item["metadata"]["name"].as_str().unwrap_or("").to_owned())
-        .collect();
-    assert_eq!(
-        names,
-        [
-            "demo.example.io",
-            "authentication.k8s.io",
-            "authorization.k8s.io"
-        ]
-    );
+    assert_eq!(group_names(&groups.json()), SERVED_GROUPS);
     let core = send(authorized("/api").header("accept", aggregated)).await;
     assert_eq!(
         core.json()["items"][0]["versions"][0]["resources"][0]["resource"],
@@ -408,4 +612,198 @@ async fn the_python_client_reads_the_version_config_maps_and_custom_objects() {
         .object("widgets", "default", "from-python")
         .expect("the widget at the server");
     assert_eq!(stored["spec"]["size"], 3);
+}
+
+/// kube's aggregated discovery lists the groups of every APIService, not
+/// only those a route declares: with the core API at one server and
+/// `prefix = "/apis/demo.example.io/"` (a prefix, no `api` root declared)
+/// at another, `/apis` lists
+/// the second's `demo.example.io` and `/api` the first's ConfigMaps, each
+/// kept to the paths routed to its server (the first's own widgets, and the
+/// second's ConfigMaps, are not listed), and kubectl finds both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_merges_the_groups_of_every_aggregated_upstream() {
+    build_filters();
+    let dir = new_dir();
+    let ca = write_server_pki(dir.path());
+    let core = KubeApi::start(&ca.server_cert()).await;
+    let groups = KubeApi::start(&ca.server_cert()).await;
+    let manifest = manifest(&core.url())
+        .split("\n[[servers.routes]]\napi = ")
+        .next()
+        .expect("the manifest's first part")
+        .to_owned()
+        + &format!(
+            "\n[[servers.routes]]\nprefix = \"/apis/demo.example.io/\"\nupstream = {{ url = \"{}\", ca = \"ca.crt\", identity = \"request-header\" }}\naggregate = true\n",
+            groups.url()
+        );
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, &manifest).expect("write the manifest");
+    let gateway = GatewayProcess::spawn(&path);
+    let server = format!("https://localhost:{}", gateway.addr.port());
+    let ca_file = dir.path().join("ca.crt");
+    let alice = Kubectl::new(dir.path(), "alice", &server, &ca_file, "alice-token");
+    let client = tls_client(&ca.cert_pem);
+    let ask = |path: &str, accept: &str| {
+        client
+            .get(format!("{server}{path}"))
+            .bearer_auth("alice-token")
+            .header("accept", accept.to_owned())
+    };
+    let aggregated = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+    let apis = send(ask("/apis", aggregated)).await;
+    assert_eq!(group_names(&apis.json()), SERVED_GROUPS);
+    let core_resources = send(ask("/api", aggregated)).await.json();
+    let resources: Vec<&str> = core_resources["items"][0]["versions"][0]["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|resource| resource["resource"].as_str())
+        .collect();
+    assert_eq!(resources, ["configmaps"]);
+
+    let listed = alice
+        .ok(&["api-resources", "--no-headers", "-o", "name"])
+        .await;
+    let listed: Vec<&str> = listed.lines().collect();
+    assert!(listed.contains(&"configmaps"), "{listed:?}");
+    assert!(listed.contains(&"widgets.demo.example.io"), "{listed:?}");
+    assert_eq!(alice.ok(&["get", "widgets", "-o", "name"]).await.trim(), "");
+    let widget_requests = |server: &KubeApi| {
+        server
+            .requests()
+            .into_iter()
+            .filter(|request| request.starts_with("alice ") && request.contains("widgets"))
+            .count()
+    };
+    assert_eq!(widget_requests(&core), 0, "{:?}", core.requests());
+    assert!(widget_requests(&groups) > 0, "{:?}", groups.requests());
+}
+
+/// An upstream that serves only `/openapi/v2`, `spec()` at each request,
+/// and a plaintext gateway that routes the widgets API to it with
+/// `aggregate = true`.
+async fn gateway_to_a_v2_upstream(
+    spec: impl Fn() -> Value + Send + Sync + 'static,
+) -> (tokio::task::JoinHandle<()>, TestGateway) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the upstream");
+    let addr = listener.local_addr().expect("its address");
+    let spec = std::sync::Arc::new(spec);
+    let server = spawn_server(listener, None, move |request| {
+        let answer = if request.uri().path() == "/openapi/v2" {
+            http::Response::new(full(spec().to_string()))
+        } else {
+            http::Response::builder()
+                .status(404)
+                .body(full(""))
+                .expect("a 404")
+        };
+        async move { Ok::<_, std::convert::Infallible>(answer) }
+    });
+    let gateway = TestGateway::start(&plaintext(&format!(
+        "[[servers]]\nname = \"gw\"\n\n[[servers.routes]]\nprefix = \"/apis/demo.example.io/\"\nupstream = \"http://{addr}\"\naggregate = true\n"
+    )))
+    .await;
+    (server, gateway)
+}
+
+/// kube's OpenAPI controllers download every APIService's spec again each
+/// minute (`staging/src/k8s.io/kube-aggregator/pkg/controllers/openapi/controller.go`),
+/// and so does the gateway: an upstream whose v2 document names the round
+/// it was asked in is served as asked first, then, within a refresh
+/// interval and a little, as asked again; the old `ETag` no longer gets a
+/// 304.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_is_fetched_again_in_the_background_every_minute() {
+    let rounds = std::sync::atomic::AtomicUsize::new(0);
+    let (_server, gateway) = gateway_to_a_v2_upstream(move || {
+        let round = rounds.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        json!({"swagger": "2.0", "info": {"title": "rounds", "version": "v1"},
+            "paths": {format!("/apis/demo.example.io/v1/round-{round}"): {}}})
+    })
+    .await;
+    let client = http_client();
+    let paths = |answer: &Answer| -> Vec<String> {
+        answer.json()["paths"]
+            .as_object()
+            .map(|paths| paths.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+
+    let first = send(client.get(gateway.url("/openapi/v2"))).await;
+    assert_eq!(paths(&first), ["/apis/demo.example.io/v1/round-1"]);
+    let etag = first.header("etag").expect("an ETag").to_owned();
+    let revalidate = || {
+        send(
+            client
+                .get(gateway.url("/openapi/v2"))
+                .header("if-none-match", &etag),
+        )
+    };
+    assert_eq!(revalidate().await.status, 304);
+
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let refreshed = loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let answer = send(client.get(gateway.url("/openapi/v2"))).await;
+        if paths(&answer) != ["/apis/demo.example.io/v1/round-1"] {
+            break answer;
+        }
+        assert!(Instant::now() < deadline, "no refresh within 90 s");
+    };
+    assert_eq!(paths(&refreshed), ["/apis/demo.example.io/v1/round-2"]);
+    assert_ne!(refreshed.header("etag"), Some(etag.as_str()));
+    assert_eq!(revalidate().await.status, 200, "the old ETag is stale");
+    // The protobuf was made again from the new document.
+    let (status, headers, body) = send_for_bytes(
+        client
+            .get(gateway.url("/openapi/v2"))
+            .header("accept", V2_PROTOBUF),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(headers.get("etag"), refreshed.headers.get("etag"));
+    let document = <gnostic::Document as prost::Message>::decode(body).expect("a Document");
+    let protobuf_paths: Vec<String> = document
+        .paths
+        .into_iter()
+        .flat_map(|paths| paths.path)
+        .map(|named| named.name)
+        .collect();
+    assert_eq!(protobuf_paths, ["/apis/demo.example.io/v1/round-2"]);
+}
+
+/// A v2 document gnostic's parser refuses (a schema with `nullable`, a
+/// key of OpenAPI v3, not v2) is served as JSON, and its protobuf is a
+/// `503` naming what gnostic refuses, as kube-openapi answers when
+/// `ToProtoBinary` fails; nothing panics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v2_document_gnostic_refuses_is_served_as_json_only() {
+    let (_server, gateway) = gateway_to_a_v2_upstream(|| {
+        json!({"swagger": "2.0", "info": {"title": "v3-ish", "version": "v1"},
+            "paths": {"/apis/demo.example.io/v1/widgets": {}},
+            "definitions": {"io.example.demo.v1.Widget": {"type": "object", "nullable": true}}})
+    })
+    .await;
+    let client = http_client();
+    let json = send(client.get(gateway.url("/openapi/v2"))).await;
+    assert_eq!(json.status, 200);
+    assert_eq!(
+        json.json()["definitions"]["io.example.demo.v1.Widget"]["nullable"],
+        true
+    );
+    let protobuf = send(
+        client
+            .get(gateway.url("/openapi/v2"))
+            .header("accept", V2_PROTOBUF),
+    )
+    .await;
+    let status = protobuf.assert_status(503, "ServiceUnavailable");
+    assert_eq!(
+        status["message"],
+        "the OpenAPI v2 document cannot be served as protobuf: \
+         $root.definitions.io.example.demo.v1.Widget has invalid properties: nullable"
+    );
 }

@@ -126,6 +126,46 @@ async fn kubectl_auth_can_i_and_whoami_are_answered_by_the_gateway() {
     assert_eq!(upstream.hits(), 0, "nothing of this reached the upstream");
 }
 
+/// Where the authorizers can list what they allow, kube's rules review says
+/// it: with `always_allow` and no authorizer filter everything is allowed
+/// (kube's `AlwaysAllow` rules, `staging/src/k8s.io/apiserver/pkg/authorization/authorizerfactory/builtin.go`),
+/// and `kubectl auth can-i --list` shows `*.*` with every verb, complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn always_allow_rules_review_lists_everything_complete() {
+    build_filters();
+    let dir = new_dir();
+    write_server_pki(dir.path());
+    let upstream = Upstream::start().await;
+    let manifest = format!(
+        "[listen]\naddress = \"127.0.0.1:0\"\n\n[listen.tls]\ncert = \"server.crt\"\nkey = \"server.key\"\n{}\n[authorization]\nalways_allow = true\n{}",
+        tokens(),
+        widget_routes(&upstream.url()),
+    );
+    let gateway = spawn(&dir, &manifest);
+    let server = format!("https://localhost:{}", gateway.addr.port());
+    let ca = dir.path().join("ca.crt");
+    let alice = Kubectl::new(dir.path(), "alice", &server, &ca, "alice-token");
+    let (ok, stdout, stderr) = alice.run(&["auth", "can-i", "--list"]).await;
+    assert!(ok, "{stderr}");
+    assert!(
+        !stdout.contains("incomplete") && !stderr.contains("incomplete"),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|line| line.split_whitespace().collect())
+        .collect();
+    assert!(rows.contains(&vec!["*.*", "[]", "[]", "[*]"]), "{stdout}");
+    assert!(rows.contains(&vec!["[*]", "[]", "[*]"]), "{stdout}");
+    assert_eq!(
+        alice
+            .ok(&["auth", "can-i", "delete", "widgets.demo.example.io"])
+            .await
+            .trim(),
+        "yes"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn version_and_api_answer_what_kube_clients_require() {
     build_filters();

@@ -4,10 +4,13 @@
 //! passed through with bytes copied both ways (and, traced, the upstream
 //! told the trace with the gateway's upstream span as its parent, as a
 //! proxied request is), an upgrade authorization
-//! refuses answered 403 before anything is upgraded, the audit events of a
+//! refuses answered 403 and one admission refuses (operation `CONNECT`)
+//! answered its 422 before anything is upgraded, the audit events of a
 //! tunnel, the user's identity headers (and not the client's credentials)
-//! at the upstream, no priority-and-fairness seat; watches flushed as the upstream writes them, exempt from
-//! `request_timeout`, ended after `min_request_timeout` (kube's
+//! at the upstream, no priority-and-fairness seat, an open tunnel closed by
+//! the shutdown after `shutdown_delay`; watches flushed as the upstream
+//! writes them, exempt from `request_timeout`, ended after
+//! `min_request_timeout` (kube's
 //! `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/get.go`) and by the
 //! shutdown after `shutdown_delay`.
 
@@ -146,12 +149,15 @@ fn audit_id_of(head: &str) -> String {
 }
 
 /// A WebSocket to `target` through the gateway over TLS, sending
-/// `headers`; asserts the 101.
+/// `headers`, and its Audit-ID; asserts the 101.
 async fn websocket(
     setup: &Setup,
     target: &str,
     headers: &[(&str, &str)],
-) -> WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+) -> (
+    WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+    String,
+) {
     let stream = tls_connect(&setup.gateway, &setup.ca).await;
     let mut request = format!("wss://{}{target}", setup.gateway.addr)
         .into_client_request()
@@ -174,7 +180,11 @@ async fn websocket(
         None,
         "an upgrade is not judged by priority and fairness"
     );
-    socket
+    let audit_id = response.headers()["audit-id"]
+        .to_str()
+        .expect("an Audit-ID")
+        .to_owned();
+    (socket, audit_id)
 }
 
 /// Sends `message` on `socket` and reads it back.
@@ -188,6 +198,33 @@ where
         .expect("a message")
         .expect("a good message");
     assert_eq!(echoed, message);
+}
+
+/// An exec upgrade's methods and protocols: a WebSocket's `GET`, kubectl's
+/// SPDY `POST`.
+const UPGRADES: [(&str, &str); 2] = [("GET", "websocket"), ("POST", "SPDY/3.1")];
+
+/// Asks for an exec upgrade over `upgrade` with `token`, expecting a
+/// refusal: the response head and the start of its body (the Status).
+async fn refused_upgrade(
+    setup: &Setup,
+    method: &str,
+    upgrade: &str,
+    token: &str,
+) -> (String, String) {
+    let mut stream = tls_connect(&setup.gateway, &setup.ca).await;
+    let head = format!(
+        "{method} {EXEC} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
+         Connection: Upgrade\r\nUpgrade: {upgrade}\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Version: 13\r\nContent-Length: 0\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let answer = read_head(&mut stream).await;
+    let mut body = vec![0u8; 4096];
+    let read = bounded("the Status", stream.read(&mut body))
+        .await
+        .expect("read");
+    (answer, String::from_utf8_lossy(&body[..read]).into_owned())
 }
 
 /// Reads a response head (to the blank line) from `stream`.
@@ -344,28 +381,70 @@ async fn a_traced_upgrade_tells_the_upstream_its_trace() {
     setup.gateway.shutdown().await;
 }
 
+/// kube's connect admission (`ConnectResource` in
+/// `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/rest.go`): an exec
+/// upgrade, over WebSocket or SPDY, is admitted with operation `CONNECT`,
+/// after authorization and before anything is upgraded. schema-admission
+/// with a schema for `pods/exec` on `connect` that the bodiless request
+/// cannot meet (the gateway has no object for it: kube would decode the
+/// query into `PodExecOptions`) refuses it with its 422; the same schema on `pods/log`
+/// leaves a followed log alone (a read, no admission in kube), and the
+/// upstream hears only of the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_is_admitted_as_connect_before_it_is_upgraded() {
+    let connect_schema = json!({"schemas": [{
+        "resources": ["pods/exec", "pods/log"],
+        "api_groups": [""],
+        "operations": ["connect"],
+        "schema": {"type": "object"},
+    }]});
+    let admission = filter(
+        "admission.validating",
+        "connect-schema",
+        "schema-admission",
+        Some(connect_schema),
+        "isolation = \"pooled\"",
+    );
+    let setup = setup_with(Duration::from_secs(1), "", &admission, "").await;
+    for (method, upgrade) in UPGRADES {
+        let (answer, body) = refused_upgrade(&setup, method, upgrade, "alice-token").await;
+        assert!(answer.starts_with("HTTP/1.1 422"), "{method}: {answer}");
+        assert!(body.contains("\"reason\":\"Invalid\""), "{method}: {body}");
+        assert!(
+            body.contains("pods \\\"p\\\" is invalid: <root>: Invalid value: null"),
+            "{method}: {body}"
+        );
+    }
+    let log = bounded(
+        "a followed log's head",
+        tls_client(&setup.ca.cert_pem)
+            .get(setup.gateway.url(LOG_FOLLOW))
+            .bearer_auth("alice-token")
+            .send(),
+    )
+    .await
+    .expect("a log");
+    assert_eq!(log.status(), 200);
+    let seen = setup.upstream.next_seen().await;
+    let target: http::Uri = seen.target.parse().expect("a request target");
+    assert_eq!(
+        target.path_and_query().map(|target| target.as_str()),
+        Some(LOG_FOLLOW),
+        "only the log reached the upstream"
+    );
+    assert!(seen.upgrade.is_none());
+}
+
 /// kube's authorization runs before anything is upgraded: bob may not exec,
 /// so he gets kube's 403 Status on the HTTP/1.1 connection, and the upstream
 /// never hears of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_authorization_refuses_is_403_before_any_upgrade() {
     let setup = setup(Duration::from_secs(1), "").await;
-    for (method, upgrade) in [("GET", "websocket"), ("POST", "SPDY/3.1")] {
-        let mut stream = tls_connect(&setup.gateway, &setup.ca).await;
-        let head = format!(
-            "{method} {EXEC} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer bob-token\r\n\
-             Connection: Upgrade\r\nUpgrade: {upgrade}\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-             Sec-WebSocket-Version: 13\r\nContent-Length: 0\r\n\r\n"
-        );
-        stream.write_all(head.as_bytes()).await.expect("write");
-        let answer = read_head(&mut stream).await;
+    for (method, upgrade) in UPGRADES {
+        let (answer, body) = refused_upgrade(&setup, method, upgrade, "bob-token").await;
         assert!(answer.starts_with("HTTP/1.1 403"), "{method}: {answer}");
         let verb = if method == "GET" { "get" } else { "create" };
-        let mut body = vec![0u8; 4096];
-        let read = bounded("the Status", stream.read(&mut body))
-            .await
-            .expect("read");
-        let body = String::from_utf8_lossy(&body[..read]).into_owned();
         assert!(
             body.contains(&format!("cannot {verb} resource \\\"pods/exec\\\""))
                 || body.contains(&format!("cannot {verb} resource \"pods/exec\"")),
@@ -481,6 +560,50 @@ async fn the_shutdown_closes_a_watch_after_shutdown_delay() {
     assert_eq!(drained, wasmgate::server::Drained::Complete);
 }
 
+/// At shutdown an open tunnel (a WebSocket exec) is closed once
+/// `shutdown_delay` has passed, as a watch is: the client sees its
+/// connection end, the audit event is completed, and the drain completes
+/// instead of waiting for the tunnel until `shutdown_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shutdown_closes_an_open_tunnel_after_shutdown_delay() {
+    let mut setup = setup(
+        Duration::from_secs(1),
+        "shutdown_delay = \"1s\"\nshutdown_timeout = \"30s\"",
+    )
+    .await;
+    let alice = [("authorization", "Bearer alice-token")];
+    let (mut socket, audit_id) = websocket(&setup, EXEC, &alice).await;
+    assert_echoes(&mut socket, Message::text("before the shutdown")).await;
+
+    let started = Instant::now();
+    let shutdown = setup.gateway.begin_shutdown();
+    // Still a tunnel during shutdown_delay.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_echoes(&mut socket, Message::text("during shutdown_delay")).await;
+    // Then the gateway closes it: the next read ends.
+    bounded("the tunnel's end", async {
+        loop {
+            match socket.next().await {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => break,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    let lasted = started.elapsed();
+    assert!(
+        lasted >= Duration::from_millis(900) && lasted < Duration::from_secs(5),
+        "closed {lasted:?} after the shutdown began"
+    );
+    let drained = bounded("the drain", shutdown).await.expect("the shutdown");
+    assert_eq!(drained, wasmgate::server::Drained::Complete);
+    let events = wait_for_events(&setup.log, &audit_id, 3).await;
+    assert_eq!(
+        stages_of(&events),
+        ["RequestReceived", "ResponseStarted", "ResponseComplete"]
+    );
+}
+
 /// RFC 8441: a WebSocket over HTTP/2 (extended CONNECT, `:protocol =
 /// websocket`) is judged as the `GET` it stands for, goes to the upstream
 /// as an HTTP/1.1 WebSocket upgrade, and is answered 200; messages echo.
@@ -564,7 +687,7 @@ async fn an_upgrade_in_request_header_mode_carries_the_user_not_the_clients_cred
         ("x-remote-user", "admin"),
         ("x-remote-group", "system:masters"),
     ];
-    let mut socket = websocket(&setup, EXEC, &hostile).await;
+    let (mut socket, _) = websocket(&setup, EXEC, &hostile).await;
     assert_echoes(&mut socket, Message::text("who am I")).await;
 
     let seen = setup.upstream.next_seen().await;
@@ -647,7 +770,7 @@ resource_rules = [{ verbs = ["*"], api_groups = ["*"], resources = ["*"], namesp
     let alice = [("authorization", "Bearer alice-token")];
     let mut tunnels = Vec::new();
     for target in [EXEC, WIDGETS] {
-        let mut socket = websocket(&setup, target, &alice).await;
+        let (mut socket, _) = websocket(&setup, target, &alice).await;
         assert_echoes(&mut socket, Message::text("no seat needed")).await;
         tunnels.push(socket);
     }

@@ -147,6 +147,22 @@ pub async fn send(request: reqwest::RequestBuilder) -> Answer {
     Answer::of(response).await
 }
 
+/// Sends `request`: the status, headers and body as bytes (a body that is
+/// not text, such as protobuf).
+pub async fn send_for_bytes(
+    request: reqwest::RequestBuilder,
+) -> (u16, http::HeaderMap, bytes::Bytes) {
+    let response = bounded("a response", request.send())
+        .await
+        .expect("send a request");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = bounded("a response body", response.bytes())
+        .await
+        .expect("read a response body");
+    (status, headers, body)
+}
+
 /// An error and every cause under it, on one line.
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();

@@ -1,6 +1,8 @@
 //! Kube's own clients against the gateway: external programs (`kubectl`,
 //! `curl`, a Python venv's interpreter) run with no proxy and no user
-//! configuration leaking in, and a kubeconfig written for one user.
+//! configuration leaking in, a kubeconfig written for one user, and
+//! gnostic's OpenAPI v2 messages, which client-go decodes `/openapi/v2`'s
+//! protobuf as.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -8,6 +10,14 @@ use std::process::Stdio;
 use super::{bounded, require_program};
 
 pub const KUBECTL: &str = "/usr/bin/kubectl";
+
+/// gnostic-models' `openapi_v2` messages, generated from the same vendored
+/// proto/gnostic/OpenAPIv2.proto by the gateway's build.rs: the decoder
+/// client-go's `OpenAPISchema()` uses, in Rust.
+#[allow(missing_docs, dead_code, clippy::all, clippy::pedantic)]
+pub mod gnostic {
+    include!(concat!(env!("OUT_DIR"), "/openapi.v2.rs"));
+}
 
 /// `program args...` with no proxy and no user configuration leaking in,
 /// killed (by PID) when dropped.
