@@ -103,13 +103,17 @@ host_triple() {
     rustc -vV | sed -n 's/^host: //p'
 }
 
-# The in-tree Rust crates: every crate under rust/ (each a workspace member,
-# by the glob in Cargo.toml), the filters and the libraries they share.
+# The in-tree Rust crates by package name: every crate under rust/ (each a
+# workspace member, by the glob in Cargo.toml), the filters and the
+# libraries they share.
 rust_crates() {
     local manifest
     for manifest in "$FILTERS_DIR"/rust/*/Cargo.toml; do
         [[ -e "$manifest" ]] || continue
-        basename "$(dirname "$manifest")"
+        # The package's name, which Cargo.lock records (the SDK's folder,
+        # rust/sdk, holds the package wasmgate-filter).
+        awk '/^\[/ { in_package = ($0 == "[package]") }
+             in_package && /^name *=/ { gsub(/^name *= *"|".*$/, ""); print; exit }' "$manifest"
     done
 }
 
