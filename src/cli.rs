@@ -6,7 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::stages::{AuditMode, FailurePolicy, FilterSpec, Isolation, Mode};
+use crate::config::stages::{
+    AuditMode, FailurePolicy, FilterSpec, Isolation, Mode, RequestHeaders,
+};
 use crate::config::{Config, HookPhase, RouteHandler, RouteMatch, Transport};
 use crate::try_request::Trial;
 
@@ -51,6 +53,16 @@ pub fn summary(config: &Config, steps: &[&str]) -> String {
             anonymous
         },
     );
+    for filter in &stages.authentication.filters {
+        if keys_cache_on_every_header(filter) {
+            let _ = writeln!(
+                out,
+                "    note: {:?} caches by every request header (it lists no `headers`): \
+                 a header that changes per request (traceparent, X-Request-Id) makes every lookup a miss",
+                filter.name.as_str()
+            );
+        }
+    }
     let audit_mode = match stages.audit.mode {
         AuditMode::Blocking => "blocking",
         AuditMode::Batch => "batch",
@@ -142,6 +154,12 @@ fn stage_summary(out: &mut String, stage: &str, filters: &[FilterSpec], note: &s
         format!("  [{note}]")
     };
     let _ = writeln!(out, "  {stage:<24} {listed}{note}");
+}
+
+/// An authenticator's decision cache keys by the headers it is given
+/// (`wasm::cache_key`): with no `headers` list, every one of them.
+fn keys_cache_on_every_header(filter: &FilterSpec) -> bool {
+    filter.cache.is_some() && matches!(filter.headers, RequestHeaders::All)
 }
 
 /// A filter as the manifest would spell it.
