@@ -33,11 +33,10 @@ def omitted_stages():
 class JsonAuditor(exports.JsonAuditor):
     def audit_json_lines(self, batch: JsonBatch):
         omitted = omitted_stages()
+        kept = batch.lines
         if omitted:
-            lines = bytes(batch.lines).splitlines(keepends=True)
+            lines = batch.lines.splitlines(keepends=True)
             kept = b"".join(line for line, stage in zip(lines, batch.stages) if stage not in omitted)
-        else:
-            kept = bytes(batch.lines)
         if kept:
             # write_lines raises Err when the sink cannot be written.
             sink.write_lines(kept)
