@@ -8,10 +8,11 @@
 //   message and line (`Error: no key (at filter.js:12:9)`), a string as it
 //   is, anything else as String(value) (an object with an own `payload`, the
 //   componentize-js convention, as its payload). That is `err(...)` for
-//   authorizers, admission filters and auditors and the `error(...)` case
-//   for authenticators: what the WIT names the filter's own failure, which
-//   the manifest's failure_policy then decides about. componentize-js alone
-//   would make a thrown Error a trap, and lose its message;
+//   authorizers, admission filters and auditors (record and JSON) and the
+//   `error(...)` case for authenticators: what the WIT names the filter's
+//   own failure, which the manifest's failure_policy then decides about.
+//   componentize-js alone would make a thrown Error a trap, and lose its
+//   message;
 // - SpiderMonkey's InternalError (too much recursion, and the like) is the
 //   engine out of stack or memory: it stays a trap (the instance is thrown
 //   away, never reused), printed to stderr first (with the first frames of
@@ -58,6 +59,7 @@ const WORLDS = {
   authorizer: ['authorize', (message) => ({ tag: 'err', val: message })],
   admission: ['admit', (message) => ({ tag: 'err', val: message })],
   auditor: ['auditBatch', (message) => ({ tag: 'err', val: message })],
+  jsonAuditor: ['auditJsonLines', (message) => ({ tag: 'err', val: message })],
 };
 
 // The filter's export `implementation` for world `kind`, its function wrapped

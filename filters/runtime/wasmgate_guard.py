@@ -6,9 +6,9 @@ functions below, so every Python filter gets the same rule:
 
 - an exception the filter raises is its error outcome, with the exception's
   type, message and line: `err(...)` for authorizers, admission filters and
-  auditors, the `error(...)` case for authenticators (what the WIT names the
-  filter's own failure; the manifest's failure_policy decides what happens
-  to the request). `Err(message)` is passed on as it is;
+  auditors (record and JSON), the `error(...)` case for authenticators
+  (what the WIT names the filter's own failure; the manifest's
+  failure_policy decides what happens to the request). `Err(message)` is passed on as it is;
 - MemoryError and RecursionError are the interpreter out of memory or
   stack: they stay traps (the instance is thrown away, never reused), and
   componentize-py prints their traceback to stderr, which `wasmgate try`
@@ -79,3 +79,7 @@ def admission(cls):
 
 def auditor(cls):
     return _guarded(cls, "audit_batch", _raise_err)
+
+
+def json_auditor(cls):
+    return _guarded(cls, "audit_json_lines", _raise_err)

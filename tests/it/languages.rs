@@ -9,7 +9,11 @@
 //!   an error, not a guess, when `reads` leaves out the request info);
 //! - `raise-authz` (Python) and `throw-authn` (JavaScript), test fixtures
 //!   that raise, throw and recurse: exceptions are filter errors, engine
-//!   faults traps.
+//!   faults traps;
+//! - `omit-audit` (Python), `lines-audit` (JavaScript) and `copy-audit` (C),
+//!   json auditors: the gateway's kube audit lines, to their sinks, as the
+//!   Rust `jsonl-audit` writes them (Python's less an omitted stage), and a
+//!   raised exception the auditor's error outcome.
 //!
 //! One chain runs the three together with the Rust filters (token-authn,
 //! rbac-authz, label-defaults, jsonl-audit). The last test starts the
@@ -607,6 +611,140 @@ async fn a_raised_or_thrown_exception_is_served_as_a_filter_error_and_an_engine_
         2,
         "the authenticated call and /fault/allow"
     );
+}
+
+// ---------------------------------------------------------------------------
+// JSON auditors: omit-audit (Python), lines-audit (JavaScript), copy-audit (C)
+// ---------------------------------------------------------------------------
+
+/// A json auditor entry named `name` on `component`, writing to `sink`, its
+/// instance pooled (what `wasmgate new-filter` advises for Python and
+/// JavaScript).
+fn json_auditor(name: &str, component: &str, config: Option<Value>, sink: &str) -> String {
+    filter(
+        "audit.filters",
+        name,
+        component,
+        config,
+        &format!("sink = \"{sink}\"\n{}", isolation("pooled")),
+    )
+}
+
+/// The whole text of an audit sink, once it holds `per_request` events of
+/// every request in `audit_ids`.
+async fn sink_text(path: &std::path::Path, audit_ids: &[String], per_request: usize) -> String {
+    for audit_id in audit_ids {
+        let events = wait_for_events(path, audit_id, per_request).await;
+        assert_eq!(events.len(), per_request, "{}: {events:?}", path.display());
+    }
+    std::fs::read_to_string(path).expect("read the audit sink")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_javascript_and_c_json_auditors_write_kubes_audit_lines_to_their_sinks() {
+    let upstream = Upstream::start().await;
+    // Batches of several events, at level Request: the create's line holds
+    // its object.
+    let audit = "\n[audit]\nmode = \"batch\"\nmax_batch_size = 50\nmax_batch_wait = \"200ms\"\n\n\
+                 [[audit.policy]]\nlevel = \"Request\"\n";
+    let omit_received = json!({"omit_stages": ["RequestReceived"]});
+    let gateway = gateway(&[
+        &tokens(),
+        &rbac(),
+        audit,
+        &json_auditor("audit-log", "jsonl-audit", None, "rust.jsonl"),
+        &json_auditor(
+            "python-lines",
+            "omit-audit",
+            Some(omit_received),
+            "python.jsonl",
+        ),
+        &json_auditor("js-lines", "lines-audit", None, "js.jsonl"),
+        &json_auditor("c-lines", "copy-audit", None, "c.jsonl"),
+        &routes(&upstream.url()),
+    ])
+    .await;
+    let client = http_client();
+    let mut requests = tokio::task::JoinSet::new();
+    for i in 0..6 {
+        let read = client
+            .get(gateway.url(&format!("{WIDGETS}/w{i}")))
+            .bearer_auth("alice-token");
+        requests.spawn(async move { send(read).await });
+    }
+    let created = client
+        .post(gateway.url(WIDGETS))
+        .bearer_auth("alice-token")
+        .header("content-type", "application/json")
+        .body(widget("w1", 3).to_string());
+    requests.spawn(async move { send(created).await });
+    let mut audit_ids = Vec::new();
+    while let Some(answer) = bounded("the requests", requests.join_next()).await {
+        let answer = answer.expect("a request task");
+        echo(&answer);
+        audit_ids.push(answer.header("audit-id").expect("an Audit-ID").to_owned());
+    }
+
+    let dir = gateway.dir.path();
+    let rust = sink_text(&dir.join("rust.jsonl"), &audit_ids, 2).await;
+    // JavaScript and C append the gateway's lines as they are: the same
+    // bytes as jsonl-audit's, in the same order.
+    assert_eq!(sink_text(&dir.join("js.jsonl"), &audit_ids, 2).await, rust);
+    assert_eq!(sink_text(&dir.join("c.jsonl"), &audit_ids, 2).await, rust);
+    // Python drops the lines of the stage its config omits, by the batch's
+    // stages.
+    let completed: String = rust
+        .split_inclusive('\n')
+        .filter(|line| !line.contains("\"stage\":\"RequestReceived\""))
+        .collect();
+    assert_eq!(
+        sink_text(&dir.join("python.jsonl"), &audit_ids, 1).await,
+        completed
+    );
+
+    let events = audit_events(&dir.join("python.jsonl"));
+    assert_eq!(events.len(), 7, "{events:?}");
+    for event in &events {
+        assert_eq!(event["kind"], "Event");
+        assert_eq!(event["apiVersion"], "audit.k8s.io/v1");
+        assert_eq!(event["stage"], "ResponseComplete");
+        assert_eq!(event["user"]["username"], "alice");
+        assert_eq!(event["responseStatus"]["code"], 200);
+    }
+    let create = events
+        .iter()
+        .find(|event| event["verb"] == "create")
+        .expect("the create's event");
+    assert_eq!(create["requestObject"], widget("w1", 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_json_auditors_exception_is_its_error_outcome() {
+    let upstream = Upstream::start().await;
+    // A name no other test uses: the metrics are process-wide.
+    let gateway = gateway(&[
+        "[authentication]\nanonymous = true\n\n[authorization]\nalways_allow = true\n",
+        "\n[audit]\nmode = \"blocking\"\n\n[[audit.policy]]\nlevel = \"Metadata\"\n",
+        &json_auditor(
+            "unknown-stage-lines",
+            "omit-audit",
+            Some(json!({"omit_stages": ["Sometime"]})),
+            "python.jsonl",
+        ),
+        &routes(&upstream.url()),
+    ])
+    .await;
+    let answer = send(http_client().get(gateway.url("/open/x"))).await;
+    // Audit never fails a request.
+    echo(&answer);
+    bounded("the auditor's two errors", async {
+        while local_filter_calls("unknown-stage-lines", "error") < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(local_filter_calls("unknown-stage-lines", "trap"), 0);
+    assert!(audit_events(&gateway.dir.path().join("python.jsonl")).is_empty());
 }
 
 // ---------------------------------------------------------------------------
