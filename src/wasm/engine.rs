@@ -2,7 +2,8 @@
 //! request: the pooling allocator with pool memory kept resident, epoch
 //! interruption driven by a ticker thread, no component-model concurrency.
 //! Also the compiled-component cache: components are compiled once per
-//! content hash, kept in memory for reloads and on disk for restarts.
+//! content hash, kept in memory for reloads and on disk for restarts, the
+//! disk's share bounded by [`DISK_CACHE_BYTES`] (least recently used out).
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -32,6 +33,11 @@ const POOL_COMPONENT_INSTANCES: u32 = crate::config::MAX_FILTER_INSTANCES as u32
 /// Freed pool slots kept warm for a module other than their last.
 const MAX_UNUSED_WARM_SLOTS: u32 = 16;
 const POOL_MAX_MEMORY: usize = crate::config::stages::MAX_FILTER_MEMORY as usize;
+
+/// The most the compiled-component cache keeps on disk. Every component
+/// ever loaded leaves an entry (a filter rebuilt is a new one), so past
+/// this the entries used longest ago are removed as a new one is written.
+const DISK_CACHE_BYTES: u64 = 2 << 30;
 
 /// Why a component could not be made ready.
 #[derive(Debug, thiserror::Error)]
@@ -205,8 +211,15 @@ impl WasmHost {
                 .parent()
                 .map_or(Ok(()), std::fs::create_dir_all)
                 .and_then(|()| std::fs::write(&partial, &serialized));
-            if let Err(error) = written.and_then(|()| std::fs::rename(&partial, &file)) {
-                tracing::warn!(file = %file.display(), %error, "cannot write the compiled-component cache");
+            match written.and_then(|()| std::fs::rename(&partial, &file)) {
+                Ok(()) => {
+                    if let Some(dir) = file.parent() {
+                        prune_disk_cache(dir, DISK_CACHE_BYTES);
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(file = %file.display(), %error, "cannot write the compiled-component cache");
+                }
             }
         }
         // SAFETY: these bytes were produced by `precompile_component` of this
@@ -224,7 +237,10 @@ impl WasmHost {
         // engine's compatibility hash; wasmtime checks the header and refuses
         // artifacts of another version or configuration.
         match unsafe { Component::deserialize_file(&self.engine, &file) } {
-            Ok(component) => Some(component),
+            Ok(component) => {
+                mark_used(&file);
+                Some(component)
+            }
             Err(error) => {
                 tracing::warn!(file = %file.display(), %error, "ignoring an unusable compiled-component cache entry");
                 None
@@ -298,6 +314,56 @@ fn start_epoch_ticker(engine: &Engine) {
     }
 }
 
+/// Marks a disk cache entry as used now (its modification time), so the
+/// pruning keeps it over entries no configuration has loaded since.
+fn mark_used(file: &Path) {
+    let touched = std::fs::File::options()
+        .write(true)
+        .open(file)
+        .and_then(|entry| entry.set_modified(std::time::SystemTime::now()));
+    if let Err(error) = touched {
+        tracing::debug!(file = %file.display(), %error, "cannot mark a compiled-component cache entry used");
+    }
+}
+
+/// Removes the entries of the disk cache `dir` used longest ago until the
+/// rest take at most `bound` bytes. Best effort: what cannot be read or
+/// removed is left, and logged.
+fn prune_disk_cache(dir: &Path, bound: u64) {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) => {
+            tracing::debug!(dir = %dir.display(), %error, "cannot list the compiled-component cache");
+            return;
+        }
+    };
+    let mut kept: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter(|entry| entry.path().extension().is_some_and(|ext| ext == "cwasm"))
+        .filter_map(|entry| {
+            let metadata = entry.metadata().ok()?;
+            Some((metadata.modified().ok()?, metadata.len(), entry.path()))
+        })
+        .collect();
+    // Newest first: the entries that fit are the ones used last.
+    kept.sort_by_key(|(modified, _, _)| std::cmp::Reverse(*modified));
+    let mut total = 0u64;
+    for (_, len, path) in kept {
+        total = total.saturating_add(len);
+        if total <= bound {
+            continue;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                tracing::debug!(file = %path.display(), "removed a compiled-component cache entry used longest ago")
+            }
+            Err(error) => {
+                tracing::debug!(file = %path.display(), %error, "cannot remove a compiled-component cache entry")
+            }
+        }
+    }
+}
+
 /// `$XDG_CACHE_HOME/wasmgate/compiled`, else `~/.cache/wasmgate/compiled`.
 fn default_disk_cache() -> Option<PathBuf> {
     std::env::var_os("XDG_CACHE_HOME")
@@ -330,4 +396,45 @@ fn link_contract(linker: &mut Linker<StoreData>) -> wasmtime::Result<()> {
     v0_2::auditor::AuditorFilter::add_to_linker::<_, HasSelf<FilterState>>(linker, state)?;
     v0_2::cache::add_to_linker::<_, HasSelf<FilterState>>(linker, state)?;
     v0_1::auditor::AuditorFilter::add_to_linker::<_, HasSelf<FilterState>>(linker, state)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+
+    /// An entry of `len` bytes last used `age` ago.
+    fn entry(dir: &Path, name: &str, len: usize, age: Duration) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, vec![0u8; len]).unwrap();
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(SystemTime::now() - age).unwrap();
+        path
+    }
+
+    #[test]
+    fn pruning_keeps_the_entries_used_last_within_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let oldest = entry(dir.path(), "a.cwasm", 400, Duration::from_secs(300));
+        let old = entry(dir.path(), "b.cwasm", 400, Duration::from_secs(200));
+        let recent = entry(dir.path(), "c.cwasm", 400, Duration::from_secs(100));
+        let newest = entry(dir.path(), "d.cwasm", 400, Duration::ZERO);
+        let other = entry(dir.path(), "notes.txt", 4000, Duration::from_secs(900));
+        prune_disk_cache(dir.path(), 1000);
+        assert!(newest.exists() && recent.exists(), "the two used last fit");
+        assert!(!old.exists() && !oldest.exists(), "the rest are removed");
+        assert!(other.exists(), "only cache entries are touched");
+    }
+
+    #[test]
+    fn an_entry_loaded_is_marked_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let loaded = entry(dir.path(), "a.cwasm", 400, Duration::from_secs(300));
+        let unused = entry(dir.path(), "b.cwasm", 400, Duration::from_secs(100));
+        mark_used(&loaded);
+        prune_disk_cache(dir.path(), 500);
+        assert!(loaded.exists(), "the entry loaded last is kept");
+        assert!(!unused.exists());
+    }
 }
