@@ -1,5 +1,5 @@
 //! `wasmgate new-filter`: writes a new filter's folder, in Rust, Python,
-//! JavaScript or C, for one of the four filter worlds, that builds with
+//! JavaScript or C, for one of the five filter worlds, that builds with
 //! `filters/build.sh` and passes `wasmgate try` unchanged.
 //!
 //! The sources come from `filters/templates/` (embedded here with
@@ -8,7 +8,8 @@
 //! outcome), logs one `debug` line, and answers the most neutral thing its
 //! world has: an authenticator has no opinion, an authorizer allows, an
 //! admission filter allows the object, an auditor writes one JSON line per
-//! event to its sink. Beside the sources it writes a README and a `try.toml`
+//! event to its sink, a json auditor appends the batch's lines (rendered by
+//! the gateway) to its sink as they are. Beside the sources it writes a README and a `try.toml`
 //! manifest that runs it.
 //!
 //! A Rust filter is written with the checkout's filter SDK
@@ -35,8 +36,8 @@ pub enum Lang {
     C,
 }
 
-/// The four filter kinds of the contract, `wit/filter-0.4.0.wit` (an
-/// auditor is scaffolded as a record auditor, `auditor-filter`).
+/// The filter kinds of the contract, `wit/filter-0.4.0.wit`, one a world:
+/// the four record worlds and the serialised auditor, `json-auditor-filter`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum FilterKind {
     /// Says who sent the request.
@@ -45,8 +46,10 @@ pub enum FilterKind {
     Authorizer,
     /// Admits, denies or patches a write.
     Admission,
-    /// Records audit events.
+    /// Records audit events, given as records.
     Auditor,
+    /// Records audit events, given as kube's audit log lines.
+    JsonAuditor,
 }
 
 impl Lang {
@@ -92,6 +95,7 @@ impl FilterKind {
             FilterKind::Authorizer => "authorizer",
             FilterKind::Admission => "admission",
             FilterKind::Auditor => "auditor",
+            FilterKind::JsonAuditor => "json-auditor",
         }
     }
 
@@ -109,6 +113,9 @@ impl FilterKind {
             FilterKind::Authorizer => "allows every request",
             FilterKind::Admission => "allows every object",
             FilterKind::Auditor => "writes one JSON line per audit event to its sink and succeeds",
+            FilterKind::JsonAuditor => {
+                "appends the batch's lines (kube's `audit.k8s.io/v1` `Event`s, one JSON object a line, rendered by the gateway) to its sink in one `write-lines` call and succeeds"
+            }
         }
     }
 
@@ -127,6 +134,9 @@ impl FilterKind {
             FilterKind::Auditor => {
                 "Before the report, standard output carries the filter's two records (stages `RequestReceived` and `ResponseComplete`); the status is 200."
             }
+            FilterKind::JsonAuditor => {
+                "Before the report, standard output carries the two lines the filter wrote: kube `Event`s of stages `RequestReceived` and `ResponseComplete`; the status is 200."
+            }
         }
     }
 
@@ -138,6 +148,7 @@ impl FilterKind {
             FilterKind::Authorizer => include_str!("../filters/templates/try-authorizer.toml"),
             FilterKind::Admission => include_str!("../filters/templates/try-admission.toml"),
             FilterKind::Auditor => include_str!("../filters/templates/try-auditor.toml"),
+            FilterKind::JsonAuditor => include_str!("../filters/templates/try-json-auditor.toml"),
         }
     }
 }
@@ -152,6 +163,7 @@ fn sources(lang: Lang, kind: FilterKind, in_tree: bool) -> Vec<(&'static str, &'
                 Authorizer => include_str!("../filters/templates/rust/authorizer.rs"),
                 Admission => include_str!("../filters/templates/rust/admission.rs"),
                 Auditor => include_str!("../filters/templates/rust/auditor.rs"),
+                JsonAuditor => include_str!("../filters/templates/rust/json-auditor.rs"),
             };
             let manifest = if in_tree {
                 include_str!("../filters/templates/rust/Cargo.toml")
@@ -167,6 +179,7 @@ fn sources(lang: Lang, kind: FilterKind, in_tree: bool) -> Vec<(&'static str, &'
                 Authorizer => include_str!("../filters/templates/python/authorizer.py"),
                 Admission => include_str!("../filters/templates/python/admission.py"),
                 Auditor => include_str!("../filters/templates/python/auditor.py"),
+                JsonAuditor => include_str!("../filters/templates/python/json-auditor.py"),
             },
         )],
         Lang::Js => vec![
@@ -177,6 +190,7 @@ fn sources(lang: Lang, kind: FilterKind, in_tree: bool) -> Vec<(&'static str, &'
                     Authorizer => include_str!("../filters/templates/js/authorizer.js"),
                     Admission => include_str!("../filters/templates/js/admission.js"),
                     Auditor => include_str!("../filters/templates/js/auditor.js"),
+                    JsonAuditor => include_str!("../filters/templates/js/json-auditor.js"),
                 },
             ),
             (
@@ -191,6 +205,7 @@ fn sources(lang: Lang, kind: FilterKind, in_tree: bool) -> Vec<(&'static str, &'
                 Authorizer => include_str!("../filters/templates/c/authorizer.c"),
                 Admission => include_str!("../filters/templates/c/admission.c"),
                 Auditor => include_str!("../filters/templates/c/auditor.c"),
+                JsonAuditor => include_str!("../filters/templates/c/json-auditor.c"),
             },
         )],
     }
@@ -486,7 +501,9 @@ fn failures(lang: Lang, kind: FilterKind) -> String {
         FilterKind::Authenticator => {
             "the `error` case: logged, never shown to the client, and the request goes on to the next authenticator (then 401)"
         }
-        FilterKind::Auditor => "`err`: logged and counted; audit never fails a request",
+        FilterKind::Auditor | FilterKind::JsonAuditor => {
+            "`err`: logged and counted; audit never fails a request"
+        }
         FilterKind::Authorizer | FilterKind::Admission => {
             "`err`: the filter's `failure_policy` decides (fail-closed: a 500 Status)"
         }
@@ -533,7 +550,13 @@ fn readme(
     let _ = writeln!(out, "# {name}\n");
     let _ = writeln!(
         out,
-        "An **{}** filter (world `{}`) in {}, scaffolded by `wasmgate new-filter`.\nAs scaffolded it {}. It reads its `config` table (a config that is not a\nJSON object is its error outcome) and logs one line at `debug`.\n",
+        "{} **{}** filter (world `{}`) in {}, scaffolded by `wasmgate new-filter`.\nAs scaffolded it {}. It reads its `config` table (a config that is not a\nJSON object is its error outcome) and logs one line at `debug`.\n",
+        // Every kind's name but `json-auditor` starts with a vowel.
+        if kind == FilterKind::JsonAuditor {
+            "A"
+        } else {
+            "An"
+        },
         kind.name(),
         kind.world(),
         lang.title(),
