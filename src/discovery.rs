@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use http::header::{ACCEPT, CONTENT_TYPE, VARY};
+use http::header::{CONTENT_TYPE, VARY};
 use http::{HeaderMap, HeaderValue, Method};
 use serde_json::{Map, Value, json};
 
@@ -303,35 +303,25 @@ enum Format {
     Legacy,
 }
 
-/// The first media range of `Accept` the gateway can serve, in the
-/// client's order (client-go lists its preference first); no `Accept` is
-/// the legacy document.
+/// The first media range of `Accept` the gateway can serve, preferred
+/// first as kube prefers ([`crate::accept`]; client-go lists its preference
+/// first, at one `q`); no `Accept` (or none that parses) is the legacy
+/// document.
 fn negotiate(headers: &HeaderMap, aggregated: bool) -> Result<Format, GatewayError> {
-    let ranges: Vec<&str> = headers
-        .get_all(ACCEPT)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .map(str::trim)
-        .filter(|range| !range.is_empty())
-        .collect();
+    let ranges = crate::accept::ranges(headers);
     if ranges.is_empty() {
         return Ok(Format::Legacy);
     }
     for range in ranges {
-        let mut parts = range.split(';').map(str::trim);
-        let media = parts.next().unwrap_or("").to_ascii_lowercase();
-        let params: Vec<(&str, &str)> = parts.filter_map(|part| part.split_once('=')).collect();
-        let param = |key: &str| params.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
-        if !matches!(media.as_str(), "application/json" | "application/*" | "*/*") {
+        if !range.takes("application/json") {
             continue;
         }
-        match param("as") {
+        match range.param("as") {
             None => return Ok(Format::Legacy),
-            Some(AGGREGATED_KIND) if aggregated && param("g") == Some(AGGREGATED_GROUP) => {
+            Some(AGGREGATED_KIND) if aggregated && range.param("g") == Some(AGGREGATED_GROUP) => {
                 if let Some(index) = AGGREGATED_VERSIONS
                     .iter()
-                    .position(|version| param("v") == Some(*version))
+                    .position(|version| range.param("v") == Some(*version))
                 {
                     return Ok(Format::Aggregated(index));
                 }

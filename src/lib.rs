@@ -8,6 +8,7 @@
 //! docs/architecture.md follows a request through the code and maps the
 //! modules in their layers, bottom-up: each imports only from below it.
 
+mod accept;
 mod aggregator;
 pub mod body;
 mod chain;

@@ -305,70 +305,30 @@ fn accept_json(headers: &HeaderMap) -> Result<(), GatewayError> {
 }
 
 /// kube-openapi's choice among `forms` (`staging/src/k8s.io/kube-openapi/pkg/handler/handler.go`):
-/// `Accept`'s media ranges sorted as goautoneg's `ParseAccept` sorts them
-/// (by `q`, then a concrete type and subtype before `*`; the client's order
-/// otherwise), the first that matches one of `forms`, in their order,
-/// wins; `406` when none does. No `Accept` is `*/*`; a range with `q=0` is
-/// refused, not taken.
+/// the first of `Accept`'s ranges, preferred first ([`crate::accept`]),
+/// that takes one of `forms`, in their order, wins; `406` when none does.
+/// No `Accept` is `*/*`.
 fn negotiate<T: Copy>(headers: &HeaderMap, forms: &[(&str, T)]) -> Result<T, GatewayError> {
-    let mut ranges: Vec<(String, f32)> = headers
-        .get_all(ACCEPT)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .filter_map(media_range)
-        .collect();
-    if ranges.is_empty() {
-        ranges.push(("*/*".to_owned(), 1.0));
-    }
-    let wildcards = |range: &str| range.matches('*').count();
-    ranges.sort_by(|(a, qa), (b, qb)| {
-        qb.total_cmp(qa)
-            .then_with(|| wildcards(a).cmp(&wildcards(b)))
-    });
-    ranges
-        .iter()
-        .filter(|(_, q)| *q > 0.0)
-        .find_map(|(range, _)| {
+    let ranges = crate::accept::ranges(headers);
+    let chosen = if headers.get(ACCEPT).is_none() {
+        forms.first().map(|(_, form)| *form)
+    } else {
+        ranges.iter().find_map(|range| {
             forms
                 .iter()
-                .find(|(media, _)| media_matches(range, media))
+                .find(|(media, _)| range.takes(media))
                 .map(|(_, form)| *form)
         })
-        .ok_or_else(|| {
-            let served: Vec<&str> = forms.iter().map(|(media, _)| *media).collect();
-            GatewayError::NotAcceptable {
-                message: format!(
-                    "only the following media types are accepted: {}",
-                    served.join(", ")
-                ),
-            }
-        })
-}
-
-/// One media range of `Accept`, lower-cased, with its `q` (1 when not
-/// given); `None` for one that is not `type/subtype` or `*`.
-fn media_range(clause: &str) -> Option<(String, f32)> {
-    let mut parts = clause.split(';');
-    let range = parts.next()?.trim().to_ascii_lowercase();
-    let range = match range.as_str() {
-        "*" => "*/*".to_owned(),
-        _ if range.split('/').count() == 2 => range,
-        _ => return None,
     };
-    let q = parts
-        .filter_map(|param| param.split_once('='))
-        .find(|(key, _)| key.trim() == "q")
-        .map_or(1.0, |(_, value)| value.trim().parse().unwrap_or(0.0));
-    Some((range, q))
-}
-
-/// Whether `range` (`type/subtype`, either `*`) takes `media`.
-fn media_matches(range: &str, media: &str) -> bool {
-    let (range_type, range_subtype) = range.split_once('/').unwrap_or((range, ""));
-    let (media_type, media_subtype) = media.split_once('/').unwrap_or((media, ""));
-    (range_type == "*" || range_type == media_type)
-        && (range_subtype == "*" || range_subtype == media_subtype)
+    chosen.ok_or_else(|| {
+        let served: Vec<&str> = forms.iter().map(|(media, _)| *media).collect();
+        GatewayError::NotAcceptable {
+            message: format!(
+                "only the following media types are accepted: {}",
+                served.join(", ")
+            ),
+        }
+    })
 }
 
 #[cfg(test)]
