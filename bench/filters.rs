@@ -61,7 +61,7 @@ fn main() {
         let idle = load(spec("fault-authn", isolation, "{}"));
         group.bench_function(format!("fault-authn/{mode}"), |b| {
             b.to_async(&runtime)
-                .iter(|| idle.authenticate(&inputs.view))
+                .iter(|| idle.authenticate(&inputs.parts, || &inputs.view))
         });
         let floor = WasmtimeFloor::new(&spec("fault-authn", isolation, "{}"));
         group.bench_function(format!("wasmtime-floor/{mode}"), |b| match isolation {
@@ -77,12 +77,12 @@ fn main() {
         ));
         group.bench_function(format!("token-authn/{mode}"), |b| {
             b.to_async(&runtime)
-                .iter(|| token.authenticate(&inputs.view))
+                .iter(|| token.authenticate(&inputs.parts, || &inputs.view))
         });
         let rbac = load(spec("rbac-authz", isolation, RBAC_CONFIG));
         group.bench_function(format!("rbac-authz/{mode}"), |b| {
             b.to_async(&runtime)
-                .iter(|| rbac.authorize(&inputs.attributes))
+                .iter(|| rbac.authorize(&inputs.user, &inputs.info, || &inputs.attributes))
         });
         let labels = load(spec(
             "label-defaults",
@@ -112,12 +112,12 @@ fn main() {
         let apikey = load(spec("apikey-authn", isolation, APIKEY_CONFIG));
         group.bench_function(format!("apikey-authn/{mode}"), |b| {
             b.to_async(&runtime)
-                .iter(|| apikey.authenticate(&inputs.view))
+                .iter(|| apikey.authenticate(&inputs.parts, || &inputs.view))
         });
         let abac = load(spec("abac-authz", isolation, ABAC_CONFIG));
         group.bench_function(format!("abac-authz/{mode}"), |b| {
             b.to_async(&runtime)
-                .iter(|| abac.authorize(&inputs.attributes))
+                .iter(|| abac.authorize(&inputs.user, &inputs.info, || &inputs.attributes))
         });
         let schema = load(spec("schema-admission", isolation, SCHEMA_CONFIG));
         group.bench_function(format!("schema-admission/{mode}"), |b| {
@@ -273,7 +273,10 @@ impl WasmtimeFloor {
 
 /// One request's worth of filter inputs: what the stages build per request.
 struct Inputs {
+    parts: http::request::Parts,
     view: types::RequestView,
+    user: UserInfo,
+    info: RequestInfo,
     attributes: Attributes,
     admission: AdmissionRequest,
     event: Event,
@@ -334,6 +337,9 @@ impl Inputs {
                 request_object: None,
                 response_object: None,
             },
+            user,
+            info,
+            parts,
         }
     }
 }

@@ -66,19 +66,25 @@ impl Authentication {
                 continue;
             }
             let (selected, reads) = (&filter.spec.headers, filter.spec.reads);
-            let index = match views
-                .iter()
-                .position(|(headers, shared, _)| *headers == selected && *shared == reads)
-            {
-                Some(index) => index,
-                None => {
-                    let view = convert::request_view(request, selected, reads);
-                    views.push((selected, reads, view));
-                    views.len() - 1
-                }
+            // Made on a cache miss only: a hit needs no view.
+            let shared = &mut views;
+            let view = move || {
+                let views = shared;
+                let index = match views
+                    .iter()
+                    .position(|(headers, shared, _)| *headers == selected && *shared == reads)
+                {
+                    Some(index) => index,
+                    None => {
+                        let view = convert::request_view(request, selected, reads);
+                        views.push((selected, reads, view));
+                        views.len() - 1
+                    }
+                };
+                &views[index].2
             };
             let started = Instant::now();
-            let (call, lookup) = filter.authenticate(&views[index].2).await;
+            let (call, lookup) = filter.authenticate(request, view).await;
             stage::observe(
                 STAGE,
                 &filter.spec,

@@ -66,18 +66,24 @@ impl Authorizers {
                 continue;
             }
             let reads = filter.spec.reads;
-            let attributes = match &mut attributes {
-                Some((shared, attributes)) if *shared == reads => attributes,
-                slot => {
+            // Made on a cache miss only: a hit needs no records.
+            let slot = &mut attributes;
+            let records = move || {
+                let slot = slot;
+                if slot.as_ref().is_some_and(|(shared, _)| *shared != reads) {
+                    *slot = None;
+                }
+                let (_, attributes) = slot.get_or_insert_with(|| {
                     let built = Attributes {
                         user: convert::user_to_wit(user),
                         request: convert::request_info(info, reads),
                     };
-                    &slot.insert((reads, built)).1
-                }
+                    (reads, built)
+                });
+                &*attributes
             };
             let started = Instant::now();
-            let (call, lookup) = filter.authorize(attributes).await;
+            let (call, lookup) = filter.authorize(user, info, records).await;
             stage::observe(
                 STAGE,
                 &filter.spec,

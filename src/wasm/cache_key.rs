@@ -12,20 +12,36 @@
 
 use sha2::{Digest, Sha256};
 
-use super::bindings::types::{ClientCertificate, RequestInfo, RequestView, UserInfo};
+use rustls::pki_types::CertificateDer;
+
+use crate::config::stages::{ReadField, Reads, RequestHeaders};
+use crate::context::ConnectionInfo;
 use crate::decision_cache::{Key, KeyBuilder};
+use crate::{context, request_info};
 
 /// An authenticator's key; None when the headers are over the 10 KB of
-/// key material a cache takes.
-pub fn authentication(view: &RequestView) -> Option<Key> {
+/// key material a cache takes. Made from the request itself, before (and, on
+/// a hit, instead of) the view the filter would be given: the headers
+/// `selected` lets through, as sent, and the verified chain's fingerprint.
+pub fn authentication(request: &http::request::Parts, selected: &RequestHeaders) -> Option<Key> {
     let mut key = KeyBuilder::new(b"authentication");
-    key.count(view.headers.len());
-    for header in &view.headers {
-        key.bytes(header.name.as_bytes());
-        key.bytes(header.value.as_bytes());
+    let headers = || {
+        request
+            .headers
+            .iter()
+            .filter(|(name, _)| selected.includes(name))
+    };
+    key.count(headers().count());
+    for (name, value) in headers() {
+        key.bytes(name.as_str().as_bytes());
+        key.bytes(value.as_bytes());
     }
-    match &view.client_certificate {
-        Some(certificate) => key.bytes(&fingerprint(certificate)),
+    let chain = request
+        .extensions
+        .get::<ConnectionInfo>()
+        .and_then(|connection| connection.client_chain.as_deref());
+    match chain {
+        Some(chain) => key.bytes(&fingerprint(chain)),
         None => key.bytes(b""),
     }
     key.finish()
@@ -33,25 +49,32 @@ pub fn authentication(view: &RequestView) -> Option<Key> {
 
 /// The chain's SHA-256, so that a long chain counts as 32 bytes of key
 /// material: the listener verified it, it is no attacker's bulk.
-fn fingerprint(certificate: &ClientCertificate) -> [u8; 32] {
+fn fingerprint(chain: &[CertificateDer<'_>]) -> [u8; 32] {
     let mut digest = Sha256::new();
-    for der in &certificate.chain_der {
+    for der in chain {
         digest.update((der.len() as u64).to_le_bytes());
         digest.update(der);
     }
     digest.finalize().into()
 }
 
-/// An authorizer's key; None when the attributes are over 10 KB.
-pub fn authorization(user: &UserInfo, request: &RequestInfo) -> Option<Key> {
+/// An authorizer's key; None when the attributes are over 10 KB. It is made
+/// from the gateway's own user and request info, before (and, on a hit,
+/// instead of) the records the filter would be given: `reads` leaves out of
+/// the key exactly what [`super::convert::request_info`] leaves out of the record.
+pub fn authorization(
+    user: &context::UserInfo,
+    request: &request_info::RequestInfo,
+    reads: Reads,
+) -> Option<Key> {
     let mut key = KeyBuilder::new(b"authorization");
     key.bytes(user.name.as_bytes());
     key.bytes(user.uid.as_bytes());
     key.strings(&user.groups);
     key.count(user.extra.len());
-    for extra in &user.extra {
-        key.bytes(extra.key.as_bytes());
-        key.strings(&extra.values);
+    for (extra, values) in &user.extra {
+        key.bytes(extra.as_bytes());
+        key.strings(values);
     }
     key.bytes(&[u8::from(request.is_resource_request)]);
     for field in [
@@ -67,13 +90,17 @@ pub fn authorization(user: &UserInfo, request: &RequestInfo) -> Option<Key> {
     }
     // The options the filter reads (a filter is given the same ones on every
     // call, so an absent one and an empty one never meet in one cache).
-    for field in [
-        &request.api_prefix,
-        &request.api_version,
-        &request.label_selector,
-        &request.field_selector,
+    for (field, value) in [
+        (ReadField::ApiPrefix, &request.api_prefix),
+        (ReadField::ApiVersion, &request.api_version),
+        (ReadField::LabelSelector, &request.label_selector),
+        (ReadField::FieldSelector, &request.field_selector),
     ] {
-        key.bytes(field.as_deref().unwrap_or("").as_bytes());
+        key.bytes(if reads.includes(field) {
+            value.as_bytes()
+        } else {
+            b""
+        });
     }
     key.finish()
 }
@@ -82,56 +109,76 @@ pub fn authorization(user: &UserInfo, request: &RequestInfo) -> Option<Key> {
 mod tests {
     use super::*;
     use crate::decision_cache::key::MAX_KEY_MATERIAL;
-    use crate::wasm::bindings::types::Header;
 
-    fn view(token: &str) -> RequestView {
-        RequestView {
-            method: Some("GET".into()),
-            path: Some("/".into()),
-            query: Some(String::new()),
-            headers: vec![Header {
-                name: "authorization".into(),
-                value: format!("Bearer {token}"),
-            }],
-            remote_addr: Some("127.0.0.1:1".into()),
-            client_certificate: None,
-        }
+    fn request(token: &str, path: &str, remote: &str) -> http::request::Parts {
+        let mut request = http::Request::get(path)
+            .header("authorization", format!("Bearer {token}"))
+            .header("user-agent", "test")
+            .body(())
+            .expect("a valid request");
+        let remote = remote.parse().expect("an address");
+        request
+            .extensions_mut()
+            .insert(ConnectionInfo::new(remote, false, None));
+        request.into_parts().0
     }
 
     #[test]
     fn authentication_keys_are_the_credential_alone() {
-        assert_eq!(authentication(&view("a")), authentication(&view("a")));
-        assert_ne!(authentication(&view("a")), authentication(&view("b")));
-        let mut elsewhere = view("a");
-        elsewhere.path = Some("/elsewhere".into());
-        elsewhere.remote_addr = Some("127.0.0.1:2".into());
-        assert_eq!(authentication(&elsewhere), authentication(&view("a")));
-        assert!(authentication(&view(&"x".repeat(MAX_KEY_MATERIAL))).is_none());
+        let only = RequestHeaders::Only(vec![http::header::AUTHORIZATION]);
+        let key = |token: &str, path: &str, remote: &str| {
+            authentication(&request(token, path, remote), &only)
+        };
+        assert_eq!(key("a", "/", "127.0.0.1:1"), key("a", "/", "127.0.0.1:1"));
+        assert_ne!(key("a", "/", "127.0.0.1:1"), key("b", "/", "127.0.0.1:1"));
+        assert_eq!(
+            key("a", "/elsewhere", "127.0.0.1:2"),
+            key("a", "/", "127.0.0.1:1")
+        );
+        assert!(key(&"x".repeat(MAX_KEY_MATERIAL), "/", "127.0.0.1:1").is_none());
+        // With every header seen, another header is another key.
+        let all = authentication(&request("a", "/", "127.0.0.1:1"), &RequestHeaders::All);
+        assert_ne!(all, key("a", "/", "127.0.0.1:1"));
     }
 
     #[test]
     fn authorization_keys_keep_groups_apart() {
-        let request = crate::wasm::convert::request_info(
-            &crate::request_info::RequestInfo::resolve(
-                &http::Method::GET,
-                "/api/v1/namespaces/default/pods",
-                None,
-            ),
-            crate::config::stages::Reads::ALL,
+        let request = request_info::RequestInfo::resolve(
+            &http::Method::GET,
+            "/api/v1/namespaces/default/pods",
+            None,
         );
-        let user = |groups: &[&str]| UserInfo {
+        let user = |groups: &[&str]| context::UserInfo {
             name: "alice".into(),
             uid: String::new(),
             groups: groups.iter().map(|g| g.to_string()).collect(),
             extra: Vec::new(),
         };
         assert_ne!(
-            authorization(&user(&["ab"]), &request),
-            authorization(&user(&["a", "b"]), &request)
+            authorization(&user(&["ab"]), &request, Reads::ALL),
+            authorization(&user(&["a", "b"]), &request, Reads::ALL)
         );
         assert_eq!(
-            authorization(&user(&["a"]), &request),
-            authorization(&user(&["a"]), &request)
+            authorization(&user(&["a"]), &request, Reads::ALL),
+            authorization(&user(&["a"]), &request, Reads::ALL)
+        );
+    }
+
+    #[test]
+    fn authorization_keys_hold_the_options_the_filter_reads_and_no_other() {
+        let list = |query| {
+            request_info::RequestInfo::resolve(&http::Method::GET, "/api/v1/pods", Some(query))
+        };
+        let (app, db) = (list("labelSelector=app"), list("labelSelector=db"));
+        let user = context::UserInfo::anonymous();
+        let versions_only: Reads = [ReadField::ApiVersion].into_iter().collect();
+        assert_ne!(
+            authorization(&user, &app, Reads::ALL),
+            authorization(&user, &db, Reads::ALL)
+        );
+        assert_eq!(
+            authorization(&user, &app, versions_only),
+            authorization(&user, &db, versions_only)
         );
     }
 }

@@ -691,10 +691,16 @@ impl<K: Kind> LoadedFilter<K> {
 
 impl LoadedFilter<Authenticator> {
     /// Who made `request`, by the filter or its cache.
-    pub async fn authenticate(&self, request: &types::RequestView) -> (Call<AuthnResult>, Lookup) {
+    /// The key is made from `request` as the filter sees it; the `view`
+    /// it is given is made only when the filter is called.
+    pub async fn authenticate<'a>(
+        &self,
+        request: &http::request::Parts,
+        view: impl FnOnce() -> &'a types::RequestView,
+    ) -> (Call<AuthnResult>, Lookup) {
         self.cached(
-            || cache_key::authentication(request),
-            self.call_authenticate(request),
+            || cache_key::authentication(request, &self.spec.headers),
+            async move { self.call_authenticate(view()).await },
         )
         .await
     }
@@ -747,10 +753,18 @@ impl LoadedFilter<Authenticator> {
 
 impl LoadedFilter<Authorizer> {
     /// The decision on `attributes`, by the filter or its cache.
-    pub async fn authorize(&self, attributes: &Attributes) -> (Call<Decision>, Lookup) {
+    /// The filter's decision on `user` and `request`, by the filter or its
+    /// cache. The key is made from them as the filter reads them; the
+    /// records of `attributes` are made only when the filter is called.
+    pub async fn authorize<'a>(
+        &self,
+        user: &crate::context::UserInfo,
+        request: &crate::request_info::RequestInfo,
+        attributes: impl FnOnce() -> &'a Attributes,
+    ) -> (Call<Decision>, Lookup) {
         self.cached(
-            || cache_key::authorization(&attributes.user, &attributes.request),
-            self.call_authorize(attributes),
+            || cache_key::authorization(user, request, self.spec.reads),
+            async move { self.call_authorize(attributes()).await },
         )
         .await
     }
