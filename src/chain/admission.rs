@@ -145,30 +145,22 @@ impl Admission {
         };
         let mut review = review(&parts, operation, &bytes);
         let watchers = Watchers::of(&parts.extensions);
-        let info = parts
-            .extensions
-            .get::<RequestInfo>()
-            .cloned()
-            .unwrap_or_default();
-        let user = parts
-            .extensions
-            .get::<UserInfo>()
-            .cloned()
-            .unwrap_or_default();
-        let mut object = original.clone();
+        let (no_info, nobody) = (RequestInfo::default(), UserInfo::default());
+        let info = parts.extensions.get::<RequestInfo>().unwrap_or(&no_info);
+        let user = parts.extensions.get::<UserInfo>().unwrap_or(&nobody);
+        // The object as the last mutation left it; None while none changed it.
+        let mut mutated: Option<serde_json::Value> = None;
         // kube's step metric: each phase's time, and whether it rejected.
         let operation_name = operation_label(operation);
         let started = Instant::now();
-        for controller in self.mutating.selected(&info) {
-            given_to(&controller.filter, &mut review, &info, &user);
-            match self
-                .run(controller, &review, object.as_ref(), true, &watchers)
-                .await
-            {
+        for controller in self.mutating.selected(info) {
+            given_to(&controller.filter, &mut review, info, user);
+            let object = mutated.as_ref().or(original.as_ref());
+            match self.run(controller, &review, object, true, &watchers).await {
                 Step::Continue => {}
                 Step::Changed(value) => {
                     review.object = Some(value.to_string());
-                    object = Some(value);
+                    mutated = Some(value);
                 }
                 Step::Stop(error) => {
                     let timer = &self.mutating.timer;
@@ -182,10 +174,11 @@ impl Admission {
             timer.observe(operation_name, false, started.elapsed());
         }
         let started = Instant::now();
-        for controller in self.validating.selected(&info) {
-            given_to(&controller.filter, &mut review, &info, &user);
+        for controller in self.validating.selected(info) {
+            given_to(&controller.filter, &mut review, info, user);
+            let object = mutated.as_ref().or(original.as_ref());
             if let Step::Stop(error) = self
-                .run(controller, &review, object.as_ref(), false, &watchers)
+                .run(controller, &review, object, false, &watchers)
                 .await
             {
                 let timer = &self.validating.timer;
@@ -197,9 +190,12 @@ impl Admission {
             let timer = &self.validating.timer;
             timer.observe(operation_name, false, started.elapsed());
         }
-        let body = match object.filter(|object| Some(object) != original.as_ref()) {
-            Some(mutated) => {
-                let bytes = Bytes::from(mutated.to_string());
+        let body = match mutated.filter(|object| Some(object) != original.as_ref()) {
+            // Sent as the text the validating filters were given: the last
+            // mutation's, made once.
+            Some(object) => {
+                let text = review.object.take();
+                let bytes = Bytes::from(text.unwrap_or_else(|| object.to_string()));
                 parts
                     .headers
                     .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
