@@ -26,7 +26,7 @@ import sys
 NUMERIC = ["requests", "seconds", "rps", "non2xx", "socket_errors", "cpu_us_per_req",
            "upstream_cpu_us_per_req", "p50_us", "p90_us", "p99_us", "cpu0_other_pct", "load1", "audited",
            "syscalls_per_req", "ctxsw_per_req", "cpu0_steal_pct", "minflt_per_req", "majflt_per_req",
-           "cache_hit_pct"]
+           "cache_hit_pct", "user_cpu_us_per_req"]
 
 LABELS = {
     "direct": "direct to the upstream",
@@ -123,6 +123,8 @@ def summarise(rows):
             "rps_min": min((r["rps"] for r in t.values()), default=None),
             "rps_max": max((r["rps"] for r in t.values()), default=None),
             "cpu_us_per_req": median(r["cpu_us_per_req"] for r in t.values()),
+            # the user-space part of it (utime); the rest is the kernel's
+            "user_cpu_us_per_req": median(r.get("user_cpu_us_per_req") for r in t.values()),
             "upstream_cpu_us_per_req": median(r["upstream_cpu_us_per_req"] for r in t.values()),
             "cpu0_other_pct": median(r["cpu0_other_pct"] for r in t.values()),
             "syscalls_per_req": median(r.get("syscalls_per_req") for r in t.values()),
@@ -245,6 +247,8 @@ def markdown(summary, meta, results):
     extra = []
     for target, e in summary.items():
         bits = [f"req/s range {fmt(e['rps_min'])}–{fmt(e['rps_max'])}",
+                f"CPU {fmt(e.get('user_cpu_us_per_req'), 1)} µs/req in user space, "
+                f"{fmt(kernel_part(e), 1)} in the kernel",
                 f"upstream CPU {fmt(e['upstream_cpu_us_per_req'], 1)} µs/req",
                 f"{fmt(e['syscalls_per_req'], 2)} vfs read/write calls and {fmt(e['ctxsw_per_req'], 3)} context switches per request",
                 f"other processes on CPU 0 {fmt(e['cpu0_other_pct'], 1)}%, stolen {fmt(e['cpu0_steal_pct'], 1)}%",
@@ -254,7 +258,9 @@ def markdown(summary, meta, results):
         if e.get("cache_detail"):
             bits.append(f"cache hits per filter and round: {e['cache_detail']}")
         extra.append(f"- `{target}`: " + ", ".join(bits))
-    lines.append("Per target (medians of the throughput runs): req/s range over rounds, the upstream's CPU per "
+    lines.append("Per target (medians of the throughput runs): req/s range over rounds, the target's CPU per "
+                 "request split into user space (utime: its own code, the libraries, JIT-compiled Wasm) and the "
+                 "kernel (stime: loopback TCP, system calls, wake-ups), the upstream's CPU per "
                  "request, the target's vfs read- and write-class system calls (/proc/PID/io syscr + syscw: read, "
                  "write, readv, writev; socket send/recv calls are not counted there, so HAProxy shows 0) and context "
                  "switches (all threads) per request, and the CPU time of other processes on the target's core and "
@@ -290,11 +296,18 @@ def markdown(summary, meta, results):
     return "\n".join(lines) + "\n"
 
 
+def kernel_part(entry):
+    """The kernel's share of a target's CPU per request (stime), from the total and its user part."""
+    total, user = entry.get("cpu_us_per_req"), entry.get("user_cpu_us_per_req")
+    return None if total is None or user is None else total - user
+
+
 def write_tsv(path, summary):
     keys = ["rps", "rps_x_nginx", "rps_x_direct", "rps_x_nginx_lua", "cpu_us_per_req", "cpu_x_nginx", "cpu_x_direct",
             "oneconn_p50_us", "oneconn_p99_us", "oneconn_p50_minus_nginx_us", "openloop_p50_us", "openloop_p99_us",
             "errors", "upstream_cpu_us_per_req", "cpu0_other_pct", "audited_share", "syscalls_per_req", "ctxsw_per_req", "cpu0_steal_pct",
-            "minflt_per_req", "majflt_per_req", "cache_hit_pct", "cpu_x_nginx_lua", "rps_min", "rps_max", "rounds"]
+            "minflt_per_req", "majflt_per_req", "cache_hit_pct", "cpu_x_nginx_lua", "rps_min", "rps_max", "rounds",
+            "user_cpu_us_per_req"]
     with open(path, "w") as out:
         out.write("target\t" + "\t".join(keys) + "\n")
         for target, e in summary.items():
