@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
@@ -17,13 +16,10 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::capacity::StoreData;
+use super::epoch::EpochTicker;
 use super::state::FilterState;
 use crate::config::bounds::COMPONENT_FILE;
 use crate::config::files::read_limited;
-
-/// How often the epoch advances: the resolution of filter timeouts, and how
-/// often a long-running filter yields to other requests.
-pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(1);
 
 /// Pool sizing: the most component instances alive at once, in every
 /// configuration together; [`WasmHost::slots`] hands them out, so a call
@@ -71,6 +67,8 @@ pub enum LoadError {
 pub struct WasmHost {
     /// The wasmtime engine every filter is compiled for.
     pub engine: Engine,
+    /// Advances the engine's epoch while filters run.
+    pub(crate) ticker: Arc<EpochTicker>,
     /// The linker with the host's imports (the filter interfaces and WASI).
     pub linker: Linker<StoreData>,
     /// One permit per component instance the pool holds, taken before an
@@ -109,12 +107,13 @@ impl WasmHost {
                 Engine::new(&engine_config(false))?
             }
         };
-        start_epoch_ticker(&engine);
+        let ticker = EpochTicker::start(&engine);
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         link_contract(&mut linker)?;
         Ok(WasmHost {
             engine,
+            ticker,
             linker,
             slots: Arc::new(Semaphore::new(POOL_COMPONENT_INSTANCES as usize)),
             compiled: Mutex::default(),
@@ -295,23 +294,6 @@ fn engine_config(pooling: bool) -> Config {
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     config
-}
-
-/// Advances the engine's epoch every [`EPOCH_TICK`] for the life of the process.
-fn start_epoch_ticker(engine: &Engine) {
-    let engine = engine.weak();
-    let spawned = std::thread::Builder::new()
-        .name("wasmgate-epoch".into())
-        .spawn(move || {
-            while let Some(engine) = engine.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
-                std::thread::sleep(EPOCH_TICK);
-            }
-        });
-    if let Err(error) = spawned {
-        tracing::error!(%error, "cannot start the epoch ticker: filter timeouts will not fire");
-    }
 }
 
 /// Marks a disk cache entry as used now (its modification time), so the

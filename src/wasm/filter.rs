@@ -30,6 +30,7 @@ use super::bindings::{
 use super::cache_key;
 use super::capacity::{Capacity, Exhausted, IdleInstances, Slot, StoreData};
 use super::engine::{LoadError, WasmHost};
+use super::epoch::EpochTicker;
 use super::legacy::{v0_1 as v0_1_of, v0_2 as v0_2_of, v0_3 as v0_3_of};
 use super::state::{FilterIdentity, FilterState, SinkWriter};
 use crate::decision_cache::{DecisionCache, Fetched, Keep, Lookup};
@@ -384,6 +385,7 @@ pub struct LoadedFilter<K: Kind> {
     identity: Arc<FilterIdentity>,
     metrics: FilterMetrics,
     engine: wasmtime::Engine,
+    ticker: Arc<EpochTicker>,
     pre: K::Pre,
     capacity: Arc<Capacity>,
     idle: Arc<IdlePool<K>>,
@@ -444,6 +446,7 @@ impl<K: Kind> LoadedFilter<K> {
             metrics: FilterMetrics::new(spec.name.as_str()),
             identity,
             engine: host.engine.clone(),
+            ticker: host.ticker.clone(),
             pre,
             capacity,
             idle,
@@ -706,6 +709,7 @@ impl LoadedFilter<Authenticator> {
     }
 
     async fn call_authenticate(&self, request: &types::RequestView) -> Fetched<Call<AuthnResult>> {
+        let _running = self.ticker.running();
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
@@ -770,6 +774,7 @@ impl LoadedFilter<Authorizer> {
     }
 
     async fn call_authorize(&self, attributes: &Attributes) -> Fetched<Call<Decision>> {
+        let _running = self.ticker.running();
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
@@ -820,6 +825,7 @@ impl LoadedFilter<Authorizer> {
 impl LoadedFilter<Admission> {
     /// Calls the admission filter's `admit` on a write.
     pub async fn admit(&self, request: &AdmissionRequest) -> Call<AdmissionResponse> {
+        let _running = self.ticker.running();
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,
@@ -886,6 +892,7 @@ impl LoadedFilter<Auditor> {
     /// outcome) and stops at a trap.
     pub async fn audit(&self, batch: &AuditBatch<'_>) -> Call<()> {
         let events = batch.events();
+        let _running = self.ticker.running();
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
             Ok(instance) => instance,

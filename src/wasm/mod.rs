@@ -17,6 +17,7 @@ pub mod cache_key;
 pub mod capacity;
 pub mod convert;
 pub(crate) mod engine;
+mod epoch;
 pub mod filter;
 mod legacy;
 pub mod state;
