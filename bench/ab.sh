@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# A/B of two wasmgate builds: each target's rendered manifest served by one
+# build, then the other, one gateway alive at a time, rounds interleaved,
+# pinned as bench/run.sh pins (gateway on CPU 0; upstream and wrk on CPU 1),
+# 2 s of warm-up then 10 s of bench/wrk/mix.lua at 64 connections. Prints
+# each run's req/s and CPU per request, split into user space and kernel.
+#
+#   bench/ab.sh A_BINARY B_BINARY RUN_DIR [TARGET ...]
+#
+# RUN_DIR is the temp dir a `bench/run.sh --keep-temp` run kept: its
+# manifests/ (their ports, the upstream's port) are used as they are.
+# Targets default to wasmgate-pass and wasmgate-full-pooled; ROUNDS
+# (default 3) sets the rounds. Needs wrk and jq, and the bench upstream
+# built (bench/run.sh builds it). Every process it starts is stopped by PID.
+set -euo pipefail
+
+[[ $# -ge 3 ]] || { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+A="$1" B="$2" RUN_DIR="$3"
+shift 3
+if [[ $# -gt 0 ]]; then TARGETS=("$@"); else TARGETS=(wasmgate-pass wasmgate-full-pooled); fi
+BENCH_DIR="$(cd "$(dirname "$0")" && pwd)"
+UPSTREAM="${BENCH_TARGET_DIR:-$HOME/.cache/wasmgate/bench-target}/release/bench-upstream"
+HZ="$(getconf CLK_TCK)"
+PIDS=()
+trap 'for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done' EXIT
+
+manifest() { echo "$RUN_DIR/manifests/$1.toml"; }
+port_of() { sed -nE '0,/^address = /s/^address = "[^"]*:([0-9]+)".*/\1/p' "$1"; }
+upstream_port() { sed -nE '0,/^upstream = /s/^upstream = "http:\/\/[^:]*:([0-9]+)".*/\1/p' "$1"; }
+ticks() { # "UTIME STIME" of PID, all threads
+    local stat
+    stat="$(cat "/proc/$1/stat")"
+    stat="${stat##*) }"
+    # shellcheck disable=SC2086
+    set -- $stat
+    echo "${12} ${13}"
+}
+
+taskset -c 1 "$UPSTREAM" "127.0.0.1:$(upstream_port "$(manifest "${TARGETS[0]}")")" >/dev/null 2>&1 &
+PIDS+=($!)
+for round in $(seq "${ROUNDS:-3}"); do
+    for build in A B; do
+        binary="$A"
+        [[ "$build" == B ]] && binary="$B"
+        for target in "${TARGETS[@]}"; do
+            port="$(port_of "$(manifest "$target")")"
+            RUST_LOG=warn taskset -c 0 "$binary" run --config "$(manifest "$target")" --workers 1 >/dev/null 2>&1 &
+            gateway=$!
+            PIDS+=("$gateway")
+            for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$port/readyz" && break; sleep 0.1; done
+            taskset -c 1 wrk -t1 -c64 -d2s -s "$BENCH_DIR/wrk/mix.lua" "http://127.0.0.1:$port" >/dev/null 2>&1
+            read -r u0 s0 < <(ticks "$gateway")
+            out="$(taskset -c 1 wrk -t1 -c64 -d10s -s "$BENCH_DIR/wrk/mix.lua" "http://127.0.0.1:$port" | sed -n 's/^WRKJSON //p')"
+            read -r u1 s1 < <(ticks "$gateway")
+            kill "$gateway"
+            wait "$gateway" 2>/dev/null || true
+            jq -r --arg r "$round" --arg b "$build" --arg t "$target" \
+                --argjson u $((u1 - u0)) --argjson s $((s1 - s0)) --argjson hz "$HZ" '
+                (.requests) as $n
+                | "\($r) \($b) \($t): \($n / (.duration_us / 1e6) | floor) req/s, CPU \(($u + $s) * 1e6 / $hz / $n * 100 | round / 100) us/req (user \($u * 1e6 / $hz / $n * 100 | round / 100), kernel \($s * 1e6 / $hz / $n * 100 | round / 100)), non-2xx \(.errors.status)"' <<<"$out"
+        done
+    done
+done
