@@ -69,6 +69,8 @@ impl Authentication {
             // Made on a cache miss only: a hit needs no view.
             let shared = &mut views;
             let view = move || {
+                // Moved in, so the closure is called once and may lend out
+                // what it holds.
                 let views = shared;
                 let index = match views
                     .iter()

@@ -69,6 +69,8 @@ impl Authorizers {
             // Made on a cache miss only: a hit needs no records.
             let slot = &mut attributes;
             let records = move || {
+                // Moved in, so the closure is called once and may lend out
+                // what it holds.
                 let slot = slot;
                 if slot.as_ref().is_some_and(|(shared, _)| *shared != reads) {
                     *slot = None;

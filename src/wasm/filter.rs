@@ -756,7 +756,6 @@ impl LoadedFilter<Authenticator> {
 }
 
 impl LoadedFilter<Authorizer> {
-    /// The decision on `attributes`, by the filter or its cache.
     /// The filter's decision on `user` and `request`, by the filter or its
     /// cache. The key is made from them as the filter reads them; the
     /// records of `attributes` are made only when the filter is called.
