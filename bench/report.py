@@ -26,7 +26,7 @@ import sys
 NUMERIC = ["requests", "seconds", "rps", "non2xx", "socket_errors", "cpu_us_per_req",
            "upstream_cpu_us_per_req", "p50_us", "p90_us", "p99_us", "cpu0_other_pct", "load1", "audited",
            "syscalls_per_req", "ctxsw_per_req", "cpu0_steal_pct", "minflt_per_req", "majflt_per_req",
-           "cache_hit_pct", "user_cpu_us_per_req"]
+           "cache_hit_pct", "user_cpu_us_per_req", "preempted_per_req"]
 
 LABELS = {
     "direct": "direct to the upstream",
@@ -129,6 +129,8 @@ def summarise(rows):
             "cpu0_other_pct": median(r["cpu0_other_pct"] for r in t.values()),
             "syscalls_per_req": median(r.get("syscalls_per_req") for r in t.values()),
             "ctxsw_per_req": median(r.get("ctxsw_per_req") for r in t.values()),
+            # of which involuntary: the core given to something else
+            "preempted_per_req": median(r.get("preempted_per_req") for r in t.values()),
             "cpu0_steal_pct": median(r.get("cpu0_steal_pct") for r in t.values()),
             "minflt_per_req": median(r.get("minflt_per_req") for r in t.values()),
             "majflt_per_req": median(r.get("majflt_per_req") for r in t.values()),
@@ -250,7 +252,8 @@ def markdown(summary, meta, results):
                 f"CPU {fmt(e.get('user_cpu_us_per_req'), 1)} µs/req in user space, "
                 f"{fmt(kernel_part(e), 1)} in the kernel",
                 f"upstream CPU {fmt(e['upstream_cpu_us_per_req'], 1)} µs/req",
-                f"{fmt(e['syscalls_per_req'], 2)} vfs read/write calls and {fmt(e['ctxsw_per_req'], 3)} context switches per request",
+                f"{fmt(e['syscalls_per_req'], 2)} vfs read/write calls and {fmt(e['ctxsw_per_req'], 3)} context switches per request "
+                f"({fmt(e.get('preempted_per_req'), 3)} of them involuntary)",
                 f"other processes on CPU 0 {fmt(e['cpu0_other_pct'], 1)}%, stolen {fmt(e['cpu0_steal_pct'], 1)}%",
                 f"major faults {fmt(e.get('majflt_per_req'), 4)}/req"]
         if target in meta.get("compiled_code", {}):
@@ -263,7 +266,8 @@ def markdown(summary, meta, results):
                  "kernel (stime: loopback TCP, system calls, wake-ups), the upstream's CPU per "
                  "request, the target's vfs read- and write-class system calls (/proc/PID/io syscr + syscw: read, "
                  "write, readv, writev; socket send/recv calls are not counted there, so HAProxy shows 0) and context "
-                 "switches (all threads) per request, and the CPU time of other processes on the target's core and "
+                 "switches (all threads) per request, of them the involuntary ones (the core given to a neighbour or "
+                 "to another of its threads while it had work), and the CPU time of other processes on the target's core and "
                  "the share the hypervisor stole from it during the window (the machine is shared), the target's "
                  "major page faults per request, and for wasmgate where its components' compiled code came from at "
                  "start (`compiled`: compiled then, the disk cache was cold; `disk`: read from it; `memory`) and its "
@@ -307,7 +311,7 @@ def write_tsv(path, summary):
             "oneconn_p50_us", "oneconn_p99_us", "oneconn_p50_minus_nginx_us", "openloop_p50_us", "openloop_p99_us",
             "errors", "upstream_cpu_us_per_req", "cpu0_other_pct", "audited_share", "syscalls_per_req", "ctxsw_per_req", "cpu0_steal_pct",
             "minflt_per_req", "majflt_per_req", "cache_hit_pct", "cpu_x_nginx_lua", "rps_min", "rps_max", "rounds",
-            "user_cpu_us_per_req"]
+            "user_cpu_us_per_req", "preempted_per_req"]
     with open(path, "w") as out:
         out.write("target\t" + "\t".join(keys) + "\n")
         for target, e in summary.items():

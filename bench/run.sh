@@ -524,6 +524,13 @@ io_calls() {
     awk '/^sysc[rw]:/ { n += $2 } END { print n + 0 }' "/proc/$1/io" 2>/dev/null || echo 0
 }
 
+# Involuntary context switches of PID's live threads so far: the times
+# something else was given the core while the target had work (a
+# neighbour, or a thread of its own), where the total counts its waits too.
+preemptions() {
+    cat "/proc/$1"/task/*/status 2>/dev/null | awk '/^nonvoluntary_ctxt_switches:/ { n += $2 } END { print n + 0 }'
+}
+
 # Context switches (voluntary and not) of PID's live threads so far.
 context_switches() {
     cat "/proc/$1"/task/*/status 2>/dev/null | awk '/ctxt_switches:/ { n += $2 } END { print n + 0 }'
@@ -571,21 +578,21 @@ audit_settle() {
 }
 
 RAW="$TMP/raw.tsv"
-printf 'round\ttarget\tphase\trequests\tseconds\trps\tnon2xx\tsocket_errors\tcpu_us_per_req\tupstream_cpu_us_per_req\tp50_us\tp90_us\tp99_us\tcpu0_other_pct\tload1\taudited\tsyscalls_per_req\tctxsw_per_req\tcpu0_steal_pct\tminflt_per_req\tmajflt_per_req\tcache_hit_pct\tcache_detail\tuser_cpu_us_per_req\n' >"$RAW"
+printf 'round\ttarget\tphase\trequests\tseconds\trps\tnon2xx\tsocket_errors\tcpu_us_per_req\tupstream_cpu_us_per_req\tp50_us\tp90_us\tp99_us\tcpu0_other_pct\tload1\taudited\tsyscalls_per_req\tctxsw_per_req\tcpu0_steal_pct\tminflt_per_req\tmajflt_per_req\tcache_hit_pct\tcache_detail\tuser_cpu_us_per_req\tpreempted_per_req\n' >"$RAW"
 
 measure_throughput() { # ROUND TARGET
     local round="$1" target="$2" out="$TMP/wrk-$1-$2.out" pid="${CPU_PID[$2]}"
-    local t0 t1 y0 y1 u0 u1 c0 c1 w0 w1 s0 s1 x0 x1 v0 v1 f0 f1 k0="" k1="" requests seconds non2xx socket audit="" load
+    local t0 t1 y0 y1 p0 p1 u0 u1 c0 c1 w0 w1 s0 s1 x0 x1 v0 v1 f0 f1 k0="" k1="" requests seconds non2xx socket audit="" load
     local wrk_arg="${WRK_ARGS[$target]:-}"
     wrk_run 1 "$CONNECTIONS" "$WARMUP" "${URL[$target]}" "$TMP/warmup.out" "$wrk_arg"
     audit_reset "$target"
     load="$(cut -d' ' -f1 /proc/loadavg)"
     [[ "$target" == wasmgate-* ]] && k0="$(cache_counts "$target")"
     t0="$(ticks "$pid")" y0="$(user_ticks "$pid")" u0="$(ticks "$UPSTREAM_PID")" c0="$(cpu0_busy)" w0="$(date +%s.%N)"
-    s0="$(io_calls "$pid")" x0="$(context_switches "$pid")" v0="$(cpu0_steal)" f0="$(faults "$pid")"
+    s0="$(io_calls "$pid")" x0="$(context_switches "$pid")" p0="$(preemptions "$pid")" v0="$(cpu0_steal)" f0="$(faults "$pid")"
     wrk_run 1 "$CONNECTIONS" "$DURATION" "${URL[$target]}" "$out" "$wrk_arg"
     t1="$(ticks "$pid")" y1="$(user_ticks "$pid")" u1="$(ticks "$UPSTREAM_PID")" c1="$(cpu0_busy)" w1="$(date +%s.%N)"
-    s1="$(io_calls "$pid")" x1="$(context_switches "$pid")" v1="$(cpu0_steal)" f1="$(faults "$pid")"
+    s1="$(io_calls "$pid")" x1="$(context_switches "$pid")" p1="$(preemptions "$pid")" v1="$(cpu0_steal)" f1="$(faults "$pid")"
     [[ "$target" == wasmgate-* ]] && k1="$(cache_counts "$target")"
     requests="$(wrk_field "$out" .requests)"
     seconds="$(wrk_field "$out" '.duration_us / 1e6')"
@@ -601,13 +608,13 @@ measure_throughput() { # ROUND TARGET
     local cache=$'\t'
     [[ "$target" == wasmgate-* ]] && cache="$(cache_ratio "$k0" "$k1")"
     awk -v r="$round" -v t="$target" -v n="$requests" -v s="$seconds" -v e="$non2xx" -v k="$socket" \
-        -v dt=$((t1 - t0)) -v dy=$((y1 - y0)) -v du=$((u1 - u0)) -v dc=$((c1 - c0)) -v hz="$CLK_TCK" -v l="$load" -v a="$audit" \
+        -v dt=$((t1 - t0)) -v dy=$((y1 - y0)) -v dp=$((p1 - p0)) -v du=$((u1 - u0)) -v dc=$((c1 - c0)) -v hz="$CLK_TCK" -v l="$load" -v a="$audit" \
         -v ds=$((s1 - s0)) -v dx=$((x1 - x0)) -v dv=$((v1 - v0)) \
         -v fn=$((${f1% *} - ${f0% *})) -v fj=$((${f1#* } - ${f0#* })) -v cache="$cache" '
         BEGIN {
             rps = n / s; cpu = dt * 1e6 / hz / n; up = du * 1e6 / hz / n
             other = (dc - dt) * 100 / hz / s; if (other < 0) other = 0
-            printf "%s\t%s\tthroughput\t%d\t%.3f\t%.1f\t%d\t%d\t%.2f\t%.2f\t\t\t\t%.1f\t%s\t%s\t%.2f\t%.3f\t%.1f\t%.3f\t%.4f\t%s\t%.2f\n", r, t, n, s, rps, e, k, cpu, up, other, l, a, ds / n, dx / n, dv * 100 / hz / s, fn / n, fj / n, cache, dy * 1e6 / hz / n
+            printf "%s\t%s\tthroughput\t%d\t%.3f\t%.1f\t%d\t%d\t%.2f\t%.2f\t\t\t\t%.1f\t%s\t%s\t%.2f\t%.3f\t%.1f\t%.3f\t%.4f\t%s\t%.2f\t%.4f\n", r, t, n, s, rps, e, k, cpu, up, other, l, a, ds / n, dx / n, dv * 100 / hz / s, fn / n, fj / n, cache, dy * 1e6 / hz / n, dp / n
         }' >>"$RAW"
     log "round $round $target: $(tail -n1 "$RAW" | awk -F'\t' '{ printf "%s req/s, %s us CPU/req, %s vfs read/write calls/req, %s context switches/req, %s minor faults/req, cache hits %s%%, non-2xx %s, socket errors %s, other load on CPU 0 %s%%, audited %s", $6, $9, $17, $18, $20, $22, $7, $8, $14, $16 }')"
 }
@@ -624,7 +631,7 @@ measure_one_connection() { # ROUND TARGET
         printf '%s\t%s\toneconn\t' "$round" "$target"
         sed -n 's/^WRKJSON //p' "$out" | jq -r '[.requests, (.duration_us / 1e6), (.requests / (.duration_us / 1e6)),
             .errors.status, (.errors.connect + .errors.read + .errors.write + .errors.timeout),
-            "", "", .latency_us.p50, .latency_us.p90, .latency_us.p99, "", "", "", "", "", "", "", "", "", ""] | @tsv'
+            "", "", .latency_us.p50, .latency_us.p90, .latency_us.p99, "", "", "", "", "", "", "", "", "", "", ""] | @tsv'
     } >>"$RAW"
     log "round $round $target one connection, one core: $(tail -n1 "$RAW" | awk -F'\t' '{ printf "p50 %s us, p99 %s us", $11, $13 }')"
 }
@@ -651,7 +658,7 @@ measure_open_loop() { # ROUND TARGET
             | ([.statusCodeDistribution // {} | to_entries[] | select((.key | tonumber) >= 400) | .value] | add // 0) as $bad
             | ([.errorDistribution // {} | to_entries[] | .value] | add // 0) as $err
             | [$n, .summary.total, .summary.requestsPerSec, $bad, $err, "", "",
-               (.latencyPercentiles.p50 * 1e6), (.latencyPercentiles.p90 * 1e6), (.latencyPercentiles.p99 * 1e6), "", "", "", "", "", "", "", "", "", ""]
+               (.latencyPercentiles.p50 * 1e6), (.latencyPercentiles.p90 * 1e6), (.latencyPercentiles.p99 * 1e6), "", "", "", "", "", "", "", "", "", "", ""]
             | @tsv' "$out"
     } >>"$RAW"
     log "round $round $target open loop at $RATE req/s: $(tail -n1 "$RAW" | awk -F'\t' '{ printf "p50 %s us, p99 %s us, errors %s+%s", $11, $13, $7, $8 }')"
