@@ -21,21 +21,18 @@ if [[ $# -gt 0 ]]; then TARGETS=("$@"); else TARGETS=(wasmgate-pass wasmgate-ful
 BENCH_DIR="$(cd "$(dirname "$0")" && pwd)"
 UPSTREAM="${BENCH_TARGET_DIR:-$HOME/.cache/wasmgate/bench-target}/release/bench-upstream"
 HZ="$(getconf CLK_TCK)"
+# shellcheck source=bench/proc.sh
+. "$BENCH_DIR/proc.sh"
+for target in "${TARGETS[@]}"; do
+    [[ -f "$RUN_DIR/manifests/$target.toml" ]] ||
+        { echo "ab.sh: $RUN_DIR has no manifests/$target.toml (a bench/run.sh --keep-temp run of that target)" >&2; exit 2; }
+done
 PIDS=()
 trap 'for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done' EXIT
 
 manifest() { echo "$RUN_DIR/manifests/$1.toml"; }
 port_of() { sed -nE '0,/^address = /s/^address = "[^"]*:([0-9]+)".*/\1/p' "$1"; }
 upstream_port() { sed -nE '0,/^upstream = /s/^upstream = "http:\/\/[^:]*:([0-9]+)".*/\1/p' "$1"; }
-ticks() { # "UTIME STIME" of PID, all threads
-    local stat
-    stat="$(cat "/proc/$1/stat")"
-    stat="${stat##*) }"
-    # shellcheck disable=SC2086
-    set -- $stat
-    echo "${12} ${13}"
-}
-
 taskset -c 1 "$UPSTREAM" "127.0.0.1:$(upstream_port "$(manifest "${TARGETS[0]}")")" >/dev/null 2>&1 &
 PIDS+=($!)
 for round in $(seq "${ROUNDS:-3}"); do
@@ -49,9 +46,9 @@ for round in $(seq "${ROUNDS:-3}"); do
             PIDS+=("$gateway")
             for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$port/readyz" && break; sleep 0.1; done
             taskset -c 1 wrk -t1 -c64 -d2s -s "$BENCH_DIR/wrk/mix.lua" "http://127.0.0.1:$port" >/dev/null 2>&1
-            read -r u0 s0 < <(ticks "$gateway")
+            read -r u0 s0 < <(cpu_ticks "$gateway")
             out="$(taskset -c 1 wrk -t1 -c64 -d10s -s "$BENCH_DIR/wrk/mix.lua" "http://127.0.0.1:$port" | sed -n 's/^WRKJSON //p')"
-            read -r u1 s1 < <(ticks "$gateway")
+            read -r u1 s1 < <(cpu_ticks "$gateway")
             kill "$gateway"
             wait "$gateway" 2>/dev/null || true
             jq -r --arg r "$round" --arg b "$build" --arg t "$target" \

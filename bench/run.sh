@@ -489,34 +489,14 @@ check_target() {
 
 CLK_TCK="$(getconf CLK_TCK)"
 
+# shellcheck source=bench/proc.sh
+. "$BENCH_DIR/proc.sh"
+
 # utime + stime of PID, in clock ticks (all its threads).
 ticks() {
-    local stat
-    stat="$(cat "/proc/$1/stat" 2>/dev/null)" || { echo 0; return; }
-    stat="${stat##*) }"
-    # shellcheck disable=SC2086
-    set -- $stat
-    echo $((${12} + ${13}))
-}
-
-# utime of PID alone, in clock ticks (all its threads): the user-space part.
-user_ticks() {
-    local stat
-    stat="$(cat "/proc/$1/stat" 2>/dev/null)" || { echo 0; return; }
-    stat="${stat##*) }"
-    # shellcheck disable=SC2086
-    set -- $stat
-    echo "${12}"
-}
-
-# Minor and major page faults of PID so far (all its threads): "MINOR MAJOR".
-faults() {
-    local stat
-    stat="$(cat "/proc/$1/stat" 2>/dev/null)" || { echo "0 0"; return; }
-    stat="${stat##*) }"
-    # shellcheck disable=SC2086
-    set -- $stat
-    echo "$8 ${10}"
+    local user kernel
+    read -r user kernel < <(cpu_ticks "$1")
+    echo $((user + kernel))
 }
 
 # read- and write-class system calls of PID so far (all threads).
@@ -582,16 +562,18 @@ printf 'round\ttarget\tphase\trequests\tseconds\trps\tnon2xx\tsocket_errors\tcpu
 
 measure_throughput() { # ROUND TARGET
     local round="$1" target="$2" out="$TMP/wrk-$1-$2.out" pid="${CPU_PID[$2]}"
-    local t0 t1 y0 y1 p0 p1 u0 u1 c0 c1 w0 w1 s0 s1 x0 x1 v0 v1 f0 f1 k0="" k1="" requests seconds non2xx socket audit="" load
+    local y0 y1 z0 z1 p0 p1 u0 u1 c0 c1 w0 w1 s0 s1 x0 x1 v0 v1 f0 f1 k0="" k1="" requests seconds non2xx socket audit="" load
     local wrk_arg="${WRK_ARGS[$target]:-}"
     wrk_run 1 "$CONNECTIONS" "$WARMUP" "${URL[$target]}" "$TMP/warmup.out" "$wrk_arg"
     audit_reset "$target"
     load="$(cut -d' ' -f1 /proc/loadavg)"
     [[ "$target" == wasmgate-* ]] && k0="$(cache_counts "$target")"
-    t0="$(ticks "$pid")" y0="$(user_ticks "$pid")" u0="$(ticks "$UPSTREAM_PID")" c0="$(cpu0_busy)" w0="$(date +%s.%N)"
+    read -r y0 z0 < <(cpu_ticks "$pid")
+    u0="$(ticks "$UPSTREAM_PID")" c0="$(cpu0_busy)" w0="$(date +%s.%N)"
     s0="$(io_calls "$pid")" x0="$(context_switches "$pid")" p0="$(preemptions "$pid")" v0="$(cpu0_steal)" f0="$(faults "$pid")"
     wrk_run 1 "$CONNECTIONS" "$DURATION" "${URL[$target]}" "$out" "$wrk_arg"
-    t1="$(ticks "$pid")" y1="$(user_ticks "$pid")" u1="$(ticks "$UPSTREAM_PID")" c1="$(cpu0_busy)" w1="$(date +%s.%N)"
+    read -r y1 z1 < <(cpu_ticks "$pid")
+    u1="$(ticks "$UPSTREAM_PID")" c1="$(cpu0_busy)" w1="$(date +%s.%N)"
     s1="$(io_calls "$pid")" x1="$(context_switches "$pid")" p1="$(preemptions "$pid")" v1="$(cpu0_steal)" f1="$(faults "$pid")"
     [[ "$target" == wasmgate-* ]] && k1="$(cache_counts "$target")"
     requests="$(wrk_field "$out" .requests)"
@@ -608,7 +590,7 @@ measure_throughput() { # ROUND TARGET
     local cache=$'\t'
     [[ "$target" == wasmgate-* ]] && cache="$(cache_ratio "$k0" "$k1")"
     awk -v r="$round" -v t="$target" -v n="$requests" -v s="$seconds" -v e="$non2xx" -v k="$socket" \
-        -v dt=$((t1 - t0)) -v dy=$((y1 - y0)) -v dp=$((p1 - p0)) -v du=$((u1 - u0)) -v dc=$((c1 - c0)) -v hz="$CLK_TCK" -v l="$load" -v a="$audit" \
+        -v dt=$((y1 + z1 - y0 - z0)) -v dy=$((y1 - y0)) -v dp=$((p1 - p0)) -v du=$((u1 - u0)) -v dc=$((c1 - c0)) -v hz="$CLK_TCK" -v l="$load" -v a="$audit" \
         -v ds=$((s1 - s0)) -v dx=$((x1 - x0)) -v dv=$((v1 - v0)) \
         -v fn=$((${f1% *} - ${f0% *})) -v fj=$((${f1#* } - ${f0#* })) -v cache="$cache" '
         BEGIN {
