@@ -14,6 +14,11 @@
 //! converts the older versions' records. A 0.4.0 auditor takes its events
 //! as records or serialised ([`AuditorForm`]), by the export it has. Authenticators and authorizers with `cache` in the manifest
 //! answer from their [`DecisionCache`] when it holds the answer.
+//!
+//! A call's future (its instance's and wasmtime's state, kilobytes) is
+//! boxed where the call is made: inline, it would be part of every stage's
+//! future around it, and copied each time one of those is moved (into its
+//! box, into the cache's lookup), on a cache hit too.
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -703,7 +708,7 @@ impl LoadedFilter<Authenticator> {
     ) -> (Call<AuthnResult>, Lookup) {
         self.cached(
             || cache_key::authentication(request, &self.spec.headers),
-            async move { self.call_authenticate(view()).await },
+            async move { Box::pin(self.call_authenticate(view())).await },
         )
         .await
     }
@@ -767,7 +772,7 @@ impl LoadedFilter<Authorizer> {
     ) -> (Call<Decision>, Lookup) {
         self.cached(
             || cache_key::authorization(user, request, self.spec.reads),
-            async move { self.call_authorize(attributes()).await },
+            async move { Box::pin(self.call_authorize(attributes())).await },
         )
         .await
     }
@@ -824,6 +829,10 @@ impl LoadedFilter<Authorizer> {
 impl LoadedFilter<Admission> {
     /// Calls the admission filter's `admit` on a write.
     pub async fn admit(&self, request: &AdmissionRequest) -> Call<AdmissionResponse> {
+        Box::pin(self.call_admit(request)).await
+    }
+
+    async fn call_admit(&self, request: &AdmissionRequest) -> Call<AdmissionResponse> {
         let _running = self.ticker.running();
         let started = Instant::now();
         let mut instance = match self.armed(started).await {
@@ -890,6 +899,10 @@ impl LoadedFilter<Auditor> {
     /// which goes on past an event it failed on (the first failure is the
     /// outcome) and stops at a trap.
     pub async fn audit(&self, batch: &AuditBatch<'_>) -> Call<()> {
+        Box::pin(self.call_audit(batch)).await
+    }
+
+    async fn call_audit(&self, batch: &AuditBatch<'_>) -> Call<()> {
         let events = batch.events();
         let _running = self.ticker.running();
         let started = Instant::now();
