@@ -42,20 +42,20 @@ impl<'a> AuditBatch<'a> {
     }
 }
 
-/// Room made for each event's line up front: a Metadata event of the
-/// bench's requests is 450 to 550 bytes, so a batch's buffer seldom grows
-/// (one with bodies grows as it must).
+/// Room made for the first line: a Metadata event is 450 to 700 bytes.
 const LINE_BYTES: usize = 640;
 
 /// The lines of `events`, in order, and their stages. An event at level
 /// `None` has no line; a body that is not JSON is left out of its line,
-/// with a warning.
+/// with a warning. Once the first line is written, room is made for the
+/// others at its length and an eighth more: a batch of events like its
+/// first grows (and is copied) once, while it holds one line.
 fn render(events: &[Event]) -> JsonBatch {
     let mut batch = JsonBatch {
-        lines: Vec::with_capacity(events.len() * LINE_BYTES),
+        lines: Vec::with_capacity(LINE_BYTES),
         stages: Vec::with_capacity(events.len()),
     };
-    for event in events {
+    for (index, event) in events.iter().enumerate() {
         if matches!(event.level, Level::None) {
             continue;
         }
@@ -64,6 +64,11 @@ fn render(events: &[Event]) -> JsonBatch {
             Ok(()) => {
                 batch.lines.push(b'\n');
                 batch.stages.push(json_stage(event.stage));
+                if batch.stages.len() == 1 {
+                    let line = batch.lines.len() - start;
+                    let rest = events.len() - index - 1;
+                    batch.lines.reserve(rest * (line + line / 8));
+                }
             }
             // Not reached with these types (string keys, raw JSON checked
             // already); a failure leaves no half line.
