@@ -1,6 +1,7 @@
 //! What the filters of one configuration may hold at once: instance slots
 //! (`[limits] filter_instances`, within the engine pool's own limit) and
-//! linear memory (`[limits] filter_memory`). Running out is its own call
+//! linear memory (`[limits] filter_memory`); and how many calls of one
+//! filter run at once ([`Turns`]). Running out is its own call
 //! outcome, [`Exhausted`], the gateway's capacity and never the filter's
 //! failure: the call waits a bounded time for room, then is refused.
 //!
@@ -31,6 +32,34 @@ pub enum Exhausted {
     /// The memory budget has no room for another instance.
     #[error("the filters' linear memory was at its cap (limits.filter_memory)")]
     Memory,
+    /// The filter's calls were running on every worker thread.
+    #[error("the filter's calls were running on every worker thread (one at a time on each)")]
+    Turns,
+}
+
+/// How many calls of one filter run at once: one per worker thread of the
+/// runtime. A guest call is computation and nothing else, so more at once
+/// buy no throughput: on a shared thread each would get a share of it, and
+/// a burst of dear calls (first calls that parse a large config) would all
+/// pass their timeout together, lose their instances (a timed-out instance
+/// is never reused) and start over, never filling the pool: the collapse
+/// bench/README.md's many-users row found. A call beyond them waits for its
+/// turn, in order and outside its timeout, for at most the capacity's wait.
+pub(crate) struct Turns(Arc<Semaphore>);
+
+impl Turns {
+    /// One turn per worker thread of the runtime the filter is loaded in
+    /// (one outside any).
+    pub(crate) fn per_worker() -> Self {
+        let workers = tokio::runtime::Handle::try_current()
+            .map_or(1, |runtime| runtime.metrics().num_workers());
+        Turns(Arc::new(Semaphore::new(workers.max(1))))
+    }
+
+    /// A turn at once, if one is free.
+    pub(crate) fn try_take(&self) -> Option<OwnedSemaphorePermit> {
+        self.0.clone().try_acquire_owned().ok()
+    }
 }
 
 /// Idle instances a waiting call may have dropped to make room.
@@ -158,6 +187,16 @@ impl Capacity {
                 refused: false,
             },
         ))
+    }
+
+    /// A turn of `turns` once one is free, waiting in order at most the
+    /// configured wait. The wait is not room the call needs, so it does not
+    /// count as pressure: instances that finish meanwhile stay idle.
+    pub(crate) async fn turn(&self, turns: &Turns) -> Result<OwnedSemaphorePermit, Exhausted> {
+        match tokio::time::timeout(self.wait, turns.0.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(Exhausted::Turns),
+        }
     }
 
     fn try_slot(&self) -> Option<Slot> {

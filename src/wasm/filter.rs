@@ -7,7 +7,8 @@
 //! pooling allocator makes that cheap); `pooled` keeps idle instances and
 //! re-arms their budgets per call. An instance that trapped or timed out is
 //! never reused: a trap may leave it in any state. Every instance holds a
-//! slot and a share of memory of the configuration's [`Capacity`].
+//! slot and a share of memory of the configuration's [`Capacity`], and a
+//! call runs only on one of the filter's [`Turns`].
 //!
 //! Versions: a component built against `wasmgate:filter@0.4.0`, `0.3.0`,
 //! `0.2.0` or `0.1.0` loads; [`Versioned`] holds which, and `super::legacy`
@@ -25,6 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use tokio::sync::OwnedSemaphorePermit;
 use wasmtime::component::InstancePre;
 use wasmtime::{Store, UpdateDeadline};
 
@@ -33,7 +35,7 @@ use super::bindings::{
     admission, auditor, authenticator, authorizer, json_auditor, types, v0_1, v0_2, v0_3,
 };
 use super::cache_key;
-use super::capacity::{Capacity, Exhausted, IdleInstances, Slot, StoreData};
+use super::capacity::{Capacity, Exhausted, IdleInstances, Slot, StoreData, Turns};
 use super::engine::{LoadError, WasmHost};
 use super::epoch::EpochTicker;
 use super::legacy::{v0_1 as v0_1_of, v0_2 as v0_2_of, v0_3 as v0_3_of};
@@ -310,6 +312,8 @@ struct Instance<K: Kind> {
     exports: K::Exports,
     /// Calls answered so far.
     calls: u64,
+    /// The turn of the call it is running (none while idle).
+    turn: Option<OwnedSemaphorePermit>,
     /// Declared after the store, so given back only once the store (and
     /// with it wasmtime's pool slot) is gone.
     _slot: Slot,
@@ -393,6 +397,7 @@ pub struct LoadedFilter<K: Kind> {
     ticker: Arc<EpochTicker>,
     pre: K::Pre,
     capacity: Arc<Capacity>,
+    turns: Turns,
     idle: Arc<IdlePool<K>>,
     /// The most linear memory an instance of this filter has had, in bytes:
     /// what a new instance reserves of the filter memory up front.
@@ -454,6 +459,7 @@ impl<K: Kind> LoadedFilter<K> {
             ticker: host.ticker.clone(),
             pre,
             capacity,
+            turns: Turns::per_worker(),
             idle,
             footprint: AtomicUsize::new(0),
             warned_memory_tight: AtomicBool::new(false),
@@ -487,16 +493,25 @@ impl<K: Kind> LoadedFilter<K> {
     }
 
     /// An instance with the filter's budgets armed for one call that
-    /// started at `started` (the time the call is measured from, read once).
+    /// started at `started` (the time the call is measured from, read once),
+    /// once the call has its turn ([`Turns`]): its timeout counts from then.
     async fn armed(&self, started: Instant) -> Result<Instance<K>, Unanswered> {
+        let (turn, from) = match self.turns.try_take() {
+            Some(turn) => (turn, started),
+            None => {
+                let turn = self.capacity.turn(&self.turns).await;
+                (turn.map_err(Unanswered::Exhausted)?, Instant::now())
+            }
+        };
         let mut instance = match self.idle_instance() {
             Some(mut instance) => {
-                instance.store.data_mut().state.deadline = started + self.spec.timeout;
+                instance.store.data_mut().state.deadline = from + self.spec.timeout;
                 instance
             }
             // Its deadline was set when there was room to make it.
             None => self.instantiate().await?,
         };
+        instance.turn = Some(turn);
         let state = &mut instance.store.data_mut().state;
         state.forget_stderr();
         state.ttl_limit = None;
@@ -591,6 +606,7 @@ impl<K: Kind> LoadedFilter<K> {
                 store,
                 exports,
                 calls: 0,
+                turn: None,
                 _slot: slot,
             }),
             Err(error) => {
@@ -624,6 +640,7 @@ impl<K: Kind> LoadedFilter<K> {
     }
 
     fn checkin(&self, mut instance: Instance<K>) {
+        instance.turn = None;
         if self.spec.isolation != Isolation::Pooled {
             return;
         }

@@ -4,7 +4,8 @@
 //! cap makes calls wait, and refuses a growth past it with the same 429;
 //! memory after a burst of big calls stays bounded; 4,000 traps log a
 //! bounded number of bytes while the metrics count every one; and
-//! `filter_instances` is checked against the in-flight limits.
+//! `filter_instances` is checked against the in-flight limits; a burst of
+//! dear calls takes turns, one per worker thread, each within its timeout.
 //!
 //! No timing assertions beyond generous upper bounds for "did not hang".
 
@@ -132,6 +133,43 @@ async fn more_calls_than_instance_slots_wait_then_get_429_never_500() {
         // And the filter serves normally afterwards.
         echo(&send(http_client().get(&url).header("x-fault", "allow")).await);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_burst_of_dear_calls_takes_turns_within_the_timeout_rather_than_all_passing_it() {
+    let upstream = Upstream::start().await;
+    let work = "work-200";
+    // What one such call takes alone, on this machine, with room to spare.
+    let calm = TestGateway::start(&authn_manifest(
+        &upstream,
+        "turns-calm",
+        "",
+        "isolation = \"pooled\"\ntimeout = \"10s\"\n",
+    ))
+    .await;
+    let url = calm.url("/open/dear");
+    echo(&send(http_client().get(&url).header("x-fault", "allow")).await);
+    let started = std::time::Instant::now();
+    echo(&send(http_client().get(&url).header("x-fault", work)).await);
+    let alone = started.elapsed();
+
+    // A timeout of eight times that, and one worker thread: 48 such calls
+    // sharing it would each take about 48 times as long, all pass it, and
+    // each lose its instance; taking turns, one at a time, each runs
+    // within it (with room for a noisy machine) and the others wait
+    // outside it.
+    let timeout = (alone * 8).as_millis().max(200);
+    let settings = format!("isolation = \"pooled\"\ntimeout = \"{timeout}ms\"\n");
+    let gateway = TestGateway::start(&authn_manifest(&upstream, "turns", "", &settings)).await;
+    let url = gateway.url("/open/dear");
+    let (served, refused) = served_and_refused(&burst(&url, work, 48).await, "authentication");
+    assert_eq!(
+        (served, refused),
+        (48, 0),
+        "one call alone took {alone:?}; the timeout was {timeout} ms"
+    );
+    let metrics = gateway.url("/metrics");
+    assert_eq!(filter_calls(&metrics, "turns", "timeout").await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -32,6 +32,10 @@ pub enum Fault<'a> {
 pub enum Burden {
     /// `slow-<ms>`: busy-wait that long on the monotonic clock.
     Slow(u64),
+    /// `work-<n>`: `n` million rounds of arithmetic, a fixed amount of
+    /// computation whose wall time grows when calls share a thread (a
+    /// `slow` call ends on time however little of the thread it gets).
+    Work(u64),
     /// `leak-<kib>`: allocate that many KiB, touch them, and never free
     /// them: a pooled instance's memory grows with every such call.
     Leak(usize),
@@ -48,6 +52,8 @@ pub fn parse(word: &str) -> Fault<'_> {
             let number = |prefix: &str| word.strip_prefix(prefix).and_then(|n| n.parse().ok());
             if let Some(ms) = number("slow-") {
                 Fault::Burden(Burden::Slow(ms))
+            } else if let Some(millions) = number("work-") {
+                Fault::Burden(Burden::Work(millions))
             } else if let Some(kib) = number("leak-") {
                 Fault::Burden(Burden::Leak(usize::try_from(kib).unwrap_or(usize::MAX)))
             } else {
@@ -88,6 +94,7 @@ pub fn exhaust_memory() -> ! {
 pub fn bear(burden: Burden) {
     match burden {
         Burden::Slow(millis) => busy_wait(millis),
+        Burden::Work(millions) => work(millions),
         Burden::Leak(kib) => leak(kib),
     }
 }
@@ -100,6 +107,18 @@ fn leak(kib: usize) {
         *byte = 1;
     }
     std::mem::forget(std::hint::black_box(chunk));
+}
+
+/// `work-<n>`: `n` million rounds of a multiply-and-add the optimiser
+/// cannot fold away.
+fn work(millions: u64) {
+    let mut state = std::hint::black_box(1u64);
+    for round in 0..millions.saturating_mul(1_000_000) {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(round);
+    }
+    std::hint::black_box(state);
 }
 
 /// `slow-<ms>`: busy-waits (no sleeping: the guest stays busy) on the WASI
@@ -122,6 +141,7 @@ mod tests {
         assert_eq!(parse("loop"), Fault::Loop);
         assert_eq!(parse("alloc"), Fault::Alloc);
         assert_eq!(parse("slow-250"), Fault::Burden(Burden::Slow(250)));
+        assert_eq!(parse("work-40"), Fault::Burden(Burden::Work(40)));
         assert_eq!(parse("leak-64"), Fault::Burden(Burden::Leak(64)));
         assert_eq!(parse("leak-x"), Fault::Answer("leak-x"));
         assert_eq!(parse("slow-x"), Fault::Answer("slow-x"));
