@@ -31,7 +31,7 @@ use wasmgate::request_info::RequestInfo;
 use wasmgate::wasm::audit_batch::AuditBatch;
 use wasmgate::wasm::bindings::authenticator::{AuthenticatorFilter, AuthenticatorFilterPre};
 use wasmgate::wasm::bindings::types;
-use wasmgate::wasm::capacity::{Capacity, Slot, StoreData};
+use wasmgate::wasm::capacity::{Capacity, Slot, StoreData, WaitDeadline};
 use wasmgate::wasm::filter::{AdmissionRequest, Attributes, Event, Level, Operation, Stage};
 use wasmgate::wasm::state::{FilterIdentity, FilterState};
 use wasmgate::wasm::{LoadedFilter, WasmHost, convert};
@@ -232,7 +232,11 @@ impl WasmtimeFloor {
     }
 
     async fn instance(&self) -> WarmInstance {
-        let (slot, memory) = self.capacity.reserve(0).await.expect("room");
+        let (slot, memory) = self
+            .capacity
+            .reserve(0, &mut WaitDeadline::default())
+            .await
+            .expect("room");
         let state = FilterState::new(self.identity.clone(), 64 << 20).expect("state");
         let mut store = wasmtime::Store::new(&self.engine, StoreData::new(state, memory, 64 << 20));
         store.limiter(|data| data);

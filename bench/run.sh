@@ -298,7 +298,7 @@ build() {
 
 # The share (%) of a 2-s busy loop on CPU 0 that the hypervisor stole: an
 # idle guest is not run, so it shows no steal; only a busy one can tell how
-# much of its core another guest takes (25-38% on some runs: what moves every
+# much of its core another guest takes (25-69% in some windows: what moves every
 # row, the Wasm rows' larger working set most).
 cpu0_steal_probe() {
     local s0 s1

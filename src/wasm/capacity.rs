@@ -44,7 +44,7 @@ pub enum Exhausted {
 /// pass their timeout together, lose their instances (a timed-out instance
 /// is never reused) and start over, never filling the pool: the collapse
 /// bench/README.md's many-users row found. A call beyond them waits for its
-/// turn, in order and outside its timeout, for at most the capacity's wait.
+/// turn, in order and outside its timeout, within the capacity's wait.
 pub(crate) struct Turns(Arc<Semaphore>);
 
 impl Turns {
@@ -59,6 +59,18 @@ impl Turns {
     /// A turn at once, if one is free.
     pub(crate) fn try_take(&self) -> Option<OwnedSemaphorePermit> {
         self.0.clone().try_acquire_owned().ok()
+    }
+}
+
+/// When a call's waits end: the configured wait after the first of them
+/// began (for its turn, a slot or memory), so that together they stay
+/// within it. The clock is read only when there is something to wait for.
+#[derive(Debug, Default)]
+pub struct WaitDeadline(Option<Instant>);
+
+impl WaitDeadline {
+    fn at(&mut self, wait: Duration) -> Instant {
+        *self.0.get_or_insert_with(|| Instant::now() + wait)
     }
 }
 
@@ -157,17 +169,18 @@ impl Capacity {
 
     /// A slot and a memory share for a new instance expected to need
     /// `expected` bytes of linear memory (charged up front, so concurrent
-    /// instantiations cannot all count on the same room). Waits at most the
-    /// configured wait, dropping idle instances first.
-    pub async fn reserve(&self, expected: usize) -> Result<(Slot, MemoryShare), Exhausted> {
-        // Read the clock only when there is something to wait for.
-        let mut deadline = None;
-        let mut deadline = || *deadline.get_or_insert_with(|| Instant::now() + self.wait);
+    /// instantiations cannot all count on the same room). Waits until
+    /// `deadline`, dropping idle instances first.
+    pub async fn reserve(
+        &self,
+        expected: usize,
+        deadline: &mut WaitDeadline,
+    ) -> Result<(Slot, MemoryShare), Exhausted> {
         let slot = match self.try_slot() {
             Some(slot) => slot,
             None => {
                 let _waiting = Waiting::new(&self.waiting);
-                let deadline = deadline();
+                let deadline = deadline.at(self.wait);
                 Slot {
                     _configuration: self.permit(&self.instances, deadline).await?,
                     _engine: self.permit(&self.engine, deadline).await?,
@@ -176,7 +189,7 @@ impl Capacity {
         };
         if !self.memory.try_charge(expected) {
             let _waiting = Waiting::new(&self.waiting);
-            self.charge(expected, deadline()).await?;
+            self.charge(expected, deadline.at(self.wait)).await?;
         }
         Ok((
             slot,
@@ -189,11 +202,16 @@ impl Capacity {
         ))
     }
 
-    /// A turn of `turns` once one is free, waiting in order at most the
-    /// configured wait. The wait is not room the call needs, so it does not
-    /// count as pressure: instances that finish meanwhile stay idle.
-    pub(crate) async fn turn(&self, turns: &Turns) -> Result<OwnedSemaphorePermit, Exhausted> {
-        match tokio::time::timeout(self.wait, turns.0.clone().acquire_owned()).await {
+    /// A turn of `turns` once one is free, waiting in order until
+    /// `deadline`. The wait is not room the call needs, so it does not count
+    /// as pressure: instances that finish meanwhile stay idle.
+    pub(crate) async fn turn(
+        &self,
+        turns: &Turns,
+        deadline: &mut WaitDeadline,
+    ) -> Result<OwnedSemaphorePermit, Exhausted> {
+        let deadline = deadline.at(self.wait);
+        match tokio::time::timeout_at(deadline, turns.0.clone().acquire_owned()).await {
             Ok(Ok(permit)) => Ok(permit),
             _ => Err(Exhausted::Turns),
         }

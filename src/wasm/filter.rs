@@ -35,7 +35,7 @@ use super::bindings::{
     admission, auditor, authenticator, authorizer, json_auditor, types, v0_1, v0_2, v0_3,
 };
 use super::cache_key;
-use super::capacity::{Capacity, Exhausted, IdleInstances, Slot, StoreData, Turns};
+use super::capacity::{Capacity, Exhausted, IdleInstances, Slot, StoreData, Turns, WaitDeadline};
 use super::engine::{LoadError, WasmHost};
 use super::epoch::EpochTicker;
 use super::legacy::{v0_1 as v0_1_of, v0_2 as v0_2_of, v0_3 as v0_3_of};
@@ -496,10 +496,12 @@ impl<K: Kind> LoadedFilter<K> {
     /// started at `started` (the time the call is measured from, read once),
     /// once the call has its turn ([`Turns`]): its timeout counts from then.
     async fn armed(&self, started: Instant) -> Result<Instance<K>, Unanswered> {
+        // The call's waits, for its turn and for room, end together.
+        let mut waits = WaitDeadline::default();
         let (turn, from) = match self.turns.try_take() {
             Some(turn) => (turn, started),
             None => {
-                let turn = self.capacity.turn(&self.turns).await;
+                let turn = self.capacity.turn(&self.turns, &mut waits).await;
                 (turn.map_err(Unanswered::Exhausted)?, Instant::now())
             }
         };
@@ -509,7 +511,7 @@ impl<K: Kind> LoadedFilter<K> {
                 instance
             }
             // Its deadline was set when there was room to make it.
-            None => self.instantiate().await?,
+            None => self.instantiate(&mut waits).await?,
         };
         instance.turn = Some(turn);
         let state = &mut instance.store.data_mut().state;
@@ -577,11 +579,11 @@ impl<K: Kind> LoadedFilter<K> {
     /// A fresh instance, once the capacity has room for it. Instantiation
     /// runs guest start-up code, so the filter's `timeout` counts from
     /// when there is room, not from when the call began to wait.
-    async fn instantiate(&self) -> Result<Instance<K>, Unanswered> {
+    async fn instantiate(&self, waits: &mut WaitDeadline) -> Result<Instance<K>, Unanswered> {
         let expected = self.footprint.load(Ordering::Relaxed);
         let (slot, memory) = self
             .capacity
-            .reserve(expected)
+            .reserve(expected, waits)
             .await
             .map_err(Unanswered::Exhausted)?;
         let state = FilterState::new(self.identity.clone(), self.spec.memory)
