@@ -33,6 +33,10 @@ trap 'for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done' EXIT
 manifest() { echo "$RUN_DIR/manifests/$1.toml"; }
 port_of() { sed -nE '0,/^address = /s/^address = "[^"]*:([0-9]+)".*/\1/p' "$1"; }
 upstream_port() { sed -nE '0,/^upstream = /s/^upstream = "http:\/\/[^:]*:([0-9]+)".*/\1/p' "$1"; }
+# Every audit sink the manifest names, emptied before each gateway starts:
+# a sink left to grow over the runs (gigabytes at these rates) makes the
+# kernel's writeback throttle the later runs' writes.
+empty_sinks() { sed -nE 's/^sink = "([^"]+)".*/\1/p' "$1" | while read -r sink; do : >"$sink"; done; }
 taskset -c 1 "$UPSTREAM" "127.0.0.1:$(upstream_port "$(manifest "${TARGETS[0]}")")" >/dev/null 2>&1 &
 PIDS+=($!)
 for round in $(seq "${ROUNDS:-3}"); do
@@ -41,6 +45,7 @@ for round in $(seq "${ROUNDS:-3}"); do
         [[ "$build" == B ]] && binary="$B"
         for target in "${TARGETS[@]}"; do
             port="$(port_of "$(manifest "$target")")"
+            empty_sinks "$(manifest "$target")"
             RUST_LOG=warn taskset -c 0 "$binary" run --config "$(manifest "$target")" --workers 1 >/dev/null 2>&1 &
             gateway=$!
             PIDS+=("$gateway")
