@@ -5,6 +5,8 @@
                                                  --sort dso,symbol -g none --percent-limit 0`
                                                  with `-n` (sample counts), cpu-clock at 999 Hz
     profile_summary.py callgrind SELF REQUESTS   SELF: `callgrind_annotate --threshold=100` output
+    profile_summary.py cachesim TOTALS REQUESTS  TOTALS: `callgrind_annotate --auto=no` output
+                                                 of a `--cache-sim=yes` run (every event)
 
 Self cost is exact for both tools, unlike inclusive cost, which wasmtime's
 fiber stack switches confuse (callgrind reports cycles above 100%, perf's
@@ -135,12 +137,45 @@ def callgrind(path, requests):
         print(f"({(total - counted) * 100 / total:.1f}% in functions below callgrind_annotate's threshold)")
 
 
+# callgrind's cache events, as its `--cache-sim=yes` names them.
+CACHE_EVENTS = {
+    "I1mr": "L1 instruction misses",
+    "D1mr": "L1 data read misses",
+    "D1mw": "L1 data write misses",
+    "ILmr": "last-level instruction misses",
+    "DLmr": "last-level data read misses",
+    "DLmw": "last-level data write misses",
+}
+
+
+def cachesim(path, requests):
+    """The simulated caches' misses per request, and per thousand instructions."""
+    events = totals = None
+    with open(path, errors="replace") as handle:
+        for line in handle:
+            if line.startswith("Events recorded:"):
+                events = line.split(":", 1)[1].split()
+            elif "PROGRAM TOTALS" in line:
+                totals = [int(n.replace(",", "")) for n in re.findall(r"([0-9][0-9,]*)\s+\(", line)]
+                break
+    if not events or not totals or len(events) != len(totals) or "Ir" not in events:
+        print("(no cache simulation in this profile)")
+        return
+    counts = dict(zip(events, totals))
+    print(f"{'per req':>9}  {'per 1k Ir':>9}  event")
+    for event, name in CACHE_EVENTS.items():
+        if event in counts:
+            per_request = counts[event] / requests if requests else 0
+            print(f"{per_request:9,.1f}  {counts[event] * 1000 / counts['Ir']:9.2f}  {name}")
+
+
 def main(argv):
-    if len(argv) != 4 or argv[1] not in ("perf", "callgrind"):
+    modes = {"perf": perf, "callgrind": callgrind, "cachesim": cachesim}
+    if len(argv) != 4 or argv[1] not in modes:
         print(__doc__, file=sys.stderr)
         return 2
     requests = int(float(argv[3] or 0))
-    (perf if argv[1] == "perf" else callgrind)(argv[2], requests)
+    modes[argv[1]](argv[2], requests)
     return 0
 
 

@@ -740,7 +740,7 @@ profile() {
         if command -v valgrind >/dev/null 2>&1; then
             log "profile: $target under callgrind (slow)"
             data="$TMP/$target.callgrind.out"
-            if start_profiled "$target" callgrind valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$data"; then
+            if start_profiled "$target" callgrind valgrind --tool=callgrind --cache-sim=yes --instr-atstart=no --callgrind-out-file="$data"; then
                 wrk_run 1 4 5 "$PROFILE_URL" "$TMP/warmup.out"
                 timeout 60 callgrind_control -i on "$PROFILE_PID" >/dev/null || true
                 wrk_run 1 4 20 "$PROFILE_URL" "$TMP/profile-callgrind-$target.out"
@@ -754,11 +754,14 @@ profile() {
                             cut -c1-220
                     }
                     requests="$(wrk_field "$TMP/profile-callgrind-$target.out" .requests)"
-                    timeout 600 callgrind_annotate --inclusive=yes --auto=no "$data" >"$data.inclusive" 2>/dev/null || true
-                    timeout 600 callgrind_annotate --threshold=100 --auto=no "$data" >"$data.self" 2>/dev/null || true
+                    timeout 600 callgrind_annotate --show=Ir --inclusive=yes --auto=no "$data" >"$data.inclusive" 2>/dev/null || true
+                    timeout 600 callgrind_annotate --show=Ir --threshold=100 --auto=no "$data" >"$data.self" 2>/dev/null || true
+                    timeout 600 callgrind_annotate --auto=no --threshold=0 "$data" 2>/dev/null | sed -n '1,/PROGRAM TOTALS/p' >"$data.totals" || true
                     echo "== callgrind: $target, $requests requests (wrk, 4 connections, 20 s under valgrind); user-space instructions only"
                     echo "-- self cost by bucket (instructions per request)"
                     python3 "$BENCH_DIR/profile_summary.py" callgrind "$data.self" "$requests"
+                    echo "-- simulated caches (callgrind --cache-sim=yes, sized as this machine's L1 and last level): misses per request and per thousand instructions"
+                    python3 "$BENCH_DIR/profile_summary.py" cachesim "$data.totals" "$requests"
                     echo "-- inclusive, wasmgate's own functions (a \"'2\" suffix: a recursive cycle through wasmtime's fibers)"
                     grep -E 'wasmgate::' "$data.inclusive" | grep -v "'2" | tidy | head -n 30
                     echo "-- inclusive, everything"
