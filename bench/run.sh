@@ -30,7 +30,8 @@
 #   --quiet-wait S      ... for at most S seconds, then run anyway (default 1.5, 5, 1200)
 #   --profile           after the run, profiles of nginx and wasmgate (pass-
 #                       through, full chain pooled with and without caches): perf record (cpu-clock) where perf
-#                       works, and valgrind --tool=callgrind, summarised in
+#                       works, and valgrind --tool=callgrind (instructions and
+#                       the simulated caches' misses), summarised in
 #                       bench/results/<date>.profile.txt (--rounds 0 --profile:
 #                       the profiles alone)
 #   --update-readme     put the table into bench/README.md's "Side by side"
@@ -689,8 +690,9 @@ start_profiled() { # TARGET TAG WRAPPER...
 }
 
 # perf (cpu-clock sampling, DWARF call graphs) at full load, and callgrind
-# (instruction counts, user space only) of a slower run, of nginx (for
-# reference) and wasmgate; summarised into OUT: self cost by bucket per
+# (instruction counts and its simulated L1 and last-level caches' misses,
+# user space only) of a slower run, of nginx (for reference) and wasmgate;
+# summarised into OUT: self cost by bucket per request, the misses per
 # request, and top functions by inclusive and by self cost.
 profile() {
     local out="$1" target data perf_ok=0 recorder i
@@ -756,7 +758,7 @@ profile() {
                     requests="$(wrk_field "$TMP/profile-callgrind-$target.out" .requests)"
                     timeout 600 callgrind_annotate --show=Ir --inclusive=yes --auto=no "$data" >"$data.inclusive" 2>/dev/null || true
                     timeout 600 callgrind_annotate --show=Ir --threshold=100 --auto=no "$data" >"$data.self" 2>/dev/null || true
-                    timeout 600 callgrind_annotate --auto=no --threshold=0 "$data" 2>/dev/null | sed -n '1,/PROGRAM TOTALS/p' >"$data.totals" || true
+                    timeout 600 callgrind_annotate --auto=no "$data" 2>/dev/null | sed -n '1,/PROGRAM TOTALS/p' >"$data.totals" || true
                     echo "== callgrind: $target, $requests requests (wrk, 4 connections, 20 s under valgrind); user-space instructions only"
                     echo "-- self cost by bucket (instructions per request)"
                     python3 "$BENCH_DIR/profile_summary.py" callgrind "$data.self" "$requests"
