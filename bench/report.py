@@ -284,7 +284,8 @@ def markdown(summary, meta, results):
     lines.append("")
     m = meta.get("machine", {})
     load = meta.get("load", {})
-    lines.append(f"- date: {meta.get('date')}; wasmgate {meta.get('versions', {}).get('wasmgate')}")
+    lines.append(f"- date: {meta.get('date')}; wasmgate {meta.get('versions', {}).get('wasmgate')}, "
+                 f"binary: {meta.get('versions', {}).get('wasmgate_binary', 'cargo build --release')}")
     lines.append(f"- machine: {m.get('nproc')} CPUs, {m.get('cpu')}, {m.get('memory')}, Linux {m.get('kernel')}"
                  + (f", transparent huge pages {m['transparent_hugepages']}" if m.get("transparent_hugepages") else ""))
     v = meta.get("versions", {})

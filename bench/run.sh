@@ -23,6 +23,8 @@
 #   --workers N         tokio worker threads of wasmgate (default 1)
 #   --no-install        do not install missing tools
 #   --no-build          use the binaries already built
+#   --binary FILE       serve the wasmgate targets with this binary (the one
+#                       bench/pgo.sh prints, say) instead of the release build
 #   --no-openloop       skip the open-loop (oha) phase
 #   --quiet-load L      wait until the 1-minute load average is below L,
 #   --quiet-steal P     and until the hypervisor steals less than P% of
@@ -80,7 +82,7 @@ COMMAND_LINE="bench/run.sh${*:+ $*}"
 ROUNDS=3 WARMUP=2 DURATION=10 CONNECTIONS=64 RATE=auto WORKERS=1
 OPEN_CONNECTIONS=16 INSTALL=1 BUILD=1 OPENLOOP=1 SMOKE=0 PROFILE=0
 QUIET_LOAD=1.5 QUIET_STEAL=5 QUIET_WAIT=1200 UPDATE_README=0 KEEP_TEMP=0 COLD_CODE=0
-TARGETS_ARG="" EXTRA=()
+TARGETS_ARG="" EXTRA=() BINARY=""
 ALL_TARGETS=(direct nginx nginx-lua haproxy hyper-proxy wasmgate-pass wasmgate-full-per-request wasmgate-full-pooled wasmgate-full-pooled-nocache wasmgate-full-pooled-many-users wasmgate-full-python nginx-tls wasmgate-pass-tls)
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -100,6 +102,7 @@ while (($#)); do
         --workers) WORKERS="${2:?}"; shift ;;
         --no-install) INSTALL=0 ;;
         --no-build) BUILD=0 ;;
+        --binary) BINARY="${2:?}"; shift ;;
         --no-openloop) OPENLOOP=0 ;;
         --quiet-load) QUIET_LOAD="${2:?}"; shift ;;
         --quiet-steal) QUIET_STEAL="${2:?}"; shift ;;
@@ -117,6 +120,10 @@ for number in "$ROUNDS" "$WARMUP" "$DURATION" "$CONNECTIONS" "$WORKERS" "$QUIET_
     [[ "$number" =~ ^[0-9]+$ ]] || die "not a whole number: $number"
 done
 [[ "$RATE" == auto || "$RATE" =~ ^[0-9]+$ ]] || die "--rate takes a number of requests/s"
+if [[ -n "$BINARY" ]]; then
+    [[ -x "$BINARY" ]] || die "--binary: $BINARY is not an executable file"
+    BINARY="$(realpath "$BINARY")"
+fi
 
 if ((SMOKE)); then
     ROUNDS=1 WARMUP=1 DURATION=3 OPENLOOP=0 PROFILE=0 UPDATE_README=0 QUIET_WAIT=0
@@ -280,20 +287,22 @@ cargo_target_dir() { # DIR DEFAULT
 build() {
     GATEWAY_TARGET_DIR="$(cargo_target_dir "$REPO_DIR" "$GATEWAY_TARGET_DIR")"
     UPSTREAM_TARGET_DIR="$(cargo_target_dir "$BENCH_DIR/upstream" "$UPSTREAM_TARGET_DIR")"
-    WASMGATE="$GATEWAY_TARGET_DIR/release/wasmgate"
+    WASMGATE="${BINARY:-$GATEWAY_TARGET_DIR/release/wasmgate}"
     UPSTREAM="$UPSTREAM_TARGET_DIR/release/bench-upstream"
     HYPER_PROXY="$UPSTREAM_TARGET_DIR/release/bench-hyper-proxy"
     if ((BUILD)); then
         log "building the filters (filters/build.sh)"
         timeout 3000 "$REPO_DIR/filters/build.sh" >/dev/null || die "filters/build.sh failed"
-        log "building wasmgate (cargo build --release, target dir $GATEWAY_TARGET_DIR; waits for other cargos' lock)"
-        (cd "$REPO_DIR" && CARGO_TARGET_DIR="$GATEWAY_TARGET_DIR" timeout 3000 cargo build --release --bin wasmgate >&2) ||
-            die "cargo build --release failed"
+        if [[ -z "$BINARY" ]]; then
+            log "building wasmgate (cargo build --release, target dir $GATEWAY_TARGET_DIR; waits for other cargos' lock)"
+            (cd "$REPO_DIR" && CARGO_TARGET_DIR="$GATEWAY_TARGET_DIR" timeout 3000 cargo build --release --bin wasmgate >&2) ||
+                die "cargo build --release failed"
+        fi
         log "building the bench upstream (bench/upstream, target dir $UPSTREAM_TARGET_DIR)"
         (cd "$BENCH_DIR/upstream" && CARGO_TARGET_DIR="$UPSTREAM_TARGET_DIR" timeout 1800 cargo build --release >&2) ||
             die "cargo build of bench/upstream failed"
     fi
-    [[ -x "$WASMGATE" ]] || die "no $WASMGATE (run without --no-build)"
+    [[ -x "$WASMGATE" ]] || die "no $WASMGATE (run without --no-build, or build it)"
     [[ -x "$UPSTREAM" ]] || die "no $UPSTREAM (run without --no-build)"
 }
 
@@ -752,7 +761,7 @@ profile() {
                 (
                     set +o pipefail
                     tidy() {
-                        sed -E 's#/root/\.cargo/registry/src/[^/]*/##g; s#/rustc/[0-9a-f]+/library/##g; s# \[[^]]*/release/wasmgate\]##; s# \[/usr/lib/x86_64-linux-gnu/([^]]*)\]# [\1]#' |
+                        sed -E 's#/root/\.cargo/registry/src/[^/]*/##g; s#/rustc/[0-9a-f]+/library/##g; s# \[[^]]*/release/wasmgate[^]/]*\]##; s# \[/usr/lib/x86_64-linux-gnu/([^]]*)\]# [\1]#' |
                             cut -c1-220
                     }
                     requests="$(wrk_field "$TMP/profile-callgrind-$target.out" .requests)"
@@ -852,6 +861,7 @@ cat >"$TMP/meta.json" <<EOF
   },
   "versions": {
     "wasmgate": $(jq -Rn --arg c "$(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$REPO_DIR" diff --quiet HEAD -- src Cargo.toml 2>/dev/null || echo '+local changes')" '$c'),
+    "wasmgate_binary": $(jq -Rn --arg c "${BINARY:-cargo build --release}" '$c'),
     "nginx": $(jq -Rn --arg c "$(nginx -v 2>&1)" '$c'),
     "haproxy": $(jq -Rn --arg c "$(haproxy -v 2>&1 | head -n1)" '$c'),
     "wrk": $(jq -Rn --arg c "$(wrk -v 2>&1 | head -n1)" '$c'),
