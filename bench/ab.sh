@@ -2,9 +2,9 @@
 # A/B of two wasmgate builds: each target's rendered manifest served by one
 # build, then the other, one gateway alive at a time, rounds interleaved,
 # pinned as bench/run.sh pins (gateway on CPU 0; upstream and wrk on CPU 1),
-# 2 s of warm-up then 10 s of bench/wrk/mix.lua at 64 connections (with its
-# many-users argument for wasmgate-full-pooled-many-users, as run.sh sends
-# it). Prints each run's req/s and CPU per request, split into user space
+# 2 s of warm-up then 10 s of bench/wrk/mix.lua at 64 connections (with the
+# argument the run sent the target: many-users for
+# wasmgate-full-pooled-many-users). Prints each run's req/s and CPU per request, split into user space
 # and kernel; a run that fails (a gateway not ready, wrk with no result)
 # stops it, saying which.
 #
@@ -36,14 +36,11 @@ trap 'for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done' EXIT
 manifest() { echo "$RUN_DIR/manifests/$1.toml"; }
 port_of() { sed -nE '0,/^address = /s/^address = "[^"]*:([0-9]+)".*/\1/p' "$1"; }
 upstream_port() { sed -nE '0,/^upstream = /s/^upstream = "http:\/\/[^:]*:([0-9]+)".*/\1/p' "$1"; }
-# The gateway on PORT answers HTTP within 10 s (any status, as run.sh
-# waits: the chains refuse an anonymous /readyz with 401).
-ready() { for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$1/readyz" && return 0; sleep 0.1; done; return 1; }
-# SECONDS of bench/wrk/mix.lua against PORT, with run.sh's script argument
-# for TARGET (many-users: one of 10,000 tokens a request, as run.sh sends).
+# SECONDS of bench/wrk/mix.lua against PORT, with the script argument the
+# run sent TARGET (wrk-args/: many-users, one of 10,000 tokens a request).
 mix() { # TARGET PORT SECONDS
     local arg=()
-    [[ "$1" == wasmgate-full-pooled-many-users ]] && arg=(-- many-users)
+    [[ -f "$RUN_DIR/wrk-args/$1" ]] && arg=(-- "$(cat "$RUN_DIR/wrk-args/$1")")
     taskset -c 1 wrk -t1 -c64 -d"$3"s -s "$BENCH_DIR/wrk/mix.lua" "http://127.0.0.1:$2" "${arg[@]}"
 }
 # Every audit sink the manifest names, emptied before each gateway starts:
@@ -62,7 +59,8 @@ for round in $(seq "${ROUNDS:-3}"); do
             RUST_LOG=warn taskset -c 0 "$binary" run --config "$(manifest "$target")" --workers 1 >/dev/null 2>&1 &
             gateway=$!
             PIDS+=("$gateway")
-            ready "$port" || { echo "ab.sh: round $round, build $build ($binary), $target: no HTTP answer on port $port in 10 s" >&2; exit 1; }
+            wait_http "$gateway" "http://127.0.0.1:$port/" ||
+                { echo "ab.sh: round $round, build $build ($binary), $target: exited or no HTTP answer on port $port in 60 s" >&2; exit 1; }
             mix "$target" "$port" 2 >/dev/null ||
                 { echo "ab.sh: round $round, build $build, $target: the warm-up's wrk failed" >&2; exit 1; }
             read -r u0 s0 < <(cpu_ticks "$gateway")
