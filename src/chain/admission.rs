@@ -112,7 +112,9 @@ impl Handler for Admission {
             {
                 return self.next.call(request).await;
             }
-            match self.admit(request, operation).await {
+            // Boxed: reads never get here, and inline the admission's state
+            // would be in every request's future, which is moved whole.
+            match Box::pin(self.admit(request, operation)).await {
                 Ok(request) => self.next.call(request).await,
                 Err(error) => error.into_response(),
             }

@@ -21,6 +21,7 @@ mod upgrade;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use http::header;
 use http::uri::{Authority, PathAndQuery, Scheme};
@@ -430,11 +431,12 @@ impl UpstreamProxy {
 
 impl Handler for UpstreamProxy {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-        Box::pin(async move {
+        // The forward's future boxed as it is, not awaited inside another
+        // future that would be moved whole once more.
+        Box::pin(
             self.forward(request)
-                .await
-                .unwrap_or_else(GatewayError::into_response)
-        })
+                .map(|answered| answered.unwrap_or_else(GatewayError::into_response)),
+        )
     }
 }
 

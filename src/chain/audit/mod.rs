@@ -65,15 +65,16 @@ impl Handler for Audit {
             let Some((level, omitted)) = level else {
                 return self.next.call(request).await;
             };
+            // The bodies' buffering boxed: only levels Request and above
+            // wait for it, and inline its state would be in every audited
+            // request's future.
             let (mut request, request_object) = if level >= AuditLevel::Request {
-                buffer_request_object(request).await
+                Box::pin(buffer_request_object(request)).await
             } else {
                 (request, None)
             };
             let context = AuditContext::default();
             request.extensions_mut().insert(context.clone());
-            let mut event = base_event(&request, level);
-            event.request_object = request_object;
             let long_running = crate::request_info::is_long_running(&request);
             let emits = |stage: AuditStage| !omitted.contains(&stage);
 
@@ -82,7 +83,12 @@ impl Handler for Audit {
             // client, closed by the shutdown (kube writes ResponseComplete
             // when its handler returns, however it returns).
             let mut completion = Completion {
-                event: Some(event),
+                // Made in place: a local would keep its own copy of the event in
+                // the future, moved or not.
+                event: Some(Event {
+                    request_object,
+                    ..base_event(&request, level)
+                }),
                 omitted: !emits(AuditStage::ResponseComplete),
                 interruption: Interruption::of(&request),
                 context: context.clone(),
@@ -102,13 +108,13 @@ impl Handler for Audit {
                 Ok(response) => response,
                 Err(panic) => {
                     // kube writes Panic instead of ResponseComplete.
-                    if let Some(event) = completion.event.take()
-                        && emits(AuditStage::Panic)
-                    {
-                        let mut panicked = stamped(event, Stage::Panic, &context);
-                        panicked.response_status =
-                            Some(status_record(500, "InternalError", "APIServer panic'd"));
-                        self.backend.emit(panicked).await;
+                    let write = completion
+                        .event
+                        .take()
+                        .filter(|_| emits(AuditStage::Panic))
+                        .map(|event| self.backend.emit(panicked(event, &context)));
+                    if let Some(write) = write {
+                        write.await;
                     }
                     // Panic recovery, outside, turns it into a 500.
                     std::panic::resume_unwind(panic);
@@ -128,7 +134,7 @@ impl Handler for Audit {
                 return crate::body::keep_until_done(response, completion);
             }
             let (response, response_object) = if level == AuditLevel::RequestResponse {
-                buffer_response_object(response).await
+                Box::pin(buffer_response_object(response)).await
             } else {
                 (response, None)
             };
@@ -137,6 +143,13 @@ impl Handler for Audit {
             response
         })
     }
+}
+
+/// The Panic event kube writes in place of ResponseComplete.
+fn panicked(event: Event, context: &AuditContext) -> Event {
+    let mut event = stamped(event, Stage::Panic, context);
+    event.response_status = Some(status_record(500, "InternalError", "APIServer panic'd"));
+    event
 }
 
 /// A request's ResponseComplete, written once: by [`Completion::write`] when
@@ -161,14 +174,17 @@ impl Completion {
         }
     }
 
-    /// Writes the event now (blocking mode: before the response is sent).
-    async fn write(mut self) {
-        if let Some(event) = self.event.take()
-            && !self.omitted
-        {
+    /// Hands the event on now; in blocking mode the returned future writes
+    /// it, before the response is sent.
+    fn write(&mut self) -> impl Future<Output = ()> + Send + '_ {
+        let write = self.event.take().filter(|_| !self.omitted).map(|event| {
             self.backend
                 .emit(stamped(event, Stage::ResponseComplete, &self.context))
-                .await;
+        });
+        async move {
+            if let Some(write) = write {
+                write.await;
+            }
         }
     }
 }
