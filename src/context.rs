@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime};
 
 use http::{HeaderMap, HeaderValue};
@@ -191,6 +191,25 @@ impl UserInfo {
         extensions
             .get::<UserInfo>()
             .map_or_else(|| Cow::Owned(UserInfo::anonymous()), Cow::Borrowed)
+    }
+}
+
+/// Where authentication reports the user it found to a step outside it
+/// that reads the user once the response is back (the HTTP log, `wasmgate
+/// try`). That step puts one in the request; a request with none carries
+/// no copy of the user out with its response.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct UserReport(Arc<OnceLock<UserInfo>>);
+
+impl UserReport {
+    /// Called by authentication, once; a second report is ignored.
+    pub(crate) fn report(&self, user: &UserInfo) {
+        let _ = self.0.set(user.clone());
+    }
+
+    /// The user authentication reported, if the request reached it.
+    pub(crate) fn user(&self) -> Option<&UserInfo> {
+        self.0.get()
     }
 }
 

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::body::Body;
 use crate::chain::stage::{FilterTrace, TraceEntry};
-use crate::context::{ConnectionInfo, UserInfo};
+use crate::context::{ConnectionInfo, UserInfo, UserReport};
 use crate::delegation::RoutedTo;
 use crate::request_info::RequestInfo;
 use crate::server::Gateway;
@@ -96,6 +96,8 @@ async fn run(gateway: &Gateway, trial: Trial) -> Result<Report, TrialError> {
         .or_insert(HeaderValue::from_static("localhost"));
     let trace = FilterTrace::default();
     request.extensions_mut().insert(trace.clone());
+    let user = UserReport::default();
+    request.extensions_mut().insert(user.clone());
     request.extensions_mut().insert(ConnectionInfo::new(
         SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
         false,
@@ -104,7 +106,7 @@ async fn run(gateway: &Gateway, trial: Trial) -> Result<Report, TrialError> {
     let response = gateway.handler().call(request).await;
     let status = response.status().as_u16();
     let routed = response.extensions().get::<RoutedTo>().is_some();
-    let user = response.extensions().get::<UserInfo>().cloned();
+    let user = user.user().cloned();
     let bytes = response
         .into_body()
         .collect()

@@ -20,7 +20,7 @@ use super::audit::FailedAuthenticationAudit;
 use super::stage::{self, Failure, Watchers};
 use crate::body::{Request, Response};
 use crate::config::stages::{Reads, RequestHeaders};
-use crate::context::{ClientCredentials, UserInfo};
+use crate::context::{ClientCredentials, UserInfo, UserReport};
 use crate::handler::{Handler, SharedHandler};
 use crate::metrics::stages::AuthnOutcome;
 use crate::request_info::RequestInfo;
@@ -206,12 +206,11 @@ impl Handler for Authentication {
                     }
                 }
             };
-            parts.extensions.insert(user.clone());
-            let request = http::Request::from_parts(parts, body);
-            let mut response = self.next.call(request).await;
-            // For the HTTP log, which sees only the response.
-            response.extensions_mut().insert(user);
-            response
+            if let Some(report) = parts.extensions.get::<UserReport>() {
+                report.report(&user);
+            }
+            parts.extensions.insert(user);
+            self.next.call(http::Request::from_parts(parts, body)).await
         })
     }
 }

@@ -16,7 +16,7 @@ use http::HeaderMap;
 
 use crate::body::{Request, Response};
 use crate::config::AccessLog;
-use crate::context::{AuditId, ReceivedAt, RouteAnswered, UserInfo};
+use crate::context::{AuditId, ReceivedAt, RouteAnswered, UserReport};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 
@@ -71,13 +71,14 @@ impl Handler for HttpLog {
             trace_id: trace_id(&request).unwrap_or_default(),
             bytes_in: bytes_in.clone(),
         };
-        let request = request
+        let user = UserReport::default();
+        let mut request = request
             .map(|body| body.on_end(move |bytes, _| bytes_in.store(bytes, Ordering::Relaxed)));
+        request.extensions_mut().insert(user.clone());
         Box::pin(async move {
             let response = self.next.call(request).await;
-            let user = response
-                .extensions()
-                .get::<UserInfo>()
+            let user = user
+                .user()
                 .map(|user| user.name.clone())
                 .unwrap_or_default();
             let answered = response.extensions().get::<RouteAnswered>().cloned();

@@ -163,3 +163,44 @@ async fn off_writes_nothing_and_sampled_writes_its_share() {
     let kept = json_lines(&sampled).len();
     assert!((60..=140).contains(&kept), "{kept} of 400 lines at 25%");
 }
+
+/// The line's user is the one authentication found (reported to the log,
+/// which asks for it, rather than copied onto every response), none for a
+/// request it refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_line_names_the_user_authentication_found() {
+    let upstream = Upstream::start().await;
+    let settings = format!(
+        "[access_log]\nmode = \"on\"\n[authorization]\nalways_allow = true\n[authentication]\nanonymous = true\n{}",
+        crate::support::tokens()
+    );
+    let (_dir, gateway) = spawn(&upstream, &settings, &["--log-format", "json"]);
+    let client = http_client();
+    let request = |audit_id: &str| {
+        client
+            .get(gateway.url(WIDGETS))
+            .header("audit-id", audit_id)
+    };
+    let alice = send(request("access-log-alice").bearer_auth("alice-token")).await;
+    assert_eq!(alice.status, 200);
+    let anonymous = send(request("access-log-anonymous")).await;
+    assert_eq!(anonymous.status, 200);
+    let refused = send(request("access-log-refused").bearer_auth("no-such-token")).await;
+    assert_eq!(refused.status, 401);
+
+    let lines = eventually("three access log lines", || {
+        let lines = json_lines(&gateway);
+        async move { (lines.len() >= 3).then_some(lines) }
+    })
+    .await;
+    let user_of = |audit_id: &str| {
+        lines
+            .iter()
+            .find(|line| line["audit_id"] == audit_id)
+            .map(|line| line["user"].clone())
+            .unwrap_or_else(|| panic!("no line for {audit_id}: {lines:#?}"))
+    };
+    assert_eq!(user_of("access-log-alice"), "alice");
+    assert_eq!(user_of("access-log-anonymous"), "system:anonymous");
+    assert_eq!(user_of("access-log-refused"), "");
+}
