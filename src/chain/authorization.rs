@@ -172,7 +172,7 @@ impl Handler for Authorization {
                 Verdict::Deny(reason) => {
                     if let Some(audit) = audit {
                         audit.annotate("authorization.k8s.io/decision", "forbid");
-                        audit.annotate("authorization.k8s.io/reason", &reason);
+                        audit.annotate("authorization.k8s.io/reason", reason.clone());
                     }
                     forbidden(user, info, &reason).into_response()
                 }

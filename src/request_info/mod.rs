@@ -277,20 +277,25 @@ fn resolve_with(
 ) -> Result<RequestInfo, Box<RequestInfo>> {
     let path = decode_path(raw_path);
 
-    // Non-resource until shown otherwise.
+    // Non-resource until shown otherwise. The verb is set once, where the
+    // resolution ends: the method's for a non-resource request (and for
+    // the one input kube rejects), the resource verb otherwise.
     let mut info = RequestInfo {
         path: path.clone().into_owned(),
-        verb: method.as_str().to_ascii_lowercase(),
         ..RequestInfo::default()
+    };
+    let method_verb = |mut info: RequestInfo| {
+        info.verb = method.as_str().to_ascii_lowercase();
+        info
     };
 
     let segments = split_path(&path);
     // At least three segments, the first an API prefix.
     let [prefix, rest @ ..] = segments.as_slice() else {
-        return Ok(info);
+        return Ok(method_verb(info));
     };
     if rest.len() < 2 || !is_api_prefix(prefix) {
-        return Ok(info);
+        return Ok(method_verb(info));
     }
     info.api_prefix = (*prefix).to_owned();
 
@@ -303,30 +308,30 @@ fn resolve_with(
                 info.api_group = (*group).to_owned();
                 rest
             }
-            _ => return Ok(info),
+            _ => return Ok(method_verb(info)),
         }
     };
 
     info.is_resource_request = true;
     // Two or more parts remain here; the `else` arms cannot be taken.
     let [version, rest @ ..] = rest else {
-        return Err(Box::new(info));
+        return Err(Box::new(method_verb(info)));
     };
     info.api_version = (*version).to_owned();
     let [first, after_first @ ..] = rest else {
-        return Err(Box::new(info));
+        return Err(Box::new(method_verb(info)));
     };
 
-    let verb_via_path = SPECIAL_VERBS.contains(first);
+    let verb_via_path = SPECIAL_VERBS.iter().copied().find(|verb| verb == first);
     let mut rest = rest;
-    if verb_via_path {
+    let mut verb = if let Some(verb) = verb_via_path {
         if after_first.is_empty() {
-            return Err(Box::new(info));
+            return Err(Box::new(method_verb(info)));
         }
-        info.verb = (*first).to_owned();
         rest = after_first;
+        verb
     } else {
-        info.verb = match method.as_str() {
+        match method.as_str() {
             "POST" => "create",
             "GET" | "HEAD" => "get",
             "PUT" => "update",
@@ -334,8 +339,8 @@ fn resolve_with(
             "DELETE" => "delete",
             _ => "",
         }
-        .to_owned();
-    }
+    };
+    let verb_via_path = verb_via_path.is_some();
 
     // `namespaces/{ns}/{resource}/...`: re-base the parts on the resource, unless
     // the part after the namespace name is a subresource of the namespace itself.
@@ -356,7 +361,7 @@ fn resolve_with(
         if let [name, tail @ ..] = tail {
             info.name = (*name).to_owned();
             if let [subresource, ..] = tail
-                && !SPECIAL_VERBS_NO_SUBRESOURCES.contains(&info.verb.as_str())
+                && !SPECIAL_VERBS_NO_SUBRESOURCES.contains(&verb)
             {
                 info.subresource = (*subresource).to_owned();
             }
@@ -366,10 +371,10 @@ fn resolve_with(
     let params = query.map(go_parse_query).unwrap_or_default();
 
     // A get without a name is a collection read: list, or watch when asked.
-    if info.name.is_empty() && info.verb == "get" {
+    if info.name.is_empty() && verb == "get" {
         match decode_list_options(&params) {
             Ok(opts) => {
-                info.verb = if opts.watch { "watch" } else { "list" }.to_owned();
+                verb = if opts.watch { "watch" } else { "list" };
                 if let Some(name) = opts.exact_name
                     && is_valid_path_segment_name(&name)
                 {
@@ -382,18 +387,19 @@ fn resolve_with(
                     let v = v.to_ascii_lowercase();
                     v != "false" && v != "0"
                 });
-                info.verb = if watch { "watch" } else { "list" }.to_owned();
+                verb = if watch { "watch" } else { "list" };
             }
         }
     }
 
-    if info.name.is_empty() && info.verb == "delete" {
-        info.verb = "deletecollection".to_owned();
+    if info.name.is_empty() && verb == "delete" {
+        verb = "deletecollection";
     }
+    info.verb = verb.to_owned();
 
     // Selectors are recorded raw, only for verbs that honour them, and not for the
     // deprecated verb-in-path form (whose single-object watch ignores them).
-    if !verb_via_path && VERBS_WITH_SELECTORS.contains(&info.verb.as_str()) {
+    if !verb_via_path && VERBS_WITH_SELECTORS.contains(&verb) {
         if let Some(v) = first_value(&params, "fieldSelector") {
             info.field_selector = v.to_owned();
         }

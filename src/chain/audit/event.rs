@@ -4,6 +4,7 @@
 //! stages inside audit add to it (kube's audit context,
 //! `staging/src/k8s.io/apiserver/pkg/audit/context.go`).
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -24,14 +25,16 @@ pub(crate) struct AuditContext(Arc<Mutex<AuditNotes>>);
 
 #[derive(Default)]
 struct AuditNotes {
-    annotations: Vec<(String, String)>,
+    /// The keys are the gateway's own; the values mostly so (authorization's
+    /// `allow`), kept without a copy until an event is made.
+    annotations: Vec<(&'static str, Cow<'static, str>)>,
     impersonated: Option<UserInfo>,
 }
 
 impl AuditContext {
-    pub(crate) fn annotate(&self, key: &str, value: &str) {
+    pub(crate) fn annotate(&self, key: &'static str, value: impl Into<Cow<'static, str>>) {
         if let Ok(mut notes) = self.0.lock() {
-            notes.annotations.push((key.to_owned(), value.to_owned()));
+            notes.annotations.push((key, value.into()));
         }
     }
 
@@ -47,8 +50,8 @@ impl AuditContext {
                 .annotations
                 .iter()
                 .map(|(key, value)| Annotation {
-                    key: key.clone(),
-                    value: value.clone(),
+                    key: (*key).to_owned(),
+                    value: value.clone().into_owned(),
                 })
                 .collect();
             event.impersonated_user = notes.impersonated.as_ref().map(convert::user_to_wit);
