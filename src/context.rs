@@ -22,8 +22,8 @@ pub struct ConnectionInfo {
     /// names it, rendered once per connection rather than per request.
     pub client_ip: HeaderValue,
     /// `ip:port`, as an authenticator's `request-view` gives it; rendered
-    /// once per connection too.
-    pub remote_text: String,
+    /// once per connection too, and shared by its requests' copies.
+    pub remote_text: Arc<str>,
     /// True when the connection is TLS.
     pub tls: bool,
     /// The client's certificate chain, leaf first, when the listener verified
@@ -44,7 +44,7 @@ impl ConnectionInfo {
         ConnectionInfo {
             remote_addr,
             client_ip,
-            remote_text: remote_addr.to_string(),
+            remote_text: remote_addr.to_string().into(),
             tls,
             client_chain,
         }

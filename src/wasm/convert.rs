@@ -37,7 +37,7 @@ pub fn request_view(
         remote_addr: read(
             reads,
             ReadField::RemoteAddr,
-            connection.map_or("", |c| c.remote_text.as_str()),
+            connection.map_or("", |c| &c.remote_text),
         ),
         client_certificate: connection.and_then(client_certificate),
     }
