@@ -17,8 +17,10 @@ pub(crate) struct PanicRecovery {
 
 impl Handler for PanicRecovery {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+        // For the log line of a panic: the URI is shared, not copied, as
+        // nearly every request never panics.
         let method = request.method().clone();
-        let path = request.uri().path().to_owned();
+        let uri = request.uri().clone();
         Box::pin(async move {
             // `call` itself runs inside catch_unwind too: a filter that
             // panics before returning its future is caught as well.
@@ -31,6 +33,7 @@ impl Handler for PanicRecovery {
                         .map(|s| s.to_string())
                         .or_else(|| panic.downcast_ref::<String>().cloned())
                         .unwrap_or_default();
+                    let path = uri.path();
                     tracing::error!(%method, %path, %cause, "panic while serving a request");
                     GatewayError::internal(format!(
                         "the server panicked while serving {method} {path}"

@@ -59,6 +59,10 @@ async fn a_panic_is_a_500_status_and_the_gateway_goes_on() {
                 "{message}"
             );
             assert!(
+                message.ends_with(&format!("while serving GET {path}")),
+                "the message names the request: {message}"
+            );
+            assert!(
                 !message.contains("the centre panicked"),
                 "the panic's text is for the log only: {message}"
             );
