@@ -322,9 +322,9 @@ fn resolve_with(
         return Err(Box::new(method_verb(info)));
     };
 
-    let verb_via_path = SPECIAL_VERBS.iter().copied().find(|verb| verb == first);
+    let special_verb = SPECIAL_VERBS.iter().copied().find(|verb| verb == first);
     let mut rest = rest;
-    let mut verb = if let Some(verb) = verb_via_path {
+    let mut verb = if let Some(verb) = special_verb {
         if after_first.is_empty() {
             return Err(Box::new(method_verb(info)));
         }
@@ -340,7 +340,7 @@ fn resolve_with(
             _ => "",
         }
     };
-    let verb_via_path = verb_via_path.is_some();
+    let verb_via_path = special_verb.is_some();
 
     // `namespaces/{ns}/{resource}/...`: re-base the parts on the resource, unless
     // the part after the namespace name is a subresource of the namespace itself.

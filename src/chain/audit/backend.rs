@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use futures_util::future::OptionFuture;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -74,7 +75,7 @@ impl AuditBackend {
     /// `async fn`: its state (the event, the filters' calls) would sit in
     /// the future of every audited request, which is moved whole when it
     /// is made (bench/README.md § "Futures moved whole").
-    pub(super) fn emit(&self, event: Event) -> impl Future<Output = ()> + Send + '_ {
+    pub(super) fn emit(&self, event: Event) -> impl Future<Output = Option<()>> + Send + '_ {
         crate::metrics::metrics().stages.audit_event();
         let write = match &self.queue {
             Some(queue) => {
@@ -85,11 +86,7 @@ impl AuditBackend {
                 write_through(&self.filters, std::slice::from_ref(&event)).await
             })),
         };
-        async move {
-            if let Some(write) = write {
-                write.await;
-            }
-        }
+        OptionFuture::from(write)
     }
 
     /// For events made where nothing can wait (a response body's end, a

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::FutureExt;
-use futures_util::future::BoxFuture;
+use futures_util::future::{BoxFuture, OptionFuture};
 
 use crate::body::{Request, Response};
 use crate::config::stages::{AuditLevel, AuditRule, AuditStage};
@@ -113,9 +113,7 @@ impl Handler for Audit {
                         .take()
                         .filter(|_| emits(AuditStage::Panic))
                         .map(|event| self.backend.emit(panicked(event, &context)));
-                    if let Some(write) = write {
-                        write.await;
-                    }
+                    OptionFuture::from(write).await;
                     // Panic recovery, outside, turns it into a 500.
                     std::panic::resume_unwind(panic);
                 }
@@ -176,16 +174,12 @@ impl Completion {
 
     /// Hands the event on now; in blocking mode the returned future writes
     /// it, before the response is sent.
-    fn write(&mut self) -> impl Future<Output = ()> + Send + '_ {
+    fn write(&mut self) -> impl Future + Send + '_ {
         let write = self.event.take().filter(|_| !self.omitted).map(|event| {
             self.backend
                 .emit(stamped(event, Stage::ResponseComplete, &self.context))
         });
-        async move {
-            if let Some(write) = write {
-                write.await;
-            }
-        }
+        OptionFuture::from(write)
     }
 }
 
