@@ -286,8 +286,12 @@ def markdown(summary, meta, results):
     load = meta.get("load", {})
     lines.append(f"- date: {meta.get('date')}; wasmgate {meta.get('versions', {}).get('wasmgate')}, "
                  f"binary: {meta.get('versions', {}).get('wasmgate_binary', 'cargo build --release')}")
-    lines.append(f"- machine: {m.get('nproc')} CPUs, {m.get('cpu')}, {m.get('memory')}, Linux {m.get('kernel')}"
-                 + (f", transparent huge pages {m['transparent_hugepages']}" if m.get("transparent_hugepages") else ""))
+    lines.append(f"- machine: {m.get('nproc')} CPUs, {m.get('cpu')}"
+                 + (f" ({m['cpu_id']}; {m['caches']})" if m.get("cpu_id") else "")
+                 + f", {m.get('memory')}, Linux {m.get('kernel')}"
+                 + (f", transparent huge pages {m['transparent_hugepages']}" if m.get("transparent_hugepages") else "")
+                 + (f", up {m['uptime_at_start_s'] / 60:.0f} min when the run began"
+                    if m.get("uptime_at_start_s") is not None else ""))
     v = meta.get("versions", {})
     lines.append(f"- tools: {v.get('nginx')}; {v.get('haproxy')}; {v.get('wrk')}; {v.get('oha')}")
     lines.append(f"- load average (1, 5, 15 min): before waiting {load.get('before_wait')}; {load.get('quiet_wait')}; "

@@ -795,6 +795,9 @@ done
 
 LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 STARTED_AT="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+# How long the machine had been up when the run began: a machine booted
+# minutes ago has cold page, disk and compiled-code caches.
+UPTIME_AT_START="$(cut -d' ' -f1 /proc/uptime)"
 count="${#TARGETS[@]}"
 for ((round = 1; round <= ROUNDS; round++)); do
     for ((i = 0; i < count; i++)); do
@@ -845,6 +848,9 @@ cat >"$TMP/meta.json" <<EOF
     "nproc": $(nproc),
     "cpu": $(jq -Rn --arg c "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)" '$c'),
     "memory": $(jq -Rn --arg c "$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)" '$c'),
+    "cpu_id": $(jq -Rn --arg c "$(awk -F': ' '/^cpu family/ { f = $2 } /^model[[:space:]]*:/ { m = $2 } /^stepping/ { s = $2; exit } END { printf "family %s, model %s, stepping %s", f, m, s }' /proc/cpuinfo)" '$c'),
+    "caches": $(jq -Rn --arg c "$(lscpu 2>/dev/null | sed -n 's/^\(L[123][di]* cache\):[[:space:]]*/\1 /p' | paste -sd, - | sed 's/,/, /g')" '$c'),
+    "uptime_at_start_s": $UPTIME_AT_START,
     "kernel": $(jq -Rn --arg c "$(uname -r)" '$c'),
     "transparent_hugepages": $(jq -Rn --arg c "$(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)" '$c')
   },
