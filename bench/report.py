@@ -26,7 +26,7 @@ import sys
 NUMERIC = ["requests", "seconds", "rps", "non2xx", "socket_errors", "cpu_us_per_req",
            "upstream_cpu_us_per_req", "p50_us", "p90_us", "p99_us", "cpu0_other_pct", "load1", "audited",
            "syscalls_per_req", "ctxsw_per_req", "cpu0_steal_pct", "minflt_per_req", "majflt_per_req",
-           "cache_hit_pct", "user_cpu_us_per_req", "preempted_per_req"]
+           "cache_hit_pct", "user_cpu_us_per_req", "preempted_per_req", "shared_cache_ns"]
 
 LABELS = {
     "direct": "direct to the upstream",
@@ -134,6 +134,10 @@ def summarise(rows):
             "cpu0_steal_pct": median(r.get("cpu0_steal_pct") for r in t.values()),
             "minflt_per_req": median(r.get("minflt_per_req") for r in t.values()),
             "majflt_per_req": median(r.get("majflt_per_req") for r in t.values()),
+            # bench/probe.c's 4 MiB chase just before each window: what the
+            # shared cache gave the core then
+            "shared_cache_ns": median(r.get("shared_cache_ns") for r in t.values()),
+            "shared_cache_rounds": [r.get("shared_cache_ns") for _, r in sorted(t.items())],
             # the decision caches' hits over their lookups in the window (all
             # cached filters); None for a target without a cache
             "cache_hit_pct": median(r.get("cache_hit_pct") for r in t.values()),
@@ -256,6 +260,9 @@ def markdown(summary, meta, results):
                 f"({fmt(e.get('preempted_per_req'), 3)} of them involuntary)",
                 f"other processes on CPU 0 {fmt(e['cpu0_other_pct'], 1)}%, stolen {fmt(e['cpu0_steal_pct'], 1)}%",
                 f"major faults {fmt(e.get('majflt_per_req'), 4)}/req"]
+        if any(ns is not None for ns in e.get("shared_cache_rounds", [])):
+            bits.append("a load beyond the core's L2 (4 MiB chase) before each round: "
+                        + ", ".join(f"{fmt(ns, 0)} ns" for ns in e["shared_cache_rounds"]))
         if target in meta.get("compiled_code", {}):
             bits.append(f"compiled code at start: {meta['compiled_code'][target] or 'none'}")
         if e.get("cache_detail"):
@@ -269,7 +276,10 @@ def markdown(summary, meta, results):
                  "switches (all threads) per request, of them the involuntary ones (the core given to a neighbour or "
                  "to another of its threads while it had work), and the CPU time of other processes on the target's core and "
                  "the share the hypervisor stole from it during the window (the machine is shared), the target's "
-                 "major page faults per request, and for wasmgate where its components' compiled code came from at "
+                 "major page faults per request, the time of one load beyond the core's own L2 just before each round "
+                 "(`bench/probe.c`'s chase over 4 MiB: about 15 ns when the shared L3 serves it, 140 and more when the "
+                 "machine's neighbours leave it next to none of it and the load goes to memory), "
+                 "and for wasmgate where its components' compiled code came from at "
                  "start (`compiled`: compiled then, the disk cache was cold; `disk`: read from it; `memory`) and its "
                  "decision caches' hit ratio per filter in each round. `cache hits` in the table: the hits of all "
                  "cached filters over their lookups in the window; every row with a figure there is cache-helped:")
@@ -292,6 +302,16 @@ def markdown(summary, meta, results):
                  + (f", transparent huge pages {m['transparent_hugepages']}" if m.get("transparent_hugepages") else "")
                  + (f", up {m['uptime_at_start_s'] / 60:.0f} min when the run began"
                     if m.get("uptime_at_start_s") is not None else ""))
+    probe = meta.get("probe") or {}
+    for when in ("start", "end"):
+        p = probe.get(when)
+        if p:
+            lines.append(f"- probe at the {when} (`bench/probe.c`, CPU 0, ns): an add {fmt(p['add_chain_ns'], 3)} "
+                         f"({fmt(1 / p['add_chain_ns'], 2)} GHz as code sees it), eight independent adds "
+                         f"{fmt(p['add_wide_ns'], 3)}; a dependent load over 32 KiB {fmt(p['chase_32k_ns'], 1)}, "
+                         f"1 MiB {fmt(p['chase_1m_ns'], 1)}, 16 MiB {fmt(p['chase_16m_ns'], 0)}, 512 MiB "
+                         f"{fmt(p['chase_512m_4k_pages_ns'], 0)} (4 KiB pages) and {fmt(p['chase_512m_2m_pages_ns'], 0)} "
+                         f"(2 MiB pages); a first write to a page {fmt(p['first_touch_ns'], 0)}")
     v = meta.get("versions", {})
     lines.append(f"- tools: {v.get('nginx')}; {v.get('haproxy')}; {v.get('wrk')}; {v.get('oha')}")
     lines.append(f"- load average (1, 5, 15 min): before waiting {load.get('before_wait')}; {load.get('quiet_wait')}; "
@@ -316,7 +336,7 @@ def write_tsv(path, summary):
             "oneconn_p50_us", "oneconn_p99_us", "oneconn_p50_minus_nginx_us", "openloop_p50_us", "openloop_p99_us",
             "errors", "upstream_cpu_us_per_req", "cpu0_other_pct", "audited_share", "syscalls_per_req", "ctxsw_per_req", "cpu0_steal_pct",
             "minflt_per_req", "majflt_per_req", "cache_hit_pct", "cpu_x_nginx_lua", "rps_min", "rps_max", "rounds",
-            "user_cpu_us_per_req", "preempted_per_req"]
+            "user_cpu_us_per_req", "preempted_per_req", "shared_cache_ns"]
     with open(path, "w") as out:
         out.write("target\t" + "\t".join(keys) + "\n")
         for target, e in summary.items():

@@ -242,6 +242,7 @@ install_tools() {
     command -v ss >/dev/null || packages+=(iproute2)
     command -v openssl >/dev/null || packages+=(openssl)
     command -v curl >/dev/null || packages+=(curl)
+    command -v cc >/dev/null || packages+=(gcc)
     if ((PROFILE)); then
         command -v valgrind >/dev/null || packages+=(valgrind)
     fi
@@ -260,7 +261,7 @@ install_tools() {
         CARGO_TARGET_DIR="$TOOLS_DIR/target" timeout 3000 cargo install --locked --root "$TOOLS_DIR" oha >&2 ||
             die "cargo install oha failed"
     fi
-    need_tools nginx haproxy wrk jq taskset ss openssl curl python3 awk
+    need_tools nginx haproxy wrk jq taskset ss openssl curl python3 awk cc
 }
 
 # The target dir cargo uses in DIR when told DEFAULT (a wrapper may choose
@@ -351,6 +352,26 @@ render_manifest() { # SOURCE OUT PORT AUDIT_FILE
         -e "s#^key = \"[^\"]*\"#key = \"$TMP/tls/bench.key\"#" \
         -e "s#^component = \"([^/\"][^\"]*)\"#component = \"$source_dir/\\1\"#" \
         "$1" >"$2"
+}
+
+# bench/probe.c, built into the temp dir: how fast the targets' core runs
+# code, and what the shared cache gives it (the machine's state, which the
+# proxies' figures alone do not tell apart from the proxies' own costs).
+build_probe() {
+    PROBE="$TMP/probe"
+    cc -O2 -o "$PROBE" "$BENCH_DIR/probe.c" || die "cannot build bench/probe.c"
+}
+
+# The full probe, pinned to the targets' core: one line of JSON (null in a
+# smoke run, which keeps no meta).
+probe_machine() {
+    if ((SMOKE)); then echo null; else taskset -c 0 "$PROBE"; fi
+}
+
+# One load of a chase over 4 MiB, in ns: about 15 when the shared L3 serves
+# it, 140 and more when it goes to memory.
+probe_shared_cache() {
+    taskset -c 0 "$PROBE" --shared-cache
 }
 
 make_certificate() {
@@ -575,14 +596,16 @@ audit_settle() {
 }
 
 RAW="$TMP/raw.tsv"
-printf 'round\ttarget\tphase\trequests\tseconds\trps\tnon2xx\tsocket_errors\tcpu_us_per_req\tupstream_cpu_us_per_req\tp50_us\tp90_us\tp99_us\tcpu0_other_pct\tload1\taudited\tsyscalls_per_req\tctxsw_per_req\tcpu0_steal_pct\tminflt_per_req\tmajflt_per_req\tcache_hit_pct\tcache_detail\tuser_cpu_us_per_req\tpreempted_per_req\n' >"$RAW"
+printf 'round\ttarget\tphase\trequests\tseconds\trps\tnon2xx\tsocket_errors\tcpu_us_per_req\tupstream_cpu_us_per_req\tp50_us\tp90_us\tp99_us\tcpu0_other_pct\tload1\taudited\tsyscalls_per_req\tctxsw_per_req\tcpu0_steal_pct\tminflt_per_req\tmajflt_per_req\tcache_hit_pct\tcache_detail\tuser_cpu_us_per_req\tpreempted_per_req\tshared_cache_ns\n' >"$RAW"
 
 measure_throughput() { # ROUND TARGET
     local round="$1" target="$2" out="$TMP/wrk-$1-$2.out" pid="${CPU_PID[$2]}"
-    local y0 y1 z0 z1 p0 p1 u0 u1 c0 c1 w0 w1 s0 s1 x0 x1 v0 v1 f0 f1 k0="" k1="" requests seconds non2xx socket audit="" load
+    local y0 y1 z0 z1 p0 p1 u0 u1 c0 c1 w0 w1 s0 s1 x0 x1 v0 v1 f0 f1 k0="" k1="" requests seconds non2xx socket audit="" load cache_ns
     local wrk_arg="${WRK_ARGS[$target]:-}"
     wrk_run 1 "$CONNECTIONS" "$WARMUP" "${URL[$target]}" "$TMP/warmup.out" "$wrk_arg"
     audit_reset "$target"
+    # What the shared cache gives the target's core just now (bench/probe.c).
+    cache_ns="$(probe_shared_cache)"
     load="$(cut -d' ' -f1 /proc/loadavg)"
     [[ "$target" == wasmgate-* ]] && k0="$(cache_counts "$target")"
     read -r y0 z0 < <(cpu_ticks "$pid")
@@ -609,11 +632,11 @@ measure_throughput() { # ROUND TARGET
     awk -v r="$round" -v t="$target" -v n="$requests" -v s="$seconds" -v e="$non2xx" -v k="$socket" \
         -v dt=$((y1 + z1 - y0 - z0)) -v dy=$((y1 - y0)) -v dp=$((p1 - p0)) -v du=$((u1 - u0)) -v dc=$((c1 - c0)) -v hz="$CLK_TCK" -v l="$load" -v a="$audit" \
         -v ds=$((s1 - s0)) -v dx=$((x1 - x0)) -v dv=$((v1 - v0)) \
-        -v fn=$((${f1% *} - ${f0% *})) -v fj=$((${f1#* } - ${f0#* })) -v cache="$cache" '
+        -v fn=$((${f1% *} - ${f0% *})) -v fj=$((${f1#* } - ${f0#* })) -v cache="$cache" -v cache_ns="$cache_ns" '
         BEGIN {
             rps = n / s; cpu = dt * 1e6 / hz / n; up = du * 1e6 / hz / n
             other = (dc - dt) * 100 / hz / s; if (other < 0) other = 0
-            printf "%s\t%s\tthroughput\t%d\t%.3f\t%.1f\t%d\t%d\t%.2f\t%.2f\t\t\t\t%.1f\t%s\t%s\t%.2f\t%.3f\t%.1f\t%.3f\t%.4f\t%s\t%.2f\t%.4f\n", r, t, n, s, rps, e, k, cpu, up, other, l, a, ds / n, dx / n, dv * 100 / hz / s, fn / n, fj / n, cache, dy * 1e6 / hz / n, dp / n
+            printf "%s\t%s\tthroughput\t%d\t%.3f\t%.1f\t%d\t%d\t%.2f\t%.2f\t\t\t\t%.1f\t%s\t%s\t%.2f\t%.3f\t%.1f\t%.3f\t%.4f\t%s\t%.2f\t%.4f\t%s\n", r, t, n, s, rps, e, k, cpu, up, other, l, a, ds / n, dx / n, dv * 100 / hz / s, fn / n, fj / n, cache, dy * 1e6 / hz / n, dp / n, cache_ns
         }' >>"$RAW"
     log "round $round $target: $(tail -n1 "$RAW" | awk -F'\t' '{ printf "%s req/s, %s us CPU/req, %s vfs read/write calls/req, %s context switches/req, %s minor faults/req, cache hits %s%%, non-2xx %s, socket errors %s, other load on CPU 0 %s%%, audited %s", $6, $9, $17, $18, $20, $22, $7, $8, $14, $16 }')"
 }
@@ -630,7 +653,7 @@ measure_one_connection() { # ROUND TARGET
         printf '%s\t%s\toneconn\t' "$round" "$target"
         sed -n 's/^WRKJSON //p' "$out" | jq -r '[.requests, (.duration_us / 1e6), (.requests / (.duration_us / 1e6)),
             .errors.status, (.errors.connect + .errors.read + .errors.write + .errors.timeout),
-            "", "", .latency_us.p50, .latency_us.p90, .latency_us.p99, "", "", "", "", "", "", "", "", "", "", ""] | @tsv'
+            "", "", .latency_us.p50, .latency_us.p90, .latency_us.p99, "", "", "", "", "", "", "", "", "", "", "", ""] | @tsv'
     } >>"$RAW"
     log "round $round $target one connection, one core: $(tail -n1 "$RAW" | awk -F'\t' '{ printf "p50 %s us, p99 %s us", $11, $13 }')"
 }
@@ -687,6 +710,22 @@ start_profiled() { # TARGET TAG WRAPPER...
     wait_http "$PROFILE_PID" "$PROFILE_URL/"
 }
 
+# callgrind's --LL option sizing its simulated last level as one core's L2
+# (lscpu's size, ways and line of L2), so that its misses are the loads that
+# leave the core's own caches: nginx has next to none, wasmgate's chain
+# hundreds a request, and their cost is what the shared L3 gives the core
+# at the time (bench/probe.c). Nothing, and valgrind's own choice of the
+# L3, where lscpu does not say or valgrind could not simulate it (sets
+# must be a power of two).
+l2_as_last_level() {
+    local size ways line
+    read -r size ways line < <(lscpu -C=NAME,ONE-SIZE,WAYS,COHERENCY-SIZE --bytes 2>/dev/null | awk '$1 == "L2" { print $2, $3, $4 }')
+    [[ "$size" =~ ^[0-9]+$ && "$ways" =~ ^[0-9]+$ && "$line" =~ ^[0-9]+$ ]] || return 0
+    local sets=$((size / ways / line))
+    ((sets > 0 && (sets & (sets - 1)) == 0)) || return 0
+    echo "--LL=$size,$ways,$line"
+}
+
 # perf (cpu-clock sampling, DWARF call graphs) at full load, and callgrind
 # (instruction counts and its simulated L1 and last-level caches' misses,
 # user space only) of a slower run, of nginx (for reference) and wasmgate;
@@ -695,6 +734,8 @@ start_profiled() { # TARGET TAG WRAPPER...
 profile() {
     local out="$1" target data perf_ok=0 recorder i
     : >"$out"
+    L2_NOTE=" ($(l2_as_last_level))"
+    [[ "$L2_NOTE" == " ()" ]] && L2_NOTE=": not known here, so valgrind's own choice"
     if command -v perf >/dev/null 2>&1 &&
         timeout 20 perf record -q -e cpu-clock -o "$TMP/perf-probe.data" -- true >/dev/null 2>&1; then
         perf_ok=1
@@ -740,7 +781,7 @@ profile() {
         if command -v valgrind >/dev/null 2>&1; then
             log "profile: $target under callgrind (slow)"
             data="$TMP/$target.callgrind.out"
-            if start_profiled "$target" callgrind valgrind --tool=callgrind --cache-sim=yes --instr-atstart=no --callgrind-out-file="$data"; then
+            if start_profiled "$target" callgrind valgrind --tool=callgrind --cache-sim=yes $(l2_as_last_level) --instr-atstart=no --callgrind-out-file="$data"; then
                 wrk_run 1 4 5 "$PROFILE_URL" "$TMP/warmup.out"
                 timeout 60 callgrind_control -i on "$PROFILE_PID" >/dev/null || true
                 wrk_run 1 4 20 "$PROFILE_URL" "$TMP/profile-callgrind-$target.out"
@@ -760,7 +801,7 @@ profile() {
                     echo "== callgrind: $target, $requests requests (wrk, 4 connections, 20 s under valgrind); user-space instructions only"
                     echo "-- self cost by bucket (instructions per request)"
                     python3 "$BENCH_DIR/profile_summary.py" callgrind "$data.self" "$requests"
-                    echo "-- simulated caches (callgrind --cache-sim=yes, sized as this machine's L1 and last level): misses per request and per thousand instructions"
+                    echo "-- simulated caches (callgrind --cache-sim=yes, the L1 sized as this machine's, the last level as one core's L2${L2_NOTE:-}): misses per request and per thousand instructions; a last-level miss is a load the shared L3 must serve, or memory when the machine's neighbours hold the L3"
                     python3 "$BENCH_DIR/profile_summary.py" cachesim "$data.totals" "$requests"
                     echo "-- inclusive, wasmgate's own functions (a \"'2\" suffix: a recursive cycle through wasmtime's fibers)"
                     grep -E 'wasmgate::' "$data.inclusive" | grep -v "'2" | tidy | head -n 30
@@ -786,6 +827,8 @@ build
 OHA="${OHA:-$TOOLS_DIR/bin/oha}"
 wait_for_quiet
 make_certificate
+build_probe
+PROBE_START="$(probe_machine)"
 start_upstreams
 for target in "${TARGETS[@]}"; do
     start_target "$target"
@@ -832,6 +875,7 @@ if ((OPENLOOP)); then
     done
 fi
 LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)"
+PROBE_END="$(probe_machine)"
 
 if ((SMOKE)); then
     python3 "$BENCH_DIR/report.py" smoke "$RAW"
@@ -854,6 +898,7 @@ cat >"$TMP/meta.json" <<EOF
     "kernel": $(jq -Rn --arg c "$(uname -r)" '$c'),
     "transparent_hugepages": $(jq -Rn --arg c "$(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)" '$c')
   },
+  "probe": { "start": $PROBE_START, "end": $PROBE_END },
   "versions": {
     "wasmgate": $(jq -Rn --arg c "$(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$REPO_DIR" diff --quiet HEAD -- src Cargo.toml 2>/dev/null || echo '+local changes')" '$c'),
     "wasmgate_binary": $(jq -Rn --arg c "${BINARY:-cargo build --release}" '$c'),
