@@ -301,7 +301,9 @@ def markdown(summary, meta, results):
                  + f", {m.get('memory')}, Linux {m.get('kernel')}"
                  + (f", transparent huge pages {m['transparent_hugepages']}" if m.get("transparent_hugepages") else "")
                  + (f", up {m['uptime_at_start_s'] / 60:.0f} min when the run began"
-                    if m.get("uptime_at_start_s") is not None else ""))
+                    if m.get("uptime_at_start_s") is not None else "")
+                 + (f"; the kernel's mitigations (they set what a system call costs): {m['mitigations']}"
+                    if m.get("mitigations") else ""))
     probe = meta.get("probe") or {}
     for when in ("start", "end"):
         p = probe.get(when)

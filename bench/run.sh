@@ -895,6 +895,7 @@ cat >"$TMP/meta.json" <<EOF
     "cpu_id": $(jq -Rn --arg c "$(awk -F': ' '/^cpu family/ { f = $2 } /^model[[:space:]]*:/ { m = $2 } /^stepping/ { s = $2; exit } END { printf "family %s, model %s, stepping %s", f, m, s }' /proc/cpuinfo)" '$c'),
     "caches": $(jq -Rn --arg c "$(lscpu 2>/dev/null | sed -n 's/^\(L[123][di]* cache\):[[:space:]]*/\1 /p' | paste -sd, - | sed 's/,/, /g')" '$c'),
     "uptime_at_start_s": $UPTIME_AT_START,
+    "mitigations": $(jq -Rn --arg c "$(for v in spectre_v2 spec_rstack_overflow; do [[ -r /sys/devices/system/cpu/vulnerabilities/$v ]] && echo "$v: $(cat /sys/devices/system/cpu/vulnerabilities/$v)"; done | paste -sd'|' - | sed 's/|/ | /g')" '$c'),
     "kernel": $(jq -Rn --arg c "$(uname -r)" '$c'),
     "transparent_hugepages": $(jq -Rn --arg c "$(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)" '$c')
   },
