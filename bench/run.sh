@@ -33,7 +33,8 @@
 #   --profile           after the run, profiles of nginx and wasmgate (pass-
 #                       through, full chain pooled with and without caches): perf record (cpu-clock) where perf
 #                       works, and valgrind --tool=callgrind (instructions and
-#                       the simulated caches' misses), summarised in
+#                       the simulated caches' misses, its last level sized as
+#                       one core's L2), summarised in
 #                       bench/results/<date>.profile.txt (--rounds 0 --profile:
 #                       the profiles alone)
 #   --update-readme     put the table into bench/README.md's "Side by side"
@@ -57,7 +58,12 @@
 # (/proc/PID/stat), the decision caches' hit ratio in the window (from
 # /metrics), the share of CPU 0 the hypervisor stole in the window, and, per
 # wasmgate target, where its compiled code came from at start (compiled now,
-# or read from the disk cache).
+# or read from the disk cache), and what the shared cache gave the core just
+# before the window (bench/probe.c's 4 MiB chase: ~15 ns when the L3 serves
+# it, 140 and more when it goes to memory). The run's meta adds the probe's
+# full figures at its start and end (the clock, a chase from 32 KiB to
+# 512 MiB), the CPU's identity and caches, the kernel's mitigations and the
+# uptime.
 #
 # Placement: every target runs pinned to CPU 0; the load generators (wrk, oha)
 # and the upstream run pinned to CPU 1. The one-connection latency runs put
