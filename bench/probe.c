@@ -120,42 +120,40 @@ static double chase_ns(void **start, long loads)
     return elapsed / (double)loads;
 }
 
-static double best_chase_ns(size_t size, int huge, long loads)
-{
-    void **chase = make_chase(size, huge);
-    if (chase == NULL)
-        return -1;
-    chase_ns(chase, loads / 4); /* warm the caches and the TLB */
-    double best = 1e18;
-    for (int r = 0; r < 3; r++) {
-        double ns = chase_ns(chase, loads);
-        if (ns < best)
-            best = ns;
-    }
-    munmap(chase, size);
-    return best;
-}
-
 static int compare_doubles(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-/* The median of seven chases over SIZE bytes with 4 KiB pages: what the
- * caches give now, disturbed or not (the best of them would hide it). */
+/* N chases of LOADS loads over SIZE bytes, after one to warm the caches and
+ * the TLB, into RUNS in ascending order; false when the memory is refused. */
+static int sorted_chases(size_t size, int huge, long loads, double *runs, int n)
+{
+    void **chase = make_chase(size, huge);
+    if (chase == NULL)
+        return 0;
+    chase_ns(chase, loads / 4);
+    for (int r = 0; r < n; r++)
+        runs[r] = chase_ns(chase, loads);
+    munmap(chase, size);
+    qsort(runs, n, sizeof runs[0], compare_doubles);
+    return 1;
+}
+
+/* The best of three: what the caches give when least disturbed. */
+static double best_chase_ns(size_t size, int huge, long loads)
+{
+    double runs[3];
+    return sorted_chases(size, huge, loads, runs, 3) ? runs[0] : -1;
+}
+
+/* The median of seven with 4 KiB pages: what the caches give now, disturbed
+ * or not (the best of them would hide it). */
 static double median_chase_ns(size_t size, long loads)
 {
     double runs[7];
-    void **chase = make_chase(size, 0);
-    if (chase == NULL)
-        return -1;
-    chase_ns(chase, loads / 4);
-    for (int r = 0; r < 7; r++)
-        runs[r] = chase_ns(chase, loads);
-    munmap(chase, size);
-    qsort(runs, 7, sizeof runs[0], compare_doubles);
-    return runs[3];
+    return sorted_chases(size, 0, loads, runs, 7) ? runs[3] : -1;
 }
 
 static double first_touch_ns(size_t size)

@@ -716,17 +716,28 @@ start_profiled() { # TARGET TAG WRAPPER...
     wait_http "$PROFILE_PID" "$PROFILE_URL/"
 }
 
-# callgrind's --LL option sizing its simulated last level as one core's L2
-# (lscpu's size, ways and line of L2), so that its misses are the loads that
-# leave the core's own caches: nginx has next to none, wasmgate's chain
-# hundreds a request, and their cost is what the shared L3 gives the core
-# at the time (bench/probe.c). Nothing, and valgrind's own choice of the
-# L3, where lscpu does not say or valgrind could not simulate it (sets
-# must be a power of two).
+# The CPU's caches, one line a level: name, size of one instance in bytes,
+# ways, line size (lscpu's per-instance figures; its summary gives the sum
+# over the cores). Empty where lscpu cannot say.
+cache_levels() {
+    lscpu -C=NAME,ONE-SIZE,WAYS,COHERENCY-SIZE --bytes 2>/dev/null |
+        awk 'NR > 1 && $2 ~ /^[0-9]+$/ && $3 ~ /^[0-9]+$/ && $4 ~ /^[0-9]+$/ { print $1, $2, $3, $4 }'
+}
+
+# The caches for the run's meta: "L1d 48 KiB 12-way, L1i 32 KiB 8-way, ...".
+cache_summary() {
+    cache_levels | awk '{ printf "%s%s %d KiB %d-way", sep, $1, $2 / 1024, $3; sep = ", " }'
+}
+
+# callgrind's --LL option sizing its simulated last level as one core's L2,
+# so that its misses are the loads that leave the core's own caches: nginx
+# has next to none, wasmgate's chain hundreds a request, and their cost is
+# what the shared L3 gives the core at the time (bench/probe.c). Nothing,
+# and valgrind's own choice of the L3, where lscpu does not say or valgrind
+# could not simulate it (sets must be a power of two).
 l2_as_last_level() {
     local size ways line
-    read -r size ways line < <(lscpu -C=NAME,ONE-SIZE,WAYS,COHERENCY-SIZE --bytes 2>/dev/null | awk '$1 == "L2" { print $2, $3, $4 }')
-    [[ "$size" =~ ^[0-9]+$ && "$ways" =~ ^[0-9]+$ && "$line" =~ ^[0-9]+$ ]] || return 0
+    read -r _ size ways line < <(cache_levels | awk '$1 == "L2"') || return 0
     local sets=$((size / ways / line))
     ((sets > 0 && (sets & (sets - 1)) == 0)) || return 0
     echo "--LL=$size,$ways,$line"
@@ -738,10 +749,11 @@ l2_as_last_level() {
 # summarised into OUT: self cost by bucket per request, the misses per
 # request, and top functions by inclusive and by self cost.
 profile() {
-    local out="$1" target data perf_ok=0 recorder i
+    local out="$1" target data perf_ok=0 recorder i last_level last_level_note
     : >"$out"
-    L2_NOTE=" ($(l2_as_last_level))"
-    [[ "$L2_NOTE" == " ()" ]] && L2_NOTE=": not known here, so valgrind's own choice"
+    last_level="$(l2_as_last_level)"
+    last_level_note=": not known here, so valgrind's own choice"
+    [[ -n "$last_level" ]] && last_level_note=" ($last_level)"
     if command -v perf >/dev/null 2>&1 &&
         timeout 20 perf record -q -e cpu-clock -o "$TMP/perf-probe.data" -- true >/dev/null 2>&1; then
         perf_ok=1
@@ -787,7 +799,7 @@ profile() {
         if command -v valgrind >/dev/null 2>&1; then
             log "profile: $target under callgrind (slow)"
             data="$TMP/$target.callgrind.out"
-            if start_profiled "$target" callgrind valgrind --tool=callgrind --cache-sim=yes $(l2_as_last_level) --instr-atstart=no --callgrind-out-file="$data"; then
+            if start_profiled "$target" callgrind valgrind --tool=callgrind --cache-sim=yes $last_level --instr-atstart=no --callgrind-out-file="$data"; then
                 wrk_run 1 4 5 "$PROFILE_URL" "$TMP/warmup.out"
                 timeout 60 callgrind_control -i on "$PROFILE_PID" >/dev/null || true
                 wrk_run 1 4 20 "$PROFILE_URL" "$TMP/profile-callgrind-$target.out"
@@ -807,7 +819,7 @@ profile() {
                     echo "== callgrind: $target, $requests requests (wrk, 4 connections, 20 s under valgrind); user-space instructions only"
                     echo "-- self cost by bucket (instructions per request)"
                     python3 "$BENCH_DIR/profile_summary.py" callgrind "$data.self" "$requests"
-                    echo "-- simulated caches (callgrind --cache-sim=yes, the L1 sized as this machine's, the last level as one core's L2${L2_NOTE:-}): misses per request and per thousand instructions; a last-level miss is a load the shared L3 must serve, or memory when the machine's neighbours hold the L3"
+                    echo "-- simulated caches (callgrind --cache-sim=yes, the L1 sized as this machine's, the last level as one core's L2$last_level_note): misses per request and per thousand instructions; a last-level miss is a load the shared L3 must serve, or memory when the machine's neighbours hold the L3"
                     python3 "$BENCH_DIR/profile_summary.py" cachesim "$data.totals" "$requests"
                     echo "-- inclusive, wasmgate's own functions (a \"'2\" suffix: a recursive cycle through wasmtime's fibers)"
                     grep -E 'wasmgate::' "$data.inclusive" | grep -v "'2" | tidy | head -n 30
@@ -899,7 +911,7 @@ cat >"$TMP/meta.json" <<EOF
     "cpu": $(jq -Rn --arg c "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)" '$c'),
     "memory": $(jq -Rn --arg c "$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)" '$c'),
     "cpu_id": $(jq -Rn --arg c "$(awk -F': ' '/^cpu family/ { f = $2 } /^model[[:space:]]*:/ { m = $2 } /^stepping/ { s = $2; exit } END { printf "family %s, model %s, stepping %s", f, m, s }' /proc/cpuinfo)" '$c'),
-    "caches": $(jq -Rn --arg c "$(lscpu 2>/dev/null | sed -n 's/^\(L[123][di]* cache\):[[:space:]]*/\1 /p' | paste -sd, - | sed 's/,/, /g')" '$c'),
+    "caches": $(jq -Rn --arg c "$(cache_summary)" '$c'),
     "uptime_at_start_s": $UPTIME_AT_START,
     "mitigations": $(jq -Rn --arg c "$(for v in spectre_v2 spec_rstack_overflow; do [[ -r /sys/devices/system/cpu/vulnerabilities/$v ]] && echo "$v: $(cat /sys/devices/system/cpu/vulnerabilities/$v)"; done | paste -sd'|' - | sed 's/|/ | /g')" '$c'),
     "kernel": $(jq -Rn --arg c "$(uname -r)" '$c'),
