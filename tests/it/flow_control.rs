@@ -198,8 +198,12 @@ fn assert_rejected_by_flow_control(answer: &Answer) {
     assert!(answer.header(LEVEL_UID).is_some());
 }
 
-/// `quiet`'s latencies over `count` requests one at a time, and how many
-/// were not 200.
+/// `quiet`'s latencies over `count` requests one at a time, a pause of
+/// `QUIET_PAUSE` between them, and how many were not 200. The pause makes
+/// quiet quiet: without it, under max-in-flight, its next request would
+/// arrive microseconds after its last freed a seat and take that seat
+/// again before noisy's retries come, which on a busy machine chains its
+/// seat from request to request and hides the starvation measured.
 async fn quiet_latencies(
     client: &reqwest::Client,
     url: &str,
@@ -214,14 +218,20 @@ async fn quiet_latencies(
         if answer.status != 200 {
             refused += 1;
         }
+        tokio::time::sleep(QUIET_PAUSE).await;
     }
     latencies.sort();
     (latencies, refused)
 }
 
-/// The nearest-rank 99th percentile.
-fn p99(sorted: &[Duration]) -> Duration {
-    percentile(sorted, 99)
+const QUIET_PAUSE: Duration = Duration::from_millis(20);
+
+/// The nearest-rank 90th percentile: of 30 samples the 27th, so three
+/// requests stalled by the machine (a shared 2-core CI runner running the
+/// other tests) do not decide, while a quiet that waited behind noisy's
+/// queues would have nearly every sample at noisy's latency.
+fn p90(sorted: &[Duration]) -> Duration {
+    percentile(sorted, 90)
 }
 
 fn median(sorted: &[Duration]) -> Duration {
@@ -314,8 +324,8 @@ async fn a_flood_from_one_user_does_not_starve_another_but_max_in_flight_does() 
     let (quiet, refused) = quiet_latencies(&client, &url, 30).await;
     let (noisy, noisy_rejected) = flooding.end().await;
     eprintln!(
-        "under the flood quiet's p99 {:?}, noisy's median {:?}; noisy served {}, rejected {noisy_rejected}",
-        p99(&quiet),
+        "under the flood quiet's p90 {:?}, noisy's median {:?}; noisy served {}, rejected {noisy_rejected}",
+        p90(&quiet),
         median(&noisy),
         noisy.len()
     );
@@ -327,9 +337,9 @@ async fn a_flood_from_one_user_does_not_starve_another_but_max_in_flight_does() 
         noisy.len()
     );
     assert!(
-        p99(&quiet) < median(&noisy),
-        "quiet's p99 {:?} is not below noisy's median {:?}: quiet waited behind noisy",
-        p99(&quiet),
+        p90(&quiet) < median(&noisy),
+        "quiet's p90 {:?} is not below noisy's median {:?}: quiet waited behind noisy",
+        p90(&quiet),
         median(&noisy)
     );
     gateway.shutdown().await;
