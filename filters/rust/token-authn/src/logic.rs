@@ -1,14 +1,47 @@
 //! Pure logic of `token-authn`: no host calls, so it runs in host-target tests.
 
+use std::collections::HashMap;
+
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 use wasmgate_filter::FilterConfig;
 use wasmgate_filter::headers::{AsHeader, bearer_token};
 
-/// The filter's `config` table.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The filter's `config` table, with its tokens indexed by their SHA-256
+/// (made once per instance, when the config is parsed).
+///
+/// kube's token file authenticator looks the token up in a map keyed by the
+/// token itself (`staging/src/k8s.io/apiserver/pkg/authentication/token/tokenfile/tokenfile.go`).
+/// Here the key is the token's digest: a look-up costs the same with 2
+/// tokens or 10,000, and the only comparison whose time depends on the
+/// secret is one of digests, which tells a caller nothing about the tokens.
+#[derive(Debug)]
 pub struct Config {
-    pub tokens: Vec<TokenEntry>,
+    tokens: Vec<TokenEntry>,
+    by_digest: HashMap<[u8; 32], usize>,
+}
+
+/// The `config` table as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    tokens: Vec<TokenEntry>,
+}
+
+impl<'de> Deserialize<'de> for Config {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let RawConfig { tokens } = RawConfig::deserialize(deserializer)?;
+        let mut by_digest = HashMap::with_capacity(tokens.len());
+        for (index, entry) in tokens.iter().enumerate() {
+            // A token listed twice: the first entry counts.
+            by_digest.entry(digest(&entry.token)).or_insert(index);
+        }
+        Ok(Config { tokens, by_digest })
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
 }
 
 /// One line of a Kubernetes token file: `token,user,uid,"group1,group2"`.
@@ -55,33 +88,14 @@ impl PartialEq for TokenEntry {
     }
 }
 
-/// Compares two byte strings in time that depends only on their lengths.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut diff = 0u8;
-    for (x, y) in a.iter().zip(b) {
-        diff |= core::hint::black_box(x ^ y);
-    }
-    diff == 0
-}
-
 /// Authenticates one request's headers against the configured tokens (the
-/// bearer token as Kubernetes reads it). Every configured token is compared,
-/// whether or not an earlier one matched.
+/// bearer token as Kubernetes reads it), looked up by its digest.
 pub fn authenticate<H: AsHeader>(config: &Config, headers: &[H]) -> Outcome {
     let Some(token) = bearer_token(headers) else {
         return Outcome::NoOpinion("no bearer token in the Authorization header");
     };
-    let mut found: Option<&TokenEntry> = None;
-    for entry in &config.tokens {
-        if constant_time_eq(entry.token.as_bytes(), token.as_bytes()) && found.is_none() {
-            found = Some(entry);
-        }
-    }
-    match found {
-        Some(entry) => Outcome::Authenticated(entry.clone()),
+    match config.by_digest.get(&digest(token)) {
+        Some(&index) => Outcome::Authenticated(config.tokens[index].clone()),
         None => Outcome::NoOpinion("unknown bearer token"),
     }
 }
@@ -202,10 +216,36 @@ mod tests {
     }
 
     #[test]
-    fn constant_time_eq_works() {
-        assert!(constant_time_eq(b"", b""));
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"ab"));
+    fn a_token_listed_twice_is_the_first_entry() {
+        let c = Config::parse(
+            r#"{"tokens": [
+                {"token": "same", "user": "first"},
+                {"token": "same", "user": "second"}
+            ]}"#,
+        )
+        .unwrap();
+        let headers = [("authorization", "Bearer same")];
+        assert_eq!(authenticate(&c, &headers), user("first", "", &[]));
+    }
+
+    #[test]
+    fn every_one_of_ten_thousand_tokens_is_found_and_no_other() {
+        let entries: Vec<String> = (0..10_000)
+            .map(|i| format!(r#"{{"token": "user-{i:04}-token", "user": "user-{i}"}}"#))
+            .collect();
+        let c = Config::parse(&format!(r#"{{"tokens": [{}]}}"#, entries.join(","))).unwrap();
+        for i in (0..10_000).step_by(997).chain([9_999]) {
+            let bearer = format!("Bearer user-{i:04}-token");
+            let headers = [("authorization", bearer.as_str())];
+            assert_eq!(
+                authenticate(&c, &headers),
+                user(&format!("user-{i}"), "", &[])
+            );
+        }
+        let headers = [("authorization", "Bearer user-10000-token")];
+        assert_eq!(
+            authenticate(&c, &headers),
+            Outcome::NoOpinion("unknown bearer token")
+        );
     }
 }
