@@ -15,7 +15,8 @@ use wasmgate_filter::headers::{AsHeader, bearer_token};
 /// Here the key is the token's digest: a look-up costs the same with 2
 /// tokens or 10,000, and the only comparison whose time depends on the
 /// secret is one of digests, which tells a caller nothing about the tokens.
-#[derive(Debug)]
+#[derive(Debug, Deserialize)]
+#[serde(from = "RawConfig")]
 pub struct Config {
     tokens: Vec<TokenEntry>,
     by_digest: HashMap<[u8; 32], usize>,
@@ -28,15 +29,14 @@ struct RawConfig {
     tokens: Vec<TokenEntry>,
 }
 
-impl<'de> Deserialize<'de> for Config {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let RawConfig { tokens } = RawConfig::deserialize(deserializer)?;
+impl From<RawConfig> for Config {
+    fn from(RawConfig { tokens }: RawConfig) -> Self {
         let mut by_digest = HashMap::with_capacity(tokens.len());
         for (index, entry) in tokens.iter().enumerate() {
             // A token listed twice: the first entry counts.
             by_digest.entry(digest(&entry.token)).or_insert(index);
         }
-        Ok(Config { tokens, by_digest })
+        Config { tokens, by_digest }
     }
 }
 
