@@ -2,8 +2,11 @@
 //! tests.
 
 use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
 use wasmgate_filter::FilterConfig;
 
 /// The filter's `config` table.
@@ -134,12 +137,12 @@ pub fn admit(config: &Config, input: &Input<'_>) -> Result<Outcome, String> {
     let Some(body) = input.object else {
         return Ok(Outcome::Allowed("no object".into()));
     };
-    let object: Value = serde_json::from_str(body)
-        .map_err(|e| format!("label-defaults: the object is not JSON: {e}"))?;
-    let Some(object) = object.as_object() else {
+    let Shape::Object(metadata) =
+        read_metadata(body).map_err(|e| format!("label-defaults: the object is not JSON: {e}"))?
+    else {
         return Ok(Outcome::Allowed("the body is not a JSON object".into()));
     };
-    let patch = label_patch(config, object);
+    let patch = label_patch(config, metadata.as_ref().map(|m| &m.0));
     if patch.is_empty() {
         return Ok(Outcome::Allowed("every label is already set".into()));
     }
@@ -148,8 +151,129 @@ pub fn admit(config: &Config, input: &Input<'_>) -> Result<Outcome, String> {
         .map_err(|e| format!("label-defaults: cannot encode the patch: {e}"))
 }
 
-/// The JSON Patch operations that add the configured labels to `object`.
-pub fn label_patch(config: &Config, object: &Map<String, Value>) -> Vec<Value> {
+/// A JSON value as far as the filter looks into it: of an object, only the
+/// one member it asks for is read (the last, when the name is repeated, as
+/// a parse into a map keeps it); everything else is checked and skipped,
+/// never built, so an object costs its scan, however large it is.
+#[derive(Debug, PartialEq)]
+pub enum Shape<T> {
+    Null,
+    /// The member asked for, if the object has it.
+    Object(Option<T>),
+    /// An array, string, number or boolean.
+    Other,
+}
+
+/// The object's `metadata`, read only as far as its `labels`.
+#[derive(Debug, PartialEq)]
+pub struct Metadata(pub Shape<Value>);
+
+impl<'de> Deserialize<'de> for Metadata {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer
+            .deserialize_any(ShapeOf::new("labels"))
+            .map(Metadata)
+    }
+}
+
+/// `body` read as far as `metadata.labels`; an error when it is not JSON.
+fn read_metadata(body: &str) -> serde_json::Result<Shape<Metadata>> {
+    let mut deserializer = serde_json::Deserializer::from_str(body);
+    let shape = (&mut deserializer).deserialize_any(ShapeOf::new("metadata"))?;
+    deserializer.end()?;
+    Ok(shape)
+}
+
+/// Reads a [`Shape`] whose object member is `member`, read as `T`.
+struct ShapeOf<T> {
+    member: &'static str,
+    read: PhantomData<T>,
+}
+
+impl<T> ShapeOf<T> {
+    fn new(member: &'static str) -> Self {
+        ShapeOf {
+            member,
+            read: PhantomData,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for ShapeOf<T> {
+    type Value = Shape<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Shape<T>, E> {
+        Ok(Shape::Null)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Shape<T>, A::Error> {
+        let mut found = None;
+        while let Some(wanted) = map.next_key_seed(IsKey(self.member))? {
+            if wanted {
+                found = Some(map.next_value()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(Shape::Object(found))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shape<T>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Shape::Other)
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Shape<T>, E> {
+        Ok(Shape::Other)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Shape<T>, E> {
+        Ok(Shape::Other)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Shape<T>, E> {
+        Ok(Shape::Other)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Shape<T>, E> {
+        Ok(Shape::Other)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Shape<T>, E> {
+        Ok(Shape::Other)
+    }
+}
+
+/// Tells whether an object's key is the member asked for, without copying it.
+struct IsKey(&'static str);
+
+impl<'de> DeserializeSeed<'de> for IsKey {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for IsKey {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<bool, E> {
+        Ok(key == self.0)
+    }
+}
+
+/// The JSON Patch operations that add the configured labels to an object
+/// whose `metadata` is `metadata` (None: it has none).
+pub fn label_patch(config: &Config, metadata: Option<&Shape<Value>>) -> Vec<Value> {
     if config.labels.is_empty() {
         return Vec::new();
     }
@@ -162,17 +286,17 @@ pub fn label_patch(config: &Config, object: &Map<String, Value>) -> Vec<Value> {
                 .collect(),
         )
     };
-    let metadata = match object.get("metadata") {
-        None | Some(Value::Null) => {
+    let labels = match metadata {
+        None | Some(Shape::Null) => {
             return vec![
                 json!({"op": "add", "path": "/metadata", "value": {"labels": all_labels()}}),
             ];
         }
-        Some(Value::Object(metadata)) => metadata,
+        Some(Shape::Object(labels)) => labels,
         // Not an object: leave it to the API server's validation.
-        Some(_) => return Vec::new(),
+        Some(Shape::Other) => return Vec::new(),
     };
-    let labels = match metadata.get("labels") {
+    let labels: &Map<String, Value> = match labels {
         None | Some(Value::Null) => {
             return vec![json!({"op": "add", "path": "/metadata/labels", "value": all_labels()})];
         }
@@ -353,6 +477,44 @@ mod tests {
         );
     }
 
+    /// Only the top level's `metadata` and its `labels` count: a member of
+    /// that name deeper down is skipped, an escaped key is its text, the
+    /// last of a repeated member wins (as a parse into a map keeps it), and
+    /// what follows the object, or a broken value inside a skipped member,
+    /// is still an error.
+    #[test]
+    fn reads_the_labels_where_they_are_and_checks_the_rest() {
+        let c = cfg(false);
+        let all = json!({"example.com/tier": "gold", "team": "platform"});
+        let labels_added = json!([{"op": "add", "path": "/metadata/labels", "value": all}]);
+        for object in [
+            r#"{"spec": {"metadata": {"labels": {"team": "x"}}}, "metadata": {"name": "n"}}"#,
+            r#"{"meta\u0064ata": {"name": "n"}, "spec": [1, -2.5e3, true, null, "s", {"a": []}]}"#,
+            r#"{"metadata": {"labels": {"team": "platform", "example.com/tier": "gold"}}, "metadata": {"name": "n"}}"#,
+            r#"{"metadata": {"labels": null, "annotations": {"labels": {}}}}"#,
+        ] {
+            assert_eq!(patched(&c, &create(object)), labels_added, "{object}");
+        }
+        for broken in [
+            r#"{"metadata": {"name": "n"}} trailing"#,
+            r#"{"spec": {"replicas": 3,}, "metadata": {}}"#,
+            r#"{"metadata": {"name": "n"}"#,
+        ] {
+            assert!(
+                admit(&c, &create(broken))
+                    .unwrap_err()
+                    .starts_with("label-defaults: the object is not JSON: "),
+                "{broken}"
+            );
+        }
+        for not_an_object in ["null", "3", "true", "\"s\"", "[{\"metadata\": null}]"] {
+            assert!(
+                matches!(admit(&c, &create(not_an_object)), Ok(Outcome::Allowed(_))),
+                "{not_an_object}"
+            );
+        }
+    }
+
     #[test]
     fn pointer_escaping() {
         assert_eq!(escape_pointer_token("a/b~c"), "a~1b~0c");
@@ -363,7 +525,8 @@ mod tests {
             overwrite: false,
         };
         let object: Value = json!({"metadata": {"labels": {}}});
-        let patch = Value::Array(label_patch(&c, object.as_object().unwrap()));
+        let labels = Shape::Object(Some(json!({})));
+        let patch = Value::Array(label_patch(&c, Some(&labels)));
         assert_eq!(
             patch,
             json!([{"op": "add", "path": "/metadata/labels/a~0b~1c", "value": "x"}])
