@@ -5,7 +5,9 @@
 //! `audit.k8s.io/v1` `Event` JSON object per line, field names, order and
 //! `omitempty` as `staging/src/k8s.io/apiserver/pkg/apis/audit/v1/types.go`,
 //! with each line's stage beside it. The serialised form is rendered
-//! natively, at most once per batch, and only when an auditor takes it.
+//! natively, at most once per batch, and only when an auditor takes it; when
+//! every auditor does, each event is rendered as it is queued
+//! ([`push_line`]), and the batch holds no records.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -18,67 +20,109 @@ use crate::wasm::filter::{Event, JsonBatch, JsonStage, Level, Stage};
 
 /// One batch of events, in the order they happened.
 pub struct AuditBatch<'a> {
-    events: &'a [Event],
-    serialised: OnceLock<JsonBatch>,
+    form: Form<'a>,
+}
+
+/// What a batch was made from.
+enum Form<'a> {
+    /// The event records, serialised when an auditor first asks.
+    Records {
+        events: &'a [Event],
+        serialised: OnceLock<JsonBatch>,
+    },
+    /// Events serialised as they were queued, when every auditor takes them
+    /// so (`chain/audit/backend.rs`): the records are gone.
+    Serialised(&'a JsonBatch),
 }
 
 impl<'a> AuditBatch<'a> {
     /// The batch of `events`, not serialised yet.
     pub fn new(events: &'a [Event]) -> Self {
         AuditBatch {
-            events,
-            serialised: OnceLock::new(),
+            form: Form::Records {
+                events,
+                serialised: OnceLock::new(),
+            },
         }
     }
 
-    /// The events, as records.
-    pub(crate) fn events(&self) -> &'a [Event] {
-        self.events
+    /// A batch already serialised, for auditors that take it so.
+    pub(crate) fn serialised_already(batch: &'a JsonBatch) -> Self {
+        AuditBatch {
+            form: Form::Serialised(batch),
+        }
+    }
+
+    /// The events, as records; None for a batch made serialised.
+    pub(crate) fn events(&self) -> Option<&'a [Event]> {
+        match &self.form {
+            Form::Records { events, .. } => Some(events),
+            Form::Serialised(_) => None,
+        }
     }
 
     /// The events serialised, rendered on the first call.
     pub(crate) fn serialised(&self) -> &JsonBatch {
-        self.serialised.get_or_init(|| render(self.events))
+        match &self.form {
+            Form::Records { events, serialised } => serialised.get_or_init(|| render(events)),
+            Form::Serialised(batch) => batch,
+        }
+    }
+
+    /// How many events it holds.
+    pub(crate) fn len(&self) -> usize {
+        match &self.form {
+            Form::Records { events, .. } => events.len(),
+            Form::Serialised(batch) => batch.stages.len(),
+        }
     }
 }
 
 /// Room made for the first line: a Metadata event is 450 to 700 bytes.
 const LINE_BYTES: usize = 640;
 
-/// The lines of `events`, in order, and their stages. An event at level
-/// `None` has no line; a body that is not JSON is left out of its line,
-/// with a warning. Once the first line is written, room is made for the
-/// others at its length and an eighth more: a batch of events like its
-/// first grows (and is copied) once, while it holds one line.
+/// The lines of `events`, in order, and their stages. Once the first line
+/// is written, room is made for the others at its length and an eighth
+/// more: a batch of events like its first grows (and is copied) once,
+/// while it holds one line.
 fn render(events: &[Event]) -> JsonBatch {
     let mut batch = JsonBatch {
         lines: Vec::with_capacity(LINE_BYTES),
         stages: Vec::with_capacity(events.len()),
     };
     for (index, event) in events.iter().enumerate() {
-        if matches!(event.level, Level::None) {
-            continue;
-        }
         let start = batch.lines.len();
-        match serde_json::to_writer(&mut batch.lines, &KubeEvent::from(event)) {
-            Ok(()) => {
-                batch.lines.push(b'\n');
-                batch.stages.push(json_stage(event.stage));
-                if batch.stages.len() == 1 {
-                    let line = batch.lines.len() - start;
-                    let rest = events.len() - index - 1;
-                    batch.lines.reserve(rest * (line + line / 8));
-                }
-            }
-            // Not reached with these types (string keys, raw JSON checked
-            // already); a failure leaves no half line.
-            Err(error) => {
-                batch.lines.truncate(start);
-                tracing::error!(audit_id = %event.audit_id, %error, "cannot encode the audit event: left out of the audit lines");
-            }
+        if push_line(&mut batch, event) && batch.stages.len() == 1 {
+            let line = batch.lines.len() - start;
+            let rest = events.len() - index - 1;
+            batch.lines.reserve(rest * (line + line / 8));
         }
     }
     batch
+}
+
+/// Appends `event`'s line and stage to `batch`; false when it has none. An
+/// event at level `None` has no line; a body that is not JSON is left out
+/// of its line, with a warning.
+pub(crate) fn push_line(batch: &mut JsonBatch, event: &Event) -> bool {
+    if matches!(event.level, Level::None) {
+        return false;
+    }
+    let start = batch.lines.len();
+    match serde_json::to_writer(&mut batch.lines, &KubeEvent::from(event)) {
+        Ok(()) => {
+            batch.lines.push(b'\n');
+            batch.stages.push(json_stage(event.stage));
+            true
+        }
+        // Not reached with these types (string keys, raw JSON checked
+        // already); a failure leaves no half line.
+        Err(error) => {
+            batch.lines.truncate(start);
+            tracing::error!(audit_id = %event.audit_id, %error, "cannot encode the audit event: left out of the audit lines");
+            false
+        }
+    }
 }
 
 fn json_stage(stage: Stage) -> JsonStage {
@@ -290,7 +334,7 @@ fn raw<'a>(body: Option<&'a str>, what: &str, event: &Event) -> Option<&'a RawVa
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::wasm::bindings::types::ExtraValue;
     use crate::wasm::filter::{Annotation, ObjectReference};
@@ -305,7 +349,8 @@ mod tests {
         }
     }
 
-    fn event() -> Event {
+    /// An event with every field set.
+    pub(crate) fn event() -> Event {
         Event {
             audit_id: "0b1c7a4e-1d2f-4c55-9a51-0d5b7c1e2f3a".into(),
             stage: Stage::ResponseComplete,

@@ -1,7 +1,7 @@
 //! Where audit events go: every audit filter, written before the request goes
 //! on (`blocking` mode) or through kube's batch backend (`batch` mode,
 //! `staging/src/k8s.io/apiserver/plugin/pkg/audit/buffered/buffered.go`): a
-//! bounded buffer a writer task drains in batches of at most
+//! bounded buffer (`buffer`) a writer task drains in batches of at most
 //! `max_batch_size` events, each sent once it is full or `max_batch_wait`
 //! after its first event; what does not fit the buffer is dropped, counted
 //! and logged. One writer keeps the events in the order they were made, so
@@ -12,18 +12,18 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::future::OptionFuture;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::buffer::{Batch, Buffer, Full};
 use crate::config::stages::{Audit, AuditMode};
 use crate::wasm::audit_batch::AuditBatch;
-use crate::wasm::filter::{Auditor, Event};
+use crate::wasm::filter::{Auditor, Event, JsonBatch};
 use crate::wasm::{LoadedFilter, Outcome};
 
 /// Where events go: the audit filters, directly or through the buffer.
 pub(crate) struct AuditBackend {
     filters: Arc<Vec<LoadedFilter<Auditor>>>,
-    queue: Option<mpsc::Sender<Event>>,
+    queue: Option<Queue>,
     /// Events accepted and not yet written by every filter.
     pending: Arc<AtomicUsize>,
     dropped: AtomicU64,
@@ -32,11 +32,11 @@ pub(crate) struct AuditBackend {
     hurry: CancellationToken,
 }
 
-/// How the batch writer groups events.
-#[derive(Clone, Copy)]
-struct Batching {
-    max_size: usize,
-    max_wait: Duration,
+/// The batch mode's buffer, by what its batches hold: the events' JSON
+/// lines when every auditor takes them so, else the records.
+enum Queue {
+    Records(Arc<Buffer<Vec<Event>>>),
+    Lines(Arc<Buffer<JsonBatch>>),
 }
 
 impl AuditBackend {
@@ -47,19 +47,16 @@ impl AuditBackend {
         let pending = Arc::new(AtomicUsize::new(0));
         let hurry = CancellationToken::new();
         let queue = (audit.mode == AuditMode::Batch).then(|| {
-            let (sender, receiver) = mpsc::channel::<Event>(audit.queue_size.max(1));
-            let batching = Batching {
-                max_size: audit.max_batch_size.max(1),
+            let writer = Writer {
+                filters: filters.clone(),
                 max_wait: audit.max_batch_wait,
+                hurry: hurry.clone(),
             };
-            tokio::spawn(write_batches(
-                receiver,
-                batching,
-                filters.clone(),
-                pending.clone(),
-                hurry.clone(),
-            ));
-            sender
+            if filters.iter().all(LoadedFilter::takes_serialised) {
+                Queue::Lines(writer.start(audit, &pending))
+            } else {
+                Queue::Records(writer.start(audit, &pending))
+            }
         });
         Arc::new(AuditBackend {
             filters,
@@ -83,7 +80,11 @@ impl AuditBackend {
                 None
             }
             None => Some(Box::pin(async move {
-                write_through(&self.filters, std::slice::from_ref(&event)).await
+                write_through(
+                    &self.filters,
+                    &AuditBatch::new(std::slice::from_ref(&event)),
+                )
+                .await
             })),
         };
         OptionFuture::from(write)
@@ -100,17 +101,19 @@ impl AuditBackend {
                 self.pending.fetch_add(1, Ordering::AcqRel);
                 let backend = self.clone();
                 tokio::spawn(async move {
-                    write_through(&backend.filters, &[event]).await;
+                    write_through(&backend.filters, &AuditBatch::new(&[event])).await;
                     backend.pending.fetch_sub(1, Ordering::AcqRel);
                 });
             }
         }
     }
 
-    fn enqueue(&self, queue: &mpsc::Sender<Event>, event: Event) {
-        self.pending.fetch_add(1, Ordering::AcqRel);
-        if queue.try_send(event).is_err() {
-            self.pending.fetch_sub(1, Ordering::AcqRel);
+    fn enqueue(&self, queue: &Queue, event: Event) {
+        let queued = match queue {
+            Queue::Records(buffer) => buffer.push(event),
+            Queue::Lines(buffer) => buffer.push(event),
+        };
+        if let Err(Full) = queued {
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             crate::metrics::metrics().stages.audit_errors("buffered", 1);
             // Every drop is counted; the log says so without flooding.
@@ -140,83 +143,71 @@ impl AuditBackend {
     }
 }
 
-/// The batch writer: kube's `processIncomingEvents`, one batch at a time.
-async fn write_batches(
-    mut receiver: mpsc::Receiver<Event>,
-    batching: Batching,
-    filters: Arc<Vec<LoadedFilter<Auditor>>>,
-    pending: Arc<AtomicUsize>,
-    hurry: CancellationToken,
-) {
-    let mut batch = Vec::with_capacity(batching.max_size);
-    while collect(&mut receiver, &mut batch, batching, &hurry).await {
-        write_through(&filters, &batch).await;
-        // Done before the events stop counting as pending, so `flush`
-        // waits for them.
-        pending.fetch_sub(batch.len(), Ordering::AcqRel);
-        batch.clear();
+impl Drop for AuditBackend {
+    /// The writer writes what is left, then stops (kube closes its buffer).
+    fn drop(&mut self) {
+        match &self.queue {
+            Some(Queue::Records(buffer)) => buffer.close(),
+            Some(Queue::Lines(buffer)) => buffer.close(),
+            None => {}
+        }
     }
 }
 
-/// Fills `batch` as kube's `collectEvents` does: up to the maximum size,
-/// waiting at most the maximum wait after the first event (what is already
-/// queued is taken at once), or not at all once `hurry` is cancelled.
-/// False once the buffer is closed and drained.
-async fn collect(
-    receiver: &mut mpsc::Receiver<Event>,
-    batch: &mut Vec<Event>,
-    batching: Batching,
-    hurry: &CancellationToken,
-) -> bool {
-    if receiver.recv_many(batch, batching.max_size).await == 0 {
-        return false;
+/// The batch writer: kube's `processIncomingEvents`, one batch at a time.
+struct Writer {
+    filters: Arc<Vec<LoadedFilter<Auditor>>>,
+    max_wait: Duration,
+    hurry: CancellationToken,
+}
+
+impl Writer {
+    /// The buffer for `audit`, its writer started.
+    fn start<B: Batch>(self, audit: &Audit, pending: &Arc<AtomicUsize>) -> Arc<Buffer<B>> {
+        let buffer = Arc::new(Buffer::new(
+            audit.queue_size,
+            audit.max_batch_size,
+            pending.clone(),
+        ));
+        tokio::spawn(self.run(buffer.clone()));
+        buffer
     }
-    let deadline = tokio::time::Instant::now() + batching.max_wait;
-    while batch.len() < batching.max_size {
-        let room = batching.max_size - batch.len();
-        let more = tokio::select! {
-            biased;
-            () = hurry.cancelled() => break,
-            more = tokio::time::timeout_at(deadline, receiver.recv_many(batch, room)) => more,
-        };
-        match more {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
+
+    async fn run<B: Batch>(self, buffer: Arc<Buffer<B>>) {
+        while let Some(batch) = buffer.next_batch(self.max_wait, &self.hurry).await {
+            write_through(&self.filters, &batch.as_audit_batch()).await;
+            // Handed back after every filter has it, so `flush` waits for it.
+            buffer.written(batch);
         }
     }
-    true
 }
 
 /// One batch to every filter, then their sinks flushed: in blocking mode
 /// the event is in the sinks' files before the request goes on. The batch
 /// is serialised at most once, for the first filter that takes it so.
-async fn write_through(filters: &[LoadedFilter<Auditor>], events: &[Event]) {
+async fn write_through(filters: &[LoadedFilter<Auditor>], batch: &AuditBatch<'_>) {
     crate::metrics::metrics().gateway.audit_batches.inc();
-    let batch = AuditBatch::new(events);
+    let events = batch.len();
     for filter in filters {
-        let outcome = filter.audit(&batch).await.outcome;
+        let outcome = filter.audit(batch).await.outcome;
         if !matches!(outcome, Outcome::Answer(())) {
             crate::metrics::metrics()
                 .stages
-                .audit_errors(filter.name(), events.len());
+                .audit_errors(filter.name(), events);
         }
         match outcome {
             Outcome::Answer(()) => {}
             Outcome::FilterError(message) => {
-                tracing::warn!(filter = filter.name(), events = events.len(), error = %message, "audit filter returned an error")
+                tracing::warn!(filter = filter.name(), events, error = %message, "audit filter returned an error")
             }
             Outcome::Trap(message) => {
-                tracing::error!(filter = filter.name(), events = events.len(), trap = %message, "audit filter trapped")
+                tracing::error!(filter = filter.name(), events, trap = %message, "audit filter trapped")
             }
             Outcome::Timeout => {
-                tracing::error!(
-                    filter = filter.name(),
-                    events = events.len(),
-                    "audit filter timed out"
-                )
+                tracing::error!(filter = filter.name(), events, "audit filter timed out")
             }
             Outcome::Exhausted(what) => {
-                tracing::warn!(filter = filter.name(), events = events.len(), %what, "no room to run the audit filter: events not written")
+                tracing::warn!(filter = filter.name(), events, %what, "no room to run the audit filter: events not written")
             }
         }
         filter.flush_sink();

@@ -17,10 +17,13 @@
 //!   to it (`staging/src/k8s.io/apiserver/pkg/audit/request.go` and `context.go`);
 //! * `backend`: where events go, blocking or through the batch queue (kube's
 //!   `staging/src/k8s.io/apiserver/plugin/pkg/audit/buffered/buffered.go`);
+//! * `buffer`: that queue, its events grouped in batches as they come, as
+//!   records or as the JSON lines every auditor takes;
 //! * `failed_authentication`: the event for a request authentication refused
 //!   (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/authn_audit.go`).
 
 mod backend;
+mod buffer;
 mod event;
 mod failed_authentication;
 mod policy;
