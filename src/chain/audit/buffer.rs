@@ -154,8 +154,8 @@ impl<B: Batch> Buffer<B> {
         state.queued += added;
         self.pending.fetch_add(added, Ordering::AcqRel);
         drop(state);
-        // The writer waits on the oldest batch: for its first event, then
-        // for it to fill. Later batches start full of nothing it waits on.
+        // The writer waits on the oldest batch only: for its first event,
+        // then for it to fill. A batch behind it means it is full already.
         if added > 0 && only && (len == 1 || len == self.max_batch) {
             self.wake.notify_one();
         }
