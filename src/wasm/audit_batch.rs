@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use serde::Serialize;
-use serde_json::value::RawValue;
+use sonic_rs::LazyValue;
 
 use crate::wasm::bindings::types::{Status, UserInfo};
 use crate::wasm::filter::{Event, JsonBatch, JsonStage, Level, Stage};
@@ -109,7 +109,7 @@ pub(crate) fn push_line(batch: &mut JsonBatch, event: &Event) -> bool {
         return false;
     }
     let start = batch.lines.len();
-    match serde_json::to_writer(&mut batch.lines, &KubeEvent::from(event)) {
+    match sonic_rs::to_writer(&mut batch.lines, &KubeEvent::from(event)) {
         Ok(()) => {
             batch.lines.push(b'\n');
             batch.stages.push(json_stage(event.stage));
@@ -268,9 +268,9 @@ struct KubeEvent<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     response_status: Option<KubeStatus<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    request_object: Option<&'a RawValue>,
+    request_object: Option<LazyValue<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    response_object: Option<&'a RawValue>,
+    response_object: Option<LazyValue<'a>>,
     request_received_timestamp: &'a str,
     stage_timestamp: &'a str,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -320,14 +320,16 @@ impl<'a> From<&'a Event> for KubeEvent<'a> {
     }
 }
 
-/// A body for embedding as raw JSON, byte for byte; None (and a warning)
-/// when it is not JSON.
-fn raw<'a>(body: Option<&'a str>, what: &str, event: &Event) -> Option<&'a RawValue> {
+/// A body for embedding as raw JSON, byte for byte (what surrounds it
+/// trimmed); None (and a warning) when it is not JSON. The warning names
+/// where, never what: a body is the client's data.
+fn raw<'a>(body: Option<&'a str>, what: &str, event: &Event) -> Option<LazyValue<'a>> {
     let body = body?;
-    match serde_json::from_str::<&RawValue>(body) {
+    match sonic_rs::from_str::<LazyValue<'a>>(body) {
         Ok(raw) => Some(raw),
         Err(error) => {
-            tracing::warn!(audit_id = %event.audit_id, %error, "the audit event's {what} is not JSON: left out of its line");
+            let (line, column) = (error.line(), error.column());
+            tracing::warn!(audit_id = %event.audit_id, line, column, "the audit event's {what} is not JSON: left out of its line");
             None
         }
     }
@@ -524,6 +526,41 @@ pub(crate) mod tests {
             ..event()
         });
         assert_eq!(started["stage"], "ResponseStarted");
+    }
+
+    /// sonic-rs writes the lines; what kube's log gets is serde_json's
+    /// output, to the byte, every character below 0x80 and beyond escaped
+    /// (or not) alike.
+    #[test]
+    fn lines_are_serde_jsons_byte_for_byte() {
+        let every: String = (0u8..0x80)
+            .map(char::from)
+            .chain("é✓😀\u{2028}\u{fffd}".chars())
+            .collect();
+        let mut event = Event {
+            level: Level::Metadata,
+            user_agent: every.clone(),
+            request_uri: every.clone(),
+            ..event()
+        };
+        event.user.name = every.clone();
+        event.annotations.push(Annotation {
+            key: every.clone(),
+            value: every,
+        });
+        let want = serde_json::to_string(&KubeEvent::from(&event)).unwrap();
+        assert_eq!(line(event), want);
+    }
+
+    #[test]
+    fn bodies_are_kept_as_they_came_without_what_surrounds_them() {
+        let body = " {\"kind\": \"Pod\" ,\"a\":[1, 2]}\n";
+        let event = Event {
+            level: Level::Request,
+            request_object: Some(body.into()),
+            ..event()
+        };
+        assert!(line(event).contains(r#""requestObject":{"kind": "Pod" ,"a":[1, 2]},"#));
     }
 
     #[test]
