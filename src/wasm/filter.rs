@@ -932,8 +932,9 @@ impl LoadedFilter<Auditor> {
         let events = match batch.events() {
             Some(events) => events,
             None if self.takes_serialised() => &[],
-            // The backend serialises at queueing only when every auditor
-            // takes it so; a failure of the gateway's, kept from the filter.
+            // Not reached: the backend serialises events as it queues them
+            // only when every auditor takes them so. Should it ever, the
+            // filter is not called, and the error says whose it is.
             None => {
                 let outcome = Outcome::FilterError(
                     "the gateway gave this auditor serialised events, not records".to_owned(),
