@@ -602,7 +602,7 @@ js_syntax_errors() {
             before="${caret%%^*}"
             column=$((${#before} + 1))
         fi
-        message="$(grep -m 1 -E '^[A-Za-z]*Error: ' <<<"$out" || printf '%s' "$out" | head -n 1)"
+        message="$(grep -m 1 -E '^[A-Za-z]*Error: ' <<<"$out" || printf '%s' "$out" | sed -n 1p)"
         printf '%s:%s:%s: %s\n' "$(shown_path "$dir/${file#./}")" "${line:-1}" "$column" "$message"
         [[ -z "$code" ]] || printf '    %s\n    %s\n' "$code" "$caret"
     done < <(cd "$dir" && source_files js | LC_ALL=C sort)
@@ -702,8 +702,8 @@ TOML
     (cd "$dir/helper" && cargo fetch --quiet >&2) || die "cargo fetch of $crate $WASI_ADAPTER_VERSION failed (is crates.io reachable?)"
     local manifest
     manifest="$(cd "$dir/helper" && cargo metadata --format-version 1 --offline 2>/dev/null |
-        grep -o "\"manifest_path\":\"[^\"]*/$crate-$WASI_ADAPTER_VERSION/Cargo.toml\"" | head -n 1 |
-        sed 's/^"manifest_path":"//; s/"$//')"
+        grep -o "\"manifest_path\":\"[^\"]*/$crate-$WASI_ADAPTER_VERSION/Cargo.toml\"" |
+        sed -n '1{s/^"manifest_path":"//; s/"$//; p}')"
     local source="${manifest%/Cargo.toml}/artefacts/wasi_snapshot_preview1.reactor.wasm"
     [[ -n "$manifest" && -f "$source" ]] || die "cannot find the reactor adapter in $crate $WASI_ADAPTER_VERSION (looked at ${source})"
     install_file "$source" "$WASI_ADAPTER"
@@ -745,7 +745,7 @@ build_c() {
         world="$(filter_world c "$dir")"
         log "c: $(basename "$dir") ($world)"
         build_cached c "$dir" \
-            "$(build_key c "$dir" "$("$CLANG" --version | head -n 1)" "wit-bindgen $WIT_BINDGEN_VERSION" \
+            "$(build_key c "$dir" "$("$CLANG" --version | sed -n 1p)" "wit-bindgen $WIT_BINDGEN_VERSION" \
                 "wasm-tools $WASM_TOOLS_VERSION" "adapter $WASI_ADAPTER_VERSION" "$world")" \
             compile_c_filter "$dir" "$world"
     done < <(filter_dirs c)
