@@ -602,7 +602,19 @@ audit_settle() {
 }
 
 RAW="$TMP/raw.tsv"
-printf 'round\ttarget\tphase\trequests\tseconds\trps\tnon2xx\tsocket_errors\tcpu_us_per_req\tupstream_cpu_us_per_req\tp50_us\tp90_us\tp99_us\tcpu0_other_pct\tload1\taudited\tsyscalls_per_req\tctxsw_per_req\tcpu0_steal_pct\tminflt_per_req\tmajflt_per_req\tcache_hit_pct\tcache_detail\tuser_cpu_us_per_req\tpreempted_per_req\tshared_cache_ns\n' >"$RAW"
+RAW_COLUMNS=(round target phase requests seconds rps non2xx socket_errors cpu_us_per_req upstream_cpu_us_per_req
+    p50_us p90_us p99_us cpu0_other_pct load1 audited syscalls_per_req ctxsw_per_req cpu0_steal_pct minflt_per_req
+    majflt_per_req cache_hit_pct cache_detail user_cpu_us_per_req preempted_per_req shared_cache_ns)
+(IFS=$'\t' && printf '%s\n' "${RAW_COLUMNS[*]}") >"$RAW"
+
+# Appends its input's rows to RAW, each padded with empty cells to the
+# header's width (a phase leaves the columns it does not measure empty); a
+# row wider than the header stops the run.
+raw_rows() {
+    awk -F'\t' -v OFS='\t' -v width="${#RAW_COLUMNS[@]}" '
+        NF > width { print "raw.tsv: a row of " NF " cells for " width " columns: " $0 >"/dev/stderr"; exit 1 }
+        { for (i = NF + 1; i <= width; i++) $i = ""; print }' >>"$RAW" || die "a raw row did not fit the columns"
+}
 
 measure_throughput() { # ROUND TARGET
     local round="$1" target="$2" out="$TMP/wrk-$1-$2.out" pid="${CPU_PID[$2]}"
@@ -643,7 +655,7 @@ measure_throughput() { # ROUND TARGET
             rps = n / s; cpu = dt * 1e6 / hz / n; up = du * 1e6 / hz / n
             other = (dc - dt) * 100 / hz / s; if (other < 0) other = 0
             printf "%s\t%s\tthroughput\t%d\t%.3f\t%.1f\t%d\t%d\t%.2f\t%.2f\t\t\t\t%.1f\t%s\t%s\t%.2f\t%.3f\t%.1f\t%.3f\t%.4f\t%s\t%.2f\t%.4f\t%s\n", r, t, n, s, rps, e, k, cpu, up, other, l, a, ds / n, dx / n, dv * 100 / hz / s, fn / n, fj / n, cache, dy * 1e6 / hz / n, dp / n, cache_ns
-        }' >>"$RAW"
+        }' | raw_rows
     log "round $round $target: $(tail -n1 "$RAW" | awk -F'\t' '{ printf "%s req/s, %s us CPU/req, %s vfs read/write calls/req, %s context switches/req, %s minor faults/req, cache hits %s%%, non-2xx %s, socket errors %s, other load on CPU 0 %s%%, audited %s", $6, $9, $17, $18, $20, $22, $7, $8, $14, $16 }')"
 }
 
@@ -659,8 +671,8 @@ measure_one_connection() { # ROUND TARGET
         printf '%s\t%s\toneconn\t' "$round" "$target"
         sed -n 's/^WRKJSON //p' "$out" | jq -r '[.requests, (.duration_us / 1e6), (.requests / (.duration_us / 1e6)),
             .errors.status, (.errors.connect + .errors.read + .errors.write + .errors.timeout),
-            "", "", .latency_us.p50, .latency_us.p90, .latency_us.p99, "", "", "", "", "", "", "", "", "", "", "", ""] | @tsv'
-    } >>"$RAW"
+            "", "", .latency_us.p50, .latency_us.p90, .latency_us.p99] | @tsv'
+    } | raw_rows
     log "round $round $target one connection, one core: $(tail -n1 "$RAW" | awk -F'\t' '{ printf "p50 %s us, p99 %s us", $11, $13 }')"
 }
 
@@ -686,9 +698,9 @@ measure_open_loop() { # ROUND TARGET
             | ([.statusCodeDistribution // {} | to_entries[] | select((.key | tonumber) >= 400) | .value] | add // 0) as $bad
             | ([.errorDistribution // {} | to_entries[] | .value] | add // 0) as $err
             | [$n, .summary.total, .summary.requestsPerSec, $bad, $err, "", "",
-               (.latencyPercentiles.p50 * 1e6), (.latencyPercentiles.p90 * 1e6), (.latencyPercentiles.p99 * 1e6), "", "", "", "", "", "", "", "", "", "", ""]
+               (.latencyPercentiles.p50 * 1e6), (.latencyPercentiles.p90 * 1e6), (.latencyPercentiles.p99 * 1e6)]
             | @tsv' "$out"
-    } >>"$RAW"
+    } | raw_rows
     log "round $round $target open loop at $RATE req/s: $(tail -n1 "$RAW" | awk -F'\t' '{ printf "p50 %s us, p99 %s us, errors %s+%s", $11, $13, $7, $8 }')"
 }
 
