@@ -86,6 +86,7 @@ async fn batches_deliver_every_event_in_order_in_fewer_local_filter_calls() {
             ["RequestReceived", "ResponseComplete"],
             "{id}"
         );
+        assert_each_stage_its_own(&events);
     }
     let batches = local_filter_calls("batched-audit", "answer");
     assert!(
@@ -93,6 +94,26 @@ async fn batches_deliver_every_event_in_order_in_fewer_local_filter_calls() {
         "80 events in {batches} calls: batched"
     );
     gateway.shutdown().await;
+}
+
+/// A RequestReceived and the ResponseComplete made later from the same
+/// record: the first as it was when the request came (written or rendered
+/// into its line then, the record lent rather than copied), the second with
+/// the response.
+fn assert_each_stage_its_own(events: &[serde_json::Value]) {
+    let (received, complete) = (&events[0], &events[1]);
+    assert_eq!(received["auditID"], complete["auditID"]);
+    assert_eq!(
+        received["requestReceivedTimestamp"],
+        complete["requestReceivedTimestamp"]
+    );
+    assert!(received.get("responseStatus").is_none(), "{received}");
+    assert_eq!(complete["responseStatus"]["code"], 200, "{complete}");
+    let stamp = |event: &serde_json::Value| {
+        let text = event["stageTimestamp"].as_str().expect("a stageTimestamp");
+        humantime::parse_rfc3339(text).expect("RFC 3339")
+    };
+    assert!(stamp(received) <= stamp(complete), "{received} {complete}");
 }
 
 #[tokio::test]
@@ -132,10 +153,9 @@ async fn blocking_mode_writes_each_event_before_the_response() {
         let answer = get(&client, &gateway.url(&format!("/open/{i}"))).await;
         let id = answer.header("audit-id").expect("an Audit-ID");
         // Read at once, without waiting: both events are already there.
-        assert_eq!(
-            stages_of(&events_of(&path, id)),
-            ["RequestReceived", "ResponseComplete"]
-        );
+        let events = events_of(&path, id);
+        assert_eq!(stages_of(&events), ["RequestReceived", "ResponseComplete"]);
+        assert_each_stage_its_own(&events);
     }
     assert_eq!(
         local_filter_calls("blocking-audit", "answer"),

@@ -7,6 +7,7 @@
 //! and logged. One writer keeps the events in the order they were made, so
 //! a request's events reach every filter in stage order.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -72,7 +73,15 @@ impl AuditBackend {
     /// `async fn`: its state (the event, the filters' calls) would sit in
     /// the future of every audited request, which is moved whole when it
     /// is made (bench/README.md § "Futures moved whole").
-    pub(super) fn emit(&self, event: Event) -> impl Future<Output = Option<()>> + Send + '_ {
+    ///
+    /// An event lent (a request's RequestReceived, ResponseStarted: the
+    /// record its ResponseComplete is made from later) is copied only when
+    /// the batches keep records: written through or rendered into lines,
+    /// it is read where it is.
+    pub(super) fn emit<'a>(
+        &'a self,
+        event: Cow<'a, Event>,
+    ) -> impl Future<Output = Option<()>> + Send + 'a {
         crate::metrics::metrics().stages.audit_event();
         let write = match &self.queue {
             Some(queue) => {
@@ -82,7 +91,7 @@ impl AuditBackend {
             None => Some(Box::pin(async move {
                 write_through(
                     &self.filters,
-                    &AuditBatch::new(std::slice::from_ref(&event)),
+                    &AuditBatch::new(std::slice::from_ref(event.as_ref())),
                 )
                 .await
             })),
@@ -96,7 +105,7 @@ impl AuditBackend {
     pub(super) fn emit_detached(self: &Arc<Self>, event: Event) {
         crate::metrics::metrics().stages.audit_event();
         match &self.queue {
-            Some(queue) => self.enqueue(queue, event),
+            Some(queue) => self.enqueue(queue, Cow::Owned(event)),
             None => {
                 self.pending.fetch_add(1, Ordering::AcqRel);
                 let backend = self.clone();
@@ -108,7 +117,7 @@ impl AuditBackend {
         }
     }
 
-    fn enqueue(&self, queue: &Queue, event: Event) {
+    fn enqueue(&self, queue: &Queue, event: Cow<'_, Event>) {
         let queued = match queue {
             Queue::Records(buffer) => buffer.push(event),
             Queue::Lines(buffer) => buffer.push(event),

@@ -7,6 +7,7 @@
 //! its request as records (its fifteen or so strings), and the writer's
 //! batch is ready to hand over without a pass over memory gone cold.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -22,7 +23,8 @@ use crate::wasm::filter::{Event, JsonBatch};
 pub(super) trait Batch: Send + 'static {
     fn empty() -> Self;
     /// Adds `event`; how many events that made (none for one with no line).
-    fn push(&mut self, event: Event) -> usize;
+    /// Lent, it is copied only by a batch that keeps records.
+    fn push(&mut self, event: Cow<'_, Event>) -> usize;
     fn len(&self) -> usize;
     fn clear(&mut self);
     /// The bytes it keeps allocated once cleared.
@@ -35,8 +37,8 @@ impl Batch for Vec<Event> {
     fn empty() -> Self {
         Vec::new()
     }
-    fn push(&mut self, event: Event) -> usize {
-        Vec::push(self, event);
+    fn push(&mut self, event: Cow<'_, Event>) -> usize {
+        Vec::push(self, event.into_owned());
         1
     }
     fn len(&self) -> usize {
@@ -60,7 +62,7 @@ impl Batch for JsonBatch {
             stages: Vec::new(),
         }
     }
-    fn push(&mut self, event: Event) -> usize {
+    fn push(&mut self, event: Cow<'_, Event>) -> usize {
         usize::from(push_line(self, &event))
     }
     fn len(&self) -> usize {
@@ -132,7 +134,7 @@ impl<B: Batch> Buffer<B> {
     }
 
     /// Queues `event`, or refuses it when the buffer holds its size already.
-    pub(super) fn push(&self, event: Event) -> Result<(), Full> {
+    pub(super) fn push(&self, event: Cow<'_, Event>) -> Result<(), Full> {
         let mut state = self.state();
         if state.queued >= self.capacity {
             return Err(Full);
@@ -259,9 +261,9 @@ mod tests {
         let pending = Arc::new(AtomicUsize::new(0));
         let buffer = Buffer::<Vec<Event>>::new(5, 2, pending.clone());
         for number in 0..5 {
-            assert!(buffer.push(numbered(number)).is_ok());
+            assert!(buffer.push(Cow::Owned(numbered(number))).is_ok());
         }
-        assert!(matches!(buffer.push(numbered(5)), Err(Full)));
+        assert!(matches!(buffer.push(Cow::Owned(numbered(5))), Err(Full)));
         assert_eq!(pending.load(Ordering::Acquire), 5);
         let hurry = CancellationToken::new();
         hurry.cancel();
@@ -277,15 +279,16 @@ mod tests {
         assert_eq!(seen, ["0", "1", "2", "3", "4"]);
         assert_eq!(pending.load(Ordering::Acquire), 0);
         // Taken events make room again; the written batch is filled anew.
-        assert!(buffer.push(numbered(6)).is_ok());
+        assert!(buffer.push(Cow::Owned(numbered(6))).is_ok());
     }
 
     #[tokio::test]
     async fn json_batches_hold_the_lines_the_records_would_render_to() {
         let buffer = Buffer::<JsonBatch>::new(10, 10, Arc::new(AtomicUsize::new(0)));
         let events = [numbered(1), numbered(2), numbered(3)];
-        for event in events.clone() {
-            assert!(buffer.push(event).is_ok());
+        // Lent: a batch of lines renders them and keeps no record.
+        for event in &events {
+            assert!(buffer.push(Cow::Borrowed(event)).is_ok());
         }
         buffer.close();
         let batch = next(&buffer, Duration::from_secs(60), &CancellationToken::new())
@@ -300,7 +303,7 @@ mod tests {
     #[tokio::test]
     async fn a_batch_waits_at_most_its_wait_for_more_events() {
         let buffer = Buffer::<Vec<Event>>::new(10, 10, Arc::new(AtomicUsize::new(0)));
-        assert!(buffer.push(numbered(1)).is_ok());
+        assert!(buffer.push(Cow::Owned(numbered(1))).is_ok());
         let started = std::time::Instant::now();
         let batch = next(
             &buffer,
@@ -324,7 +327,7 @@ mod tests {
         tokio::spawn(async move {
             for number in 0..3 {
                 tokio::time::sleep(Duration::from_millis(10)).await;
-                assert!(filler.push(numbered(number)).is_ok());
+                assert!(filler.push(Cow::Owned(numbered(number))).is_ok());
             }
         });
         // A minute's wait, cut short by the batch filling up.
@@ -337,7 +340,7 @@ mod tests {
     #[tokio::test]
     async fn a_closed_buffer_gives_what_is_left_at_once_then_nothing() {
         let buffer = Buffer::<Vec<Event>>::new(10, 10, Arc::new(AtomicUsize::new(0)));
-        assert!(buffer.push(numbered(1)).is_ok());
+        assert!(buffer.push(Cow::Owned(numbered(1))).is_ok());
         buffer.close();
         let hurry = CancellationToken::new();
         let batch = next(&buffer, Duration::from_secs(60), &hurry)

@@ -125,10 +125,17 @@ fn source_ips(request: &Request) -> Vec<String> {
 }
 
 pub(super) fn stamped(mut event: Event, stage: Stage, context: &AuditContext) -> Event {
+    stamp(&mut event, stage, context);
+    event
+}
+
+/// Makes `event` the one of `stage`, now: its stage, time, annotations and
+/// impersonated user, each set whole, so a record stamped for one stage is
+/// stamped again for the next with nothing left of the first.
+pub(super) fn stamp(event: &mut Event, stage: Stage, context: &AuditContext) {
     event.stage = stage;
     event.stage_timestamp = humantime::format_rfc3339_micros(SystemTime::now()).to_string();
-    context.apply(&mut event);
-    event
+    context.apply(event);
 }
 
 pub(super) fn status_record(code: u16, reason: &str, message: &str) -> Status {

@@ -2,6 +2,7 @@
 //! (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/authn_audit.go`): the
 //! one event written for a request that authentication refused.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::body::Request;
@@ -44,7 +45,7 @@ impl FailedAuthenticationAudit {
         ));
         let context = AuditContext::default();
         self.backend
-            .emit(stamped(event, Stage::ResponseStarted, &context))
+            .emit(Cow::Owned(stamped(event, Stage::ResponseStarted, &context)))
             .await;
     }
 }

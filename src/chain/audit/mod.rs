@@ -32,6 +32,7 @@ pub(crate) use backend::AuditBackend;
 pub(crate) use event::AuditContext;
 pub(crate) use failed_authentication::FailedAuthenticationAudit;
 
+use std::borrow::Cow;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
@@ -47,7 +48,9 @@ use crate::request_info::RequestInfo;
 use crate::wasm::bindings::types::Status;
 use crate::wasm::filter::{Event, Stage};
 
-use event::{base_event, buffer_request_object, buffer_response_object, stamped, status_record};
+use event::{
+    base_event, buffer_request_object, buffer_response_object, stamp, stamped, status_record,
+};
 use policy::policy_level;
 
 pub(crate) struct Audit {
@@ -97,12 +100,12 @@ impl Handler for Audit {
                 context: context.clone(),
                 backend: self.backend.clone(),
             };
+            // Lent, not copied: the record goes on to be the ResponseComplete.
             if emits(AuditStage::RequestReceived)
-                && let Some(event) = &completion.event
+                && let Some(event) = &mut completion.event
             {
-                self.backend
-                    .emit(stamped(event.clone(), Stage::RequestReceived, &context))
-                    .await;
+                stamp(event, Stage::RequestReceived, &context);
+                self.backend.emit(Cow::Borrowed(event)).await;
             }
             let response = match AssertUnwindSafe(self.next.call(request))
                 .catch_unwind()
@@ -115,7 +118,7 @@ impl Handler for Audit {
                         .event
                         .take()
                         .filter(|_| emits(AuditStage::Panic))
-                        .map(|event| self.backend.emit(panicked(event, &context)));
+                        .map(|event| self.backend.emit(Cow::Owned(panicked(event, &context))));
                     OptionFuture::from(write).await;
                     // Panic recovery, outside, turns it into a 500.
                     std::panic::resume_unwind(panic);
@@ -125,11 +128,10 @@ impl Handler for Audit {
             if long_running {
                 completion.answered(status, None);
                 if emits(AuditStage::ResponseStarted)
-                    && let Some(event) = &completion.event
+                    && let Some(event) = &mut completion.event
                 {
-                    self.backend
-                        .emit(stamped(event.clone(), Stage::ResponseStarted, &context))
-                        .await;
+                    stamp(event, Stage::ResponseStarted, &context);
+                    self.backend.emit(Cow::Borrowed(event)).await;
                 }
                 // The response completes when its body ends, after this returns.
                 return crate::body::keep_until_done(response, completion);
@@ -179,8 +181,11 @@ impl Completion {
     /// it, before the response is sent.
     fn write(&mut self) -> impl Future + Send + '_ {
         let write = self.event.take().filter(|_| !self.omitted).map(|event| {
-            self.backend
-                .emit(stamped(event, Stage::ResponseComplete, &self.context))
+            self.backend.emit(Cow::Owned(stamped(
+                event,
+                Stage::ResponseComplete,
+                &self.context,
+            )))
         });
         OptionFuture::from(write)
     }
