@@ -12,10 +12,16 @@ const LABEL: &str = "fault-admission";
 
 struct Filter;
 
-/// The word a request carries: the object's `metadata.name`, or none.
+/// The word a request carries: the object's `metadata.name`, or, for a
+/// connect request's options (which have no metadata), the first `command`
+/// of an exec; else none.
 fn word(object: Option<&Value>) -> &str {
     object
-        .and_then(|object| object.pointer("/metadata/name"))
+        .and_then(|object| {
+            object
+                .pointer("/metadata/name")
+                .or_else(|| object.pointer("/command/0"))
+        })
         .and_then(Value::as_str)
         .unwrap_or("")
 }
