@@ -1,10 +1,14 @@
 //! The admission stage (kube's admission chain, after authorization): for
-//! requests that carry an object (create, update, patch; delete and connect
-//! with their options), every mutating filter runs first, in order, each
-//! seeing the previous one's output (a JSON Patch is applied here, natively),
-//! then every validating filter. The first denial ends the request with the
-//! filter's status. A mutated object goes upstream with a correct
-//! `Content-Length`. Requests without an object pass untouched.
+//! requests that carry an object (create, update, patch; delete with its
+//! options; connect with the options of its query, `connect_options`),
+//! every mutating filter runs first, in order, each seeing the previous
+//! one's output (a JSON Patch is applied here, natively), then every
+//! validating filter. The first denial ends the request with the filter's
+//! status. A mutated object goes upstream with a correct `Content-Length`;
+//! a connect request's options are its query, which goes upstream as sent,
+//! so no filter may change them. Requests without an object pass untouched.
+
+mod connect_options;
 
 use std::time::Instant;
 
@@ -125,27 +129,28 @@ impl Handler for Admission {
 impl Admission {
     async fn admit(&self, request: Request, operation: Operation) -> Result<Request, GatewayError> {
         let (mut parts, body) = request.into_parts();
-        let limit = parts
-            .extensions
-            .get::<MaxRequestBody>()
-            .map_or(0, |limit| limit.0);
-        let bytes = body
-            .collect()
-            .await
-            .map_err(|error| GatewayError::body_unreadable(&*error, limit))?
-            .to_bytes();
-        let original = if bytes.is_empty() {
-            None
-        } else {
-            Some(
-                serde_json::from_slice::<serde_json::Value>(&bytes).map_err(|error| {
-                    GatewayError::BadRequest {
-                        message: format!("the request body is not valid JSON: {error}"),
-                    }
-                })?,
-            )
+        let (original, body) = match operation {
+            // Its body, if any, is the upstream's: never read here.
+            Operation::Connect => {
+                let info = parts.extensions.get::<RequestInfo>();
+                let options = info
+                    .map(|info| connect_options::connect_options(info, parts.uri.query()))
+                    .transpose()?
+                    .flatten();
+                (options, Object::Unread(body))
+            }
+            _ => {
+                let bytes = read_body(&parts, body).await?;
+                (parse_object(&bytes)?, Object::Read(bytes))
+            }
         };
-        let mut review = review(&parts, operation, &bytes);
+        let text = match &body {
+            Object::Read(bytes) => {
+                (!bytes.is_empty()).then(|| String::from_utf8_lossy(bytes).into_owned())
+            }
+            Object::Unread(_) => original.as_ref().map(serde_json::Value::to_string),
+        };
+        let mut review = review(&parts, operation, text);
         let watchers = Watchers::of(&parts.extensions);
         let (no_info, nobody) = (RequestInfo::default(), UserInfo::default());
         let info = parts.extensions.get::<RequestInfo>().unwrap_or(&no_info);
@@ -192,6 +197,10 @@ impl Admission {
             let timer = &self.validating.timer;
             timer.observe(operation_name, false, started.elapsed());
         }
+        let bytes = match body {
+            Object::Unread(body) => return Ok(http::Request::from_parts(parts, body)),
+            Object::Read(bytes) => bytes,
+        };
         let body = match mutated.filter(|object| Some(object) != original.as_ref()) {
             // Sent as the text the validating filters were given: the last
             // mutation's, made once.
@@ -262,6 +271,17 @@ impl Admission {
                 return failure(
                     filter,
                     &Outcome::<()>::FilterError("validating filters may not mutate".to_owned()),
+                );
+            }
+            AdmissionResponse::Mutated(_) | AdmissionResponse::Patched(_)
+                if review.operation == Operation::Connect =>
+            {
+                return failure(
+                    filter,
+                    &Outcome::<()>::FilterError(
+                        "a connect request's options may not be changed: its query goes upstream as sent"
+                            .to_owned(),
+                    ),
                 );
             }
             AdmissionResponse::Mutated(json) => match serde_json::from_str(&json) {
@@ -362,9 +382,44 @@ fn given_to(
         .then(|| convert::user_to_wit(user));
 }
 
+/// What the object was read from: the body, or, for a connect request, the
+/// query (its body left for the upstream).
+enum Object {
+    Read(Bytes),
+    Unread(Body),
+}
+
+async fn read_body(parts: &http::request::Parts, body: Body) -> Result<Bytes, GatewayError> {
+    let limit = parts
+        .extensions
+        .get::<MaxRequestBody>()
+        .map_or(0, |limit| limit.0);
+    Ok(body
+        .collect()
+        .await
+        .map_err(|error| GatewayError::body_unreadable(&*error, limit))?
+        .to_bytes())
+}
+
+/// The body as JSON; None when there is none.
+fn parse_object(bytes: &[u8]) -> Result<Option<serde_json::Value>, GatewayError> {
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_slice(bytes)
+        .map(Some)
+        .map_err(|error| GatewayError::BadRequest {
+            message: format!("the request body is not valid JSON: {error}"),
+        })
+}
+
 /// The review of one request, without its request and user info: each
 /// filter is given those it reads ([`given_to`]).
-fn review(parts: &http::request::Parts, operation: Operation, body: &[u8]) -> AdmissionRequest {
+fn review(
+    parts: &http::request::Parts,
+    operation: Operation,
+    object: Option<String>,
+) -> AdmissionRequest {
     let extensions = &parts.extensions;
     let dry_run = url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
         .any(|(key, value)| key == "dryRun" && value == "All");
@@ -376,7 +431,7 @@ fn review(parts: &http::request::Parts, operation: Operation, body: &[u8]) -> Ad
         operation,
         request: None,
         user: None,
-        object: (!body.is_empty()).then(|| String::from_utf8_lossy(body).into_owned()),
+        object,
         content_type: parts
             .headers
             .get(CONTENT_TYPE)

@@ -383,20 +383,28 @@ async fn a_traced_upgrade_tells_the_upstream_its_trace() {
 
 /// kube's connect admission (`ConnectResource` in
 /// `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/rest.go`): an exec
-/// upgrade, over WebSocket or SPDY, is admitted with operation `CONNECT`,
-/// after authorization and before anything is upgraded. schema-admission
-/// with a schema for `pods/exec` on `connect` that the bodiless request
-/// cannot meet (the gateway has no object for it: kube would decode the
-/// query into `PodExecOptions`) refuses it with its 422; the same schema on `pods/log`
-/// leaves a followed log alone (a read, no admission in kube), and the
-/// upstream hears only of the log.
+/// upgrade, over WebSocket or SPDY, is admitted with operation `CONNECT`
+/// and its `PodExecOptions`, decoded from the query, after authorization and
+/// before anything is upgraded. schema-admission with a schema for
+/// `pods/exec` on `connect` that allows `ls` and no shell refuses
+/// `command=sh` with its 422, naming the field; `command=ls` is upgraded
+/// and reaches the upstream with its query as sent. The same schema on
+/// `pods/log` leaves a followed log alone (a read, no admission in kube).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upgrade_is_admitted_as_connect_before_it_is_upgraded() {
+async fn an_upgrade_is_admitted_as_connect_with_its_options_before_it_is_upgraded() {
     let connect_schema = json!({"schemas": [{
         "resources": ["pods/exec", "pods/log"],
         "api_groups": [""],
         "operations": ["connect"],
-        "schema": {"type": "object"},
+        "schema": {
+            "type": "object",
+            "required": ["kind", "command"],
+            "properties": {
+                "kind": {"const": "PodExecOptions"},
+                "stdout": {"const": true},
+                "command": {"type": "array", "items": {"enum": ["ls", "-l"]}},
+            },
+        },
     }]});
     let admission = filter(
         "admission.validating",
@@ -410,11 +418,20 @@ async fn an_upgrade_is_admitted_as_connect_before_it_is_upgraded() {
         let (answer, body) = refused_upgrade(&setup, method, upgrade, "alice-token").await;
         assert!(answer.starts_with("HTTP/1.1 422"), "{method}: {answer}");
         assert!(body.contains("\"reason\":\"Invalid\""), "{method}: {body}");
-        assert!(
-            body.contains("pods \\\"p\\\" is invalid: <root>: Invalid value: null"),
-            "{method}: {body}"
-        );
+        assert!(body.contains("command[0]"), "{method}: {body}");
     }
+    let allowed = "/api/v1/namespaces/default/pods/p/exec?command=ls&command=-l&stdout=true";
+    let (mut socket, _) =
+        websocket(&setup, allowed, &[("authorization", "Bearer alice-token")]).await;
+    assert_echoes(&mut socket, Message::text("listed")).await;
+    let seen = setup.upstream.next_seen().await;
+    assert_eq!(
+        seen.target, allowed,
+        "the options judged are the query served"
+    );
+    assert!(seen.upgrade.is_some());
+    drop(socket);
+
     let log = bounded(
         "a followed log's head",
         tls_client(&setup.ca.cert_pem)
@@ -430,7 +447,7 @@ async fn an_upgrade_is_admitted_as_connect_before_it_is_upgraded() {
     assert_eq!(
         target.path_and_query().map(|target| target.as_str()),
         Some(LOG_FOLLOW),
-        "only the log reached the upstream"
+        "the log reached the upstream"
     );
     assert!(seen.upgrade.is_none());
 }

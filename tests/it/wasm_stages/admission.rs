@@ -1,6 +1,7 @@
 //! Admission: mutations reach the upstream in order before validation,
 //! only mutating filters may mutate, dry runs are seen, failure policies
-//! and monitor mode.
+//! and monitor mode, and connect requests admitted by their query's
+//! options, their bodies unread and their options not to be changed.
 
 use super::*;
 
@@ -324,4 +325,77 @@ async fn a_monitor_mode_admission_filter_never_stops_a_request() {
         ));
         assert_eq!(received, object, "{name}");
     }
+}
+
+/// An anonymous, always-allowed gateway with these admission pieces, the
+/// core group's API routed to `upstream`.
+async fn core_gateway(upstream: &Upstream, admission: &str) -> TestGateway {
+    gateway(&[
+        "[authentication]\nanonymous = true\n[authorization]\nalways_allow = true\n",
+        admission,
+        &format!(
+            "\n[[servers]]\nname = \"core\"\n[[servers.routes]]\napi = \"/api/v1\"\nupstream = \"{}\"\n",
+            upstream.url()
+        ),
+    ])
+    .await
+}
+
+/// kube admits a connect request with the options of its query
+/// (`ConnectResource`, `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/rest.go`)
+/// and never reads its body: a pod proxy's upload, not JSON, passes an
+/// admission filter that selects every connect request and reaches the
+/// upstream as sent (a body read as the object would have been refused as
+/// not JSON). The filter decides by the options: an exec of `deny` is
+/// refused, an exec of `ls` goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_request_is_admitted_by_its_options_and_its_body_goes_on_unread() {
+    let upstream = Upstream::start().await;
+    let validating = admission_filter("validating", "faults", "fault-admission", None, "");
+    let gateway = core_gateway(&upstream, &validating).await;
+    let client = http_client();
+    let upload = "field=value&more=%01";
+    let echoed = echo(
+        &send(
+            client
+                .post(gateway.url("/api/v1/namespaces/default/pods/p/proxy/upload"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(upload),
+        )
+        .await,
+    );
+    assert_eq!(echoed["body"], upload);
+    assert_eq!(
+        echoed["path"],
+        "/api/v1/namespaces/default/pods/p/proxy/upload"
+    );
+
+    let exec = "/api/v1/namespaces/default/pods/p/exec";
+    let status = send(client.post(gateway.url(&format!("{exec}?command=deny&stdin=true"))))
+        .await
+        .assert_status(403, "Forbidden");
+    assert_eq!(status["message"], "fault-admission: deny requested");
+    echo(&send(client.post(gateway.url(&format!("{exec}?command=ls")))).await);
+}
+
+/// A connect request's options are its query, which goes upstream as sent:
+/// a mutating filter that changes them is a filter error, failing the
+/// request closed (its default policy), and the upstream never hears of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_requests_options_cannot_be_mutated() {
+    let upstream = Upstream::start().await;
+    let mutating = admission_filter("mutating", "faults", "fault-admission", None, "");
+    let gateway = core_gateway(&upstream, &mutating).await;
+    let client = http_client();
+    let exec = "/api/v1/namespaces/default/pods/p/exec";
+    for word in ["mutate", "patch"] {
+        let status = send(client.post(gateway.url(&format!("{exec}?command={word}"))))
+            .await
+            .assert_status(500, "InternalError");
+        assert_eq!(
+            status["message"],
+            "Internal error occurred: the admission stage failed"
+        );
+    }
+    echo(&send(client.post(gateway.url(&format!("{exec}?command=ls")))).await);
 }
