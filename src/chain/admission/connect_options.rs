@@ -47,12 +47,12 @@ pub(super) fn connect_options(
     }
     let query = Query(parameters);
     let options = match kind {
-        Kind::Exec => to_json(Exec::decode(&query)),
-        Kind::Attach => to_json(Attach::decode(&query)),
-        Kind::PortForward => to_json(PortForward::decode(&query)?),
-        Kind::PodProxy => to_json(Proxy::decode("PodProxyOptions", &query)),
-        Kind::NodeProxy => to_json(Proxy::decode("NodeProxyOptions", &query)),
-        Kind::ServiceProxy => to_json(Proxy::decode("ServiceProxyOptions", &query)),
+        Kind::Exec => typed("PodExecOptions", Exec::decode(&query)),
+        Kind::Attach => typed("PodAttachOptions", Streams::decode(&query)),
+        Kind::PortForward => typed("PodPortForwardOptions", PortForward::decode(&query)?),
+        Kind::PodProxy => typed("PodProxyOptions", Proxy::decode(&query)),
+        Kind::NodeProxy => typed("NodeProxyOptions", Proxy::decode(&query)),
+        Kind::ServiceProxy => typed("ServiceProxyOptions", Proxy::decode(&query)),
     };
     Ok(Some(options))
 }
@@ -132,31 +132,35 @@ impl Query {
     }
 }
 
-fn to_json(options: impl Serialize) -> serde_json::Value {
+/// Options as kube's v1 JSON: its type first, then its fields.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Typed<T> {
+    kind: &'static str,
+    api_version: &'static str,
+    #[serde(flatten)]
+    options: T,
+}
+
+fn typed(kind: &'static str, options: impl Serialize) -> serde_json::Value {
+    let typed = Typed {
+        kind,
+        api_version: "v1",
+        options,
+    };
     // Plain structs of strings, flags and numbers always serialise.
-    serde_json::to_value(options).unwrap_or(serde_json::Value::Null)
+    serde_json::to_value(typed).unwrap_or(serde_json::Value::Null)
 }
 
 fn is_false(flag: &bool) -> bool {
     !flag
 }
 
-/// kube's v1 `PodExecOptions`.
+/// kube's v1 `PodExecOptions`: an attach's streams and the command.
 #[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
 struct Exec {
-    kind: &'static str,
-    api_version: &'static str,
-    #[serde(skip_serializing_if = "is_false")]
-    stdin: bool,
-    #[serde(skip_serializing_if = "is_false")]
-    stdout: bool,
-    #[serde(skip_serializing_if = "is_false")]
-    stderr: bool,
-    #[serde(skip_serializing_if = "is_false")]
-    tty: bool,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    container: String,
+    #[serde(flatten)]
+    streams: Streams,
     /// Go's nil slice, `null`, when no `command` was given.
     command: Option<Vec<String>>,
 }
@@ -164,26 +168,16 @@ struct Exec {
 impl Exec {
     fn decode(query: &Query) -> Self {
         let command: Vec<String> = query.values("command").map(str::to_owned).collect();
-        let streams = Attach::decode(query);
         Exec {
-            kind: "PodExecOptions",
-            api_version: "v1",
-            stdin: streams.stdin,
-            stdout: streams.stdout,
-            stderr: streams.stderr,
-            tty: streams.tty,
-            container: streams.container,
+            streams: Streams::decode(query),
             command: (!command.is_empty()).then_some(command),
         }
     }
 }
 
-/// kube's v1 `PodAttachOptions`.
+/// kube's v1 `PodAttachOptions`, the streams an exec has too.
 #[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Attach {
-    kind: &'static str,
-    api_version: &'static str,
+struct Streams {
     #[serde(skip_serializing_if = "is_false")]
     stdin: bool,
     #[serde(skip_serializing_if = "is_false")]
@@ -196,13 +190,11 @@ struct Attach {
     container: String,
 }
 
-impl Attach {
+impl Streams {
     fn decode(query: &Query) -> Self {
         // Defaulted only when decoded: no parameters, no defaults.
         let defaulted = !query.is_empty();
-        Attach {
-            kind: "PodAttachOptions",
-            api_version: "v1",
+        Streams {
             stdin: query.flag("stdin"),
             stdout: defaulted || query.flag("stdout"),
             stderr: defaulted || query.flag("stderr"),
@@ -216,8 +208,6 @@ impl Attach {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct PortForward {
-    kind: &'static str,
-    api_version: &'static str,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     ports: Vec<u16>,
 }
@@ -232,11 +222,7 @@ impl PortForward {
                 ports.push(parse_port(port)?);
             }
         }
-        Ok(PortForward {
-            kind: "PodPortForwardOptions",
-            api_version: "v1",
-            ports,
-        })
+        Ok(PortForward { ports })
     }
 }
 
@@ -258,17 +244,13 @@ fn parse_port(port: &str) -> Result<u16, GatewayError> {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Proxy {
-    kind: &'static str,
-    api_version: &'static str,
     #[serde(skip_serializing_if = "String::is_empty")]
     path: String,
 }
 
 impl Proxy {
-    fn decode(kind: &'static str, query: &Query) -> Self {
+    fn decode(query: &Query) -> Self {
         Proxy {
-            kind,
-            api_version: "v1",
             path: query.string("path"),
         }
     }
@@ -307,6 +289,11 @@ mod tests {
             ),
             json!({"kind": "PodExecOptions", "apiVersion": "v1", "stdin": true, "stdout": true,
                    "stderr": true, "tty": true, "container": "app", "command": ["ls", "-l"]})
+        );
+        assert_eq!(
+            ok("GET", &format!("{EXEC}?command=date")).to_string(),
+            r#"{"kind":"PodExecOptions","apiVersion":"v1","stdout":true,"stderr":true,"command":["date"]}"#,
+            "kube's field order"
         );
         // No parameters: kube decodes nothing, so nothing is defaulted.
         assert_eq!(

@@ -397,5 +397,11 @@ async fn a_connect_requests_options_cannot_be_mutated() {
             "Internal error occurred: the admission stage failed"
         );
     }
+    assert_eq!(
+        upstream.hits(),
+        0,
+        "the refused execs never reached the upstream"
+    );
     echo(&send(client.post(gateway.url(&format!("{exec}?command=ls")))).await);
+    assert_eq!(upstream.hits(), 1);
 }
