@@ -194,22 +194,41 @@ impl UserInfo {
     }
 }
 
-/// Where authentication reports the user it found to a step outside it
-/// that reads the user once the response is back (the HTTP log, `wasmgate
-/// try`). That step puts one in the request; a request with none carries
-/// no copy of the user out with its response.
+/// Where authentication reports the user it found, and impersonation the
+/// user it acts as, to a step outside them that reads them once the
+/// response is back (the HTTP log, `wasmgate try`). That step puts one in
+/// the request; a request with none carries no copy of the user out with
+/// its response.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct UserReport(Arc<OnceLock<UserInfo>>);
+pub(crate) struct UserReport(Arc<Reported>);
+
+#[derive(Debug, Default)]
+struct Reported {
+    authenticated: OnceLock<UserInfo>,
+    /// The impersonated user's name.
+    impersonated: OnceLock<String>,
+}
 
 impl UserReport {
     /// Called by authentication, once; a second report is ignored.
     pub(crate) fn report(&self, user: &UserInfo) {
-        let _ = self.0.set(user.clone());
+        let _ = self.0.authenticated.set(user.clone());
+    }
+
+    /// Called by impersonation, once it has allowed `user` (kube's
+    /// impersonation filter notes "X is impersonating Y" in its HTTP log).
+    pub(crate) fn impersonating(&self, user: &UserInfo) {
+        let _ = self.0.impersonated.set(user.name.clone());
     }
 
     /// The user authentication reported, if the request reached it.
     pub(crate) fn user(&self) -> Option<&UserInfo> {
-        self.0.get()
+        self.0.authenticated.get()
+    }
+
+    /// The name of the user the request was made as, if it impersonated one.
+    pub(crate) fn impersonated(&self) -> Option<&str> {
+        self.0.impersonated.get().map(String::as_str)
     }
 }
 

@@ -2,7 +2,7 @@
 //! line per request at info level, target `wasmgate::access`, once its
 //! response body has been sent (or the client went away), in the log's
 //! format (text, or JSON with `--log-format json`). It has the audit ID,
-//! user, verb, method, URI, code, bytes in and out, latency, the server and
+//! user (and the user it impersonated), verb, method, URI, code, bytes in and out, latency, the server and
 //! route that answered and the trace ID. `[access_log]` says which
 //! requests get a line (`crate::config::AccessLog`); with none, this step
 //! costs a branch.
@@ -77,17 +77,20 @@ impl Handler for HttpLog {
         request.extensions_mut().insert(user.clone());
         Box::pin(async move {
             let response = self.next.call(request).await;
-            let user = user
-                .user()
-                .map(|user| user.name.clone())
-                .unwrap_or_default();
+            let users = Users {
+                authenticated: user
+                    .user()
+                    .map(|user| user.name.clone())
+                    .unwrap_or_default(),
+                impersonated: user.impersonated().unwrap_or_default().to_owned(),
+            };
             let answered = response.extensions().get::<RouteAnswered>().cloned();
             let code = response.status().as_u16();
             response.map(|body| {
                 body.on_end(move |bytes_out, error| {
                     write_line(
                         &seen,
-                        &user,
+                        &users,
                         answered.as_ref(),
                         code,
                         bytes_out,
@@ -99,9 +102,16 @@ impl Handler for HttpLog {
     }
 }
 
+/// Who the line says made the request: the user authentication found, and
+/// the one it impersonated (empty when none).
+struct Users {
+    authenticated: String,
+    impersonated: String,
+}
+
 fn write_line(
     seen: &Seen,
-    user: &str,
+    users: &Users,
     answered: Option<&RouteAnswered>,
     code: u16,
     bytes_out: u64,
@@ -113,7 +123,8 @@ fn write_line(
     tracing::info!(
         target: "wasmgate::access",
         audit_id = seen.audit_id,
-        user,
+        user = users.authenticated,
+        impersonated_user = users.impersonated,
         verb = seen.verb,
         method = %seen.method,
         uri = %seen.uri,

@@ -15,7 +15,7 @@ use super::audit::AuditContext;
 use super::authorization::{Authorizers, Verdict, forbidden};
 use super::stage::Watchers;
 use crate::body::{Request, Response};
-use crate::context::UserInfo;
+use crate::context::{UserInfo, UserReport};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
@@ -63,6 +63,9 @@ impl Handler for Impersonation {
             tracing::debug!(requester = %requester.name, as_user = %impersonated.name, "impersonating");
             if let Some(audit) = request.extensions().get::<AuditContext>() {
                 audit.impersonating(&impersonated);
+            }
+            if let Some(report) = request.extensions().get::<UserReport>() {
+                report.impersonating(&impersonated);
             }
             remove_impersonation_headers(request.headers_mut());
             request.extensions_mut().insert(impersonated);

@@ -166,7 +166,8 @@ async fn off_writes_nothing_and_sampled_writes_its_share() {
 
 /// The line's user is the one authentication found (reported to the log,
 /// which asks for it, rather than copied onto every response), none for a
-/// request it refused.
+/// request it refused; a request that impersonates names the user it was
+/// made as too (kube's impersonation filter notes it in its HTTP log).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_line_names_the_user_authentication_found() {
     let upstream = Upstream::start().await;
@@ -187,20 +188,34 @@ async fn the_line_names_the_user_authentication_found() {
     assert_eq!(anonymous.status, 200);
     let refused = send(request("access-log-refused").bearer_auth("no-such-token")).await;
     assert_eq!(refused.status, 401);
+    let as_bob = send(
+        request("access-log-as-bob")
+            .bearer_auth("alice-token")
+            .header("impersonate-user", "bob"),
+    )
+    .await;
+    assert_eq!(as_bob.status, 200);
 
-    let lines = eventually("three access log lines", || {
+    let lines = eventually("four access log lines", || {
         let lines = json_lines(&gateway);
-        async move { (lines.len() >= 3).then_some(lines) }
+        async move { (lines.len() >= 4).then_some(lines) }
     })
     .await;
-    let user_of = |audit_id: &str| {
+    let users_of = |audit_id: &str| {
         lines
             .iter()
             .find(|line| line["audit_id"] == audit_id)
-            .map(|line| line["user"].clone())
+            .map(|line| (line["user"].clone(), line["impersonated_user"].clone()))
             .unwrap_or_else(|| panic!("no line for {audit_id}: {lines:#?}"))
     };
-    assert_eq!(user_of("access-log-alice"), "alice");
-    assert_eq!(user_of("access-log-anonymous"), "system:anonymous");
-    assert_eq!(user_of("access-log-refused"), "");
+    assert_eq!(users_of("access-log-alice"), ("alice".into(), "".into()));
+    assert_eq!(
+        users_of("access-log-anonymous"),
+        ("system:anonymous".into(), "".into())
+    );
+    assert_eq!(users_of("access-log-refused"), ("".into(), "".into()));
+    assert_eq!(
+        users_of("access-log-as-bob"),
+        ("alice".into(), "bob".into())
+    );
 }
