@@ -46,7 +46,8 @@ use std::fmt;
 use http::Method;
 
 use path::{decode_path, is_valid_path_segment_name, split_path};
-use query::{ListOptionsError, decode_list_options, first_value, go_parse_query};
+use query::{ListOptionsError, decode_list_options};
+pub(crate) use query::{first_value, go_parse_query, go_query_bool};
 
 /// The API prefixes kube's generic server recognises by default.
 pub(crate) const DEFAULT_API_PREFIXES: &[&str] = &["api", "apis"];

@@ -15,7 +15,7 @@ use super::path::has_malformed_escape;
 /// Go's `url.ParseQuery`, errors ignored (as `URL.Query()` does): split on `&`,
 /// drop empty pairs, pairs containing `;` and pairs with a malformed escape; the
 /// rest is form-decoded (`+` is a space). Order and repeats are kept.
-pub(super) fn go_parse_query(raw: &str) -> Vec<(String, String)> {
+pub(crate) fn go_parse_query(raw: &str) -> Vec<(String, String)> {
     raw.split('&')
         .filter(|pair| !pair.is_empty() && !pair.contains(';') && !has_malformed_escape(pair))
         .filter_map(|pair| form_urlencoded::parse(pair.as_bytes()).next())
@@ -24,7 +24,7 @@ pub(super) fn go_parse_query(raw: &str) -> Vec<(String, String)> {
 }
 
 /// `url.Values[key][0]`.
-pub(super) fn first_value<'a>(params: &'a [(String, String)], key: &str) -> Option<&'a str> {
+pub(crate) fn first_value<'a>(params: &'a [(String, String)], key: &str) -> Option<&'a str> {
     params
         .iter()
         .find(|(k, _)| k == key)
@@ -70,7 +70,7 @@ pub(super) fn decode_list_options(
 
 /// `runtime.Convert_Slice_string_To_bool`: false only for `0` or a string that is
 /// `strings.EqualFold` to `false` (Unicode simple folding: `ſ` folds to `s`).
-fn go_query_bool(v: &str) -> bool {
+pub(crate) fn go_query_bool(v: &str) -> bool {
     if v == "0" {
         return false;
     }

@@ -23,7 +23,7 @@
 
 use serde::Serialize;
 
-use crate::request_info::RequestInfo;
+use crate::request_info::{RequestInfo, first_value, go_parse_query, go_query_bool};
 use crate::status::GatewayError;
 
 /// The options of `info`'s connect request as kube's v1 JSON (`kind` and
@@ -36,10 +36,8 @@ pub(super) fn connect_options(
     let Some(kind) = Kind::of(info) else {
         return Ok(None);
     };
-    let mut parameters: Vec<(String, String)> =
-        url::form_urlencoded::parse(query.unwrap_or("").as_bytes())
-            .map(|(key, value)| (key.into_owned(), value.into_owned()))
-            .collect();
+    // Read as kube reads it: Go's `URL.Query()`.
+    let mut parameters = go_parse_query(query.unwrap_or(""));
     if kind.has_subpath() {
         // A `path` in the query is replaced, as kube replaces it.
         parameters.retain(|(key, _)| key != "path");
@@ -118,17 +116,14 @@ impl Query {
             .map(|(_, value)| value.as_str())
     }
 
-    /// kube's `Convert_Slice_string_To_bool`: the first value decides; only
-    /// `false` (any case) and `0` are false.
+    /// kube's `Convert_Slice_string_To_bool` of the first value: absent is false.
     fn flag(&self, key: &str) -> bool {
-        self.values(key)
-            .next()
-            .is_some_and(|value| value != "0" && !value.eq_ignore_ascii_case("false"))
+        first_value(&self.0, key).is_some_and(go_query_bool)
     }
 
     /// The first value, or empty.
     fn string(&self, key: &str) -> String {
-        self.values(key).next().unwrap_or_default().to_owned()
+        first_value(&self.0, key).unwrap_or_default().to_owned()
     }
 }
 
@@ -315,6 +310,12 @@ mod tests {
             assert_eq!(options.get("stdin").is_some(), expected, "stdin={value}");
         }
         assert!(ok("GET", &format!("{EXEC}?tty=false")).get("tty").is_none());
+        // Go's `strings.EqualFold`: the long s folds to `s`.
+        assert!(
+            ok("GET", &format!("{EXEC}?tty=fal%C5%BFe"))
+                .get("tty")
+                .is_none()
+        );
     }
 
     #[test]
