@@ -323,7 +323,7 @@ impl Inputs {
                 audit_id: "bench".into(),
                 stage: Stage::ResponseComplete,
                 level: Level::Metadata,
-                verb: info.verb.clone(),
+                verb: info.verb.to_string(),
                 request_uri: path.into(),
                 user: convert::user_to_wit(&user),
                 impersonated_user: None,

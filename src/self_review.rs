@@ -18,6 +18,7 @@
 
 use std::sync::Arc;
 
+use compact_str::CompactString;
 use futures_util::future::BoxFuture;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Method, StatusCode};
@@ -211,7 +212,8 @@ async fn access_review(
 /// The request a review's `spec` describes, as the authorization stage would
 /// see it (kube's `ResourceAttributesFrom` / `NonResourceAttributesFrom`).
 fn attributes(spec: &Value) -> Result<RequestInfo, GatewayError> {
-    let text = |value: &Value, key: &str| value[key].as_str().unwrap_or_default().to_owned();
+    let text =
+        |value: &Value, key: &str| CompactString::from(value[key].as_str().unwrap_or_default());
     if let Some(resource) = spec.get("resourceAttributes").filter(|v| v.is_object()) {
         let (name, subresource) = (text(resource, "name"), text(resource, "subresource"));
         let mut parts = vec![text(resource, "resource")];
@@ -224,7 +226,7 @@ fn attributes(spec: &Value) -> Result<RequestInfo, GatewayError> {
         return Ok(RequestInfo {
             is_resource_request: true,
             verb: text(resource, "verb"),
-            api_prefix: "apis".to_owned(),
+            api_prefix: "apis".into(),
             api_group: text(resource, "group"),
             api_version: text(resource, "version"),
             namespace: text(resource, "namespace"),

@@ -188,7 +188,7 @@ impl Handler for Authorization {
 pub(crate) fn forbidden(user: &UserInfo, info: &RequestInfo, reason: &str) -> GatewayError {
     let mut cause = if info.is_resource_request {
         let resource = if info.subresource.is_empty() {
-            info.resource.clone()
+            info.resource.to_string()
         } else {
             format!("{}/{}", info.resource, info.subresource)
         };
@@ -221,9 +221,9 @@ pub(crate) fn forbidden(user: &UserInfo, info: &RequestInfo, reason: &str) -> Ga
         (false, false) => format!("{qualified} {:?} is forbidden: {cause}", info.name),
     };
     let details = (!qualified.is_empty()).then(|| Details {
-        name: info.name.clone(),
-        group: info.api_group.clone(),
-        kind: info.resource.clone(),
+        name: info.name.to_string(),
+        group: info.api_group.to_string(),
+        kind: info.resource.to_string(),
         retry_after_seconds: None,
     });
     GatewayError::Forbidden { message, details }

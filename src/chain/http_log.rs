@@ -62,7 +62,7 @@ impl Handler for HttpLog {
             uri: request.uri().clone(),
             verb: extensions
                 .get::<RequestInfo>()
-                .map(|info| info.verb.clone())
+                .map(|info| info.verb.to_string())
                 .unwrap_or_default(),
             audit_id: extensions
                 .get::<AuditId>()

@@ -151,12 +151,12 @@ fn checks(requested: &Requested) -> Vec<RequestInfo> {
     let check =
         |group: &str, resource: &str, subresource: &str, namespace: &str, name: &str| RequestInfo {
             is_resource_request: true,
-            verb: "impersonate".to_owned(),
-            api_group: group.to_owned(),
-            resource: resource.to_owned(),
-            subresource: subresource.to_owned(),
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
+            verb: "impersonate".into(),
+            api_group: group.into(),
+            resource: resource.into(),
+            subresource: subresource.into(),
+            namespace: namespace.into(),
+            name: name.into(),
             ..RequestInfo::default()
         };
     let mut checks = Vec::new();

@@ -102,8 +102,8 @@ mod tests {
         let mut request = http::Request::new(Body::empty());
         request.extensions_mut().insert(RequestInfo {
             is_resource_request: true,
-            verb: verb.to_owned(),
-            resource: "widgets".to_owned(),
+            verb: verb.into(),
+            resource: "widgets".into(),
             ..RequestInfo::default()
         });
         request
@@ -165,8 +165,8 @@ mod tests {
         assert!(watches.iter().all(|w| w.status() == StatusCode::OK));
         let mut exec = request("create");
         if let Some(info) = exec.extensions_mut().get_mut::<RequestInfo>() {
-            info.resource = "pods".to_owned();
-            info.subresource = "exec".to_owned();
+            info.resource = "pods".into();
+            info.subresource = "exec".into();
         }
         assert_eq!(limiter.call(exec).await.status(), StatusCode::OK);
     }

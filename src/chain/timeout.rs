@@ -446,8 +446,8 @@ mod tests {
             .expect("a request");
         request.extensions_mut().insert(RequestInfo {
             is_resource_request: true,
-            verb: verb.to_owned(),
-            resource: "widgets".to_owned(),
+            verb: verb.into(),
+            resource: "widgets".into(),
             ..RequestInfo::default()
         });
         request

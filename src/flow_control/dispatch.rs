@@ -91,7 +91,7 @@ pub(crate) struct RequestDetail {
 impl RequestDetail {
     pub(crate) fn new(flow: &Flow<'_>, info: &RequestInfo, user: &UserInfo) -> Self {
         let api_version = if info.api_group.is_empty() {
-            info.api_version.clone()
+            info.api_version.to_string()
         } else {
             format!("{}/{}", info.api_group, info.api_version)
         };
@@ -100,13 +100,13 @@ impl RequestDetail {
             distinguisher: flow.distinguisher.to_owned(),
             arrived: SystemTime::now(),
             user: user.name.clone(),
-            verb: info.verb.clone(),
-            path: info.path.clone(),
-            namespace: info.namespace.clone(),
-            name: info.name.clone(),
+            verb: info.verb.to_string(),
+            path: info.path.to_string(),
+            namespace: info.namespace.to_string(),
+            name: info.name.to_string(),
             api_version,
-            resource: info.resource.clone(),
-            subresource: info.subresource.clone(),
+            resource: info.resource.to_string(),
+            subresource: info.subresource.to_string(),
         }
     }
 }

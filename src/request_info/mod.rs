@@ -43,6 +43,7 @@ mod query;
 
 use std::fmt;
 
+use compact_str::CompactString;
 use http::Method;
 
 use path::{decode_path, is_valid_path_segment_name, split_path};
@@ -84,32 +85,32 @@ pub struct RequestInfo {
     /// Whether the request addresses an API resource (or subresource).
     pub is_resource_request: bool,
     /// The percent-decoded URL path.
-    pub path: String,
+    pub path: CompactString,
     /// The kube verb (`get`, `list`, `watch`, `create`, ...) for resource requests;
     /// the lower-cased HTTP method for non-resource requests.
-    pub verb: String,
+    pub verb: CompactString,
     /// The API prefix (`api`, `apis`), empty for a non-resource request.
-    pub api_prefix: String,
-    pub(crate) api_group: String,
+    pub api_prefix: CompactString,
+    pub(crate) api_group: CompactString,
     /// The API version (`v1`).
-    pub api_version: String,
+    pub api_version: CompactString,
     /// The namespace, empty for a cluster-scoped request.
-    pub namespace: String,
+    pub namespace: CompactString,
     /// The resource (`pods`), not the kind.
-    pub resource: String,
+    pub resource: CompactString,
     /// E.g. `status` in `/pods/foo/status`.
-    pub subresource: String,
+    pub subresource: CompactString,
     /// The object name, when the path (or, for list/watch, a `metadata.name=`
     /// field selector) names one.
-    pub name: String,
+    pub name: CompactString,
     /// The path segments from the resource on: `{resource}/{name}/{subresource}/...`.
     /// Empty for non-resource requests.
-    pub parts: Vec<String>,
+    pub parts: Vec<CompactString>,
     /// The raw `labelSelector` query value; only set for list, watch and
     /// deletecollection requests (not for the deprecated `/watch/` path form).
-    pub label_selector: String,
+    pub label_selector: CompactString,
     /// The raw `fieldSelector` query value; same rules as `label_selector`.
-    pub field_selector: String,
+    pub field_selector: CompactString,
 }
 
 impl RequestInfo {
@@ -282,11 +283,12 @@ fn resolve_with(
     // resolution ends: the method's for a non-resource request (and for
     // the one input kube rejects), the resource verb otherwise.
     let mut info = RequestInfo {
-        path: path.clone().into_owned(),
+        path: CompactString::from(path.as_ref()),
         ..RequestInfo::default()
     };
     let method_verb = |mut info: RequestInfo| {
-        info.verb = method.as_str().to_ascii_lowercase();
+        info.verb = method.as_str().into();
+        info.verb.make_ascii_lowercase();
         info
     };
 
@@ -298,7 +300,7 @@ fn resolve_with(
     if rest.len() < 2 || !is_api_prefix(prefix) {
         return Ok(method_verb(info));
     }
-    info.api_prefix = (*prefix).to_owned();
+    info.api_prefix = (*prefix).into();
 
     let rest = if is_groupless(prefix) {
         rest
@@ -306,7 +308,7 @@ fn resolve_with(
         // Grouped prefix: needs group, version and at least one more part.
         match rest {
             [group, rest @ ..] if rest.len() >= 2 => {
-                info.api_group = (*group).to_owned();
+                info.api_group = (*group).into();
                 rest
             }
             _ => return Ok(method_verb(info)),
@@ -318,7 +320,7 @@ fn resolve_with(
     let [version, rest @ ..] = rest else {
         return Err(Box::new(method_verb(info)));
     };
-    info.api_version = (*version).to_owned();
+    info.api_version = (*version).into();
     let [first, after_first @ ..] = rest else {
         return Err(Box::new(method_verb(info)));
     };
@@ -346,7 +348,7 @@ fn resolve_with(
     // `namespaces/{ns}/{resource}/...`: re-base the parts on the resource, unless
     // the part after the namespace name is a subresource of the namespace itself.
     if let ["namespaces", namespace, tail @ ..] = rest {
-        info.namespace = (*namespace).to_owned();
+        info.namespace = (*namespace).into();
         if let [next, ..] = tail
             && !NAMESPACE_SUBRESOURCES.contains(next)
         {
@@ -354,17 +356,17 @@ fn resolve_with(
         }
     }
 
-    info.parts = rest.iter().map(|s| (*s).to_owned()).collect();
+    info.parts = rest.iter().map(|s| (*s).into()).collect();
 
     // resource / name / subresource / anything-else-uninterpreted
     if let [resource, tail @ ..] = rest {
-        info.resource = (*resource).to_owned();
+        info.resource = (*resource).into();
         if let [name, tail @ ..] = tail {
-            info.name = (*name).to_owned();
+            info.name = (*name).into();
             if let [subresource, ..] = tail
                 && !SPECIAL_VERBS_NO_SUBRESOURCES.contains(&verb)
             {
-                info.subresource = (*subresource).to_owned();
+                info.subresource = (*subresource).into();
             }
         }
     }
@@ -379,7 +381,7 @@ fn resolve_with(
                 if let Some(name) = opts.exact_name
                     && is_valid_path_segment_name(&name)
                 {
-                    info.name = name;
+                    info.name = name.into();
                 }
             }
             Err(ListOptionsError) => {
@@ -396,16 +398,16 @@ fn resolve_with(
     if info.name.is_empty() && verb == "delete" {
         verb = "deletecollection";
     }
-    info.verb = verb.to_owned();
+    info.verb = verb.into();
 
     // Selectors are recorded raw, only for verbs that honour them, and not for the
     // deprecated verb-in-path form (whose single-object watch ignores them).
     if !verb_via_path && VERBS_WITH_SELECTORS.contains(&verb) {
         if let Some(v) = first_value(&params, "fieldSelector") {
-            info.field_selector = v.to_owned();
+            info.field_selector = v.into();
         }
         if let Some(v) = first_value(&params, "labelSelector") {
-            info.label_selector = v.to_owned();
+            info.label_selector = v.into();
         }
     }
 
@@ -431,8 +433,8 @@ mod tests {
         }
     }
 
-    fn strings(parts: &[&str]) -> Vec<String> {
-        parts.iter().map(|s| (*s).to_owned()).collect()
+    fn strings(parts: &[&str]) -> Vec<CompactString> {
+        parts.iter().map(|s| (*s).into()).collect()
     }
 
     /// method, url, verb, api prefix, api group, api version, namespace, resource,
@@ -522,18 +524,18 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{method} {url}: unexpected error {e}"));
             let expected = RequestInfo {
                 is_resource_request: true,
-                path: path.to_owned(),
-                verb: verb.to_owned(),
-                api_prefix: prefix.to_owned(),
-                api_group: group.to_owned(),
-                api_version: version.to_owned(),
-                namespace: namespace.to_owned(),
-                resource: resource.to_owned(),
-                subresource: subresource.to_owned(),
-                name: name.to_owned(),
+                path: path.into(),
+                verb: verb.into(),
+                api_prefix: prefix.into(),
+                api_group: group.into(),
+                api_version: version.into(),
+                namespace: namespace.into(),
+                resource: resource.into(),
+                subresource: subresource.into(),
+                name: name.into(),
                 parts: strings(parts),
-                label_selector: String::new(),
-                field_selector: String::new(),
+                label_selector: String::new().into(),
+                field_selector: String::new().into(),
             };
             assert_eq!(got, expected, "{method} {url}");
         }
@@ -614,8 +616,8 @@ mod tests {
         assert_eq!(
             got,
             RequestInfo {
-                path: "/healthz/ready".to_owned(),
-                verb: "head".to_owned(),
+                path: "/healthz/ready".into(),
+                verb: "head".into(),
                 ..RequestInfo::default()
             }
         );

@@ -62,15 +62,15 @@ fn client_certificate(connection: &ConnectionInfo) -> Option<types::ClientCertif
 pub fn request_info(info: &RequestInfo, reads: Reads) -> types::RequestInfo {
     types::RequestInfo {
         is_resource_request: info.is_resource_request,
-        path: info.path.clone(),
-        verb: info.verb.clone(),
+        path: info.path.to_string(),
+        verb: info.verb.to_string(),
         api_prefix: read(reads, ReadField::ApiPrefix, &info.api_prefix),
-        api_group: info.api_group.clone(),
+        api_group: info.api_group.to_string(),
         api_version: read(reads, ReadField::ApiVersion, &info.api_version),
-        namespace: info.namespace.clone(),
-        resource: info.resource.clone(),
-        subresource: info.subresource.clone(),
-        name: info.name.clone(),
+        namespace: info.namespace.to_string(),
+        resource: info.resource.to_string(),
+        subresource: info.subresource.to_string(),
+        name: info.name.to_string(),
         label_selector: read(reads, ReadField::LabelSelector, &info.label_selector),
         field_selector: read(reads, ReadField::FieldSelector, &info.field_selector),
     }

@@ -561,7 +561,7 @@ impl Handler for Recorder {
         let info_path = request
             .extensions()
             .get::<RequestInfo>()
-            .map(|info| info.path.clone())
+            .map(|info| info.path.to_string())
             .unwrap_or_default();
         let target = request
             .uri()

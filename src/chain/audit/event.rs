@@ -76,7 +76,7 @@ pub(super) fn base_event(request: &Request, level: AuditLevel) -> Event {
             AuditLevel::Request => Level::Request,
             AuditLevel::RequestResponse => Level::RequestResponse,
         },
-        verb: info.map(|i| i.verb.clone()).unwrap_or_default(),
+        verb: info.map(|i| i.verb.to_string()).unwrap_or_default(),
         request_uri: request
             .uri()
             .path_and_query()
@@ -97,12 +97,12 @@ pub(super) fn base_event(request: &Request, level: AuditLevel) -> Event {
         object_ref: info
             .filter(|i| i.is_resource_request)
             .map(|i| ObjectReference {
-                resource: i.resource.clone(),
-                namespace: i.namespace.clone(),
-                name: i.name.clone(),
-                api_group: i.api_group.clone(),
-                api_version: i.api_version.clone(),
-                subresource: i.subresource.clone(),
+                resource: i.resource.to_string(),
+                namespace: i.namespace.to_string(),
+                name: i.name.to_string(),
+                api_group: i.api_group.to_string(),
+                api_version: i.api_version.to_string(),
+                subresource: i.subresource.to_string(),
             }),
         response_status: None,
         request_received_timestamp: humantime::format_rfc3339_micros(received).to_string(),

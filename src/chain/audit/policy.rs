@@ -41,7 +41,7 @@ fn rule_matches(rule: &AuditRule, user: Option<&UserInfo>, info: &RequestInfo) -
         let namespaces = any(&rule.namespaces, &info.namespace);
         let resources = rule.resources.is_empty()
             || rule.resources.iter().any(|(group, resources)| {
-                group == &info.api_group
+                group == info.api_group.as_str()
                     && (resources.is_empty()
                         || resources
                             .iter()
@@ -58,7 +58,7 @@ fn rule_matches(rule: &AuditRule, user: Option<&UserInfo>, info: &RequestInfo) -
                 .iter()
                 .any(|url| match url.strip_suffix('*') {
                     Some(prefix) => info.path.starts_with(prefix),
-                    None => url == &info.path,
+                    None => url == info.path.as_str(),
                 })
     }
 }

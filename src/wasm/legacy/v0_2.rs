@@ -79,7 +79,11 @@ pub(crate) fn request_view(view: &types::RequestView) -> old::RequestView {
 /// segments after the API version, as the resolver splits them.
 fn request_info(info: &types::RequestInfo) -> old::RequestInfo {
     let parts = if info.is_resource_request {
-        crate::request_info::RequestInfo::resolve(&http::Method::GET, &info.path, None).parts
+        crate::request_info::RequestInfo::resolve(&http::Method::GET, &info.path, None)
+            .parts
+            .into_iter()
+            .map(String::from)
+            .collect()
     } else {
         Vec::new()
     };
