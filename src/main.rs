@@ -15,9 +15,9 @@ use wasmgate::server::{Drained, Gateway};
 // mimalloc: the request path makes many small, short-lived allocations
 // (headers, boxed futures, bodies, filter inputs), which glibc's malloc
 // served at 18% of a proxied request's instructions (bench/README.md).
-// glibc's would miss a core's L2 less on the pass-through, not on the
-// chain, and showed no CPU gain (bench/README.md § "a core's L2 is the
-// cliff").
+// glibc's misses a core's L2 less in callgrind's simulation of the
+// pass-through, yet took more CPU than mimalloc in an A/B (bench/README.md
+// § "a core's L2 is the cliff").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
