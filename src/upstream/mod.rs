@@ -21,8 +21,8 @@ mod upgrade;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures_util::FutureExt;
-use futures_util::future::BoxFuture;
+use futures_util::future::{BoxFuture, Either};
+use futures_util::{FutureExt, TryFutureExt};
 use http::header;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderName, HeaderValue, Uri, Version};
@@ -268,7 +268,12 @@ fn tls_clients(
 }
 
 impl UpstreamProxy {
-    async fn forward(&self, mut request: Request) -> Result<Response, GatewayError> {
+    /// The request as the upstream receives it, sent within the route's
+    /// timeout when it has one, and its answer. Composed here rather than
+    /// written as nested `async fn`s: each of those would keep its own copy
+    /// of the request, and the whole would be copied into the box; this way
+    /// the box holds the request once, inside the exchange.
+    fn forward(&self, mut request: Request) -> Result<BoxFuture<'_, Response>, GatewayError> {
         let body_limit = request.extensions().get::<MaxRequestBody>().copied();
         let asked = crate::request_info::is_upgrade(&request)
             .then(|| upgrade::Asked::take(&mut request))
@@ -276,80 +281,89 @@ impl UpstreamProxy {
         let mut outgoing = self.outgoing_request(request)?;
         // An upgrade's span ends at the upstream's answer (its 101): the
         // tunnel after it is no part of the request's trace.
-        let span = crate::traces::upstream_span(&mut outgoing, &self.base);
-        let answered = self.exchange_in_time(outgoing, asked, body_limit).await;
-        crate::traces::upstream_answered(span, &answered);
+        let span = crate::traces::upstream_span(&mut outgoing, &self.base).map(Box::new);
+        let answering = Answering {
+            span,
+            body_limit,
+            started: Instant::now(),
+        };
+        let exchange = match asked {
+            Some(asked) => {
+                let tls = match &self.transport {
+                    Transport::Plain { .. } => None,
+                    Transport::Tls(tls) => Some(tls.clients().tunnel),
+                };
+                // Boxed: a tunnel's set-up (TLS included) is a large
+                // future, which inline would be copied into every
+                // request's box.
+                Either::Left(Box::pin(async move {
+                    upgrade::exchange(&self.tunnel, tls, asked, origin_form(outgoing)?).await
+                }))
+            }
+            None => Either::Right(self.exchange(outgoing)),
+        };
+        // Without a route timeout of its own, the request's deadline is
+        // already enforced around the whole chain (the timeout filter).
+        let exchange = match self.timeout {
+            Some(wait) => Either::Left(tokio::time::timeout(wait, exchange)),
+            None => Either::Right(exchange.map(Ok)),
+        };
+        Ok(Box::pin(exchange.map(move |timed| {
+            self.answered(timed, answering)
+                .unwrap_or_else(GatewayError::into_response)
+        })))
+    }
+
+    /// What the exchange's result becomes: the response, or the Status its
+    /// failure is classified as, with the metrics and the span it ends.
+    fn answered(&self, timed: Timed, answering: Answering) -> Result<Response, GatewayError> {
+        let answered = match timed {
+            Ok(Ok(response)) => {
+                self.metrics
+                    .answered(response.status(), answering.started.elapsed());
+                Ok(response)
+            }
+            Ok(Err(error)) => {
+                self.metrics.failed(match error {
+                    ExchangeError::Connect(_) => UpstreamFailure::Connect,
+                    ExchangeError::Exchange(_) => UpstreamFailure::Exchange,
+                });
+                Err(self.classify(&error, answering.body_limit))
+            }
+            Err(_elapsed) => {
+                self.metrics.failed(UpstreamFailure::Timeout);
+                Err(GatewayError::Timeout {
+                    message: "the upstream did not answer in time".to_owned(),
+                })
+            }
+        };
+        crate::traces::upstream_answered(answering.span.map(|span| *span), &answered);
         answered
     }
 
-    /// The exchange (or the upgrade `asked` for), within the route's own
-    /// timeout when it has one, its failure classified.
-    async fn exchange_in_time(
+    /// The exchange of an ordinary (not upgraded) request, hop-by-hop
+    /// headers dropped from its response.
+    fn exchange(
         &self,
-        outgoing: Request,
-        asked: Option<upgrade::Asked>,
-        body_limit: Option<MaxRequestBody>,
-    ) -> Result<Response, GatewayError> {
-        let exchange = async {
-            match asked {
-                Some(asked) => {
-                    let tls = match &self.transport {
-                        Transport::Plain { .. } => None,
-                        Transport::Tls(tls) => Some(tls.clients().tunnel),
-                    };
-                    // Boxed: a tunnel's set-up (TLS included) is a large
-                    // future, which inline would be copied into every
-                    // request's box.
-                    Box::pin(upgrade::exchange(
-                        &self.tunnel,
-                        tls,
-                        asked,
-                        origin_form(outgoing)?,
-                    ))
-                    .await
-                }
-                None => {
-                    let mut response = self.exchange(outgoing).await?;
-                    headers::remove_hop_by_hop(response.headers_mut());
-                    Ok(response)
-                }
-            }
+        request: Request,
+    ) -> impl Future<Output = Result<Response, ExchangeError>> + Send + '_ {
+        let sent = match &self.transport {
+            Transport::Plain { pool, .. } => Either::Left(
+                pool.send(request)
+                    .map_ok(|response| response.map(Body::wrap)),
+            ),
+            Transport::Tls(tls) => Either::Right(tls.clients().pooled.request(request).map(
+                |result| match result {
+                    Ok(response) => Ok(response.map(Body::wrap)),
+                    Err(error) if error.is_connect() => Err(ExchangeError::Connect(error.into())),
+                    Err(error) => Err(ExchangeError::Exchange(error.into())),
+                },
+            )),
         };
-        let started = Instant::now();
-        // Without a route timeout of its own, the request's deadline is
-        // already enforced around the whole chain (the timeout filter).
-        let result = match self.timeout {
-            Some(wait) => tokio::time::timeout(wait, exchange).await.map_err(|_| {
-                self.metrics.failed(UpstreamFailure::Timeout);
-                GatewayError::Timeout {
-                    message: "the upstream did not answer in time".to_owned(),
-                }
-            })?,
-            None => exchange.await,
-        };
-        let response = result.map_err(|error| {
-            self.metrics.failed(match error {
-                ExchangeError::Connect(_) => UpstreamFailure::Connect,
-                ExchangeError::Exchange(_) => UpstreamFailure::Exchange,
-            });
-            self.classify(&error, body_limit)
-        })?;
-        self.metrics.answered(response.status(), started.elapsed());
-        Ok(response)
-    }
-
-    async fn exchange(&self, request: Request) -> Result<Response, ExchangeError> {
-        match &self.transport {
-            Transport::Plain { pool, .. } => {
-                let response = pool.send(request).await?;
-                Ok(response.map(Body::wrap))
-            }
-            Transport::Tls(tls) => match tls.clients().pooled.request(request).await {
-                Ok(response) => Ok(response.map(Body::wrap)),
-                Err(error) if error.is_connect() => Err(ExchangeError::Connect(error.into())),
-                Err(error) => Err(ExchangeError::Exchange(error.into())),
-            },
-        }
+        sent.map_ok(|mut response| {
+            headers::remove_hop_by_hop(response.headers_mut());
+            response
+        })
     }
 
     fn outgoing_request(&self, request: Request) -> Result<Request, GatewayError> {
@@ -431,13 +445,20 @@ impl UpstreamProxy {
 
 impl Handler for UpstreamProxy {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-        // The forward's future boxed as it is, not awaited inside another
-        // future that would be moved whole once more.
-        Box::pin(
-            self.forward(request)
-                .map(|answered| answered.unwrap_or_else(GatewayError::into_response)),
-        )
+        self.forward(request)
+            .unwrap_or_else(|error| Box::pin(std::future::ready(error.into_response())))
     }
+}
+
+/// The exchange's result within the route's timeout: `Err` when it passed.
+type Timed = Result<Result<Response, ExchangeError>, tokio::time::error::Elapsed>;
+
+/// What a request's answer needs once the upstream has given it.
+struct Answering {
+    /// Boxed: a span is large, and most requests have none.
+    span: Option<Box<crate::traces::Span>>,
+    body_limit: Option<MaxRequestBody>,
+    started: Instant,
 }
 
 /// `request` with an origin-form target and the `Host` its absolute one

@@ -77,46 +77,56 @@ impl Http1Pool {
 
     /// Sends `request` (origin-form URI, `Host` set) on an idle connection,
     /// or on a new one when none is idle.
-    pub(crate) async fn send(
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn would keep the request twice in its future (bench/README.md, \"The native steps' futures\")"
+    )]
+    pub(crate) fn send(
         self: &Arc<Self>,
         mut request: Request,
-    ) -> Result<http::Response<PooledBody>, ExchangeError> {
-        while let Some(mut sender) = self.checkout() {
-            // An idle connection may have been closed by the upstream since
-            // its last response: a request it never started to write is sent
-            // on the next one.
-            if sender.ready().await.is_err() {
-                continue;
+    ) -> impl Future<Output = Result<http::Response<PooledBody>, ExchangeError>> + Send + '_ {
+        // An `async` block that takes the request, not an `async fn`: the
+        // latter would keep the argument and the variable it is moved to
+        // side by side in the future, which every proxied request's box
+        // holds.
+        async move {
+            while let Some(mut sender) = self.checkout() {
+                // An idle connection may have been closed by the upstream since
+                // its last response: a request it never started to write is sent
+                // on the next one.
+                if sender.ready().await.is_err() {
+                    continue;
+                }
+                let replay = ReplayableHead::of(&request);
+                match sender.try_send_request(request).await {
+                    Ok(response) => return Ok(self.pooled(response, sender)),
+                    Err(mut failure) => match (failure.take_message(), replay) {
+                        (Some(unsent), _) => request = unsent,
+                        // The upstream closed the idle connection as the request
+                        // went out, before any answer: a request that may be
+                        // sent twice goes again on a fresh connection, as Go's
+                        // transport and nginx's `proxy_next_upstream error` do.
+                        (None, Some(head)) => {
+                            tracing::debug!(error = %failure.error(), "a reused upstream connection closed under a request: sending it again");
+                            request = head.into_request();
+                            break;
+                        }
+                        (None, None) => {
+                            return Err(ExchangeError::Exchange(failure.into_error().into()));
+                        }
+                    },
+                }
             }
-            let replay = ReplayableHead::of(&request);
-            match sender.try_send_request(request).await {
-                Ok(response) => return Ok(self.pooled(response, sender)),
-                Err(mut failure) => match (failure.take_message(), replay) {
-                    (Some(unsent), _) => request = unsent,
-                    // The upstream closed the idle connection as the request
-                    // went out, before any answer: a request that may be
-                    // sent twice goes again on a fresh connection, as Go's
-                    // transport and nginx's `proxy_next_upstream error` do.
-                    (None, Some(head)) => {
-                        tracing::debug!(error = %failure.error(), "a reused upstream connection closed under a request: sending it again");
-                        request = head.into_request();
-                        break;
-                    }
-                    (None, None) => {
-                        return Err(ExchangeError::Exchange(failure.into_error().into()));
-                    }
-                },
-            }
+            // Boxed: the connect and handshake futures are large, and inline
+            // they would be copied into every request's box, reused
+            // connection or not.
+            let mut sender = Box::pin(self.connect()).await?;
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(|error| ExchangeError::Exchange(error.into()))?;
+            Ok(self.pooled(response, sender))
         }
-        // Boxed: the connect and handshake futures are large, and inline
-        // they would be copied into every request's box, reused
-        // connection or not.
-        let mut sender = Box::pin(self.connect()).await?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|error| ExchangeError::Exchange(error.into()))?;
-        Ok(self.pooled(response, sender))
     }
 
     fn checkout(&self) -> Option<SendRequest<Body>> {
