@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
 use crate::aggregator::{Refresh, Sources};
@@ -173,11 +174,13 @@ struct MarkRoute {
 
 impl Handler for MarkRoute {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-        Box::pin(async move {
-            let mut response = self.next.call(request).await;
-            response.extensions_mut().insert(self.answered.clone());
-            response
-        })
+        self.next
+            .call(request)
+            .map(|mut response| {
+                response.extensions_mut().insert(self.answered.clone());
+                response
+            })
+            .boxed()
     }
 }
 

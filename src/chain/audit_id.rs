@@ -9,6 +9,7 @@
 //! Status. kube reads the first of several `Audit-ID` headers; here two are
 //! a 400 too, since the gateway cannot tell which one the client meant.
 
+use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
@@ -47,11 +48,13 @@ impl Handler for AuditIdFilter {
             .headers_mut()
             .insert(AUDIT_ID_HEADER, header.clone());
         request.extensions_mut().insert(AuditId(audit_id));
-        Box::pin(async move {
-            let mut response = self.next.call(request).await;
-            response.headers_mut().insert(AUDIT_ID_HEADER, header);
-            response
-        })
+        self.next
+            .call(request)
+            .map(|mut response| {
+                response.headers_mut().insert(AUDIT_ID_HEADER, header);
+                response
+            })
+            .boxed()
     }
 }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use http::HeaderMap;
 
@@ -75,30 +76,32 @@ impl Handler for HttpLog {
         let mut request = request
             .map(|body| body.on_end(move |bytes, _| bytes_in.store(bytes, Ordering::Relaxed)));
         request.extensions_mut().insert(user.clone());
-        Box::pin(async move {
-            let response = self.next.call(request).await;
-            let users = Users {
-                authenticated: user
-                    .user()
-                    .map(|user| user.name.clone())
-                    .unwrap_or_default(),
-                impersonated: user.impersonated().unwrap_or_default().to_owned(),
-            };
-            let answered = response.extensions().get::<RouteAnswered>().cloned();
-            let code = response.status().as_u16();
-            response.map(|body| {
-                body.on_end(move |bytes_out, error| {
-                    write_line(
-                        &seen,
-                        &users,
-                        answered.as_ref(),
-                        code,
-                        bytes_out,
-                        error.is_some(),
-                    );
+        self.next
+            .call(request)
+            .map(move |response| {
+                let users = Users {
+                    authenticated: user
+                        .user()
+                        .map(|user| user.name.clone())
+                        .unwrap_or_default(),
+                    impersonated: user.impersonated().unwrap_or_default().to_owned(),
+                };
+                let answered = response.extensions().get::<RouteAnswered>().cloned();
+                let code = response.status().as_u16();
+                response.map(|body| {
+                    body.on_end(move |bytes_out, error| {
+                        write_line(
+                            &seen,
+                            &users,
+                            answered.as_ref(),
+                            code,
+                            bytes_out,
+                            error.is_some(),
+                        );
+                    })
                 })
             })
-        })
+            .boxed()
     }
 }
 

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, StatusCode};
@@ -53,10 +54,10 @@ impl Handler for MaxInFlight {
         let Ok(permit) = semaphore.clone().try_acquire_owned() else {
             return Box::pin(async { too_many_requests() });
         };
-        Box::pin(async move {
-            let response = self.next.call(request).await;
-            response.map(|body| body.with_guard(permit))
-        })
+        self.next
+            .call(request)
+            .map(|response| response.map(|body| body.with_guard(permit)))
+            .boxed()
     }
 }
 

@@ -2,10 +2,12 @@
 //! chain becomes a 500 Status for that request, is logged with the request,
 //! and the gateway keeps serving every other request.
 
+use std::any::Any;
 use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
+use http::{Method, Uri};
 
 use crate::body::{Request, Response};
 use crate::handler::{Handler, SharedHandler};
@@ -21,26 +23,28 @@ impl Handler for PanicRecovery {
         // nearly every request never panics.
         let method = request.method().clone();
         let uri = request.uri().clone();
-        Box::pin(async move {
-            // `call` itself runs inside catch_unwind too: a filter that
-            // panics before returning its future is caught as well.
-            let served = async move { self.next.call(request).await };
-            match AssertUnwindSafe(served).catch_unwind().await {
-                Ok(response) => response,
-                Err(panic) => {
-                    let cause = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_default();
-                    let path = uri.path();
-                    tracing::error!(%method, %path, %cause, "panic while serving a request");
-                    GatewayError::internal(format!(
-                        "the server panicked while serving {method} {path}"
-                    ))
-                    .into_response()
-                }
-            }
-        })
+        // The next steps' `call`s run now, ahead of their futures, so they
+        // are caught here as well as their futures are below.
+        let served = match std::panic::catch_unwind(AssertUnwindSafe(|| self.next.call(request))) {
+            Ok(served) => served,
+            Err(panic) => return Box::pin(std::future::ready(recovered(&*panic, &method, &uri))),
+        };
+        AssertUnwindSafe(served)
+            .catch_unwind()
+            .map(move |served| served.unwrap_or_else(|panic| recovered(&*panic, &method, &uri)))
+            .boxed()
     }
+}
+
+/// The 500 a panic becomes, logged with the request it interrupted.
+fn recovered(panic: &(dyn Any + Send), method: &Method, uri: &Uri) -> Response {
+    let cause = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    let path = uri.path();
+    tracing::error!(%method, %path, %cause, "panic while serving a request");
+    GatewayError::internal(format!("the server panicked while serving {method} {path}"))
+        .into_response()
 }

@@ -10,6 +10,7 @@
 
 use std::time::Instant;
 
+use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
 use super::timeout::ResponseDeadlinePassed;
@@ -36,34 +37,37 @@ impl Handler for RequestMetrics {
             .extensions()
             .get::<ReceivedAt>()
             .map_or_else(Instant::now, |received| received.instant);
-        Box::pin(async move {
-            let mut response = self.next.call(request).await;
-            // A tunnel keeps the request counted until it closes; any
-            // other response until its body ends, where it is recorded
-            // (one wrapper of the body for both).
-            let in_flight = if response.extensions().get::<Tunnel>().is_some() {
-                response = keep_until_done(response, in_flight);
-                None
-            } else {
-                Some(in_flight)
-            };
-            let pending = Pending {
-                labeled,
-                code: response.status().as_u16(),
-                terminated: response.extensions().get::<Terminated>().is_some(),
-                started,
-                in_flight,
-            };
-            response.map(|body| {
-                body.on_end(move |bytes, error| {
-                    let mut pending = pending;
-                    // Cut at its deadline: the gateway ended it.
-                    pending.terminated |= error
-                        .is_some_and(|error| caused_by::<ResponseDeadlinePassed>(error.as_ref()));
-                    pending.finish(bytes);
+        self.next
+            .call(request)
+            .map(move |mut response| {
+                // A tunnel keeps the request counted until it closes; any
+                // other response until its body ends, where it is recorded
+                // (one wrapper of the body for both).
+                let in_flight = if response.extensions().get::<Tunnel>().is_some() {
+                    response = keep_until_done(response, in_flight);
+                    None
+                } else {
+                    Some(in_flight)
+                };
+                let pending = Pending {
+                    labeled,
+                    code: response.status().as_u16(),
+                    terminated: response.extensions().get::<Terminated>().is_some(),
+                    started,
+                    in_flight,
+                };
+                response.map(|body| {
+                    body.on_end(move |bytes, error| {
+                        let mut pending = pending;
+                        // Cut at its deadline: the gateway ended it.
+                        pending.terminated |= error.is_some_and(|error| {
+                            caused_by::<ResponseDeadlinePassed>(error.as_ref())
+                        });
+                        pending.finish(bytes);
+                    })
                 })
             })
-        })
+            .boxed()
     }
 }
 

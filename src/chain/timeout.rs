@@ -26,6 +26,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use http_body::{Body as _, Frame, SizeHint};
 use tokio::task::JoinHandle;
@@ -49,19 +50,25 @@ pub(crate) struct Timeout {
 
 impl Handler for Timeout {
     fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
-        Box::pin(async move {
-            if crate::request_info::is_long_running(&request) {
-                return self.long_running(request).await;
+        if crate::request_info::is_long_running(&request) {
+            return Box::pin(self.long_running(request));
+        }
+        let timeout = match requested_timeout(request.uri().query()) {
+            Ok(Some(asked)) => asked.min(self.request_timeout),
+            Ok(None) => self.request_timeout,
+            Err(message) => {
+                return Box::pin(std::future::ready(
+                    GatewayError::BadRequest { message }.into_response(),
+                ));
             }
-            let timeout = match requested_timeout(request.uri().query()) {
-                Ok(Some(asked)) => asked.min(self.request_timeout),
-                Ok(None) => self.request_timeout,
-                Err(message) => return GatewayError::BadRequest { message }.into_response(),
-            };
-            let deadline = Instant::now() + timeout;
-            request.extensions_mut().insert(Deadline(deadline));
-            let connection = request.extensions().get::<ConnectionControl>().cloned();
-            match tokio::time::timeout_at(deadline.into(), self.next.call(request)).await {
+        };
+        let deadline = Instant::now() + timeout;
+        request.extensions_mut().insert(Deadline(deadline));
+        let connection = request.extensions().get::<ConnectionControl>().cloned();
+        // The next steps are called now, the request handed on, so that the
+        // box holds only their future and the deadline.
+        tokio::time::timeout_at(deadline.into(), self.next.call(request))
+            .map(move |answered| match answered {
                 Ok(response) => {
                     response.map(|body| Body::wrap(DeadlineBody::new(body, deadline, connection)))
                 }
@@ -73,8 +80,8 @@ impl Handler for Timeout {
                     response.extensions_mut().insert(Terminated);
                     response
                 }
-            }
-        })
+            })
+            .boxed()
     }
 }
 
