@@ -173,49 +173,60 @@ fn describe(answer: &AuthnResult) -> String {
 
 impl Handler for Authentication {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+        let (mut parts, body) = request.into_parts();
+        if self.filters.is_empty() {
+            return self.pass_on(parts, body, UserInfo::anonymous());
+        }
+        // The parts and the body are moved in, not the request: an `async`
+        // block keeps what it captures for its whole life, and the request
+        // would be held twice.
         Box::pin(async move {
-            let (mut parts, body) = request.into_parts();
-            let user = if self.filters.is_empty() {
-                UserInfo::anonymous()
-            } else {
-                let started = Instant::now();
-                // Boxed, as the refusals below: the filters' calls make a
-                // large future, and inline it would be copied into this
-                // step's box on every request, with filters or without.
-                let identified = Box::pin(self.identify(&parts)).await;
-                crate::metrics::metrics()
-                    .stages
-                    .authentication(identified.result(self.anonymous), started.elapsed());
-                match identified {
-                    Identified::User(user) => {
-                        remove_credentials(&mut parts);
-                        user
-                    }
-                    // kube's anonymous authenticator is the union's last
-                    // member: its success removes the credentials too.
-                    Identified::Nobody if self.anonymous => {
-                        remove_credentials(&mut parts);
-                        UserInfo::anonymous()
-                    }
-                    Identified::Nobody | Identified::Rejected => {
-                        return Box::pin(self.refuse(parts, body, GatewayError::Unauthorized))
-                            .await;
-                    }
-                    Identified::Failed(error) => {
-                        return Box::pin(self.refuse(parts, body, error)).await;
-                    }
+            let started = Instant::now();
+            // Boxed, as the refusals below: the filters' calls make a
+            // large future, and inline it would be copied into this
+            // step's box on every request.
+            let identified = Box::pin(self.identify(&parts)).await;
+            crate::metrics::metrics()
+                .stages
+                .authentication(identified.result(self.anonymous), started.elapsed());
+            let user = match identified {
+                Identified::User(user) => {
+                    remove_credentials(&mut parts);
+                    user
+                }
+                // kube's anonymous authenticator is the union's last
+                // member: its success removes the credentials too.
+                Identified::Nobody if self.anonymous => {
+                    remove_credentials(&mut parts);
+                    UserInfo::anonymous()
+                }
+                Identified::Nobody | Identified::Rejected => {
+                    return Box::pin(self.refuse(parts, body, GatewayError::Unauthorized)).await;
+                }
+                Identified::Failed(error) => {
+                    return Box::pin(self.refuse(parts, body, error)).await;
                 }
             };
-            if let Some(report) = parts.extensions.get::<UserReport>() {
-                report.report(&user);
-            }
-            parts.extensions.insert(user);
-            self.next.call(http::Request::from_parts(parts, body)).await
+            self.pass_on(parts, body, user).await
         })
     }
 }
 
 impl Authentication {
+    /// Hands the request on as `user`'s.
+    fn pass_on(
+        &self,
+        mut parts: http::request::Parts,
+        body: crate::body::Body,
+        user: UserInfo,
+    ) -> BoxFuture<'_, Response> {
+        if let Some(report) = parts.extensions.get::<UserReport>() {
+            report.report(&user);
+        }
+        parts.extensions.insert(user);
+        self.next.call(http::Request::from_parts(parts, body))
+    }
+
     /// kube's failed handler: the refusal, audited.
     async fn refuse(
         &self,

@@ -146,7 +146,7 @@ pub(crate) struct Authorization {
 }
 
 impl Handler for Authorization {
-    fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+    fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
         Box::pin(async move {
             let extensions = request.extensions();
             let (Some(user), Some(info)) = (
@@ -165,7 +165,6 @@ impl Handler for Authorization {
                         audit.annotate("authorization.k8s.io/decision", "allow");
                     }
                     // The self-subject reviews ask the same union.
-                    let mut request = request;
                     request.extensions_mut().insert(self.authorizers.clone());
                     self.next.call(request).await
                 }
