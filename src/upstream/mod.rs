@@ -296,9 +296,12 @@ impl UpstreamProxy {
                 // Boxed: a tunnel's set-up (TLS included) is a large
                 // future, which inline would be copied into every
                 // request's box.
-                Either::Left(Box::pin(async move {
-                    upgrade::exchange(&self.tunnel, tls, asked, origin_form(outgoing)?).await
-                }))
+                Either::Left(Box::pin(upgrade::exchange(
+                    &self.tunnel,
+                    tls,
+                    asked,
+                    outgoing,
+                )))
             }
             None => Either::Right(self.exchange(outgoing)),
         };
@@ -459,24 +462,6 @@ struct Answering {
     span: Option<Box<crate::traces::Span>>,
     body_limit: Option<MaxRequestBody>,
     started: Instant,
-}
-
-/// `request` with an origin-form target and the `Host` its absolute one
-/// named, as a connection of the proxy's own sends it.
-fn origin_form(request: Request) -> Result<Request, ExchangeError> {
-    let (mut parts, body) = request.into_parts();
-    if let Some(authority) = parts.uri.authority() {
-        let host = HeaderValue::from_str(authority.as_str())
-            .map_err(|error| ExchangeError::Exchange(error.into()))?;
-        parts.headers.insert(header::HOST, host);
-        let target = parts
-            .uri
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        parts.uri = Uri::from(target);
-    }
-    Ok(http::Request::from_parts(parts, body))
 }
 
 /// An error reading the client's request body while it is forwarded: the

@@ -18,6 +18,7 @@
 //! (`staging/src/k8s.io/apimachinery/pkg/util/proxy/upgradeaware.go`).
 
 use http::header::{self, HeaderValue};
+use http::uri::PathAndQuery;
 use http::{StatusCode, Uri};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::upgrade::OnUpgrade;
@@ -125,15 +126,16 @@ impl Asked {
     }
 }
 
-/// Sends `outgoing` (origin-form, `Host` set, hop-by-hop headers gone) with
-/// the client's `Upgrade` on a new connection, and answers as the upstream
+/// Sends `outgoing` (hop-by-hop headers gone), in origin form, with the
+/// client's `Upgrade` on a new connection, and answers as the upstream
 /// does; a `101` starts the tunnel.
 pub(super) async fn exchange(
     target: &TunnelTarget,
     tls: Option<TlsConnector>,
     asked: Asked,
-    mut outgoing: Request,
+    outgoing: Request,
 ) -> Result<Response, ExchangeError> {
+    let mut outgoing = origin_form(outgoing)?;
     let headers = outgoing.headers_mut();
     headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     headers.insert(header::UPGRADE, asked.upgrade);
@@ -217,4 +219,22 @@ async fn relay(client: OnUpgrade, upstream: OnUpgrade, closing: CancellationToke
         Err(error) => tracing::debug!(%error, "a side of an upgraded connection did not switch"),
     }
     tunnel.close();
+}
+
+/// `request` with an origin-form target and the `Host` its absolute one
+/// named, as a connection of the proxy's own sends it.
+fn origin_form(request: Request) -> Result<Request, ExchangeError> {
+    let (mut parts, body) = request.into_parts();
+    if let Some(authority) = parts.uri.authority() {
+        let host = HeaderValue::from_str(authority.as_str())
+            .map_err(|error| ExchangeError::Exchange(error.into()))?;
+        parts.headers.insert(header::HOST, host);
+        let target = parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        parts.uri = Uri::from(target);
+    }
+    Ok(http::Request::from_parts(parts, body))
 }
