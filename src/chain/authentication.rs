@@ -21,13 +21,14 @@ use super::stage::{self, Failure, Watchers};
 use crate::body::{Request, Response};
 use crate::config::stages::{Reads, RequestHeaders};
 use crate::context::{ClientCredentials, UserInfo, UserReport};
+use crate::decision_cache::{Lookup, Probe};
 use crate::handler::{Handler, SharedHandler};
 use crate::metrics::stages::AuthnOutcome;
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
 use crate::wasm::bindings::types::RequestView;
-use crate::wasm::filter::{Authenticator, AuthnResult};
-use crate::wasm::{LoadedFilter, Outcome, convert};
+use crate::wasm::filter::{Authenticator, AuthnResult, Probed};
+use crate::wasm::{Call, LoadedFilter, Outcome, convert};
 
 const STAGE: &str = "authentication";
 
@@ -52,19 +53,37 @@ enum Identified {
 }
 
 impl Authentication {
-    async fn identify(&self, request: &http::request::Parts) -> Identified {
-        let Some(info) = request.extensions.get::<RequestInfo>() else {
-            return Identified::Failed(GatewayError::internal("request info missing"));
-        };
+    /// As far as the union gets on the answers its filters' caches hold,
+    /// without waiting: a request every filter asked has a kept answer for
+    /// is identified here, and its step boxes no future.
+    fn identify_kept(&self, request: &http::request::Parts) -> Identifying<'_> {
+        let rejected = has_bearer_token(&request.headers);
+        self.weigh_kept(0, rejected, request)
+    }
+
+    /// Who made the request, from where [`identify_kept`](Self::identify_kept)
+    /// stopped: each filter it could not answer for is called (or its
+    /// answer awaited), and the kept answers after it weighed as before.
+    async fn identify_rest(
+        &self,
+        mut identifying: Identifying<'_>,
+        request: &http::request::Parts,
+    ) -> Identified {
         let watchers = Watchers::of(&request.extensions);
         // Authenticators that see the same headers and fields share one view.
         let mut views: Vec<(&RequestHeaders, Reads, RequestView)> = Vec::new();
-        let mut rejected = has_bearer_token(&request.headers);
-        for filter in &self.filters {
-            if !stage::selects(&filter.spec.matcher, info) {
-                stage::skipped(STAGE, &filter.spec, &watchers);
-                continue;
-            }
+        loop {
+            let asking = match identifying {
+                Identifying::Identified(identified) => return identified,
+                Identifying::Asking(asking) => asking,
+            };
+            let Asking {
+                next,
+                filter,
+                probe,
+                mut rejected,
+                started,
+            } = *asking;
             let (selected, reads) = (&filter.spec.headers, filter.spec.reads);
             // Made on a cache miss only: a hit needs no view.
             let shared = &mut views;
@@ -85,37 +104,114 @@ impl Authentication {
                 };
                 &views[index].2
             };
+            let answer = filter.authenticate_probed(probe, view).await;
+            if let Some(identified) = weigh(filter, answer, started, &watchers, &mut rejected) {
+                return identified;
+            }
+            identifying = self.weigh_kept(next, rejected, request);
+        }
+    }
+
+    /// From the filter at `from` on, weighs the answers the caches hold
+    /// until the request is identified, or a filter has to be asked.
+    /// `rejected`: credentials were presented and not yet accepted.
+    fn weigh_kept(
+        &self,
+        from: usize,
+        mut rejected: bool,
+        request: &http::request::Parts,
+    ) -> Identifying<'_> {
+        let Some(info) = request.extensions.get::<RequestInfo>() else {
+            let missing = GatewayError::internal("request info missing");
+            return Identifying::Identified(Identified::Failed(missing));
+        };
+        let watchers = Watchers::of(&request.extensions);
+        for (index, filter) in self.filters.iter().enumerate().skip(from) {
+            if !stage::selects(&filter.spec.matcher, info) {
+                stage::skipped(STAGE, &filter.spec, &watchers);
+                continue;
+            }
             let started = Instant::now();
-            let (call, lookup) = filter.authenticate(request, view).await;
-            stage::observe(
-                STAGE,
-                &filter.spec,
-                (&call, lookup),
-                describe,
-                started.elapsed(),
-                &watchers,
-            );
-            let outcome = call.outcome;
-            match outcome {
-                Outcome::Answer(AuthnResult::Authenticated(user)) => {
-                    return Identified::User(with_authenticated_group(convert::user_from_wit(
-                        user,
-                    )));
-                }
-                Outcome::Answer(_) => {}
-                Outcome::FilterError(_) => rejected = true,
-                Outcome::Trap(_) | Outcome::Timeout | Outcome::Exhausted(_) => {
-                    match stage::on_failure(STAGE, &filter.spec, &outcome) {
-                        Failure::Skip => {}
-                        Failure::Fail(error) => return Identified::Failed(error),
+            match filter.probe_authentication(request) {
+                Some(Probe::Kept(call)) => {
+                    let answer = (call, Lookup::Hit);
+                    if let Some(identified) =
+                        weigh(filter, answer, started, &watchers, &mut rejected)
+                    {
+                        return Identifying::Identified(identified);
                     }
+                }
+                probe => {
+                    return Identifying::Asking(Box::new(Asking {
+                        next: index + 1,
+                        filter,
+                        probe,
+                        rejected,
+                        started,
+                    }));
                 }
             }
         }
-        if rejected {
+        Identifying::Identified(if rejected {
             Identified::Rejected
         } else {
             Identified::Nobody
+        })
+    }
+}
+
+/// How far the union got without waiting.
+enum Identifying<'a> {
+    Identified(Identified),
+    /// A filter has to be called, or a concurrent call for its key awaited.
+    Asking(Box<Asking<'a>>),
+}
+
+/// The filter the union waits on, and what it has found so far.
+struct Asking<'a> {
+    /// The index of the filter after it.
+    next: usize,
+    filter: &'a LoadedFilter<Authenticator>,
+    probe: Probed<'a, AuthnResult>,
+    /// Credentials were presented and not yet accepted.
+    rejected: bool,
+    /// When the union turned to this filter: its time includes the lookup.
+    started: Instant,
+}
+
+/// Weighs one filter's answer: who the request is from, or `None` to ask the
+/// next filter (no opinion, the filter's error, or a failure its
+/// `failure_policy` skips).
+fn weigh(
+    filter: &LoadedFilter<Authenticator>,
+    (call, lookup): (Call<AuthnResult>, Lookup),
+    started: Instant,
+    watchers: &Watchers,
+    rejected: &mut bool,
+) -> Option<Identified> {
+    stage::observe(
+        STAGE,
+        &filter.spec,
+        (&call, lookup),
+        describe,
+        started.elapsed(),
+        watchers,
+    );
+    let outcome = call.outcome;
+    match outcome {
+        Outcome::Answer(AuthnResult::Authenticated(user)) => Some(Identified::User(
+            with_authenticated_group(convert::user_from_wit(user)),
+        )),
+        Outcome::Answer(_) => None,
+        Outcome::FilterError(_) => {
+            *rejected = true;
+            None
+        }
+        Outcome::Trap(_) | Outcome::Timeout | Outcome::Exhausted(_) => {
+            match stage::on_failure(STAGE, &filter.spec, &outcome) {
+                Failure::Skip => None,
+                Failure::Fail(error) => Some(Identified::Failed(error)),
+            }
         }
     }
 }
@@ -173,46 +269,58 @@ fn describe(answer: &AuthnResult) -> String {
 
 impl Handler for Authentication {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-        let (mut parts, body) = request.into_parts();
+        let (parts, body) = request.into_parts();
         if self.filters.is_empty() {
             return self.pass_on(parts, body, UserInfo::anonymous());
         }
-        // The parts and the body are moved in, not the request: an `async`
-        // block keeps what it captures for its whole life, and the request
-        // would be held twice.
-        Box::pin(async move {
-            let started = Instant::now();
-            // Boxed, as the refusals below: the filters' calls make a
-            // large future, and inline it would be copied into this
-            // step's box on every request.
-            let identified = Box::pin(self.identify(&parts)).await;
-            crate::metrics::metrics()
-                .stages
-                .authentication(identified.result(self.anonymous), started.elapsed());
-            let user = match identified {
-                Identified::User(user) => {
-                    remove_credentials(&mut parts);
-                    user
-                }
-                // kube's anonymous authenticator is the union's last
-                // member: its success removes the credentials too.
-                Identified::Nobody if self.anonymous => {
-                    remove_credentials(&mut parts);
-                    UserInfo::anonymous()
-                }
-                Identified::Nobody | Identified::Rejected => {
-                    return Box::pin(self.refuse(parts, body, GatewayError::Unauthorized)).await;
-                }
-                Identified::Failed(error) => {
-                    return Box::pin(self.refuse(parts, body, error)).await;
-                }
-            };
-            self.pass_on(parts, body, user).await
-        })
+        let started = Instant::now();
+        match self.identify_kept(&parts) {
+            Identifying::Identified(identified) => self.conclude(parts, body, identified, started),
+            // The parts and the body are moved in, not the request: an
+            // `async` block keeps what it captures for its whole life, and
+            // the request would be held twice.
+            asking => Box::pin(async move {
+                // Boxed: the filters' calls make a large future, and inline
+                // it would be copied into this step's box.
+                let identified = Box::pin(self.identify_rest(asking, &parts)).await;
+                self.conclude(parts, body, identified, started).await
+            }),
+        }
     }
 }
 
 impl Authentication {
+    /// Counts the union's conclusion (reached since `started`), and hands
+    /// the request on as the user it identified, or refuses it.
+    fn conclude(
+        &self,
+        mut parts: http::request::Parts,
+        body: crate::body::Body,
+        identified: Identified,
+        started: Instant,
+    ) -> BoxFuture<'_, Response> {
+        crate::metrics::metrics()
+            .stages
+            .authentication(identified.result(self.anonymous), started.elapsed());
+        let user = match identified {
+            Identified::User(user) => {
+                remove_credentials(&mut parts);
+                user
+            }
+            // kube's anonymous authenticator is the union's last member: its
+            // success removes the credentials too.
+            Identified::Nobody if self.anonymous => {
+                remove_credentials(&mut parts);
+                UserInfo::anonymous()
+            }
+            Identified::Nobody | Identified::Rejected => {
+                return Box::pin(self.refuse(parts, body, GatewayError::Unauthorized));
+            }
+            Identified::Failed(error) => return Box::pin(self.refuse(parts, body, error)),
+        };
+        self.pass_on(parts, body, user)
+    }
+
     /// Hands the request on as `user`'s.
     fn pass_on(
         &self,

@@ -8,19 +8,21 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use futures_util::future::{self, BoxFuture};
 
 use super::audit::AuditContext;
 use super::stage::{self, Failure, Watchers};
 use crate::body::{Request, Response};
 use crate::config::stages::{Mode, Reads};
 use crate::context::UserInfo;
+use crate::decision_cache::{Lookup, Probe};
 use crate::handler::{Handler, SharedHandler};
 use crate::metrics::stages::Decisions;
 use crate::request_info::RequestInfo;
 use crate::status::{Details, GatewayError};
-use crate::wasm::filter::{Attributes, Authorizer, Decision};
-use crate::wasm::{LoadedFilter, Outcome, convert};
+use crate::wasm::filter::{Attributes, Authorizer, Decision, Probed};
+use crate::wasm::{Call, LoadedFilter, Outcome, convert};
 
 const STAGE: &str = "authorization";
 
@@ -51,20 +53,55 @@ impl Authorizers {
         Authorizers { filters, decisions }
     }
 
+    /// The union's verdict on `user` doing what `info` says, calling the
+    /// filters whose caches do not hold their answer.
     pub(crate) async fn decide(
         &self,
         user: &UserInfo,
         info: &RequestInfo,
         watchers: &Watchers,
     ) -> Verdict {
+        let deciding = self.decide_kept(user, info, watchers);
+        self.decide_rest(deciding, user, info, watchers).await
+    }
+
+    /// As far as the union gets on the answers its filters' caches hold,
+    /// without waiting: a request every selected filter's cache answers for
+    /// is decided here, and its step boxes no future.
+    pub(crate) fn decide_kept(
+        &self,
+        user: &UserInfo,
+        info: &RequestInfo,
+        watchers: &Watchers,
+    ) -> Deciding<'_> {
+        self.weigh_kept(0, Vec::new(), user, info, watchers)
+    }
+
+    /// The verdict, from where [`decide_kept`](Self::decide_kept) stopped:
+    /// each filter it could not answer for is called (or its answer
+    /// awaited), and the kept answers after it weighed as before.
+    pub(crate) async fn decide_rest(
+        &self,
+        mut deciding: Deciding<'_>,
+        user: &UserInfo,
+        info: &RequestInfo,
+        watchers: &Watchers,
+    ) -> Verdict {
         // Authorizers that read the same fields share one record.
         let mut attributes: Option<(Reads, Attributes)> = None;
-        let mut reasons = Vec::new();
-        for (filter, decisions) in self.filters.iter().zip(&self.decisions) {
-            if !stage::selects(&filter.spec.matcher, info) {
-                stage::skipped(STAGE, &filter.spec, watchers);
-                continue;
-            }
+        loop {
+            let asking = match deciding {
+                Deciding::Decided(verdict) => return verdict,
+                Deciding::Asking(asking) => asking,
+            };
+            let Asking {
+                next,
+                filter,
+                decisions,
+                probe,
+                mut reasons,
+                started,
+            } = *asking;
             let reads = filter.spec.reads;
             // Made on a cache miss only: a hit needs no records.
             let slot = &mut attributes;
@@ -84,41 +121,124 @@ impl Authorizers {
                 });
                 &*attributes
             };
-            let started = Instant::now();
-            let (call, lookup) = filter.authorize(user, info, records).await;
-            stage::observe(
-                STAGE,
-                &filter.spec,
-                (&call, lookup),
-                describe,
-                started.elapsed(),
-                watchers,
-            );
-            let decision = match call.outcome {
-                Outcome::Answer(decision) => decision,
-                failed => match stage::on_failure(STAGE, &filter.spec, &failed) {
-                    Failure::Skip => continue,
-                    Failure::Fail(error) => return Verdict::Failed(error),
-                },
-            };
-            if filter.spec.mode == Mode::Monitor {
-                tracing::info!(filter = filter.name(), decision = %describe(&decision), "monitor mode: decision not enforced");
+            let answer = filter.authorize_probed(probe, records).await;
+            if let Some(verdict) = weigh(filter, decisions, answer, started, watchers, &mut reasons)
+            {
+                return verdict;
+            }
+            deciding = self.weigh_kept(next, reasons, user, info, watchers);
+        }
+    }
+
+    /// From the filter at `from` on, weighs the answers the caches hold
+    /// until a verdict, or a filter that has to be asked.
+    fn weigh_kept(
+        &self,
+        from: usize,
+        mut reasons: Vec<String>,
+        user: &UserInfo,
+        info: &RequestInfo,
+        watchers: &Watchers,
+    ) -> Deciding<'_> {
+        let filters = self.filters.iter().zip(&self.decisions);
+        for (index, (filter, decisions)) in filters.enumerate().skip(from) {
+            if !stage::selects(&filter.spec.matcher, info) {
+                stage::skipped(STAGE, &filter.spec, watchers);
                 continue;
             }
-            match decision {
-                Decision::Allow => {
-                    decisions.record(true);
-                    return Verdict::Allow;
+            let started = Instant::now();
+            match filter.probe_authorization(user, info) {
+                Some(Probe::Kept(call)) => {
+                    let answer = (call, Lookup::Hit);
+                    if let Some(verdict) =
+                        weigh(filter, decisions, answer, started, watchers, &mut reasons)
+                    {
+                        return Deciding::Decided(verdict);
+                    }
                 }
-                Decision::Deny(reason) => {
-                    decisions.record(false);
-                    return Verdict::Deny(reason);
+                probe => {
+                    return Deciding::Asking(Box::new(Asking {
+                        next: index + 1,
+                        filter,
+                        decisions,
+                        probe,
+                        reasons,
+                        started,
+                    }));
                 }
-                Decision::NoOpinion(reason) if !reason.is_empty() => reasons.push(reason),
-                Decision::NoOpinion(_) => {}
             }
         }
-        Verdict::Deny(reasons.join("; "))
+        Deciding::Decided(Verdict::Deny(reasons.join("; ")))
+    }
+}
+
+/// How far the union got without waiting.
+pub(crate) enum Deciding<'a> {
+    Decided(Verdict),
+    /// A filter has to be called, or a concurrent call for its key awaited.
+    Asking(Box<Asking<'a>>),
+}
+
+/// The filter the union waits on, and what it has weighed so far.
+pub(crate) struct Asking<'a> {
+    /// The index of the filter after it.
+    next: usize,
+    filter: &'a LoadedFilter<Authorizer>,
+    decisions: &'a Decisions,
+    probe: Probed<'a, Decision>,
+    /// The reasons of the filters that had no opinion.
+    reasons: Vec<String>,
+    /// When the union turned to this filter: its time includes the lookup.
+    started: Instant,
+}
+
+/// Weighs one filter's answer: the verdict it gives, or `None` to ask the
+/// next filter (no opinion, monitor mode, or a failure the filter's
+/// `failure_policy` skips).
+fn weigh(
+    filter: &LoadedFilter<Authorizer>,
+    decisions: &Decisions,
+    (call, lookup): (Call<Decision>, Lookup),
+    started: Instant,
+    watchers: &Watchers,
+    reasons: &mut Vec<String>,
+) -> Option<Verdict> {
+    stage::observe(
+        STAGE,
+        &filter.spec,
+        (&call, lookup),
+        describe,
+        started.elapsed(),
+        watchers,
+    );
+    let decision = match call.outcome {
+        Outcome::Answer(decision) => decision,
+        failed => {
+            return match stage::on_failure(STAGE, &filter.spec, &failed) {
+                Failure::Skip => None,
+                Failure::Fail(error) => Some(Verdict::Failed(error)),
+            };
+        }
+    };
+    if filter.spec.mode == Mode::Monitor {
+        tracing::info!(filter = filter.name(), decision = %describe(&decision), "monitor mode: decision not enforced");
+        return None;
+    }
+    match decision {
+        Decision::Allow => {
+            decisions.record(true);
+            Some(Verdict::Allow)
+        }
+        Decision::Deny(reason) => {
+            decisions.record(false);
+            Some(Verdict::Deny(reason))
+        }
+        Decision::NoOpinion(reason) => {
+            if !reason.is_empty() {
+                reasons.push(reason);
+            }
+            None
+        }
     }
 }
 
@@ -146,38 +266,72 @@ pub(crate) struct Authorization {
 }
 
 impl Handler for Authorization {
-    fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
-        Box::pin(async move {
-            let extensions = request.extensions();
-            let (Some(user), Some(info)) = (
-                extensions.get::<UserInfo>(),
-                extensions.get::<RequestInfo>(),
-            ) else {
-                return GatewayError::internal("the request reached authorization without a user")
-                    .into_response();
-            };
-            let watchers = Watchers::of(extensions);
-            let audit = extensions.get::<AuditContext>().cloned();
-            let verdict = self.authorizers.decide(user, info, &watchers).await;
-            match verdict {
-                Verdict::Allow => {
-                    if let Some(audit) = &audit {
-                        audit.annotate("authorization.k8s.io/decision", "allow");
-                    }
-                    // The self-subject reviews ask the same union.
-                    request.extensions_mut().insert(self.authorizers.clone());
-                    self.next.call(request).await
-                }
-                Verdict::Deny(reason) => {
-                    if let Some(audit) = audit {
-                        audit.annotate("authorization.k8s.io/decision", "forbid");
-                        audit.annotate("authorization.k8s.io/reason", reason.clone());
-                    }
-                    forbidden(user, info, &reason).into_response()
-                }
-                Verdict::Failed(error) => error.into_response(),
+    fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+        let deciding = match requester(&request) {
+            Ok((user, info)) => {
+                let watchers = Watchers::of(request.extensions());
+                self.authorizers.decide_kept(user, info, &watchers)
             }
-        })
+            Err(error) => Deciding::Decided(Verdict::Failed(error)),
+        };
+        match deciding {
+            Deciding::Decided(verdict) => self.conclude(request, verdict),
+            asking => Box::pin(async move {
+                let verdict = match requester(&request) {
+                    Ok((user, info)) => {
+                        let watchers = Watchers::of(request.extensions());
+                        (self.authorizers)
+                            .decide_rest(asking, user, info, &watchers)
+                            .await
+                    }
+                    Err(error) => Verdict::Failed(error),
+                };
+                self.conclude(request, verdict).await
+            }),
+        }
+    }
+}
+
+impl Authorization {
+    /// Hands an allowed request on, or answers it with the verdict.
+    fn conclude(&self, mut request: Request, verdict: Verdict) -> BoxFuture<'_, Response> {
+        let audit = request.extensions().get::<AuditContext>();
+        let response = match verdict {
+            Verdict::Allow => {
+                if let Some(audit) = audit {
+                    audit.annotate("authorization.k8s.io/decision", "allow");
+                }
+                // The self-subject reviews ask the same union.
+                request.extensions_mut().insert(self.authorizers.clone());
+                return self.next.call(request);
+            }
+            Verdict::Deny(reason) => {
+                if let Some(audit) = audit {
+                    audit.annotate("authorization.k8s.io/decision", "forbid");
+                    audit.annotate("authorization.k8s.io/reason", reason.clone());
+                }
+                match requester(&request) {
+                    Ok((user, info)) => forbidden(user, info, &reason).into_response(),
+                    Err(error) => error.into_response(),
+                }
+            }
+            Verdict::Failed(error) => error.into_response(),
+        };
+        future::ready(response).boxed()
+    }
+}
+
+/// The user authentication found, and what the request is.
+fn requester(request: &Request) -> Result<(&UserInfo, &RequestInfo), GatewayError> {
+    let extensions = request.extensions();
+    match (
+        extensions.get::<UserInfo>(),
+        extensions.get::<RequestInfo>(),
+    ) {
+        (Some(user), Some(info)) => Ok((user, info)),
+        _ => Err(GatewayError::internal(
+            "the request reached authorization without a user",
+        )),
     }
 }
 

@@ -125,11 +125,18 @@ impl CacheMetrics {
     }
 }
 
-/// What the lookup under the lock found.
-enum Found<T> {
+/// What a [`lookup`](DecisionCache::lookup) found.
+pub(crate) enum Probe<'a, T> {
+    /// The value kept for the key.
     Kept(T),
+    /// Another request is calling the filter for the key: its outcome is
+    /// awaited.
     Wait(watch::Receiver<Option<T>>),
-    Call(watch::Sender<Option<T>>),
+    /// This request calls the filter, holding the key until it answers.
+    Call(Calling<'a, T>),
+    /// Nothing can be kept for this request (`TooLarge`, or `Miss` when the
+    /// cache's lock is poisoned): the filter is called.
+    Unkept(Lookup),
 }
 
 impl<T: Clone> DecisionCache<T> {
@@ -145,24 +152,55 @@ impl<T: Clone> DecisionCache<T> {
         }
     }
 
-    /// The value for `key`: kept, shared from a concurrent call for the
-    /// same key, or got from `call` (and then kept if it says so). Without a
-    /// key (too much key material) `call` is simply made.
-    pub(crate) async fn get(
+    /// What the cache has for `key`, found without waiting: the value kept
+    /// (a hit, counted), or what [`fetch`](Self::fetch) is to do to get one.
+    /// A caller that finds the value needs no future at all; one that does
+    /// not may hold the probe across a wait, as it holds the key while this
+    /// request calls the filter. Without a key (too much key material) the
+    /// filter is simply called.
+    pub(crate) fn lookup(&self, key: Option<Key>) -> Probe<'_, T> {
+        let Some(key) = key else {
+            return Probe::Unkept(Lookup::TooLarge);
+        };
+        let Ok(mut entries) = self.entries.lock() else {
+            // A poisoned lock: serve uncached rather than fail.
+            return Probe::Unkept(Lookup::Miss);
+        };
+        let now = Instant::now();
+        match entries.kept.get(&key) {
+            Some(entry) if entry.expires > now => {
+                self.metrics.hits.inc();
+                return Probe::Kept(entry.value.clone());
+            }
+            Some(_) => {
+                entries.kept.pop(&key);
+                self.metrics.entries.set(gauge(entries.kept.len()));
+            }
+            None => {}
+        }
+        if let Some(receiver) = entries.calling.get(&key) {
+            return Probe::Wait(receiver.clone());
+        }
+        let (sender, receiver) = watch::channel(None);
+        entries.calling.insert(key, receiver);
+        Probe::Call(Calling {
+            cache: self,
+            key,
+            sender,
+        })
+    }
+
+    /// The value `probe` leads to: the one kept, one shared from a
+    /// concurrent call for the same key, or got from `call` (and then kept
+    /// if it says so).
+    pub(crate) async fn fetch(
         &self,
-        key: Option<Key>,
+        probe: Probe<'_, T>,
         call: impl Future<Output = Fetched<T>>,
     ) -> (T, Lookup) {
-        let Some(key) = key else {
-            self.metrics.misses.inc();
-            return (call.await.value, Lookup::TooLarge);
-        };
-        match self.find(key) {
-            Some(Found::Kept(value)) => {
-                self.metrics.hits.inc();
-                (value, Lookup::Hit)
-            }
-            Some(Found::Wait(mut receiver)) => {
+        match probe {
+            Probe::Kept(value) => (value, Lookup::Hit),
+            Probe::Wait(mut receiver) => {
                 let shared = receiver
                     .wait_for(Option::is_some)
                     .await
@@ -180,39 +218,22 @@ impl<T: Clone> DecisionCache<T> {
                     }
                 }
             }
-            Some(Found::Call(sender)) => {
+            Probe::Call(calling) => {
                 self.metrics.misses.inc();
-                let guard = Calling { cache: self, key };
                 let Fetched { value, keep } = call.await;
                 if let Some(keep) = keep {
-                    self.keep(key, value.clone(), keep);
+                    self.keep(calling.key, value.clone(), keep);
                 }
-                drop(guard);
-                sender.send_replace(Some(value.clone()));
+                calling.answer(value.clone());
                 (value, Lookup::Miss)
             }
-            // A poisoned lock: serve uncached rather than fail.
-            None => (call.await.value, Lookup::Miss),
-        }
-    }
-
-    fn find(&self, key: Key) -> Option<Found<T>> {
-        let mut entries = self.entries.lock().ok()?;
-        let now = Instant::now();
-        match entries.kept.get(&key) {
-            Some(entry) if entry.expires > now => return Some(Found::Kept(entry.value.clone())),
-            Some(_) => {
-                entries.kept.pop(&key);
-                self.metrics.entries.set(gauge(entries.kept.len()));
+            Probe::Unkept(lookup) => {
+                if lookup == Lookup::TooLarge {
+                    self.metrics.misses.inc();
+                }
+                (call.await.value, lookup)
             }
-            None => {}
         }
-        if let Some(receiver) = entries.calling.get(&key) {
-            return Some(Found::Wait(receiver.clone()));
-        }
-        let (sender, receiver) = watch::channel(None);
-        entries.calling.insert(key, receiver);
-        Some(Found::Call(sender))
     }
 
     /// Keeps a value for its TTL, shortened by the filter's limit.
@@ -247,9 +268,17 @@ fn gauge(len: usize) -> i64 {
 /// Held while a request calls the filter for `key`: however the call ends
 /// (answered, or the request dropped), the key stops being "being called",
 /// and the waiters see either the outcome or the sender gone.
-struct Calling<'a, T> {
+pub(crate) struct Calling<'a, T> {
     cache: &'a DecisionCache<T>,
     key: Key,
+    sender: watch::Sender<Option<T>>,
+}
+
+impl<T> Calling<'_, T> {
+    /// Gives the waiters the outcome, and lets the key go.
+    fn answer(self, value: T) {
+        self.sender.send_replace(Some(value));
+    }
 }
 
 impl<T> Drop for Calling<'_, T> {

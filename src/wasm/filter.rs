@@ -40,7 +40,7 @@ use super::engine::{LoadError, WasmHost};
 use super::epoch::EpochTicker;
 use super::legacy::{v0_1 as v0_1_of, v0_2 as v0_2_of, v0_3 as v0_3_of};
 use super::state::{FilterIdentity, FilterState, SinkWriter};
-use crate::decision_cache::{DecisionCache, Fetched, Keep, Lookup};
+use crate::decision_cache::{DecisionCache, Fetched, Keep, Lookup, Probe};
 pub use admission::exports::wasmgate::filter::admission::{
     AdmissionRequest, AdmissionResponse, Operation,
 };
@@ -701,22 +701,43 @@ fn fetched<T>(
     Fetched { value: call, keep }
 }
 
+/// What a filter's cache holds for a request, found without waiting; `None`
+/// when the filter has no cache.
+pub(crate) type Probed<'a, T> = Option<Probe<'a, Call<T>>>;
+
 impl<K: Kind> LoadedFilter<K> {
-    /// The answer of `call`, or the cache's for `key` (when the filter has a
-    /// cache; `key` is made only then).
-    async fn cached(
+    /// What the filter's cache holds for `key` (made only when the filter
+    /// has a cache).
+    fn probe(
         &self,
         key: impl FnOnce() -> Option<crate::decision_cache::Key>,
+    ) -> Probed<'_, K::Answer> {
+        self.cache.as_ref().map(|cache| cache.lookup(key()))
+    }
+
+    /// The answer `probe` leads to: the cache's, or `call`'s.
+    async fn answer(
+        &self,
+        probe: Probed<'_, K::Answer>,
         call: impl Future<Output = Fetched<Call<K::Answer>>>,
     ) -> (Call<K::Answer>, Lookup) {
-        match &self.cache {
-            Some(cache) => cache.get(key(), call).await,
-            None => (call.await.value, Lookup::Uncached),
+        match (&self.cache, probe) {
+            (Some(cache), Some(probe)) => cache.fetch(probe, call).await,
+            _ => (call.await.value, Lookup::Uncached),
         }
     }
 }
 
 impl LoadedFilter<Authenticator> {
+    /// What the filter's cache holds for `request`, keyed by it as the
+    /// filter sees it: an answer kept needs no call and no wait.
+    pub(crate) fn probe_authentication(
+        &self,
+        request: &http::request::Parts,
+    ) -> Probed<'_, AuthnResult> {
+        self.probe(|| cache_key::authentication(request, &self.spec.headers))
+    }
+
     /// Who made `request`, by the filter or its cache.
     /// The key is made from `request` as the filter sees it; the `view`
     /// it is given is made only when the filter is called.
@@ -725,10 +746,20 @@ impl LoadedFilter<Authenticator> {
         request: &http::request::Parts,
         view: impl FnOnce() -> &'a types::RequestView,
     ) -> (Call<AuthnResult>, Lookup) {
-        self.cached(
-            || cache_key::authentication(request, &self.spec.headers),
-            async move { Box::pin(self.call_authenticate(view())).await },
-        )
+        self.authenticate_probed(self.probe_authentication(request), view)
+            .await
+    }
+
+    /// Who made the request, by the answer `probe` leads to: the cache's,
+    /// or the filter's own on the `view` (made only when it is called).
+    pub(crate) async fn authenticate_probed<'a>(
+        &self,
+        probe: Probed<'_, AuthnResult>,
+        view: impl FnOnce() -> &'a types::RequestView,
+    ) -> (Call<AuthnResult>, Lookup) {
+        self.answer(probe, async move {
+            Box::pin(self.call_authenticate(view())).await
+        })
         .await
     }
 
@@ -780,6 +811,16 @@ impl LoadedFilter<Authenticator> {
 }
 
 impl LoadedFilter<Authorizer> {
+    /// What the filter's cache holds for `user` and `request`, keyed by them
+    /// as the filter reads them: a decision kept needs no call and no wait.
+    pub(crate) fn probe_authorization(
+        &self,
+        user: &crate::context::UserInfo,
+        request: &crate::request_info::RequestInfo,
+    ) -> Probed<'_, Decision> {
+        self.probe(|| cache_key::authorization(user, request, self.spec.reads))
+    }
+
     /// The filter's decision on `user` and `request`, by the filter or its
     /// cache. The key is made from them as the filter reads them; the
     /// records of `attributes` are made only when the filter is called.
@@ -789,10 +830,20 @@ impl LoadedFilter<Authorizer> {
         request: &crate::request_info::RequestInfo,
         attributes: impl FnOnce() -> &'a Attributes,
     ) -> (Call<Decision>, Lookup) {
-        self.cached(
-            || cache_key::authorization(user, request, self.spec.reads),
-            async move { Box::pin(self.call_authorize(attributes())).await },
-        )
+        self.authorize_probed(self.probe_authorization(user, request), attributes)
+            .await
+    }
+
+    /// The filter's decision `probe` leads to: the cache's, or the filter's
+    /// own on the records of `attributes` (made only when it is called).
+    pub(crate) async fn authorize_probed<'a>(
+        &self,
+        probe: Probed<'_, Decision>,
+        attributes: impl FnOnce() -> &'a Attributes,
+    ) -> (Call<Decision>, Lookup) {
+        self.answer(probe, async move {
+            Box::pin(self.call_authorize(attributes())).await
+        })
         .await
     }
 

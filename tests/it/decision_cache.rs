@@ -4,7 +4,8 @@
 //! `negative_ttl`, errors and traps are never cached, a filter shortens its entry (jwt-authn at the token's `exp`), 100
 //! concurrent misses for one key make one call, a reload starts with empty
 //! caches (a revoked token is refused at once), key material over 10 KB is
-//! not cached, a hit replays the authorization annotations in audit, and a
+//! not cached, a hit replays the authorization annotations in audit, a kept
+//! answer that settles nothing hands on to the next filter of the union, and a
 //! component built against `wasmgate:filter@0.1.0` (the compat-0-1-authn
 //! fixture) loads and
 //! has its answers cached too.
@@ -122,6 +123,65 @@ async fn hits_do_not_call_the_filters_and_replay_the_audit_annotations() {
         complete["annotations"]["authorization.k8s.io/decision"], "allow",
         "{complete}"
     );
+    gateway.shutdown().await;
+}
+
+/// A union's kept answers are weighed without calling their filters, and
+/// one that settles nothing (no opinion) hands the request to the next
+/// filter, which is called: in authentication and in authorization alike.
+#[tokio::test]
+async fn a_kept_answer_that_settles_nothing_hands_on_to_the_next_filter() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let only = |user: &str, uid: &str, group: &str| json!({"tokens": [{"token": format!("{user}-token"), "user": user, "uid": uid, "groups": [group]}]});
+    let manifest = plaintext(
+        &[
+            token_authn(
+                "union-kept-tokens",
+                only("alice", "1001", "dev"),
+                "cache = true
+",
+            ),
+            token_authn("union-called-tokens", only("bob", "1002", "viewers"), ""),
+            filter(
+                "authorization.filters",
+                "union-kept-rbac",
+                "rbac-authz",
+                Some(json!({"roles": [], "bindings": []})),
+                "cache = true\n",
+            ),
+            rbac_authz("union-called-rbac", ""),
+            routes(&upstream.url()),
+        ]
+        .concat(),
+    );
+    let gateway = TestGateway::start(&manifest).await;
+    let client = http_client();
+    let url = gateway.url("/apis/demo.example.io/v1/namespaces/default/widgets");
+    for _ in 0..3 {
+        let answer = send(bearer(&client, &url, "bob-token")).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    for (filter, calls) in [
+        ("union-kept-tokens", 1),
+        ("union-called-tokens", 3),
+        ("union-kept-rbac", 1),
+        ("union-called-rbac", 3),
+    ] {
+        assert_eq!(local_filter_calls(filter, "answer"), calls, "{filter}");
+    }
+    assert_eq!(
+        local_metric("wasmgate_decision_cache_hits_total{filter=\"union-kept-rbac\"}"),
+        2
+    );
+    // A token neither knows: the kept filter's no-opinion is replayed, the
+    // other filter is asked each time, and the union refuses.
+    let answer = send(bearer(&client, &url, "mallory-token")).await;
+    assert_eq!(answer.status, 401, "{}", answer.body);
+    let answer = send(bearer(&client, &url, "mallory-token")).await;
+    assert_eq!(answer.status, 401, "{}", answer.body);
+    assert_eq!(local_filter_calls("union-kept-tokens", "answer"), 2);
+    assert_eq!(local_filter_calls("union-called-tokens", "answer"), 5);
     gateway.shutdown().await;
 }
 
