@@ -21,13 +21,13 @@ use super::stage::{self, Failure, Watchers};
 use crate::body::{Request, Response};
 use crate::config::stages::{Reads, RequestHeaders};
 use crate::context::{ClientCredentials, UserInfo, UserReport};
-use crate::decision_cache::{Lookup, Probe};
+use crate::decision_cache::Lookup;
 use crate::handler::{Handler, SharedHandler};
 use crate::metrics::stages::AuthnOutcome;
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
 use crate::wasm::bindings::types::RequestView;
-use crate::wasm::filter::{Authenticator, AuthnResult, Probed};
+use crate::wasm::filter::{Ask, Authenticator, AuthnResult};
 use crate::wasm::{Call, LoadedFilter, Outcome, convert};
 
 const STAGE: &str = "authentication";
@@ -56,9 +56,14 @@ impl Authentication {
     /// As far as the union gets on the answers its filters' caches hold,
     /// without waiting: a request every filter asked has a kept answer for
     /// is identified here, and its step boxes no future.
-    fn identify_kept(&self, request: &http::request::Parts) -> Identifying<'_> {
+    fn identify_kept(
+        &self,
+        request: &http::request::Parts,
+        info: &RequestInfo,
+        watchers: &Watchers,
+    ) -> Identifying<'_> {
         let rejected = has_bearer_token(&request.headers);
-        self.weigh_kept(0, rejected, request)
+        self.weigh_kept(0, rejected, request, info, watchers)
     }
 
     /// Who made the request, from where [`identify_kept`](Self::identify_kept)
@@ -68,8 +73,9 @@ impl Authentication {
         &self,
         mut identifying: Identifying<'_>,
         request: &http::request::Parts,
+        info: &RequestInfo,
+        watchers: &Watchers,
     ) -> Identified {
-        let watchers = Watchers::of(&request.extensions);
         // Authenticators that see the same headers and fields share one view.
         let mut views: Vec<(&RequestHeaders, Reads, RequestView)> = Vec::new();
         loop {
@@ -80,10 +86,10 @@ impl Authentication {
             let Asking {
                 next,
                 filter,
-                probe,
+                ask,
                 mut rejected,
                 started,
-            } = *asking;
+            } = asking;
             let (selected, reads) = (&filter.spec.headers, filter.spec.reads);
             // Made on a cache miss only: a hit needs no view.
             let shared = &mut views;
@@ -104,11 +110,11 @@ impl Authentication {
                 };
                 &views[index].2
             };
-            let answer = filter.authenticate_probed(probe, view).await;
-            if let Some(identified) = weigh(filter, answer, started, &watchers, &mut rejected) {
+            let answer = filter.fetch_authentication(ask, view).await;
+            if let Some(identified) = weigh(filter, answer, started, watchers, &mut rejected) {
                 return identified;
             }
-            identifying = self.weigh_kept(next, rejected, request);
+            identifying = self.weigh_kept(next, rejected, request, info, watchers);
         }
     }
 
@@ -120,35 +126,32 @@ impl Authentication {
         from: usize,
         mut rejected: bool,
         request: &http::request::Parts,
+        info: &RequestInfo,
+        watchers: &Watchers,
     ) -> Identifying<'_> {
-        let Some(info) = request.extensions.get::<RequestInfo>() else {
-            let missing = GatewayError::internal("request info missing");
-            return Identifying::Identified(Identified::Failed(missing));
-        };
-        let watchers = Watchers::of(&request.extensions);
         for (index, filter) in self.filters.iter().enumerate().skip(from) {
             if !stage::selects(&filter.spec.matcher, info) {
-                stage::skipped(STAGE, &filter.spec, &watchers);
+                stage::skipped(STAGE, &filter.spec, watchers);
                 continue;
             }
             let started = Instant::now();
             match filter.probe_authentication(request) {
-                Some(Probe::Kept(call)) => {
-                    let answer = (call, Lookup::Hit);
+                Ok(kept) => {
+                    let answer = (kept, Lookup::Hit);
                     if let Some(identified) =
-                        weigh(filter, answer, started, &watchers, &mut rejected)
+                        weigh(filter, answer, started, watchers, &mut rejected)
                     {
                         return Identifying::Identified(identified);
                     }
                 }
-                probe => {
-                    return Identifying::Asking(Box::new(Asking {
+                Err(ask) => {
+                    return Identifying::Asking(Asking {
                         next: index + 1,
                         filter,
-                        probe,
+                        ask,
                         rejected,
                         started,
-                    }));
+                    });
                 }
             }
         }
@@ -164,7 +167,7 @@ impl Authentication {
 enum Identifying<'a> {
     Identified(Identified),
     /// A filter has to be called, or a concurrent call for its key awaited.
-    Asking(Box<Asking<'a>>),
+    Asking(Asking<'a>),
 }
 
 /// The filter the union waits on, and what it has found so far.
@@ -172,7 +175,7 @@ struct Asking<'a> {
     /// The index of the filter after it.
     next: usize,
     filter: &'a LoadedFilter<Authenticator>,
-    probe: Probed<'a, AuthnResult>,
+    ask: Ask<'a, AuthnResult>,
     /// Credentials were presented and not yet accepted.
     rejected: bool,
     /// When the union turned to this filter: its time includes the lookup.
@@ -229,6 +232,13 @@ impl Identified {
     }
 }
 
+/// What request info resolved of the request, which every filter's match
+/// reads.
+fn request_info(request: &http::request::Parts) -> Result<&RequestInfo, GatewayError> {
+    (request.extensions.get::<RequestInfo>())
+        .ok_or_else(|| GatewayError::internal("request info missing"))
+}
+
 /// kube's `AuthenticatedGroupAdder`: every authenticated user is in
 /// `system:authenticated`.
 fn with_authenticated_group(mut user: UserInfo) -> UserInfo {
@@ -274,7 +284,12 @@ impl Handler for Authentication {
             return self.pass_on(parts, body, UserInfo::anonymous());
         }
         let started = Instant::now();
-        match self.identify_kept(&parts) {
+        let watchers = Watchers::of(&parts.extensions);
+        let identifying = match request_info(&parts) {
+            Ok(info) => self.identify_kept(&parts, info, &watchers),
+            Err(error) => Identifying::Identified(Identified::Failed(error)),
+        };
+        match identifying {
             Identifying::Identified(identified) => self.conclude(parts, body, identified, started),
             // The parts and the body are moved in, not the request: an
             // `async` block keeps what it captures for its whole life, and
@@ -282,7 +297,10 @@ impl Handler for Authentication {
             asking => Box::pin(async move {
                 // Boxed: the filters' calls make a large future, and inline
                 // it would be copied into this step's box.
-                let identified = Box::pin(self.identify_rest(asking, &parts)).await;
+                let identified = match request_info(&parts) {
+                    Ok(info) => Box::pin(self.identify_rest(asking, &parts, info, &watchers)).await,
+                    Err(error) => Identified::Failed(error),
+                };
                 self.conclude(parts, body, identified, started).await
             }),
         }

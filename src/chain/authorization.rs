@@ -16,12 +16,12 @@ use super::stage::{self, Failure, Watchers};
 use crate::body::{Request, Response};
 use crate::config::stages::{Mode, Reads};
 use crate::context::UserInfo;
-use crate::decision_cache::{Lookup, Probe};
+use crate::decision_cache::Lookup;
 use crate::handler::{Handler, SharedHandler};
 use crate::metrics::stages::Decisions;
 use crate::request_info::RequestInfo;
 use crate::status::{Details, GatewayError};
-use crate::wasm::filter::{Attributes, Authorizer, Decision, Probed};
+use crate::wasm::filter::{Ask, Attributes, Authorizer, Decision};
 use crate::wasm::{Call, LoadedFilter, Outcome, convert};
 
 const STAGE: &str = "authorization";
@@ -98,10 +98,10 @@ impl Authorizers {
                 next,
                 filter,
                 decisions,
-                probe,
+                ask,
                 mut reasons,
                 started,
-            } = *asking;
+            } = asking;
             let reads = filter.spec.reads;
             // Made on a cache miss only: a hit needs no records.
             let slot = &mut attributes;
@@ -121,7 +121,7 @@ impl Authorizers {
                 });
                 &*attributes
             };
-            let answer = filter.authorize_probed(probe, records).await;
+            let answer = filter.fetch_authorization(ask, records).await;
             if let Some(verdict) = weigh(filter, decisions, answer, started, watchers, &mut reasons)
             {
                 return verdict;
@@ -148,23 +148,23 @@ impl Authorizers {
             }
             let started = Instant::now();
             match filter.probe_authorization(user, info) {
-                Some(Probe::Kept(call)) => {
-                    let answer = (call, Lookup::Hit);
+                Ok(kept) => {
+                    let answer = (kept, Lookup::Hit);
                     if let Some(verdict) =
                         weigh(filter, decisions, answer, started, watchers, &mut reasons)
                     {
                         return Deciding::Decided(verdict);
                     }
                 }
-                probe => {
-                    return Deciding::Asking(Box::new(Asking {
+                Err(ask) => {
+                    return Deciding::Asking(Asking {
                         next: index + 1,
                         filter,
                         decisions,
-                        probe,
+                        ask,
                         reasons,
                         started,
-                    }));
+                    });
                 }
             }
         }
@@ -176,7 +176,7 @@ impl Authorizers {
 pub(crate) enum Deciding<'a> {
     Decided(Verdict),
     /// A filter has to be called, or a concurrent call for its key awaited.
-    Asking(Box<Asking<'a>>),
+    Asking(Asking<'a>),
 }
 
 /// The filter the union waits on, and what it has weighed so far.
@@ -185,7 +185,7 @@ pub(crate) struct Asking<'a> {
     next: usize,
     filter: &'a LoadedFilter<Authorizer>,
     decisions: &'a Decisions,
-    probe: Probed<'a, Decision>,
+    ask: Ask<'a, Decision>,
     /// The reasons of the filters that had no opinion.
     reasons: Vec<String>,
     /// When the union turned to this filter: its time includes the lookup.
@@ -267,11 +267,9 @@ pub(crate) struct Authorization {
 
 impl Handler for Authorization {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
+        let watchers = Watchers::of(request.extensions());
         let deciding = match requester(&request) {
-            Ok((user, info)) => {
-                let watchers = Watchers::of(request.extensions());
-                self.authorizers.decide_kept(user, info, &watchers)
-            }
+            Ok((user, info)) => self.authorizers.decide_kept(user, info, &watchers),
             Err(error) => Deciding::Decided(Verdict::Failed(error)),
         };
         match deciding {
@@ -279,7 +277,6 @@ impl Handler for Authorization {
             asking => Box::pin(async move {
                 let verdict = match requester(&request) {
                     Ok((user, info)) => {
-                        let watchers = Watchers::of(request.extensions());
                         (self.authorizers)
                             .decide_rest(asking, user, info, &watchers)
                             .await

@@ -125,10 +125,9 @@ impl CacheMetrics {
     }
 }
 
-/// What a [`lookup`](DecisionCache::lookup) found.
-pub(crate) enum Probe<'a, T> {
-    /// The value kept for the key.
-    Kept(T),
+/// What a [`lookup`](DecisionCache::lookup) did not find kept: how the
+/// value is to be got.
+pub(crate) enum Pending<'a, T> {
     /// Another request is calling the filter for the key: its outcome is
     /// awaited.
     Wait(watch::Receiver<Option<T>>),
@@ -153,24 +152,24 @@ impl<T: Clone> DecisionCache<T> {
     }
 
     /// What the cache has for `key`, found without waiting: the value kept
-    /// (a hit, counted), or what [`fetch`](Self::fetch) is to do to get one.
+    /// (a hit, counted), or how [`fetch`](Self::fetch) is to get one.
     /// A caller that finds the value needs no future at all; one that does
     /// not may hold the probe across a wait, as it holds the key while this
     /// request calls the filter. Without a key (too much key material) the
     /// filter is simply called.
-    pub(crate) fn lookup(&self, key: Option<Key>) -> Probe<'_, T> {
+    pub(crate) fn lookup(&self, key: Option<Key>) -> Result<T, Pending<'_, T>> {
         let Some(key) = key else {
-            return Probe::Unkept(Lookup::TooLarge);
+            return Err(Pending::Unkept(Lookup::TooLarge));
         };
         let Ok(mut entries) = self.entries.lock() else {
             // A poisoned lock: serve uncached rather than fail.
-            return Probe::Unkept(Lookup::Miss);
+            return Err(Pending::Unkept(Lookup::Miss));
         };
         let now = Instant::now();
         match entries.kept.get(&key) {
             Some(entry) if entry.expires > now => {
                 self.metrics.hits.inc();
-                return Probe::Kept(entry.value.clone());
+                return Ok(entry.value.clone());
             }
             Some(_) => {
                 entries.kept.pop(&key);
@@ -179,28 +178,26 @@ impl<T: Clone> DecisionCache<T> {
             None => {}
         }
         if let Some(receiver) = entries.calling.get(&key) {
-            return Probe::Wait(receiver.clone());
+            return Err(Pending::Wait(receiver.clone()));
         }
         let (sender, receiver) = watch::channel(None);
         entries.calling.insert(key, receiver);
-        Probe::Call(Calling {
+        Err(Pending::Call(Calling {
             cache: self,
             key,
             sender,
-        })
+        }))
     }
 
-    /// The value `probe` leads to: the one kept, one shared from a
-    /// concurrent call for the same key, or got from `call` (and then kept
-    /// if it says so).
+    /// The value `pending` leads to: one shared from a concurrent call for
+    /// the same key, or got from `call` (and then kept if it says so).
     pub(crate) async fn fetch(
         &self,
-        probe: Probe<'_, T>,
+        pending: Pending<'_, T>,
         call: impl Future<Output = Fetched<T>>,
     ) -> (T, Lookup) {
-        match probe {
-            Probe::Kept(value) => (value, Lookup::Hit),
-            Probe::Wait(mut receiver) => {
+        match pending {
+            Pending::Wait(mut receiver) => {
                 let shared = receiver
                     .wait_for(Option::is_some)
                     .await
@@ -218,7 +215,7 @@ impl<T: Clone> DecisionCache<T> {
                     }
                 }
             }
-            Probe::Call(calling) => {
+            Pending::Call(calling) => {
                 self.metrics.misses.inc();
                 let Fetched { value, keep } = call.await;
                 if let Some(keep) = keep {
@@ -227,7 +224,7 @@ impl<T: Clone> DecisionCache<T> {
                 calling.answer(value.clone());
                 (value, Lookup::Miss)
             }
-            Probe::Unkept(lookup) => {
+            Pending::Unkept(lookup) => {
                 if lookup == Lookup::TooLarge {
                     self.metrics.misses.inc();
                 }

@@ -40,7 +40,7 @@ use super::engine::{LoadError, WasmHost};
 use super::epoch::EpochTicker;
 use super::legacy::{v0_1 as v0_1_of, v0_2 as v0_2_of, v0_3 as v0_3_of};
 use super::state::{FilterIdentity, FilterState, SinkWriter};
-use crate::decision_cache::{DecisionCache, Fetched, Keep, Lookup, Probe};
+use crate::decision_cache::{DecisionCache, Fetched, Keep, Lookup, Pending};
 pub use admission::exports::wasmgate::filter::admission::{
     AdmissionRequest, AdmissionResponse, Operation,
 };
@@ -701,40 +701,43 @@ fn fetched<T>(
     Fetched { value: call, keep }
 }
 
-/// What a filter's cache holds for a request, found without waiting; `None`
-/// when the filter has no cache.
-pub(crate) type Probed<'a, T> = Option<Probe<'a, Call<T>>>;
+/// How a filter's answer is to be got when its cache does not hold it: from
+/// the cache's pending lookup, or (`None`, the filter has no cache) by a call.
+pub(crate) type Ask<'a, T> = Option<Pending<'a, Call<T>>>;
 
 impl<K: Kind> LoadedFilter<K> {
-    /// What the filter's cache holds for `key` (made only when the filter
-    /// has a cache).
+    /// The answer the filter's cache holds for `key` (made only when the
+    /// filter has a cache), or how to get it.
     fn probe(
         &self,
         key: impl FnOnce() -> Option<crate::decision_cache::Key>,
-    ) -> Probed<'_, K::Answer> {
-        self.cache.as_ref().map(|cache| cache.lookup(key()))
+    ) -> Result<Call<K::Answer>, Ask<'_, K::Answer>> {
+        match &self.cache {
+            Some(cache) => cache.lookup(key()).map_err(Some),
+            None => Err(None),
+        }
     }
 
-    /// The answer `probe` leads to: the cache's, or `call`'s.
+    /// The answer `ask` leads to: a concurrent call's, or `call`'s.
     async fn answer(
         &self,
-        probe: Probed<'_, K::Answer>,
+        ask: Ask<'_, K::Answer>,
         call: impl Future<Output = Fetched<Call<K::Answer>>>,
     ) -> (Call<K::Answer>, Lookup) {
-        match (&self.cache, probe) {
-            (Some(cache), Some(probe)) => cache.fetch(probe, call).await,
+        match (&self.cache, ask) {
+            (Some(cache), Some(pending)) => cache.fetch(pending, call).await,
             _ => (call.await.value, Lookup::Uncached),
         }
     }
 }
 
 impl LoadedFilter<Authenticator> {
-    /// What the filter's cache holds for `request`, keyed by it as the
-    /// filter sees it: an answer kept needs no call and no wait.
+    /// The answer the filter's cache holds for `request`, keyed by it as the
+    /// filter sees it (needing no call and no wait), or how to get one.
     pub(crate) fn probe_authentication(
         &self,
         request: &http::request::Parts,
-    ) -> Probed<'_, AuthnResult> {
+    ) -> Result<Call<AuthnResult>, Ask<'_, AuthnResult>> {
         self.probe(|| cache_key::authentication(request, &self.spec.headers))
     }
 
@@ -746,18 +749,21 @@ impl LoadedFilter<Authenticator> {
         request: &http::request::Parts,
         view: impl FnOnce() -> &'a types::RequestView,
     ) -> (Call<AuthnResult>, Lookup) {
-        self.authenticate_probed(self.probe_authentication(request), view)
-            .await
+        match self.probe_authentication(request) {
+            Ok(kept) => (kept, Lookup::Hit),
+            Err(ask) => self.fetch_authentication(ask, view).await,
+        }
     }
 
-    /// Who made the request, by the answer `probe` leads to: the cache's,
-    /// or the filter's own on the `view` (made only when it is called).
-    pub(crate) async fn authenticate_probed<'a>(
+    /// Who made the request, by the answer `ask` leads to: a concurrent
+    /// call's, or the filter's own on the `view` (made only when it is
+    /// called).
+    pub(crate) async fn fetch_authentication<'a>(
         &self,
-        probe: Probed<'_, AuthnResult>,
+        ask: Ask<'_, AuthnResult>,
         view: impl FnOnce() -> &'a types::RequestView,
     ) -> (Call<AuthnResult>, Lookup) {
-        self.answer(probe, async move {
+        self.answer(ask, async move {
             Box::pin(self.call_authenticate(view())).await
         })
         .await
@@ -811,13 +817,14 @@ impl LoadedFilter<Authenticator> {
 }
 
 impl LoadedFilter<Authorizer> {
-    /// What the filter's cache holds for `user` and `request`, keyed by them
-    /// as the filter reads them: a decision kept needs no call and no wait.
+    /// The decision the filter's cache holds for `user` and `request`, keyed
+    /// by them as the filter reads them (needing no call and no wait), or
+    /// how to get one.
     pub(crate) fn probe_authorization(
         &self,
         user: &crate::context::UserInfo,
         request: &crate::request_info::RequestInfo,
-    ) -> Probed<'_, Decision> {
+    ) -> Result<Call<Decision>, Ask<'_, Decision>> {
         self.probe(|| cache_key::authorization(user, request, self.spec.reads))
     }
 
@@ -830,18 +837,21 @@ impl LoadedFilter<Authorizer> {
         request: &crate::request_info::RequestInfo,
         attributes: impl FnOnce() -> &'a Attributes,
     ) -> (Call<Decision>, Lookup) {
-        self.authorize_probed(self.probe_authorization(user, request), attributes)
-            .await
+        match self.probe_authorization(user, request) {
+            Ok(kept) => (kept, Lookup::Hit),
+            Err(ask) => self.fetch_authorization(ask, attributes).await,
+        }
     }
 
-    /// The filter's decision `probe` leads to: the cache's, or the filter's
-    /// own on the records of `attributes` (made only when it is called).
-    pub(crate) async fn authorize_probed<'a>(
+    /// The filter's decision `ask` leads to: a concurrent call's, or the
+    /// filter's own on the records of `attributes` (made only when it is
+    /// called).
+    pub(crate) async fn fetch_authorization<'a>(
         &self,
-        probe: Probed<'_, Decision>,
+        ask: Ask<'_, Decision>,
         attributes: impl FnOnce() -> &'a Attributes,
     ) -> (Call<Decision>, Lookup) {
-        self.answer(probe, async move {
+        self.answer(ask, async move {
             Box::pin(self.call_authorize(attributes())).await
         })
         .await
