@@ -71,7 +71,7 @@ impl Authentication {
     /// answer awaited), and the kept answers after it weighed as before.
     async fn identify_rest(
         &self,
-        mut identifying: Identifying<'_>,
+        mut asking: Asking<'_>,
         request: &http::request::Parts,
         info: &RequestInfo,
         watchers: &Watchers,
@@ -79,17 +79,7 @@ impl Authentication {
         // Authenticators that see the same headers and fields share one view.
         let mut views: Vec<(&RequestHeaders, Reads, RequestView)> = Vec::new();
         loop {
-            let asking = match identifying {
-                Identifying::Identified(identified) => return identified,
-                Identifying::Asking(asking) => asking,
-            };
-            let Asking {
-                next,
-                filter,
-                ask,
-                mut rejected,
-                started,
-            } = asking;
+            let filter = asking.filter;
             let (selected, reads) = (&filter.spec.headers, filter.spec.reads);
             // Made on a cache miss only: a hit needs no view.
             let shared = &mut views;
@@ -110,11 +100,15 @@ impl Authentication {
                 };
                 &views[index].2
             };
-            let answer = filter.fetch_authentication(ask, view).await;
-            if let Some(identified) = weigh(filter, answer, started, watchers, &mut rejected) {
+            let answer = filter.fetch_authentication(asking.ask, view).await;
+            let rejected = &mut asking.rejected;
+            if let Some(identified) = weigh(filter, answer, asking.started, watchers, rejected) {
                 return identified;
             }
-            identifying = self.weigh_kept(next, rejected, request, info, watchers);
+            asking = match self.weigh_kept(asking.next, asking.rejected, request, info, watchers) {
+                Identifying::Identified(identified) => return identified,
+                Identifying::Asking(next) => next,
+            };
         }
     }
 
@@ -294,7 +288,7 @@ impl Handler for Authentication {
             // The parts and the body are moved in, not the request: an
             // `async` block keeps what it captures for its whole life, and
             // the request would be held twice.
-            asking => Box::pin(async move {
+            Identifying::Asking(asking) => Box::pin(async move {
                 // Boxed: the filters' calls make a large future, and inline
                 // it would be copied into this step's box.
                 let identified = match request_info(&parts) {

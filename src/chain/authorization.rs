@@ -61,8 +61,10 @@ impl Authorizers {
         info: &RequestInfo,
         watchers: &Watchers,
     ) -> Verdict {
-        let deciding = self.decide_kept(user, info, watchers);
-        self.decide_rest(deciding, user, info, watchers).await
+        match self.decide_kept(user, info, watchers) {
+            Deciding::Decided(verdict) => verdict,
+            Deciding::Asking(asking) => self.decide_rest(asking, user, info, watchers).await,
+        }
     }
 
     /// As far as the union gets on the answers its filters' caches hold,
@@ -82,7 +84,7 @@ impl Authorizers {
     /// awaited), and the kept answers after it weighed as before.
     pub(crate) async fn decide_rest(
         &self,
-        mut deciding: Deciding<'_>,
+        mut asking: Asking<'_>,
         user: &UserInfo,
         info: &RequestInfo,
         watchers: &Watchers,
@@ -90,19 +92,7 @@ impl Authorizers {
         // Authorizers that read the same fields share one record.
         let mut attributes: Option<(Reads, Attributes)> = None;
         loop {
-            let asking = match deciding {
-                Deciding::Decided(verdict) => return verdict,
-                Deciding::Asking(asking) => asking,
-            };
-            let Asking {
-                next,
-                filter,
-                decisions,
-                ask,
-                mut reasons,
-                started,
-            } = asking;
-            let reads = filter.spec.reads;
+            let reads = asking.filter.spec.reads;
             // Made on a cache miss only: a hit needs no records.
             let slot = &mut attributes;
             let records = move || {
@@ -121,12 +111,22 @@ impl Authorizers {
                 });
                 &*attributes
             };
-            let answer = filter.fetch_authorization(ask, records).await;
-            if let Some(verdict) = weigh(filter, decisions, answer, started, watchers, &mut reasons)
-            {
+            let answer = asking.filter.fetch_authorization(asking.ask, records).await;
+            let (filter, decisions) = (asking.filter, asking.decisions);
+            if let Some(verdict) = weigh(
+                filter,
+                decisions,
+                answer,
+                asking.started,
+                watchers,
+                &mut asking.reasons,
+            ) {
                 return verdict;
             }
-            deciding = self.weigh_kept(next, reasons, user, info, watchers);
+            asking = match self.weigh_kept(asking.next, asking.reasons, user, info, watchers) {
+                Deciding::Decided(verdict) => return verdict,
+                Deciding::Asking(next) => next,
+            };
         }
     }
 
@@ -274,7 +274,7 @@ impl Handler for Authorization {
         };
         match deciding {
             Deciding::Decided(verdict) => self.conclude(request, verdict),
-            asking => Box::pin(async move {
+            Deciding::Asking(asking) => Box::pin(async move {
                 let verdict = match requester(&request) {
                     Ok((user, info)) => {
                         (self.authorizers)
