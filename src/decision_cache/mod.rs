@@ -10,6 +10,10 @@
 //!   to run it never are, so the next request asks the filter again.
 //! * Concurrent misses for one key make one call: the first request calls
 //!   the filter and the others wait for its outcome (kube's singleflight).
+//! * A lookup never waits: [`DecisionCache::lookup`] finds the answer kept,
+//!   or a [`Pending`] (wait for a concurrent call, make this one, or call
+//!   without keeping) that [`DecisionCache::fetch`] resolves; a stage whose
+//!   filters' answers are all kept decides without a future of its own.
 //! * [`key`] makes the keys: an HMAC with a key random per process, so a
 //!   key says nothing about the credential it was made from, and none is
 //!   made from more than [`key::MAX_KEY_MATERIAL`] bytes.
