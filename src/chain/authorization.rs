@@ -112,10 +112,9 @@ impl Authorizers {
                 &*attributes
             };
             let answer = asking.filter.fetch_authorization(asking.ask, records).await;
-            let (filter, decisions) = (asking.filter, asking.decisions);
             if let Some(verdict) = weigh(
-                filter,
-                decisions,
+                asking.filter,
+                asking.decisions,
                 answer,
                 asking.started,
                 watchers,
