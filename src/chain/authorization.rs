@@ -8,8 +8,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures_util::FutureExt;
-use futures_util::future::{self, BoxFuture};
+use futures_util::future::BoxFuture;
 
 use super::audit::AuditContext;
 use super::stage::{self, Failure, Watchers};
@@ -313,7 +312,7 @@ impl Authorization {
             }
             Verdict::Failed(error) => error.into_response(),
         };
-        future::ready(response).boxed()
+        Box::pin(std::future::ready(response))
     }
 }
 

@@ -155,14 +155,16 @@ impl<T: Clone> DecisionCache<T> {
         }
     }
 
-    /// What the cache has for `key`, found without waiting: the value kept
-    /// (a hit, counted), or how [`fetch`](Self::fetch) is to get one.
+    /// What the cache has for `key`, found without waiting: the value kept,
+    /// or how [`fetch`](Self::fetch) is to get one. The hit or miss is
+    /// counted here, except a wait's, which its outcome decides.
     /// A caller that finds the value needs no future at all; one that does
     /// not may hold the probe across a wait, as it holds the key while this
     /// request calls the filter. Without a key (too much key material) the
     /// filter is simply called.
     pub(crate) fn lookup(&self, key: Option<Key>) -> Result<T, Pending<'_, T>> {
         let Some(key) = key else {
+            self.metrics.misses.inc();
             return Err(Pending::Unkept(Lookup::TooLarge));
         };
         let Ok(mut entries) = self.entries.lock() else {
@@ -184,6 +186,7 @@ impl<T: Clone> DecisionCache<T> {
         if let Some(receiver) = entries.calling.get(&key) {
             return Err(Pending::Wait(receiver.clone()));
         }
+        self.metrics.misses.inc();
         let (sender, receiver) = watch::channel(None);
         entries.calling.insert(key, receiver);
         Err(Pending::Call(Calling {
@@ -220,7 +223,6 @@ impl<T: Clone> DecisionCache<T> {
                 }
             }
             Pending::Call(calling) => {
-                self.metrics.misses.inc();
                 let Fetched { value, keep } = call.await;
                 if let Some(keep) = keep {
                     self.keep(calling.key, value.clone(), keep);
@@ -228,12 +230,7 @@ impl<T: Clone> DecisionCache<T> {
                 calling.answer(value.clone());
                 (value, Lookup::Miss)
             }
-            Pending::Unkept(lookup) => {
-                if lookup == Lookup::TooLarge {
-                    self.metrics.misses.inc();
-                }
-                (call.await.value, lookup)
-            }
+            Pending::Unkept(lookup) => (call.await.value, lookup),
         }
     }
 
