@@ -11,9 +11,14 @@ use std::time::{Duration, Instant};
 
 use super::BOUND;
 
-/// The `wasmgate` binary built for these tests.
+/// The `wasmgate` binary the tests run: the one cargo built for them, or
+/// the one `WASMGATE_TEST_BINARY` names, so that a binary built another way
+/// (`bench/pgo.sh`'s, a release) is tested as it will be deployed.
 pub fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_wasmgate"))
+    std::env::var_os("WASMGATE_TEST_BINARY").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_wasmgate")),
+        PathBuf::from,
+    )
 }
 
 /// An external program the tests need; fails with a clear message when it is
