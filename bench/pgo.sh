@@ -17,11 +17,15 @@
 #   4. training again, on that binary;
 #   5. cargo pgo bolt optimize --with-pgo: llvm-bolt lays the binary out by
 #      the second profile (hot blocks together, cold ones split off, hot
-#      functions ordered by their calls).
-# 47 minutes on two cores, measured (bench/README.md): the instrumented
-# build 19, the optimised one 12.5, and step 5 12 more, because cargo-pgo
-# merges the profile again there and rustc rebuilds every crate whose
-# input it is; 5 GB of memory at the builds' peak.
+#      functions ordered by their calls);
+#   6. the integration tests that run the gateway as a process, run on
+#      it (WASMGATE_TEST_BINARY; cargo's own target dir and dev profile for
+#      the tests themselves): a binary that fails them is not printed.
+# 47 minutes on two cores to step 5, measured (bench/README.md): the
+# instrumented build 19, the optimised one 12.5, and step 5 12 more,
+# because cargo-pgo merges the profile again there and rustc rebuilds every
+# crate whose input it is; 5 GB of memory at the builds' peak. Step 6
+# takes about 3 minutes once the tests are built.
 #
 # Needs llvm-profdata, llvm-bolt and merge-fdata of rustc's LLVM (22; `rustc
 # -vV`): Debian's llvm-22 and bolt-22, installed with apt unless
@@ -94,16 +98,22 @@ train() { # BINARY
 cd "$REPO_DIR"
 mkdir -p "$CARGO_TARGET_DIR"
 
-log "1/5 the instrumented release (cargo pgo build; target dir $CARGO_TARGET_DIR)"
+log "1/6 the instrumented release (cargo pgo build; target dir $CARGO_TARGET_DIR)"
 timeout 3600 cargo pgo build -- --bin wasmgate >&2 || die "cargo pgo build failed"
-log "2/5 the first profile"
+log "2/6 the first profile"
 train "$RELEASE_DIR/wasmgate"
-log "3/5 the release optimised by it, instrumented by BOLT (cargo pgo bolt build --with-pgo)"
+log "3/6 the release optimised by it, instrumented by BOLT (cargo pgo bolt build --with-pgo)"
 timeout 3600 cargo pgo bolt build --with-pgo -- --bin wasmgate >&2 || die "cargo pgo bolt build failed"
-log "4/5 the second profile"
+log "4/6 the second profile"
 train "$RELEASE_DIR/wasmgate-bolt-instrumented"
-log "5/5 the layout (cargo pgo bolt optimize --with-pgo)"
+log "5/6 the layout (cargo pgo bolt optimize --with-pgo)"
 timeout 3600 cargo pgo bolt optimize --with-pgo -- --bin wasmgate >&2 || die "cargo pgo bolt optimize failed"
-[[ -x "$RELEASE_DIR/wasmgate-bolt-optimized" ]] || die "no $RELEASE_DIR/wasmgate-bolt-optimized"
-log "built: $RELEASE_DIR/wasmgate-bolt-optimized"
-echo "$RELEASE_DIR/wasmgate-bolt-optimized"
+BUILT="$RELEASE_DIR/wasmgate-bolt-optimized"
+[[ -x "$BUILT" ]] || die "no $BUILT"
+log "built: $BUILT"
+log "6/6 the integration tests on it (WASMGATE_TEST_BINARY)"
+# The tests are built where `cargo test` builds them, not in the PGO dir.
+WASMGATE_TEST_BINARY="$BUILT" timeout 3600 env -u CARGO_TARGET_DIR cargo test --test it \
+    >"$CARGO_TARGET_DIR/test.log" 2>&1 || die "the tests failed on $BUILT: $CARGO_TARGET_DIR/test.log"
+log "tested: $(grep -E '^test result' "$CARGO_TARGET_DIR/test.log" | tail -n1)"
+echo "$BUILT"
