@@ -69,7 +69,7 @@ impl Authorizers {
     /// As far as the union gets on the answers its filters' caches hold,
     /// without waiting: a request every selected filter's cache answers for
     /// is decided here, and its step boxes no future.
-    pub(crate) fn decide_kept(
+    fn decide_kept(
         &self,
         user: &UserInfo,
         info: &RequestInfo,
@@ -81,7 +81,7 @@ impl Authorizers {
     /// The verdict, from where [`decide_kept`](Self::decide_kept) stopped:
     /// each filter it could not answer for is called (or its answer
     /// awaited), and the kept answers after it weighed as before.
-    pub(crate) async fn decide_rest(
+    async fn decide_rest(
         &self,
         mut asking: Asking<'_>,
         user: &UserInfo,
@@ -171,14 +171,14 @@ impl Authorizers {
 }
 
 /// How far the union got without waiting.
-pub(crate) enum Deciding<'a> {
+enum Deciding<'a> {
     Decided(Verdict),
     /// A filter has to be called, or a concurrent call for its key awaited.
     Asking(Asking<'a>),
 }
 
 /// The filter the union waits on, and what it has weighed so far.
-pub(crate) struct Asking<'a> {
+struct Asking<'a> {
     /// The index of the filter after it.
     next: usize,
     filter: &'a LoadedFilter<Authorizer>,

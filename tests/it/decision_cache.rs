@@ -139,8 +139,7 @@ async fn a_kept_answer_that_settles_nothing_hands_on_to_the_next_filter() {
             token_authn(
                 "union-kept-tokens",
                 only("alice", "1001", "dev"),
-                "cache = true
-",
+                "cache = true\n",
             ),
             token_authn("union-called-tokens", only("bob", "1002", "viewers"), ""),
             filter(
