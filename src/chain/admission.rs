@@ -2,8 +2,9 @@
 //! requests that carry an object (create, update, patch; delete with its
 //! options; connect with the options of its query, `connect_options`),
 //! every mutating filter runs first, in order, each seeing the previous
-//! one's output (a JSON Patch is applied here, natively), then every
-//! validating filter. The first denial ends the request with the filter's
+//! one's output (a JSON Patch is applied here, natively, to the object
+//! parsed once and patched in place: [`Draft`]), then every validating
+//! filter. The first denial ends the request with the filter's
 //! status. A mutated object goes upstream with a correct `Content-Length`;
 //! a connect request's options are its query, which goes upstream as sent,
 //! so no filter may change them. Requests without an object pass untouched.
@@ -17,6 +18,7 @@ use futures_util::future::BoxFuture;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderValue, StatusCode};
 use http_body_util::BodyExt;
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::stage::{self, Failure, Watchers};
 use crate::body::{Body, MaxRequestBody, Request, Response};
@@ -91,11 +93,19 @@ impl Admission {
     }
 }
 
-/// Where the object stands after a filter.
+/// Where the request stands after a filter: its change, if any, is made
+/// already (in the review's object and the [`Draft`]).
 enum Step {
     Continue,
-    Changed(serde_json::Value),
     Stop(GatewayError),
+}
+
+/// What a filter's answer asks of the object.
+enum Verdict {
+    Allow,
+    Replace(serde_json::Value),
+    Patch(json_patch::Patch),
+    Deny(GatewayError),
 }
 
 impl Handler for Admission {
@@ -129,7 +139,7 @@ impl Handler for Admission {
 impl Admission {
     async fn admit(&self, request: Request, operation: Operation) -> Result<Request, GatewayError> {
         let (mut parts, body) = request.into_parts();
-        let (original, body) = match operation {
+        let (text, mut draft, body) = match operation {
             // Its body, if any, is the upstream's: never read here.
             Operation::Connect => {
                 let info = parts.extensions.get::<RequestInfo>();
@@ -137,76 +147,61 @@ impl Admission {
                     .map(|info| connect_options::connect_options(info, parts.uri.query()))
                     .transpose()?
                     .flatten();
-                (options, Object::Unread(body))
+                let text = options
+                    .as_ref()
+                    .map(serialized)
+                    .transpose()
+                    .map_err(GatewayError::internal)?;
+                (text, Draft::default(), Object::Unread(body))
             }
             _ => {
                 let bytes = read_body(&parts, body).await?;
-                (parse_object(&bytes)?, Object::Read(bytes))
+                // A patch needs the value: parsed at once when a filter
+                // that may answer one (a mutating one, enforced) is to be
+                // asked, and then the parse is the body's check.
+                let parse = parts.extensions.get::<RequestInfo>().is_some_and(|info| {
+                    self.mutating
+                        .selected(info)
+                        .any(|controller| controller.filter.spec.mode == Mode::Enforce)
+                });
+                let (text, draft) = read_object(&bytes, parse)?;
+                (text, draft, Object::Read(bytes))
             }
-        };
-        let text = match &body {
-            Object::Read(bytes) => {
-                (!bytes.is_empty()).then(|| String::from_utf8_lossy(bytes).into_owned())
-            }
-            Object::Unread(_) => original.as_ref().map(serde_json::Value::to_string),
         };
         let mut review = review(&parts, operation, text);
         let watchers = Watchers::of(&parts.extensions);
         let (no_info, nobody) = (RequestInfo::default(), UserInfo::default());
         let info = parts.extensions.get::<RequestInfo>().unwrap_or(&no_info);
         let user = parts.extensions.get::<UserInfo>().unwrap_or(&nobody);
-        // The object as the last mutation left it; None while none changed it.
-        let mut mutated: Option<serde_json::Value> = None;
         // kube's step metric: each phase's time, and whether it rejected.
         let operation_name = operation_label(operation);
-        let started = Instant::now();
-        for controller in self.mutating.selected(info) {
-            given_to(&controller.filter, &mut review, info, user);
-            let object = mutated.as_ref().or(original.as_ref());
-            match self.run(controller, &review, object, true, &watchers).await {
-                Step::Continue => {}
-                Step::Changed(value) => {
-                    review.object = Some(value.to_string());
-                    mutated = Some(value);
-                }
-                Step::Stop(error) => {
-                    let timer = &self.mutating.timer;
-                    timer.observe(operation_name, true, started.elapsed());
+        for (phase, mutating) in [(&self.mutating, true), (&self.validating, false)] {
+            let started = Instant::now();
+            for controller in phase.selected(info) {
+                given_to(&controller.filter, &mut review, info, user);
+                let step = self
+                    .run(controller, &mut review, &mut draft, mutating, &watchers)
+                    .await;
+                if let Step::Stop(error) = step {
+                    phase.timer.observe(operation_name, true, started.elapsed());
                     return Err(error);
                 }
             }
-        }
-        if !self.mutating.filters.is_empty() {
-            let timer = &self.mutating.timer;
-            timer.observe(operation_name, false, started.elapsed());
-        }
-        let started = Instant::now();
-        for controller in self.validating.selected(info) {
-            given_to(&controller.filter, &mut review, info, user);
-            let object = mutated.as_ref().or(original.as_ref());
-            if let Step::Stop(error) = self
-                .run(controller, &review, object, false, &watchers)
-                .await
-            {
-                let timer = &self.validating.timer;
-                timer.observe(operation_name, true, started.elapsed());
-                return Err(error);
+            if !phase.filters.is_empty() {
+                phase
+                    .timer
+                    .observe(operation_name, false, started.elapsed());
             }
-        }
-        if !self.validating.filters.is_empty() {
-            let timer = &self.validating.timer;
-            timer.observe(operation_name, false, started.elapsed());
         }
         let bytes = match body {
             Object::Unread(body) => return Ok(http::Request::from_parts(parts, body)),
             Object::Read(bytes) => bytes,
         };
-        let body = match mutated.filter(|object| Some(object) != original.as_ref()) {
+        let body = match review.object.take().filter(|_| draft.changed) {
             // Sent as the text the validating filters were given: the last
             // mutation's, made once.
-            Some(object) => {
-                let text = review.object.take();
-                let bytes = Bytes::from(text.unwrap_or_else(|| object.to_string()));
+            Some(text) => {
+                let bytes = Bytes::from(text);
                 parts
                     .headers
                     .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
@@ -221,14 +216,14 @@ impl Admission {
     async fn run(
         &self,
         controller: &Controller,
-        review: &AdmissionRequest,
-        object: Option<&serde_json::Value>,
+        review: &mut AdmissionRequest,
+        draft: &mut Draft,
         mutating: bool,
         watchers: &Watchers,
     ) -> Step {
         let started = Instant::now();
         let step = self
-            .call(&controller.filter, review, object, mutating, watchers)
+            .call(&controller.filter, review, draft, mutating, watchers)
             .await;
         controller.timer.observe(
             operation_label(review.operation),
@@ -238,11 +233,13 @@ impl Admission {
         step
     }
 
+    /// Asks `filter`, and does what it answers: a change is made to the
+    /// review's object and `draft` at once, in place.
     async fn call(
         &self,
         filter: &LoadedFilter<AdmissionKind>,
-        review: &AdmissionRequest,
-        object: Option<&serde_json::Value>,
+        review: &mut AdmissionRequest,
+        draft: &mut Draft,
         mutating: bool,
         watchers: &Watchers,
     ) -> Step {
@@ -260,46 +257,27 @@ impl Admission {
             Outcome::Answer(answer) => answer,
             failed => return failure(filter, &failed),
         };
-        let step = match answer {
-            AdmissionResponse::Allowed => Step::Continue,
-            AdmissionResponse::Denied(status) => Step::Stop(denial(status)),
-            AdmissionResponse::Mutated(_) | AdmissionResponse::Patched(_) if !mutating => {
-                tracing::error!(
-                    filter = filter.name(),
-                    "a validating filter tried to change the object"
-                );
-                return failure(
-                    filter,
-                    &Outcome::<()>::FilterError("validating filters may not mutate".to_owned()),
-                );
-            }
-            AdmissionResponse::Mutated(_) | AdmissionResponse::Patched(_)
-                if review.operation == Operation::Connect =>
-            {
-                return failure(
-                    filter,
-                    &Outcome::<()>::FilterError(
-                        "a connect request's options may not be changed: its query goes upstream as sent"
-                            .to_owned(),
-                    ),
-                );
-            }
-            AdmissionResponse::Mutated(json) => match serde_json::from_str(&json) {
-                Ok(value) => Step::Changed(value),
-                Err(error) => {
-                    return failure(
-                        filter,
-                        &Outcome::<()>::FilterError(format!("mutated object is not JSON: {error}")),
+        let verdict = match verdict(answer, review.operation, mutating) {
+            Ok(verdict) => verdict,
+            Err(message) => {
+                if !mutating {
+                    tracing::error!(
+                        filter = filter.name(),
+                        "a validating filter tried to change the object"
                     );
                 }
-            },
-            AdmissionResponse::Patched(patch) => match apply_patch(object, &patch) {
-                Ok(value) => Step::Changed(value),
-                Err(message) => return failure(filter, &Outcome::<()>::FilterError(message)),
-            },
+                return failure(filter, &Outcome::<()>::FilterError(message));
+            }
         };
         if filter.spec.mode == Mode::Monitor {
-            if !matches!(step, Step::Continue) {
+            // Never obeyed; a patch that would not apply is still the
+            // filter's failure, as when enforced.
+            if let Verdict::Patch(patch) = &verdict
+                && let Err(message) = draft.check(review.object.as_deref(), patch)
+            {
+                return failure(filter, &Outcome::<()>::FilterError(message));
+            }
+            if !matches!(verdict, Verdict::Allow) {
                 tracing::info!(
                     filter = filter.name(),
                     "monitor mode: admission decision not enforced"
@@ -307,7 +285,49 @@ impl Admission {
             }
             return Step::Continue;
         }
-        step
+        match verdict {
+            Verdict::Allow => Step::Continue,
+            Verdict::Deny(error) => Step::Stop(error),
+            Verdict::Replace(object) => match draft.replace(&mut review.object, object) {
+                Ok(()) => Step::Continue,
+                Err(message) => failure(filter, &Outcome::<()>::FilterError(message)),
+            },
+            Verdict::Patch(patch) => match draft.patch(&mut review.object, &patch) {
+                Ok(()) => Step::Continue,
+                Err(message) => failure(filter, &Outcome::<()>::FilterError(message)),
+            },
+        }
+    }
+}
+
+/// What `answer` asks of the object, or why it is the filter's failure: a
+/// change from a validating filter, or to a connect request's options, a
+/// replacement that is not JSON, a patch that is not a JSON Patch.
+fn verdict(
+    answer: AdmissionResponse,
+    operation: Operation,
+    mutating: bool,
+) -> Result<Verdict, String> {
+    match answer {
+        AdmissionResponse::Allowed => Ok(Verdict::Allow),
+        AdmissionResponse::Denied(status) => Ok(Verdict::Deny(denial(status))),
+        AdmissionResponse::Mutated(_) | AdmissionResponse::Patched(_) if !mutating => {
+            Err("validating filters may not mutate".to_owned())
+        }
+        AdmissionResponse::Mutated(_) | AdmissionResponse::Patched(_)
+            if operation == Operation::Connect =>
+        {
+            Err(
+                "a connect request's options may not be changed: its query goes upstream as sent"
+                    .to_owned(),
+            )
+        }
+        AdmissionResponse::Mutated(json) => serde_json::from_str(&json)
+            .map(Verdict::Replace)
+            .map_err(|error| format!("mutated object is not JSON: {error}")),
+        AdmissionResponse::Patched(patch) => serde_json::from_str(&patch)
+            .map(Verdict::Patch)
+            .map_err(|error| format!("not a JSON Patch: {error}")),
     }
 }
 
@@ -401,16 +421,153 @@ async fn read_body(parts: &http::request::Parts, body: Body) -> Result<Bytes, Ga
         .to_bytes())
 }
 
-/// The body as JSON; None when there is none.
-fn parse_object(bytes: &[u8]) -> Result<Option<serde_json::Value>, GatewayError> {
+/// The body's text, for the filters, and the [`Draft`] of its object
+/// (None, and an empty draft, for no body). A body that is not JSON is
+/// refused here: parsed when `parse`, else checked as `serde_json::Value`
+/// would read it (its nesting limit, numbers in range, strings of valid
+/// UTF-8) but built into nothing.
+fn read_object(bytes: &[u8], parse: bool) -> Result<(Option<String>, Draft), GatewayError> {
     if bytes.is_empty() {
-        return Ok(None);
+        return Ok((None, Draft::default()));
     }
-    serde_json::from_slice(bytes)
-        .map(Some)
-        .map_err(|error| GatewayError::BadRequest {
-            message: format!("the request body is not valid JSON: {error}"),
-        })
+    let refused = |error: serde_json::Error| GatewayError::BadRequest {
+        message: format!("the request body is not valid JSON: {error}"),
+    };
+    let value = if parse {
+        Some(serde_json::from_slice(bytes).map_err(refused)?)
+    } else {
+        serde_json::from_slice::<Checked>(bytes).map_err(refused)?;
+        None
+    };
+    let text = String::from_utf8_lossy(bytes).into_owned();
+    Ok((
+        Some(text),
+        Draft {
+            value,
+            changed: false,
+        },
+    ))
+}
+
+/// A JSON value read through and kept as nothing. Unlike serde's
+/// `IgnoredAny`, whose nested values serde_json skips by their syntax
+/// alone, every value goes through `deserialize_any`, so it meets the
+/// checks a `serde_json::Value` does.
+struct Checked;
+
+impl<'de> Deserialize<'de> for Checked {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(Checked)
+    }
+}
+
+impl<'de> Visitor<'de> for Checked {
+    type Value = Checked;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Checked, A::Error> {
+        while items.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut members: A) -> Result<Checked, A::Error> {
+        while members.next_key::<Checked>()?.is_some() {
+            members.next_value::<Checked>()?;
+        }
+        Ok(Checked)
+    }
+}
+
+/// The object as the mutating filters leave it. Its text is the review's
+/// (what each filter is given, and what goes upstream once changed); its
+/// value, parsed once (up front, or when a patch first needs it), is
+/// patched in place and kept for the next patch.
+#[derive(Default)]
+struct Draft {
+    value: Option<serde_json::Value>,
+    /// A filter changed it: it answered `mutated`, or a patch with an
+    /// operation other than `test`.
+    changed: bool,
+}
+
+impl Draft {
+    /// `object` replaces the object whose text is `text`.
+    fn replace(
+        &mut self,
+        text: &mut Option<String>,
+        object: serde_json::Value,
+    ) -> Result<(), String> {
+        *text = Some(serialized(&object)?);
+        self.value = Some(object);
+        self.changed = true;
+        Ok(())
+    }
+
+    /// Applies `patch` to the object whose text is `text`: all of it, or
+    /// (an error) none of it.
+    fn patch(
+        &mut self,
+        text: &mut Option<String>,
+        patch: &json_patch::Patch,
+    ) -> Result<(), String> {
+        let value = match &mut self.value {
+            Some(value) => value,
+            None => self.value.insert(parsed(text.as_deref())?),
+        };
+        json_patch::patch(value, patch)
+            .map_err(|error| format!("the JSON Patch does not apply: {error}"))?;
+        let changes = patch
+            .0
+            .iter()
+            .any(|operation| !matches!(operation, json_patch::PatchOperation::Test(_)));
+        if changes {
+            *text = Some(serialized(value)?);
+            self.changed = true;
+        }
+        Ok(())
+    }
+
+    /// Whether `patch` would apply, the object left as it is.
+    fn check(&self, text: Option<&str>, patch: &json_patch::Patch) -> Result<(), String> {
+        let mut copy = match &self.value {
+            Some(value) => value.clone(),
+            None => parsed(text)?,
+        };
+        json_patch::patch(&mut copy, patch)
+            .map_err(|error| format!("the JSON Patch does not apply: {error}"))
+    }
+}
+
+/// The object whose text is `text` (checked already by [`read_object`]);
+/// null when there is none.
+/// The object's text, written straight into its buffer (`Value`'s
+/// `Display` goes through a formatter a piece at a time).
+fn serialized(object: &serde_json::Value) -> Result<String, String> {
+    serde_json::to_string(object).map_err(|error| format!("cannot serialize the object: {error}"))
+}
+
+fn parsed(text: Option<&str>) -> Result<serde_json::Value, String> {
+    text.map_or(Ok(serde_json::Value::Null), serde_json::from_str)
+        .map_err(|error| format!("the object is not JSON: {error}"))
 }
 
 /// The review of one request, without its request and user info: each
@@ -442,18 +599,6 @@ fn review(
     }
 }
 
-fn apply_patch(
-    object: Option<&serde_json::Value>,
-    patch: &str,
-) -> Result<serde_json::Value, String> {
-    let patch: json_patch::Patch =
-        serde_json::from_str(patch).map_err(|error| format!("not a JSON Patch: {error}"))?;
-    let mut value = object.cloned().unwrap_or(serde_json::Value::Null);
-    json_patch::patch(&mut value, &patch)
-        .map_err(|error| format!("the JSON Patch does not apply: {error}"))?;
-    Ok(value)
-}
-
 /// A filter's denial as a Status; codes outside 4xx become 403.
 fn denial(status: crate::wasm::bindings::types::Status) -> GatewayError {
     let code = StatusCode::from_u16(status.code)
@@ -469,5 +614,164 @@ fn denial(status: crate::wasm::bindings::types::Status) -> GatewayError {
         code,
         reason,
         message: status.message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn patch(operations: serde_json::Value) -> json_patch::Patch {
+        serde_json::from_value(operations).expect("a JSON Patch")
+    }
+
+    /// The check refuses exactly what a parse into `serde_json::Value`
+    /// refuses, and its error says the same; the parse up front is that
+    /// parse.
+    #[test]
+    fn the_body_is_checked_as_a_value_would_be_read() {
+        let deep = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let bodies: Vec<Vec<u8>> = vec![
+            br#"{"a": [1, -2.5e3, true, null, "s\u00e9\n", {"b": {}}], "a": 0}"#.to_vec(),
+            br#"  {"n": 18446744073709551615, "m": -9223372036854775808, "f": 1e308}  "#.to_vec(),
+            deep(128).into_bytes(),
+            deep(129).into_bytes(),
+            br#"{"n": 1e400}"#.to_vec(),
+            b"{\"s\": \"\xff\"}".to_vec(),
+            br#"{"s": "\ud800"}"#.to_vec(),
+            br#"{"a": 1} trailing"#.to_vec(),
+            br#"{"a": 1,}"#.to_vec(),
+            br#"{1: 2}"#.to_vec(),
+            b"\"unterminated".to_vec(),
+        ];
+        for body in bodies {
+            let expected = serde_json::from_slice::<serde_json::Value>(&body);
+            let (checked, parsed) = (read_object(&body, false), read_object(&body, true));
+            match (checked, parsed, expected) {
+                (Ok((Some(text), draft)), Ok((_, parsed)), Ok(value)) => {
+                    assert_eq!(text.as_bytes(), &body[..]);
+                    assert!(draft.value.is_none());
+                    assert_eq!(parsed.value, Some(value));
+                }
+                (
+                    Err(GatewayError::BadRequest { message }),
+                    Err(GatewayError::BadRequest { message: same }),
+                    Err(error),
+                ) => {
+                    assert_eq!(
+                        message,
+                        format!("the request body is not valid JSON: {error}")
+                    );
+                    assert_eq!(same, message);
+                }
+                (ours, parsed, theirs) => panic!(
+                    "{}: the check gave {:?}, the parse {:?}, a Value {theirs:?}",
+                    String::from_utf8_lossy(&body),
+                    ours.map(|(text, _)| text)
+                        .map_err(|error| error.to_string()),
+                    parsed
+                        .map(|(text, _)| text)
+                        .map_err(|error| error.to_string()),
+                ),
+            }
+        }
+        assert!(matches!(
+            read_object(b"", true),
+            Ok((
+                None,
+                Draft {
+                    value: None,
+                    changed: false
+                }
+            ))
+        ));
+    }
+
+    #[test]
+    fn a_patch_changes_the_object_in_place_and_its_text_with_it() {
+        let mut text = Some(r#"{ "metadata" : {"name": "w"} }"#.to_owned());
+        let mut draft = Draft::default();
+        let add = patch(json!([{"op": "add", "path": "/metadata/labels", "value": {"team": "a"}}]));
+        assert_eq!(draft.patch(&mut text, &add), Ok(()));
+        assert!(draft.changed);
+        let expected = json!({"metadata": {"name": "w", "labels": {"team": "a"}}});
+        assert_eq!(draft.value.as_ref(), Some(&expected));
+        assert_eq!(text.as_deref(), Some(expected.to_string().as_str()));
+        // The next patch works on the value kept, not a new parse.
+        let replace =
+            patch(json!([{"op": "replace", "path": "/metadata/labels/team", "value": "b"}]));
+        assert_eq!(draft.patch(&mut text, &replace), Ok(()));
+        assert_eq!(
+            text.as_deref(),
+            Some(r#"{"metadata":{"name":"w","labels":{"team":"b"}}}"#)
+        );
+    }
+
+    #[test]
+    fn a_patch_that_fails_leaves_the_object_as_it_was() {
+        let sent = r#"{"metadata": {"name": "w"}}"#;
+        let mut text = Some(sent.to_owned());
+        let mut draft = Draft::default();
+        // Its first operation applies, its second does not: neither stays.
+        let half = patch(json!([
+            {"op": "add", "path": "/metadata/labels", "value": {}},
+            {"op": "remove", "path": "/spec"},
+        ]));
+        let error = draft
+            .patch(&mut text, &half)
+            .expect_err("no /spec to remove");
+        assert!(
+            error.starts_with("the JSON Patch does not apply: "),
+            "{error}"
+        );
+        assert!(!draft.changed);
+        assert_eq!(text.as_deref(), Some(sent));
+        assert_eq!(draft.value, Some(json!({"metadata": {"name": "w"}})));
+    }
+
+    #[test]
+    fn only_tests_in_a_patch_change_nothing() {
+        let sent = r#"{"kind": "Widget"}"#;
+        let mut text = Some(sent.to_owned());
+        let mut draft = Draft::default();
+        let test = patch(json!([{"op": "test", "path": "/kind", "value": "Widget"}]));
+        assert_eq!(draft.patch(&mut text, &test), Ok(()));
+        assert!(!draft.changed);
+        assert_eq!(text.as_deref(), Some(sent));
+        let failing = patch(json!([{"op": "test", "path": "/kind", "value": "Gadget"}]));
+        assert!(draft.patch(&mut text, &failing).is_err());
+    }
+
+    /// A patch of a request without a body works on null, as kube's does.
+    #[test]
+    fn no_object_is_null_to_a_patch() {
+        let mut text = None;
+        let mut draft = Draft::default();
+        let whole = patch(json!([{"op": "add", "path": "", "value": {"kind": "Widget"}}]));
+        assert_eq!(draft.patch(&mut text, &whole), Ok(()));
+        assert_eq!(text.as_deref(), Some(r#"{"kind":"Widget"}"#));
+    }
+
+    /// Monitor mode's check leaves the object, its value and its text alone.
+    #[test]
+    fn a_check_changes_nothing() {
+        let sent = r#"{"metadata": {}}"#;
+        let draft = Draft::default();
+        let add = patch(json!([{"op": "add", "path": "/metadata/labels", "value": {}}]));
+        assert_eq!(draft.check(Some(sent), &add), Ok(()));
+        assert!(draft.value.is_none() && !draft.changed);
+        let remove = patch(json!([{"op": "remove", "path": "/spec"}]));
+        assert!(draft.check(Some(sent), &remove).is_err());
+    }
+
+    #[test]
+    fn a_replacement_is_the_new_text_and_value() {
+        let mut text = Some("{}".to_owned());
+        let mut draft = Draft::default();
+        assert_eq!(draft.replace(&mut text, json!({"kind": "Widget"})), Ok(()));
+        assert!(draft.changed);
+        assert_eq!(text.as_deref(), Some(r#"{"kind":"Widget"}"#));
+        assert_eq!(draft.value, Some(json!({"kind": "Widget"})));
     }
 }

@@ -141,11 +141,46 @@ async fn mutations_reach_the_upstream_in_order_before_validation() {
         message.starts_with("the request body is not valid JSON"),
         "{message}"
     );
+    // Bodies a JSON parser reads but `serde_json::Value` refuses, as the
+    // gateway's check does without building one: nested past its limit, a
+    // number out of range, a string that is not UTF-8.
+    let nested = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let bodies: [Vec<u8>; 3] = [
+        nested.into_bytes(),
+        br#"{"metadata": {"name": "w"}, "spec": {"replicas": 1e400}}"#.to_vec(),
+        b"{\"metadata\": {\"name\": \"w\xff\"}}".to_vec(),
+    ];
+    for body in bodies {
+        let request = client
+            .post(gateway.url(WIDGETS))
+            .bearer_auth("alice-token")
+            .header("content-type", "application/json")
+            .body(body.clone());
+        let status = send(request).await.assert_status(400, "BadRequest");
+        let message = status["message"].as_str().expect("a message");
+        assert!(
+            message.starts_with("the request body is not valid JSON"),
+            "{}: {message}",
+            String::from_utf8_lossy(&body)
+        );
+    }
     assert_eq!(
         upstream.hits(),
         4,
         "the denied and the invalid creates did not reach the upstream"
     );
+
+    // An object no filter changes goes upstream as sent, byte for byte: both
+    // label filters find their labels set (b's overwrite to the value it
+    // has), so neither patches it.
+    let as_sent = r#"{ "metadata" : { "name" : "w2", "labels" : {"team": "b", "env": "dev", "tier": "gold"} } }"#;
+    let request = client
+        .post(gateway.url(WIDGETS))
+        .bearer_auth("alice-token")
+        .header("content-type", "application/json")
+        .body(as_sent);
+    let unchanged = self::echo(&send(request).await);
+    assert_eq!(unchanged["body"], as_sent, "{unchanged}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
