@@ -5,8 +5,9 @@
 //! `staging/src/k8s.io/apiserver/pkg/audit/context.go`).
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use http_body_util::BodyExt;
 
@@ -105,7 +106,7 @@ pub(super) fn base_event(request: &Request, level: AuditLevel) -> Event {
                 subresource: i.subresource.to_string(),
             }),
         response_status: None,
-        request_received_timestamp: humantime::format_rfc3339_micros(received).to_string(),
+        request_received_timestamp: micro_time(received),
         stage_timestamp: String::new(),
         annotations: Vec::new(),
         request_object: None,
@@ -134,8 +135,46 @@ pub(super) fn stamped(mut event: Event, stage: Stage, context: &AuditContext) ->
 /// stamped again for the next with nothing left of the first.
 pub(super) fn stamp(event: &mut Event, stage: Stage, context: &AuditContext) {
     event.stage = stage;
-    event.stage_timestamp = humantime::format_rfc3339_micros(SystemTime::now()).to_string();
+    event.stage_timestamp = micro_time(SystemTime::now());
     context.apply(event);
+}
+
+/// `time` as kube's `metav1.MicroTime` writes it, RFC 3339 in UTC with six
+/// digits of microseconds (`2026-12-05T02:43:40.123456Z`). An audited
+/// request takes two, so each thread keeps its current second's date and
+/// time formatted (by humantime) and writes only the microseconds, as
+/// nginx keeps its log's time formatted (`ngx_time_update`,
+/// `src/core/ngx_times.c`). A clock set before 1970 gives the epoch
+/// (humantime would panic).
+fn micro_time(time: SystemTime) -> String {
+    thread_local! {
+        /// A second since the epoch, and its date and time without the `Z`.
+        static SECOND: RefCell<(u64, String)> = const { RefCell::new((0, String::new())) };
+    }
+    let since_epoch = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let (seconds, micros) = (since_epoch.as_secs(), since_epoch.subsec_micros());
+    SECOND.with_borrow_mut(|(second, formatted)| {
+        if *second != seconds || formatted.is_empty() {
+            let whole = SystemTime::UNIX_EPOCH + Duration::from_secs(seconds);
+            *formatted = humantime::format_rfc3339_seconds(whole).to_string();
+            formatted.pop();
+            *second = seconds;
+        }
+        let mut digits = [b'0'; 6];
+        let mut rest = micros;
+        for digit in digits.iter_mut().rev() {
+            *digit = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+        let mut text = String::with_capacity(formatted.len() + 8);
+        text.push_str(formatted);
+        text.push('.');
+        text.extend(digits.map(char::from));
+        text.push('Z');
+        text
+    })
 }
 
 pub(super) fn status_record(code: u16, reason: &str, message: &str) -> Status {
@@ -197,5 +236,37 @@ impl http_body::Body for FailedBody {
         _cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
         std::task::Poll::Ready(self.0.take().map(Err))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The same text as humantime's own microsecond format, for times in
+    /// one second (the cached date reused), across seconds, days and years.
+    #[test]
+    fn micro_times_are_humantimes() {
+        let epoch = SystemTime::UNIX_EPOCH;
+        let times = [
+            epoch + Duration::new(1_796_438_620, 0),
+            epoch + Duration::new(1_796_438_620, 1_000),
+            epoch + Duration::new(1_796_438_620, 999_999_999),
+            epoch + Duration::new(1_796_438_621, 123_456_789),
+            epoch + Duration::new(1_796_438_620, 500_000_000),
+            epoch + Duration::new(1_798_761_599, 999_999_000),
+            epoch + Duration::new(1_798_761_600, 7_000),
+            epoch,
+            SystemTime::now(),
+        ];
+        for time in times {
+            assert_eq!(
+                micro_time(time),
+                humantime::format_rfc3339_micros(time).to_string(),
+                "{time:?}"
+            );
+        }
+        let before = epoch - Duration::new(1, 250_000_000);
+        assert_eq!(micro_time(before), "1970-01-01T00:00:00.000000Z");
     }
 }
