@@ -304,8 +304,11 @@ fn complete_object(mut review: Value, api_version: &str, kind: &str) -> Value {
     review
 }
 
+/// Now, to the second; a clock set before 1970 gives the epoch (humantime
+/// would panic).
 fn now() -> String {
-    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+    let now = std::time::SystemTime::now().max(std::time::SystemTime::UNIX_EPOCH);
+    humantime::format_rfc3339_seconds(now).to_string()
 }
 
 /// kube's `APIResourceList` for one of the review group versions.

@@ -280,8 +280,10 @@ fn seat_seconds(value: f64) -> String {
     format!("{value:.8}ss")
 }
 
-/// Go's `time.RFC3339Nano` in UTC: the fraction without trailing zeros.
+/// Go's `time.RFC3339Nano` in UTC: the fraction without trailing zeros. A
+/// clock set before 1970 gives the epoch (humantime would panic).
 fn rfc3339_nano(time: SystemTime) -> String {
+    let time = time.max(SystemTime::UNIX_EPOCH);
     let text = humantime::format_rfc3339_nanos(time).to_string();
     match text.strip_suffix('Z').and_then(|t| t.split_once('.')) {
         Some((seconds, fraction)) => {
@@ -346,6 +348,8 @@ mod tests {
         assert_eq!(rfc3339_nano(time), "1970-01-01T00:00:01.5Z");
         let time = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(2);
         assert_eq!(rfc3339_nano(time), "1970-01-01T00:00:02Z");
+        let before = SystemTime::UNIX_EPOCH - std::time::Duration::from_secs(2);
+        assert_eq!(rfc3339_nano(before), "1970-01-01T00:00:00Z");
     }
 
     #[test]
