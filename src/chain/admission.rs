@@ -139,35 +139,7 @@ impl Handler for Admission {
 impl Admission {
     async fn admit(&self, request: Request, operation: Operation) -> Result<Request, GatewayError> {
         let (mut parts, body) = request.into_parts();
-        let (text, mut draft, body) = match operation {
-            // Its body, if any, is the upstream's: never read here.
-            Operation::Connect => {
-                let info = parts.extensions.get::<RequestInfo>();
-                let options = info
-                    .map(|info| connect_options::connect_options(info, parts.uri.query()))
-                    .transpose()?
-                    .flatten();
-                let text = options
-                    .as_ref()
-                    .map(serialized)
-                    .transpose()
-                    .map_err(GatewayError::internal)?;
-                (text, Draft::default(), Object::Unread(body))
-            }
-            _ => {
-                let bytes = read_body(&parts, body).await?;
-                // A patch needs the value: parsed at once when a filter
-                // that may answer one (a mutating one, enforced) is to be
-                // asked, and then the parse is the body's check.
-                let parse = parts.extensions.get::<RequestInfo>().is_some_and(|info| {
-                    self.mutating
-                        .selected(info)
-                        .any(|controller| controller.filter.spec.mode == Mode::Enforce)
-                });
-                let (text, draft) = read_object(&bytes, parse)?;
-                (text, draft, Object::Read(bytes))
-            }
-        };
+        let (text, mut draft, body) = self.object(&parts, body, operation).await?;
         let mut review = review(&parts, operation, text);
         let watchers = Watchers::of(&parts.extensions);
         let (no_info, nobody) = (RequestInfo::default(), UserInfo::default());
@@ -210,6 +182,41 @@ impl Admission {
             None => bytes,
         };
         Ok(http::Request::from_parts(parts, Body::full(body)))
+    }
+
+    /// The object the filters are given, as text, its [`Draft`], and what
+    /// it was read from: the body, or a connect request's query (its body
+    /// left unread, for the upstream).
+    async fn object(
+        &self,
+        parts: &http::request::Parts,
+        body: Body,
+        operation: Operation,
+    ) -> Result<(Option<String>, Draft, Object), GatewayError> {
+        let info = parts.extensions.get::<RequestInfo>();
+        if operation == Operation::Connect {
+            let options = info
+                .map(|info| connect_options::connect_options(info, parts.uri.query()))
+                .transpose()?
+                .flatten();
+            let text = options
+                .as_ref()
+                .map(serialized)
+                .transpose()
+                .map_err(GatewayError::internal)?;
+            return Ok((text, Draft::default(), Object::Unread(body)));
+        }
+        let bytes = read_body(parts, body).await?;
+        // A patch needs the value: parsed at once when a filter that may
+        // answer one (a mutating one, enforced) is to be asked, and then
+        // the parse is the body's check.
+        let parse = info.is_some_and(|info| {
+            self.mutating
+                .selected(info)
+                .any(|controller| controller.filter.spec.mode == Mode::Enforce)
+        });
+        let (text, draft) = read_object(&bytes, parse)?;
+        Ok((text, draft, Object::Read(bytes)))
     }
 
     /// One filter's call, timed per filter (kube's per-controller metric).
