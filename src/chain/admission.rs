@@ -540,8 +540,7 @@ impl Draft {
             Some(value) => value,
             None => self.value.insert(parsed(text.as_deref())?),
         };
-        json_patch::patch(value, patch)
-            .map_err(|error| format!("the JSON Patch does not apply: {error}"))?;
+        applied(value, patch)?;
         let changes = patch
             .0
             .iter()
@@ -559,19 +558,25 @@ impl Draft {
             Some(value) => value.clone(),
             None => parsed(text)?,
         };
-        json_patch::patch(&mut copy, patch)
-            .map_err(|error| format!("the JSON Patch does not apply: {error}"))
+        applied(&mut copy, patch)
     }
 }
 
-/// The object whose text is `text` (checked already by [`read_object`]);
-/// null when there is none.
+/// `patch` applied to `value`: all of it, or (an error) none of it, as
+/// json-patch undoes what it applied when an operation fails.
+fn applied(value: &mut serde_json::Value, patch: &json_patch::Patch) -> Result<(), String> {
+    json_patch::patch(value, patch)
+        .map_err(|error| format!("the JSON Patch does not apply: {error}"))
+}
+
 /// The object's text, written straight into its buffer (`Value`'s
 /// `Display` goes through a formatter a piece at a time).
 fn serialized(object: &serde_json::Value) -> Result<String, String> {
     serde_json::to_string(object).map_err(|error| format!("cannot serialize the object: {error}"))
 }
 
+/// The object whose text is `text` (checked already by [`read_object`]);
+/// null when there is none.
 fn parsed(text: Option<&str>) -> Result<serde_json::Value, String> {
     text.map_or(Ok(serde_json::Value::Null), serde_json::from_str)
         .map_err(|error| format!("the object is not JSON: {error}"))
