@@ -108,6 +108,19 @@ enum Verdict {
     Deny(GatewayError),
 }
 
+/// Why an answer is the filter's failure rather than a [`Verdict`].
+#[derive(Debug, thiserror::Error)]
+enum Unfit {
+    #[error("validating filters may not mutate")]
+    ValidatingMutated,
+    #[error("a connect request's options may not be changed: its query goes upstream as sent")]
+    ConnectChanged,
+    #[error("mutated object is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("not a JSON Patch: {0}")]
+    NotAPatch(serde_json::Error),
+}
+
 impl Handler for Admission {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
         Box::pin(async move {
@@ -266,14 +279,14 @@ impl Admission {
         };
         let verdict = match verdict(answer, review.operation, mutating) {
             Ok(verdict) => verdict,
-            Err(message) => {
-                if !mutating {
+            Err(unfit) => {
+                if let Unfit::ValidatingMutated = unfit {
                     tracing::error!(
                         filter = filter.name(),
                         "a validating filter tried to change the object"
                     );
                 }
-                return failure(filter, &Outcome::<()>::FilterError(message));
+                return failure(filter, &Outcome::<()>::FilterError(unfit.to_string()));
             }
         };
         if filter.spec.mode == Mode::Monitor {
@@ -314,27 +327,24 @@ fn verdict(
     answer: AdmissionResponse,
     operation: Operation,
     mutating: bool,
-) -> Result<Verdict, String> {
+) -> Result<Verdict, Unfit> {
     match answer {
         AdmissionResponse::Allowed => Ok(Verdict::Allow),
         AdmissionResponse::Denied(status) => Ok(Verdict::Deny(denial(status))),
         AdmissionResponse::Mutated(_) | AdmissionResponse::Patched(_) if !mutating => {
-            Err("validating filters may not mutate".to_owned())
+            Err(Unfit::ValidatingMutated)
         }
         AdmissionResponse::Mutated(_) | AdmissionResponse::Patched(_)
             if operation == Operation::Connect =>
         {
-            Err(
-                "a connect request's options may not be changed: its query goes upstream as sent"
-                    .to_owned(),
-            )
+            Err(Unfit::ConnectChanged)
         }
         AdmissionResponse::Mutated(json) => serde_json::from_str(&json)
             .map(Verdict::Replace)
-            .map_err(|error| format!("mutated object is not JSON: {error}")),
+            .map_err(Unfit::NotJson),
         AdmissionResponse::Patched(patch) => serde_json::from_str(&patch)
             .map(Verdict::Patch)
-            .map_err(|error| format!("not a JSON Patch: {error}")),
+            .map_err(Unfit::NotAPatch),
     }
 }
 
