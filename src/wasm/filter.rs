@@ -521,6 +521,29 @@ impl<K: Kind> LoadedFilter<K> {
         Ok(instance)
     }
 
+    /// One call of the filter, the same for every kind: its turn and an
+    /// armed instance, `invoke` on the instance's exports, the outcome
+    /// classified, counted and timed from `started`. Also gives the TTL
+    /// limit the filter set during the call (`host.limit-ttl`).
+    async fn call<T>(
+        &self,
+        started: Instant,
+        invoke: impl AsyncFnOnce(
+            &mut Store<StoreData>,
+            &K::Exports,
+        ) -> wasmtime::Result<Result<T, String>>,
+    ) -> (Call<T>, Option<Duration>) {
+        let _running = self.ticker.running();
+        let mut instance = match self.armed(started).await {
+            Ok(instance) => instance,
+            Err(unanswered) => return (self.uninstantiated(started, unanswered), None),
+        };
+        let result = invoke(&mut instance.store, &instance.exports).await;
+        let limit = instance.store.data().state.ttl_limit;
+        let outcome = self.finish(instance, result);
+        (self.record(started, outcome), limit)
+    }
+
     /// Classifies a call's result; an instance that answered may be reused,
     /// one that trapped is dropped here (a trap may leave it in any state).
     fn finish<T>(
@@ -770,47 +793,43 @@ impl LoadedFilter<Authenticator> {
     }
 
     async fn call_authenticate(&self, request: &types::RequestView) -> Fetched<Call<AuthnResult>> {
-        let _running = self.ticker.running();
-        let started = Instant::now();
-        let mut instance = match self.armed(started).await {
-            Ok(instance) => instance,
-            Err(unanswered) => {
-                return fetched(self.uninstantiated(started, unanswered), None, |_| false);
-            }
-        };
-        let result = match &instance.exports {
-            Versioned::V0_4(exports) => {
-                exports
-                    .wasmgate_filter_authenticator()
-                    .call_authenticate(&mut instance.store, request)
-                    .await
-            }
-            Versioned::V0_3(exports) => exports
-                .wasmgate_filter_authenticator()
-                .call_authenticate(&mut instance.store, request)
-                .await
-                .map(v0_3_of::authn_result),
-            Versioned::V0_2(exports) => exports
-                .wasmgate_filter_authenticator()
-                .call_authenticate(&mut instance.store, &v0_2_of::request_view(request))
-                .await
-                .map(|result| v0_3_of::authn_result(v0_2_of::authn_result(result))),
-            Versioned::V0_1(exports) => exports
-                .wasmgate_filter_authenticator()
-                .call_authenticate(&mut instance.store, &v0_2_of::request_view(request))
-                .await
-                .map(|result| {
-                    v0_3_of::authn_result(v0_2_of::authn_result(v0_1_of::authn_result(result)))
-                }),
-        };
-        // The WIT's own `error` case is the filter's error outcome.
-        let result = result.map(|answer| match answer {
-            AuthnResult::Error(message) => Err(message),
-            answer => Ok(answer),
-        });
-        let limit = instance.store.data().state.ttl_limit;
-        let outcome = self.finish(instance, result);
-        fetched(self.record(started, outcome), limit, |answer| {
+        let (call, limit) = self
+            .call(Instant::now(), async |store, exports| {
+                let result = match exports {
+                    Versioned::V0_4(exports) => {
+                        exports
+                            .wasmgate_filter_authenticator()
+                            .call_authenticate(store, request)
+                            .await
+                    }
+                    Versioned::V0_3(exports) => exports
+                        .wasmgate_filter_authenticator()
+                        .call_authenticate(store, request)
+                        .await
+                        .map(v0_3_of::authn_result),
+                    Versioned::V0_2(exports) => exports
+                        .wasmgate_filter_authenticator()
+                        .call_authenticate(store, &v0_2_of::request_view(request))
+                        .await
+                        .map(|result| v0_3_of::authn_result(v0_2_of::authn_result(result))),
+                    Versioned::V0_1(exports) => exports
+                        .wasmgate_filter_authenticator()
+                        .call_authenticate(store, &v0_2_of::request_view(request))
+                        .await
+                        .map(|result| {
+                            v0_3_of::authn_result(v0_2_of::authn_result(v0_1_of::authn_result(
+                                result,
+                            )))
+                        }),
+                };
+                // The WIT's own `error` case is the filter's error outcome.
+                result.map(|answer| match answer {
+                    AuthnResult::Error(message) => Err(message),
+                    answer => Ok(answer),
+                })
+            })
+            .await;
+        fetched(call, limit, |answer| {
             matches!(answer, AuthnResult::Authenticated(_))
         })
     }
@@ -858,51 +877,42 @@ impl LoadedFilter<Authorizer> {
     }
 
     async fn call_authorize(&self, attributes: &Attributes) -> Fetched<Call<Decision>> {
-        let _running = self.ticker.running();
-        let started = Instant::now();
-        let mut instance = match self.armed(started).await {
-            Ok(instance) => instance,
-            Err(unanswered) => {
-                return fetched(self.uninstantiated(started, unanswered), None, |_| false);
-            }
-        };
-        let result = match &instance.exports {
-            Versioned::V0_4(exports) => {
-                exports
+        let (call, limit) = self
+            .call(Instant::now(), async |store, exports| match exports {
+                Versioned::V0_4(exports) => {
+                    exports
+                        .wasmgate_filter_authorizer()
+                        .call_authorize(store, attributes)
+                        .await
+                }
+                Versioned::V0_3(exports) => exports
                     .wasmgate_filter_authorizer()
-                    .call_authorize(&mut instance.store, attributes)
+                    .call_authorize(store, &v0_3_of::attributes(attributes))
                     .await
-            }
-            Versioned::V0_3(exports) => exports
-                .wasmgate_filter_authorizer()
-                .call_authorize(&mut instance.store, &v0_3_of::attributes(attributes))
-                .await
-                .map(|result| result.map(v0_3_of::decision)),
-            Versioned::V0_2(exports) => {
-                let attributes = v0_2_of::attributes(&v0_3_of::attributes(attributes));
-                exports
-                    .wasmgate_filter_authorizer()
-                    .call_authorize(&mut instance.store, &attributes)
-                    .await
-                    .map(|result| result.map(|d| v0_3_of::decision(v0_2_of::decision(d))))
-            }
-            Versioned::V0_1(exports) => {
-                let attributes =
-                    v0_1_of::attributes(v0_2_of::attributes(&v0_3_of::attributes(attributes)));
-                exports
-                    .wasmgate_filter_authorizer()
-                    .call_authorize(&mut instance.store, &attributes)
-                    .await
-                    .map(|result| {
-                        result.map(|d| v0_3_of::decision(v0_2_of::decision(v0_1_of::decision(d))))
-                    })
-            }
-        };
-        let limit = instance.store.data().state.ttl_limit;
-        let outcome = self.finish(instance, result);
-        fetched(self.record(started, outcome), limit, |decision| {
-            matches!(decision, Decision::Allow)
-        })
+                    .map(|result| result.map(v0_3_of::decision)),
+                Versioned::V0_2(exports) => {
+                    let attributes = v0_2_of::attributes(&v0_3_of::attributes(attributes));
+                    exports
+                        .wasmgate_filter_authorizer()
+                        .call_authorize(store, &attributes)
+                        .await
+                        .map(|result| result.map(|d| v0_3_of::decision(v0_2_of::decision(d))))
+                }
+                Versioned::V0_1(exports) => {
+                    let attributes =
+                        v0_1_of::attributes(v0_2_of::attributes(&v0_3_of::attributes(attributes)));
+                    exports
+                        .wasmgate_filter_authorizer()
+                        .call_authorize(store, &attributes)
+                        .await
+                        .map(|result| {
+                            result
+                                .map(|d| v0_3_of::decision(v0_2_of::decision(v0_1_of::decision(d))))
+                        })
+                }
+            })
+            .await;
+        fetched(call, limit, |decision| matches!(decision, Decision::Allow))
     }
 }
 
@@ -913,53 +923,50 @@ impl LoadedFilter<Admission> {
     }
 
     async fn call_admit(&self, request: &AdmissionRequest) -> Call<AdmissionResponse> {
-        let _running = self.ticker.running();
-        let started = Instant::now();
-        let mut instance = match self.armed(started).await {
-            Ok(instance) => instance,
-            Err(unanswered) => return self.uninstantiated(started, unanswered),
-        };
-        let result = match &instance.exports {
-            Versioned::V0_4(exports) => {
-                exports
+        let (call, _) = self
+            .call(Instant::now(), async |store, exports| match exports {
+                Versioned::V0_4(exports) => {
+                    exports
+                        .wasmgate_filter_admission()
+                        .call_admit(store, request)
+                        .await
+                }
+                Versioned::V0_3(exports) => exports
                     .wasmgate_filter_admission()
-                    .call_admit(&mut instance.store, request)
+                    .call_admit(store, &v0_3_of::admission_request(request))
                     .await
-            }
-            Versioned::V0_3(exports) => exports
-                .wasmgate_filter_admission()
-                .call_admit(&mut instance.store, &v0_3_of::admission_request(request))
-                .await
-                .map(|result| result.map(v0_3_of::admission_response)),
-            Versioned::V0_2(exports) => {
-                let request = v0_2_of::admission_request(&v0_3_of::admission_request(request));
-                exports
-                    .wasmgate_filter_admission()
-                    .call_admit(&mut instance.store, &request)
-                    .await
-                    .map(|result| {
-                        result.map(|r| v0_3_of::admission_response(v0_2_of::admission_response(r)))
-                    })
-            }
-            Versioned::V0_1(exports) => {
-                let request = v0_1_of::admission_request(v0_2_of::admission_request(
-                    &v0_3_of::admission_request(request),
-                ));
-                exports
-                    .wasmgate_filter_admission()
-                    .call_admit(&mut instance.store, &request)
-                    .await
-                    .map(|result| {
-                        result.map(|r| {
-                            v0_3_of::admission_response(v0_2_of::admission_response(
-                                v0_1_of::admission_response(r),
-                            ))
+                    .map(|result| result.map(v0_3_of::admission_response)),
+                Versioned::V0_2(exports) => {
+                    let request = v0_2_of::admission_request(&v0_3_of::admission_request(request));
+                    exports
+                        .wasmgate_filter_admission()
+                        .call_admit(store, &request)
+                        .await
+                        .map(|result| {
+                            result.map(|r| {
+                                v0_3_of::admission_response(v0_2_of::admission_response(r))
+                            })
                         })
-                    })
-            }
-        };
-        let outcome = self.finish(instance, result);
-        self.record(started, outcome)
+                }
+                Versioned::V0_1(exports) => {
+                    let request = v0_1_of::admission_request(v0_2_of::admission_request(
+                        &v0_3_of::admission_request(request),
+                    ));
+                    exports
+                        .wasmgate_filter_admission()
+                        .call_admit(store, &request)
+                        .await
+                        .map(|result| {
+                            result.map(|r| {
+                                v0_3_of::admission_response(v0_2_of::admission_response(
+                                    v0_1_of::admission_response(r),
+                                ))
+                            })
+                        })
+                }
+            })
+            .await;
+        call
     }
 }
 
@@ -1009,63 +1016,59 @@ impl LoadedFilter<Auditor> {
                 );
             }
         };
-        let _running = self.ticker.running();
-        let mut instance = match self.armed(started).await {
-            Ok(instance) => instance,
-            Err(unanswered) => return self.uninstantiated(started, unanswered),
-        };
-        let result = match &instance.exports {
-            Versioned::V0_4(AuditorForm::Serialised(exports)) => {
-                exports
-                    .wasmgate_filter_json_auditor()
-                    .call_audit_json_lines(&mut instance.store, batch.serialised())
-                    .await
-            }
-            Versioned::V0_4(AuditorForm::Records(exports)) => {
-                exports
-                    .wasmgate_filter_auditor()
-                    .call_audit_batch(&mut instance.store, events)
-                    .await
-            }
-            Versioned::V0_3(exports) => {
-                let events: Vec<_> = events.iter().map(v0_3_of::event).collect();
-                exports
-                    .wasmgate_filter_auditor()
-                    .call_audit_batch(&mut instance.store, &events)
-                    .await
-            }
-            Versioned::V0_2(exports) => {
-                let events: Vec<_> = events
-                    .iter()
-                    .map(|event| v0_2_of::event(&v0_3_of::event(event)))
-                    .collect();
-                exports
-                    .wasmgate_filter_auditor()
-                    .call_audit_batch(&mut instance.store, &events)
-                    .await
-            }
-            Versioned::V0_1(exports) => {
-                let auditor = exports.wasmgate_filter_auditor();
-                let mut result = Ok(Ok(()));
-                for event in events {
-                    let event = v0_1_of::event(v0_2_of::event(&v0_3_of::event(event)));
-                    match auditor.call_audit(&mut instance.store, &event).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(message)) => {
-                            if let Ok(Ok(())) = result {
-                                result = Ok(Err(message));
+        let (call, _) = self
+            .call(started, async |store, exports| match exports {
+                Versioned::V0_4(AuditorForm::Serialised(exports)) => {
+                    exports
+                        .wasmgate_filter_json_auditor()
+                        .call_audit_json_lines(store, batch.serialised())
+                        .await
+                }
+                Versioned::V0_4(AuditorForm::Records(exports)) => {
+                    exports
+                        .wasmgate_filter_auditor()
+                        .call_audit_batch(store, events)
+                        .await
+                }
+                Versioned::V0_3(exports) => {
+                    let events: Vec<_> = events.iter().map(v0_3_of::event).collect();
+                    exports
+                        .wasmgate_filter_auditor()
+                        .call_audit_batch(store, &events)
+                        .await
+                }
+                Versioned::V0_2(exports) => {
+                    let events: Vec<_> = events
+                        .iter()
+                        .map(|event| v0_2_of::event(&v0_3_of::event(event)))
+                        .collect();
+                    exports
+                        .wasmgate_filter_auditor()
+                        .call_audit_batch(store, &events)
+                        .await
+                }
+                Versioned::V0_1(exports) => {
+                    let auditor = exports.wasmgate_filter_auditor();
+                    let mut result = Ok(Ok(()));
+                    for event in events {
+                        let event = v0_1_of::event(v0_2_of::event(&v0_3_of::event(event)));
+                        match auditor.call_audit(&mut *store, &event).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(message)) => {
+                                if let Ok(Ok(())) = result {
+                                    result = Ok(Err(message));
+                                }
+                            }
+                            Err(trap) => {
+                                result = Err(trap);
+                                break;
                             }
                         }
-                        Err(trap) => {
-                            result = Err(trap);
-                            break;
-                        }
                     }
+                    result
                 }
-                result
-            }
-        };
-        let outcome = self.finish(instance, result);
-        self.record(started, outcome)
+            })
+            .await;
+        call
     }
 }
