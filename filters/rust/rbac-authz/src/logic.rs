@@ -353,14 +353,9 @@ fn describe_operation(req: &Request<'_>) -> String {
 /// `RuleAllows`.
 pub fn rule_allows(req: &Request<'_>, rule: &PolicyRule) -> bool {
     if req.is_resource_request {
-        let combined = if req.subresource.is_empty() {
-            req.resource.to_string()
-        } else {
-            format!("{}/{}", req.resource, req.subresource)
-        };
         return verb_matches(rule, req.verb)
             && api_group_matches(rule, req.api_group)
-            && resource_matches(rule, &combined, req.subresource)
+            && resource_matches(rule, req.resource, req.subresource)
             && resource_name_matches(rule, req.name);
     }
     verb_matches(rule, req.verb) && non_resource_url_matches(rule, req.path)
@@ -374,15 +369,30 @@ pub fn api_group_matches(rule: &PolicyRule, group: &str) -> bool {
     rule.api_groups.iter().any(|g| g == "*" || g == group)
 }
 
-pub fn resource_matches(rule: &PolicyRule, combined: &str, subresource: &str) -> bool {
+/// kube's `ResourceMatches`, given the resource and subresource apart: a
+/// rule's entry is compared with `resource/subresource` piece by piece, so
+/// no combined name is made for each rule a request is checked against.
+pub fn resource_matches(rule: &PolicyRule, resource: &str, subresource: &str) -> bool {
     rule.resources.iter().any(|r| {
         r == "*"
-            || r == combined
+            || names_combined(r, resource, subresource)
             || (!subresource.is_empty()
                 && r.len() == subresource.len() + 2
                 && r.starts_with("*/")
                 && r.ends_with(subresource))
     })
+}
+
+/// True when `entry` is `resource`, or `resource/subresource` when there is a
+/// subresource: kube's combined requested resource.
+fn names_combined(entry: &str, resource: &str, subresource: &str) -> bool {
+    if subresource.is_empty() {
+        return entry == resource;
+    }
+    entry
+        .strip_prefix(resource)
+        .and_then(|rest| rest.strip_prefix('/'))
+        == Some(subresource)
 }
 
 /// An empty list allows every name, including the empty name of create and
@@ -509,6 +519,19 @@ mod tests {
                     (res("verb1", "group1", "resource2", "subresource1"), false),
                     (res("verb2", "group1", "resource1", "subresource1"), true),
                     (res("verb2", "group1", "resource1", ""), false),
+                    // Compared piece by piece: neither a longer resource,
+                    // nor a name that only joins up to the entry, matches.
+                    (res("verb1", "group1", "resource1x", "subresource1"), false),
+                    (res("verb1", "group1", "resource1/", "subresource1"), false),
+                    (res("verb1", "group1", "resource1", "subresource1x"), false),
+                ],
+            ),
+            (
+                "a resource without its subresources",
+                rule("*", "*", "resource1"),
+                vec![
+                    (res("verb1", "group1", "resource1", ""), true),
+                    (res("verb1", "group1", "resource1", "subresource1"), false),
                 ],
             ),
             (
