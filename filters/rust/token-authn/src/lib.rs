@@ -17,12 +17,12 @@ impl Guest for Filter {
             Err(message) => return AuthnResult::Error(message),
         };
         match logic::authenticate(config, &request.headers) {
-            logic::Outcome::Authenticated(user) => {
-                debug!("token belongs to user {:?}", user.user);
+            logic::Outcome::Authenticated(entry) => {
+                debug!("token belongs to user {:?}", entry.user);
                 AuthnResult::Authenticated(UserInfo {
-                    name: user.user,
-                    uid: user.uid,
-                    groups: user.groups,
+                    name: entry.user.clone(),
+                    uid: entry.uid.clone(),
+                    groups: entry.groups.clone(),
                     extra: Vec::new(),
                 })
             }

@@ -1,7 +1,9 @@
 //! Pure logic of `token-authn`: no host calls, so it runs in host-target tests.
 
 use std::collections::HashMap;
-use std::hash::Hasher;
+use std::hash::{Hash, Hasher};
+
+use nohash_hasher::{BuildNoHashHasher, IsEnabled};
 
 use serde::Deserialize;
 use siphasher::sip128::{Hasher128, SipHasher13};
@@ -19,13 +21,16 @@ use wasmgate_filter::headers::{AsHeader, bearer_token};
 /// digests a caller cannot compute, so they tell it nothing about the
 /// tokens. A keyed hash gives that for a few hundred instructions, where
 /// SHA-256 took thousands, and about 15 KB of compiled code a call runs
-/// through.
+/// through. The digests are already uniform and unknown to callers, so the
+/// index takes a digest's low 64 bits as its hash (`nohash-hasher`) rather
+/// than hashing it again with SipHash under std's `RandomState`.
 #[derive(Debug, Deserialize)]
 #[serde(try_from = "RawConfig")]
 pub struct Config {
     tokens: Vec<TokenEntry>,
     key: DigestKey,
-    by_digest: HashMap<u128, usize>,
+    /// Index into `tokens` by digest.
+    by_digest: HashMap<Digest, usize, BuildNoHashHasher<Digest>>,
 }
 
 /// The `config` table as written.
@@ -40,7 +45,8 @@ impl TryFrom<RawConfig> for Config {
 
     fn try_from(RawConfig { tokens }: RawConfig) -> Result<Self, String> {
         let key = DigestKey::random()?;
-        let mut by_digest = HashMap::with_capacity(tokens.len());
+        let mut by_digest =
+            HashMap::with_capacity_and_hasher(tokens.len(), BuildNoHashHasher::default());
         for (index, entry) in tokens.iter().enumerate() {
             // A token listed twice: the first entry counts.
             by_digest.entry(key.digest(&entry.token)).or_insert(index);
@@ -64,12 +70,25 @@ impl DigestKey {
         Ok(DigestKey(key))
     }
 
-    fn digest(&self, token: &str) -> u128 {
+    fn digest(&self, token: &str) -> Digest {
         let mut hasher = SipHasher13::new_with_key(&self.0);
         hasher.write(token.as_bytes());
-        hasher.finish128().as_u128()
+        Digest(hasher.finish128().as_u128())
     }
 }
+
+/// A token's keyed digest: compared whole, hashed by its low 64 bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Digest(u128);
+
+impl Hash for Digest {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // One `write_u64`, as `IsEnabled` requires.
+        state.write_u64(self.0 as u64);
+    }
+}
+
+impl IsEnabled for Digest {}
 
 /// One line of a Kubernetes token file: `token,user,uid,"group1,group2"`.
 #[derive(Debug, Clone, Deserialize)]
@@ -103,8 +122,9 @@ impl FilterConfig for Config {
 }
 
 #[derive(Debug, PartialEq)]
-pub enum Outcome {
-    Authenticated(TokenEntry),
+pub enum Outcome<'a> {
+    /// The token's entry, lent: the answer copies only the user out of it.
+    Authenticated(&'a TokenEntry),
     /// Why this filter has no opinion (for a debug log line).
     NoOpinion(&'static str),
 }
@@ -117,12 +137,12 @@ impl PartialEq for TokenEntry {
 
 /// Authenticates one request's headers against the configured tokens (the
 /// bearer token as Kubernetes reads it), looked up by its keyed digest.
-pub fn authenticate<H: AsHeader>(config: &Config, headers: &[H]) -> Outcome {
+pub fn authenticate<'a, H: AsHeader>(config: &'a Config, headers: &[H]) -> Outcome<'a> {
     let Some(token) = bearer_token(headers) else {
         return Outcome::NoOpinion("no bearer token in the Authorization header");
     };
     match config.by_digest.get(&config.key.digest(token)) {
-        Some(&index) => Outcome::Authenticated(config.tokens[index].clone()),
+        Some(&index) => Outcome::Authenticated(&config.tokens[index]),
         None => Outcome::NoOpinion("unknown bearer token"),
     }
 }
@@ -141,8 +161,18 @@ mod tests {
         .unwrap()
     }
 
-    fn user(name: &str, uid: &str, groups: &[&str]) -> Outcome {
-        Outcome::Authenticated(TokenEntry {
+    /// What `authenticate` answered, owned, to compare with a row.
+    type Answer = Result<TokenEntry, &'static str>;
+
+    fn answer(outcome: Outcome<'_>) -> Answer {
+        match outcome {
+            Outcome::Authenticated(entry) => Ok(entry.clone()),
+            Outcome::NoOpinion(why) => Err(why),
+        }
+    }
+
+    fn user(name: &str, uid: &str, groups: &[&str]) -> Answer {
+        Ok(TokenEntry {
             token: String::new(),
             user: name.into(),
             uid: uid.into(),
@@ -154,7 +184,7 @@ mod tests {
     fn table() {
         let c = config();
         let alice = user("alice", "1", &["dev", "ops"]);
-        let rows: &[(&[(&str, &str)], Outcome)] = &[
+        let rows: &[(&[(&str, &str)], Answer)] = &[
             (&[("authorization", "Bearer s3cret")], alice),
             (
                 &[("authorization", "bearer s3cret")],
@@ -176,51 +206,52 @@ mod tests {
             (&[("authorization", "Bearer other")], user("bob", "", &[])),
             (
                 &[("authorization", "Bearer nope")],
-                Outcome::NoOpinion("unknown bearer token"),
+                Err("unknown bearer token"),
             ),
             (
                 &[("authorization", "Bearer s3cre")],
-                Outcome::NoOpinion("unknown bearer token"),
+                Err("unknown bearer token"),
             ),
             (
                 &[("authorization", "Bearer s3cret2")],
-                Outcome::NoOpinion("unknown bearer token"),
+                Err("unknown bearer token"),
             ),
             (
                 &[("authorization", "Basic s3cret")],
-                Outcome::NoOpinion("no bearer token in the Authorization header"),
+                Err("no bearer token in the Authorization header"),
             ),
             (
                 &[("authorization", "Bearer")],
-                Outcome::NoOpinion("no bearer token in the Authorization header"),
+                Err("no bearer token in the Authorization header"),
             ),
             (
                 &[("authorization", "Bearer  s3cret")],
-                Outcome::NoOpinion("no bearer token in the Authorization header"),
+                Err("no bearer token in the Authorization header"),
             ),
             (
                 &[("authorization", "")],
-                Outcome::NoOpinion("no bearer token in the Authorization header"),
+                Err("no bearer token in the Authorization header"),
             ),
             (
                 &[("x-other", "Bearer s3cret")],
-                Outcome::NoOpinion("no bearer token in the Authorization header"),
+                Err("no bearer token in the Authorization header"),
             ),
-            (
-                &[],
-                Outcome::NoOpinion("no bearer token in the Authorization header"),
-            ),
+            (&[], Err("no bearer token in the Authorization header")),
             // The first Authorization header counts, as Go's Header.Get.
             (
                 &[
                     ("authorization", "Bearer nope"),
                     ("authorization", "Bearer s3cret"),
                 ],
-                Outcome::NoOpinion("unknown bearer token"),
+                Err("unknown bearer token"),
             ),
         ];
         for (i, (headers, want)) in rows.iter().enumerate() {
-            assert_eq!(&authenticate(&c, headers), want, "row {i}: {headers:?}");
+            assert_eq!(
+                &answer(authenticate(&c, headers)),
+                want,
+                "row {i}: {headers:?}"
+            );
         }
     }
 
@@ -260,7 +291,17 @@ mod tests {
         )
         .unwrap();
         let headers = [("authorization", "Bearer same")];
-        assert_eq!(authenticate(&c, &headers), user("first", "", &[]));
+        assert_eq!(answer(authenticate(&c, &headers)), user("first", "", &[]));
+        // With other tokens between the two.
+        let between: Vec<String> = (0..50)
+            .map(|i| format!(r#"{{"token": "t{i}", "user": "u{i}"}}"#))
+            .collect();
+        let c = Config::parse(&format!(
+            r#"{{"tokens": [{{"token": "same", "user": "first"}}, {}, {{"token": "same", "user": "second"}}]}}"#,
+            between.join(",")
+        ))
+        .unwrap();
+        assert_eq!(answer(authenticate(&c, &headers)), user("first", "", &[]));
     }
 
     #[test]
@@ -273,14 +314,14 @@ mod tests {
             let bearer = format!("Bearer user-{i:04}-token");
             let headers = [("authorization", bearer.as_str())];
             assert_eq!(
-                authenticate(&c, &headers),
+                answer(authenticate(&c, &headers)),
                 user(&format!("user-{i}"), "", &[])
             );
         }
         let headers = [("authorization", "Bearer user-10000-token")];
         assert_eq!(
-            authenticate(&c, &headers),
-            Outcome::NoOpinion("unknown bearer token")
+            answer(authenticate(&c, &headers)),
+            Err("unknown bearer token")
         );
     }
 }
