@@ -77,7 +77,7 @@ pub(super) fn base_event(request: &Request, level: AuditLevel) -> Event {
             AuditLevel::Request => Level::Request,
             AuditLevel::RequestResponse => Level::RequestResponse,
         },
-        verb: info.map(|i| i.verb.to_string()).unwrap_or_default(),
+        verb: info.map(|i| i.verb.as_str().to_owned()).unwrap_or_default(),
         request_uri: request
             .uri()
             .path_and_query()
@@ -95,15 +95,17 @@ pub(super) fn base_event(request: &Request, level: AuditLevel) -> Event {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_owned(),
+        // Copied as `str`s, not by `CompactString`'s `Display` (see
+        // `convert::request_info`).
         object_ref: info
             .filter(|i| i.is_resource_request)
             .map(|i| ObjectReference {
-                resource: i.resource.to_string(),
-                namespace: i.namespace.to_string(),
-                name: i.name.to_string(),
-                api_group: i.api_group.to_string(),
-                api_version: i.api_version.to_string(),
-                subresource: i.subresource.to_string(),
+                resource: i.resource.as_str().to_owned(),
+                namespace: i.namespace.as_str().to_owned(),
+                name: i.name.as_str().to_owned(),
+                api_group: i.api_group.as_str().to_owned(),
+                api_version: i.api_version.as_str().to_owned(),
+                subresource: i.subresource.as_str().to_owned(),
             }),
         response_status: None,
         request_received_timestamp: micro_time(received),
