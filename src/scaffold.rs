@@ -223,9 +223,13 @@ const SDK_COPY: &str = "wasmgate-filter/";
 /// The filter SDK's files, copied as they are beside a Rust crate outside the
 /// checkout: the crate `filters/rust/sdk`, with the WIT in its `wit/` (a
 /// link to the checkout's `wit/` there).
-const SDK_FILES: [(&str, &str); 6] = [
+const SDK_FILES: [(&str, &str); 7] = [
     ("Cargo.toml", include_str!("../filters/rust/sdk/Cargo.toml")),
     ("src/lib.rs", include_str!("../filters/rust/sdk/src/lib.rs")),
+    (
+        "src/arena.rs",
+        include_str!("../filters/rust/sdk/src/arena.rs"),
+    ),
     (
         "src/config.rs",
         include_str!("../filters/rust/sdk/src/config.rs"),

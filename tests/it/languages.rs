@@ -527,14 +527,7 @@ async fn c_python_javascript_and_rust_filters_run_in_one_chain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_raised_or_thrown_exception_is_served_as_a_filter_error_and_an_engine_fault_as_a_trap() {
     let upstream = Upstream::start().await;
-    let mut rbac_config = rbac_config();
-    rbac_config["roles"].as_array_mut().expect("roles").push(
-        json!({"name": "metrics", "rules": [{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}]}),
-    );
-    rbac_config["bindings"]
-        .as_array_mut()
-        .expect("bindings")
-        .push(json!({"role": "metrics", "groups": ["system:unauthenticated"]}));
+    let rbac_config = rbac_config_reading_metrics(json!({"groups": ["system:unauthenticated"]}));
     // Names no other test uses: the metrics are process-wide.
     let pooled = "isolation = \"pooled\"\ntimeout = \"5s\"\n";
     let gateway = gateway(&[

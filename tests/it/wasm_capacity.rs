@@ -175,7 +175,7 @@ async fn a_burst_of_dear_calls_takes_turns_within_the_timeout_rather_than_all_pa
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_filter_memory_cap_makes_calls_wait_then_refuses() {
     let upstream = Upstream::start().await;
-    // `fault-authn` runs in about 1.06 MiB: 3 MiB holds two instances.
+    // `fault-authn` runs in about 1.13 MiB: 3 MiB holds two instances.
     let limits = "filter_memory = \"3MiB\"\nrequest_timeout = \"2s\"";
     let settings = "memory = \"2MiB\"\ntimeout = \"5s\"\n";
     let gateway =

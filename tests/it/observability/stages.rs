@@ -8,21 +8,14 @@
 use super::sample;
 use crate::support::{GatewayProcess, Upstream, http_client, new_dir, plaintext, send};
 use crate::support::{
-    WIDGETS, audit_log_sink, build_filters, filter, rbac_config, rbac_with, routes, tokens,
+    WIDGETS, audit_log_sink, build_filters, filter, rbac_config_reading_metrics, rbac_with, routes,
+    tokens,
 };
 use serde_json::json;
 
 /// The tests' RBAC, and alice may read `/metrics` (a non-resource URL).
 fn rbac_with_metrics() -> String {
-    let mut config = rbac_config();
-    config["roles"].as_array_mut().expect("roles").push(
-        json!({"name": "metrics", "rules": [{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}]}),
-    );
-    config["bindings"]
-        .as_array_mut()
-        .expect("bindings")
-        .push(json!({"role": "metrics", "users": ["alice"]}));
-    rbac_with(config)
+    rbac_with(rbac_config_reading_metrics(json!({"users": ["alice"]})))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -172,6 +172,22 @@ pub fn rbac_config() -> Value {
     })
 }
 
+/// [`rbac_config`], and a role that may `get` `/metrics` bound to
+/// `subjects` (`{"users": [...]}` or `{"groups": [...]}`).
+pub fn rbac_config_reading_metrics(subjects: Value) -> Value {
+    let mut config = rbac_config();
+    config["roles"].as_array_mut().expect("roles").push(
+        json!({"name": "metrics", "rules": [{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}]}),
+    );
+    let mut binding = subjects;
+    binding["role"] = json!("metrics");
+    config["bindings"]
+        .as_array_mut()
+        .expect("bindings")
+        .push(binding);
+    config
+}
+
 /// An rbac-authz authorizer named `rbac`, with [`rbac_config`].
 pub fn rbac() -> String {
     rbac_with(rbac_config())

@@ -1,7 +1,8 @@
 //! Admission: mutations reach the upstream in order before validation,
 //! only mutating filters may mutate, dry runs are seen, failure policies
-//! and monitor mode, and connect requests admitted by their query's
-//! options, their bodies unread and their options not to be changed.
+//! and monitor mode, connect requests admitted by their query's options,
+//! their bodies unread and their options not to be changed, and a pooled
+//! Rust filter's allocations inside and beyond its SDK's call arena.
 
 use super::*;
 
@@ -181,6 +182,75 @@ async fn mutations_reach_the_upstream_in_order_before_validation() {
         .body(as_sent);
     let unchanged = self::echo(&send(request).await);
     assert_eq!(unchanged["body"], as_sent, "{unchanged}");
+}
+
+/// A Rust filter's allocations come from the SDK's call arena (32 KiB,
+/// reset when a call's last allocation is freed) and, beyond it, from the
+/// standard allocator. Objects on both sides of that size, in turn on one
+/// pooled instance, are each patched whole, and the instance's memory does
+/// not grow from call to call: it is never retired for nearing its cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_filter_patches_objects_inside_and_beyond_its_call_arena_alike() {
+    let upstream = Upstream::start().await;
+    let rbac = rbac_config_reading_metrics(json!({"users": ["alice"]}));
+    let gateway = gateway(&[
+        &tokens(),
+        &rbac_with(rbac),
+        &admission_filter(
+            "mutating",
+            "arena-labels",
+            "label-defaults",
+            Some(json!({"labels": {"team": "a"}})),
+            "isolation = \"pooled\"\nmemory = \"3MiB\"\n",
+        ),
+        &routes(&upstream.url()),
+    ])
+    .await;
+    let client = http_client();
+    let sizes_kib = [1, 40, 2, 300, 30, 1, 100, 31];
+    for (round, kib) in sizes_kib
+        .iter()
+        .cycle()
+        .take(3 * sizes_kib.len())
+        .enumerate()
+    {
+        // Bytes that differ from round to round, so a stale arena shows.
+        let payload: String = (0..kib * 1024)
+            .map(|i| char::from(b'a' + ((i + round) % 26) as u8))
+            .collect();
+        let object =
+            json!({"metadata": {"name": format!("w{round}")}, "spec": {"payload": payload}});
+        let received = echoed_body(&echo(
+            &send(create(&client, &gateway, WIDGETS, &object)).await,
+        ));
+        assert_eq!(
+            received["metadata"],
+            json!({"name": format!("w{round}"), "labels": {"team": "a"}}),
+            "round {round}, {kib} KiB"
+        );
+        assert!(
+            received["spec"] == object["spec"],
+            "round {round}, {kib} KiB: the payload changed"
+        );
+    }
+    let metrics = send(
+        client
+            .get(gateway.url("/metrics"))
+            .bearer_auth("alice-token"),
+    )
+    .await;
+    assert_eq!(metrics.status, 200, "{}", metrics.body);
+    let retired =
+        r#"wasmgate_filter_instance_retirements_total{filter="arena-labels",reason="memory"} "#;
+    let retirements = metrics
+        .body
+        .lines()
+        .find_map(|line| line.strip_prefix(retired))
+        .unwrap_or("0");
+    assert_eq!(
+        retirements, "0",
+        "the instance's memory grew from call to call"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

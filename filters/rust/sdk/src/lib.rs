@@ -15,6 +15,10 @@
 //! - [`debug!`], [`info!`], [`warn!`] and [`error!`]: a line for the
 //!   gateway's log, formatted only when `host.log-enabled` says it is kept.
 //! - [`headers`]: reading request headers as Kubernetes does.
+//! - The filter's allocator (with the default `call-arena` feature): a
+//!   call's allocations bumped through a static arena that starts over when
+//!   they are all freed ([`CallArena`]); [`long_lived`] keeps what outlives
+//!   the call out of it, as [`config`] does for the parsed config.
 //!
 //! An authorizer that allows everything is:
 //!
@@ -42,10 +46,12 @@
 //! exports ends up in its component: a world's own custom section carries
 //! its imports alone, the `export!` invocation adds the one with its export.
 
+mod arena;
 mod config;
 pub mod headers;
 mod log;
 
+pub use arena::{ARENA_BYTES, CallArena, long_lived};
 pub use config::{FilterConfig, config};
 #[doc(hidden)]
 pub use log::write as __log;
