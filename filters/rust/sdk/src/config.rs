@@ -32,15 +32,38 @@ pub trait FilterConfig: DeserializeOwned + Send + Sync + 'static {
     }
 
     /// Parses and checks `json` as this config.
+    ///
+    /// An object is parsed straight into `Self`: a fresh instance parses its
+    /// config on its first call, and a `serde_json::Value` tree built and
+    /// dropped first was most of that call's work.
     fn parse(json: &str) -> Result<Self, String> {
         let bad = |why: &dyn std::fmt::Display| format!("{}: bad config: {why}", Self::FILTER);
-        let value: serde_json::Value = serde_json::from_str(json).map_err(|e| bad(&e))?;
-        if !value.is_object() {
+        // A JSON text is an object when its first token is `{`; anything
+        // else is parsed as a value only to say what is wrong with it.
+        if !json.trim_start().starts_with('{') {
+            serde_json::from_str::<serde_json::Value>(json).map_err(|e| bad(&e))?;
             return Err(bad(&"the config is not a JSON object"));
         }
-        let config: Self = serde_json::from_value(value).map_err(|e| bad(&e))?;
+        let config: Self = serde_json::from_str(json).map_err(|e| bad(&without_position(&e)))?;
         config.check().map_err(|why| bad(&why))?;
         Ok(config)
+    }
+}
+
+/// `error`'s message, with the position left out of a data error (a wrong
+/// type, a missing or unknown key): the JSON is the host's rendering of the
+/// manifest's table, whose lines and columns are not the manifest's. A
+/// syntax error keeps it.
+fn without_position(error: &serde_json::Error) -> String {
+    let message = error.to_string();
+    if !error.is_data() {
+        return message;
+    }
+    // serde_json writes a positioned error as `<message> at line L column C`.
+    let position = format!(" at line {} column {}", error.line(), error.column());
+    match message.strip_suffix(&position) {
+        Some(bare) => bare.to_owned(),
+        None => message,
     }
 }
 
@@ -111,6 +134,14 @@ mod tests {
                 "invalid type: string \"1\", expected u32",
             ),
             (r#"{"max": 0}"#, "max is 0"),
+            (r#"  {"max": 1, "max": 2}"#, "duplicate field `max`"),
+            ("{}", "missing field `max`"),
+            (
+                r#"{"max": 1"#,
+                "EOF while parsing an object at line 1 column 9",
+            ),
+            ("x", "expected value at line 1 column 1"),
+            (r#""{}""#, "the config is not a JSON object"),
         ] {
             assert_eq!(
                 Limits::parse(json).unwrap_err(),
