@@ -99,7 +99,9 @@ impl<const N: usize> CallArena<N> {
         if self.long_lived.get() > 0 || layout.align() > ARENA_ALIGN {
             return None;
         }
-        let start = self.top.get().next_multiple_of(layout.align());
+        // An alignment is a power of two: rounding up is a mask, not the
+        // division `next_multiple_of` would make.
+        let start = (self.top.get() + layout.align() - 1) & !(layout.align() - 1);
         let end = start.checked_add(layout.size()).filter(|&end| end <= N)?;
         self.top.set(end);
         self.live.set(self.live.get() + 1);
