@@ -1,24 +1,27 @@
-//! The filter's allocator: a call's allocations bumped through one static
-//! arena, which starts over whenever the last of them is freed.
+//! The filter's allocator: the inputs the host lowers into a call bumped
+//! through one static arena, which starts over whenever the last of them is
+//! freed; everything the filter's own code allocates goes to the standard
+//! allocator (wasi-libc's dlmalloc).
 //!
-//! Nearly everything a filter allocates lives for one call: the strings and
-//! lists the host lowers into it (each lowered with a call to
-//! `cabi_realloc`), what the filter builds from them, and its answer, which
-//! the post-return function frees once the host has lifted it. With the
-//! standard allocator (wasi-libc's dlmalloc) those mallocs and frees were
-//! half of what the shipped filters ran (bench/README.md § "Work no contract
-//! asked for"). Here an allocation is a pointer bumped through
-//! [`ARENA_BYTES`] and a free a counter decremented; when the count of live
-//! arena allocations falls to zero, the arena is empty and starts over.
+//! Before each call the host lowers the call's strings and lists into the
+//! guest, each through `cabi_realloc`, and the filter drops them by the
+//! time it returns. With dlmalloc those mallocs and frees were a large part
+//! of what the shipped filters ran (bench/README.md § "The SDK's call
+//! arena"). Here each is a pointer bumped through [`ARENA_BYTES`] and a
+//! counter decremented; when the count of live arena allocations falls to
+//! zero, the arena is empty and starts over.
 //!
-//! Everything else goes to the standard allocator: an allocation that does
-//! not fit in what is left of the arena (a large object, a large audit
-//! batch), one aligned more strictly than the arena, and one made in a
-//! [`long_lived`] scope (the config parsed on the instance's first call,
-//! which lives as long as the instance). An allocation kept past its call
-//! outside such a scope is safe too: the count never falls to zero while it
-//! lives, so the arena fills up once and every later allocation takes the
-//! standard allocator, as without the arena.
+//! The filter's code runs [`outside`](CallArena::outside) the arena (the
+//! SDK's `export!` wraps each export in it): its working copies, its
+//! answer, the config it parses on the first call, any state it keeps, and
+//! the results of the WASI calls wasi-libc makes for it. Those last are
+//! lowered through the same `cabi_realloc` and freed by wasi-libc's own
+//! `free` (`getenv`'s environment, a file's bytes), so they must be
+//! dlmalloc's: an arena block given to `free` corrupts its heap. What does
+//! not fit in what is left of the arena, or is aligned more strictly than
+//! it, goes to dlmalloc too. An input kept past its call (stored in a
+//! static) only stops the arena starting over: it fills once and dlmalloc
+//! serves the rest, as without the arena.
 //!
 //! The arena is a static, so it is part of the instance's memory from the
 //! start: a fresh instance never grows its memory for it (what made the
@@ -54,9 +57,9 @@ pub struct CallArena<const N: usize = ARENA_BYTES> {
     top: Cell<usize>,
     /// Allocations in the arena not yet freed.
     live: Cell<usize>,
-    /// Depth of nested [`long_lived`] scopes: above zero, nothing is put in
-    /// the arena.
-    long_lived: Cell<u32>,
+    /// Depth of nested [`outside`](Self::outside) scopes: above zero,
+    /// nothing is put in the arena.
+    outside: Cell<u32>,
 }
 
 // SAFETY: a component runs one thread, and the global allocator is the only
@@ -70,16 +73,17 @@ impl<const N: usize> CallArena<N> {
             bytes: Bytes(UnsafeCell::new([MaybeUninit::uninit(); N])),
             top: Cell::new(0),
             live: Cell::new(0),
-            long_lived: Cell::new(0),
+            outside: Cell::new(0),
         }
     }
 
-    /// Runs `make` with its allocations taken from the standard allocator,
-    /// for what outlives the call (a config parsed once per instance).
-    pub fn long_lived<R>(&self, make: impl FnOnce() -> R) -> R {
-        self.long_lived.set(self.long_lived.get() + 1);
-        let made = make();
-        self.long_lived.set(self.long_lived.get() - 1);
+    /// Runs `code` with its allocations taken from the standard allocator:
+    /// the filter's own code, whose allocations may outlive the call or be
+    /// freed by wasi-libc.
+    pub fn outside<R>(&self, code: impl FnOnce() -> R) -> R {
+        self.outside.set(self.outside.get() + 1);
+        let made = code();
+        self.outside.set(self.outside.get() - 1);
         made
     }
 
@@ -96,7 +100,7 @@ impl<const N: usize> CallArena<N> {
     /// Room for `layout` at the top of the arena, or `None` when it goes to
     /// the standard allocator.
     fn bump(&self, layout: Layout) -> Option<*mut u8> {
-        if self.long_lived.get() > 0 || layout.align() > ARENA_ALIGN {
+        if self.outside.get() > 0 || layout.align() > ARENA_ALIGN {
             return None;
         }
         // An alignment is a power of two: rounding up is a mask, not the
@@ -209,15 +213,16 @@ unsafe fn system_alloc(layout: Layout) -> *mut u8 {
 #[global_allocator]
 static ALLOCATOR: CallArena = CallArena::new();
 
-/// Runs `make` with its allocations kept out of the call arena: for what
-/// outlives the call, such as state made once per instance. Without the
-/// SDK's allocator (a host build, or the `call-arena` feature off) it just
-/// runs `make`.
-pub fn long_lived<R>(make: impl FnOnce() -> R) -> R {
+/// Runs `code` outside the call arena, on the standard allocator; the
+/// SDK's `export!` runs each export's function so. Without the SDK's
+/// allocator (a host build, or the `call-arena` feature off) it just runs
+/// `code`.
+#[doc(hidden)]
+pub fn outside_arena<R>(code: impl FnOnce() -> R) -> R {
     #[cfg(all(target_arch = "wasm32", feature = "call-arena"))]
-    return ALLOCATOR.long_lived(make);
+    return ALLOCATOR.outside(code);
     #[cfg(not(all(target_arch = "wasm32", feature = "call-arena")))]
-    make()
+    code()
 }
 
 #[cfg(test)]
@@ -296,9 +301,9 @@ mod tests {
     }
 
     #[test]
-    fn a_long_lived_scope_keeps_its_allocations_out_of_the_arena() {
+    fn code_run_outside_keeps_its_allocations_out_of_the_arena() {
         let arena = CallArena::<256>::new();
-        let kept = arena.long_lived(|| unsafe { arena.alloc(layout(16, 8)) });
+        let kept = arena.outside(|| unsafe { arena.alloc(layout(16, 8)) });
         assert!(!in_arena(&arena, kept));
         assert_eq!((arena.top.get(), arena.live.get()), (0, 0));
         unsafe {

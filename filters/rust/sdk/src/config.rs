@@ -76,11 +76,8 @@ static CONFIG: OnceLock<Parsed> = OnceLock::new();
 /// is logged at `error` on every call that meets it; the error is the call's
 /// error outcome (the message starts with the filter's name).
 pub fn config<T: FilterConfig>() -> Result<&'static T, String> {
-    // Kept for the instance's life, so out of the call arena.
     let parsed = CONFIG.get_or_init(|| {
-        crate::arena::long_lived(|| {
-            T::parse(&host::config()).map(|config| Box::new(config) as Box<dyn Any + Send + Sync>)
-        })
+        T::parse(&host::config()).map(|config| Box::new(config) as Box<dyn Any + Send + Sync>)
     });
     let config = match parsed {
         Ok(config) => config.downcast_ref::<T>().ok_or_else(|| {

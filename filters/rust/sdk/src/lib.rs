@@ -15,10 +15,11 @@
 //! - [`debug!`], [`info!`], [`warn!`] and [`error!`]: a line for the
 //!   gateway's log, formatted only when `host.log-enabled` says it is kept.
 //! - [`headers`]: reading request headers as Kubernetes does.
-//! - The filter's allocator (with the default `call-arena` feature): a
-//!   call's allocations bumped through a static arena that starts over when
-//!   they are all freed ([`CallArena`]); [`long_lived`] keeps what outlives
-//!   the call out of it, as [`config`] does for the parsed config.
+//! - The filter's allocator (with the default `call-arena` feature): the
+//!   inputs the host lowers into a call bumped through a static arena that
+//!   starts over when they are all freed ([`CallArena`]); the filter's own
+//!   code, which each world's `export!` runs outside the arena, allocates
+//!   from the standard allocator.
 //!
 //! An authorizer that allows everything is:
 //!
@@ -42,19 +43,48 @@
 //! checkout.
 //!
 //! Each world's bindings are generated with `pub_export_macro`, so its
-//! `export!` works from the filter's crate, and so only the world a filter
-//! exports ends up in its component: a world's own custom section carries
-//! its imports alone, the `export!` invocation adds the one with its export.
+//! export macro works from the filter's crate, and so only the world a
+//! filter exports ends up in its component: a world's own custom section
+//! carries its imports alone, the `export!` invocation adds the one with
+//! its export. The world's `export!` is the SDK's own ([`export_world!`]):
+//! it exports a type that runs the filter's function outside the call
+//! arena.
 
 mod arena;
 mod config;
 pub mod headers;
 mod log;
 
-pub use arena::{ARENA_BYTES, CallArena, long_lived};
+#[doc(hidden)]
+pub use arena::outside_arena as __outside_arena;
+pub use arena::{ARENA_BYTES, CallArena};
 pub use config::{FilterConfig, config};
 #[doc(hidden)]
 pub use log::write as __log;
+
+/// Exports `$ty`, which implements world `$world`'s `Guest`, as the
+/// component's export of that world: through a type of the SDK's whose
+/// `$function` runs `$ty`'s outside the call arena (src/arena.rs), so that
+/// all the filter's own code allocates from the standard allocator. Each
+/// world's `export!` is this macro with the world's function filled in.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! export_world {
+    ($world:ident, $ty:ident, $function:ident($input:ty) -> $output:ty) => {
+        #[doc(hidden)]
+        struct __WasmgateFilterExport;
+
+        impl $crate::$world::Guest for __WasmgateFilterExport {
+            fn $function(input: $input) -> $output {
+                $crate::__outside_arena(|| <$ty as $crate::$world::Guest>::$function(input))
+            }
+        }
+
+        $crate::$world::bindings::export!(
+            __WasmgateFilterExport with_types_in $crate::$world::bindings
+        );
+    };
+}
 
 /// The interfaces the worlds import (`types`, `host`, `cache`), generated
 /// once for all five: each world's bindings refer to these (`with`), so a
@@ -114,7 +144,8 @@ pub mod authenticator {
     );
     /// Exports type `$ty` (which implements [`Guest`]) as the component's
     /// `authenticator`.
-    pub use bindings::export;
+    #[doc(inline)]
+    pub use crate::__export_authenticator as export;
     pub use bindings::exports::wasmgate::filter::authenticator::{AuthnResult, Guest};
 }
 
@@ -127,7 +158,8 @@ pub mod authorizer {
     );
     /// Exports type `$ty` (which implements [`Guest`]) as the component's
     /// `authorizer`.
-    pub use bindings::export;
+    #[doc(inline)]
+    pub use crate::__export_authorizer as export;
     pub use bindings::exports::wasmgate::filter::authorizer::{Attributes, Decision, Guest};
 }
 
@@ -139,7 +171,8 @@ pub mod admission {
     );
     /// Exports type `$ty` (which implements [`Guest`]) as the component's
     /// `admission`.
-    pub use bindings::export;
+    #[doc(inline)]
+    pub use crate::__export_admission as export;
     pub use bindings::exports::wasmgate::filter::admission::{
         AdmissionRequest, AdmissionResponse, Guest, Operation,
     };
@@ -154,7 +187,8 @@ pub mod auditor {
     );
     /// Exports type `$ty` (which implements [`Guest`]) as the component's
     /// `auditor`.
-    pub use bindings::export;
+    #[doc(inline)]
+    pub use crate::__export_auditor as export;
     pub use bindings::exports::wasmgate::filter::auditor::{
         Annotation, Event, Guest, Level, ObjectReference, Stage,
     };
@@ -171,7 +205,52 @@ pub mod json_auditor {
     );
     /// Exports type `$ty` (which implements [`Guest`]) as the component's
     /// `json-auditor`.
-    pub use bindings::export;
+    #[doc(inline)]
+    pub use crate::__export_json_auditor as export;
     pub use bindings::exports::wasmgate::filter::json_auditor::{Guest, JsonBatch, Stage};
     pub use bindings::wasmgate::filter::sink;
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_authenticator {
+    ($ty:ident) => {
+        $crate::export_world!(authenticator, $ty, authenticate($crate::types::RequestView) -> $crate::authenticator::AuthnResult);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_authorizer {
+    ($ty:ident) => {
+        $crate::export_world!(authorizer, $ty, authorize($crate::authorizer::Attributes) -> Result<$crate::authorizer::Decision, String>);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_admission {
+    ($ty:ident) => {
+        $crate::export_world!(admission, $ty, admit($crate::admission::AdmissionRequest) -> Result<$crate::admission::AdmissionResponse, String>);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_auditor {
+    ($ty:ident) => {
+        $crate::export_world!(
+            auditor,
+            $ty,
+            audit_batch(Vec<$crate::auditor::Event>) -> Result<(), String>
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_json_auditor {
+    ($ty:ident) => {
+        $crate::export_world!(json_auditor, $ty, audit_json_lines($crate::json_auditor::JsonBatch) -> Result<(), String>);
+    };
 }
