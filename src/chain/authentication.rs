@@ -13,8 +13,8 @@
 use std::time::Instant;
 
 use futures_util::future::BoxFuture;
-use http::HeaderMap;
-use http::header::AUTHORIZATION;
+use http::header::{AUTHORIZATION, Entry};
+use http::{HeaderMap, HeaderName};
 
 use super::audit::FailedAuthenticationAudit;
 use super::stage::{self, Failure, Watchers};
@@ -31,6 +31,11 @@ use crate::wasm::filter::{Ask, Authenticator, AuthnResult};
 use crate::wasm::{Call, LoadedFilter, Outcome, convert};
 
 const STAGE: &str = "authentication";
+
+/// kube's default request-header names, removed with `Authorization` (made
+/// once: a `&str` name would be parsed again on every request).
+const X_REMOTE_USER: HeaderName = HeaderName::from_static("x-remote-user");
+const X_REMOTE_GROUP: HeaderName = HeaderName::from_static("x-remote-group");
 
 pub(crate) struct Authentication {
     pub filters: Vec<LoadedFilter<Authenticator>>,
@@ -369,19 +374,14 @@ impl Authentication {
 /// The `Authorization` values removed are kept in the request's extensions
 /// as [`ClientCredentials`], for a route that forwards them.
 fn remove_credentials(parts: &mut http::request::Parts) {
-    let authorization: Vec<_> = parts
-        .headers
-        .get_all(AUTHORIZATION)
-        .iter()
-        .cloned()
-        .collect();
-    if !authorization.is_empty() {
-        parts.extensions.insert(ClientCredentials(authorization));
+    // Taken out whole, in one look-up, rather than copied and removed.
+    if let Entry::Occupied(authorization) = parts.headers.entry(AUTHORIZATION) {
+        let (_, values) = authorization.remove_entry_mult();
+        parts.extensions.insert(ClientCredentials(values.collect()));
     }
     let headers = &mut parts.headers;
-    headers.remove(AUTHORIZATION);
-    headers.remove("x-remote-user");
-    headers.remove("x-remote-group");
+    headers.remove(X_REMOTE_USER);
+    headers.remove(X_REMOTE_GROUP);
     let extras: Vec<_> = headers
         .keys()
         .filter(|name| name.as_str().starts_with("x-remote-extra-"))
