@@ -46,7 +46,7 @@
 //! export macro works from the filter's crate, and so only the world a
 //! filter exports ends up in its component: a world's own custom section
 //! carries its imports alone, the `export!` invocation adds the one with
-//! its export. The world's `export!` is the SDK's own ([`export_world!`]):
+//! its export. The world's `export!` is the SDK's own (`__export_world!`):
 //! it exports a type that runs the filter's function outside the call
 //! arena.
 
@@ -69,7 +69,7 @@ pub use log::write as __log;
 /// world's `export!` is this macro with the world's function filled in.
 #[doc(hidden)]
 #[macro_export]
-macro_rules! export_world {
+macro_rules! __export_world {
     ($world:ident, $ty:ident, $function:ident($input:ty) -> $output:ty) => {
         #[doc(hidden)]
         struct __WasmgateFilterExport;
@@ -215,7 +215,7 @@ pub mod json_auditor {
 #[macro_export]
 macro_rules! __export_authenticator {
     ($ty:ident) => {
-        $crate::export_world!(authenticator, $ty, authenticate($crate::types::RequestView) -> $crate::authenticator::AuthnResult);
+        $crate::__export_world!(authenticator, $ty, authenticate($crate::types::RequestView) -> $crate::authenticator::AuthnResult);
     };
 }
 
@@ -223,7 +223,7 @@ macro_rules! __export_authenticator {
 #[macro_export]
 macro_rules! __export_authorizer {
     ($ty:ident) => {
-        $crate::export_world!(authorizer, $ty, authorize($crate::authorizer::Attributes) -> Result<$crate::authorizer::Decision, String>);
+        $crate::__export_world!(authorizer, $ty, authorize($crate::authorizer::Attributes) -> Result<$crate::authorizer::Decision, String>);
     };
 }
 
@@ -231,7 +231,7 @@ macro_rules! __export_authorizer {
 #[macro_export]
 macro_rules! __export_admission {
     ($ty:ident) => {
-        $crate::export_world!(admission, $ty, admit($crate::admission::AdmissionRequest) -> Result<$crate::admission::AdmissionResponse, String>);
+        $crate::__export_world!(admission, $ty, admit($crate::admission::AdmissionRequest) -> Result<$crate::admission::AdmissionResponse, String>);
     };
 }
 
@@ -239,7 +239,7 @@ macro_rules! __export_admission {
 #[macro_export]
 macro_rules! __export_auditor {
     ($ty:ident) => {
-        $crate::export_world!(
+        $crate::__export_world!(
             auditor,
             $ty,
             audit_batch(Vec<$crate::auditor::Event>) -> Result<(), String>
@@ -251,6 +251,6 @@ macro_rules! __export_auditor {
 #[macro_export]
 macro_rules! __export_json_auditor {
     ($ty:ident) => {
-        $crate::export_world!(json_auditor, $ty, audit_json_lines($crate::json_auditor::JsonBatch) -> Result<(), String>);
+        $crate::__export_world!(json_auditor, $ty, audit_json_lines($crate::json_auditor::JsonBatch) -> Result<(), String>);
     };
 }
