@@ -141,7 +141,7 @@ unsafe impl<const N: usize> GlobalAlloc for CallArena<N> {
         match self.bump(layout) {
             Some(ptr) => ptr,
             // SAFETY: the caller's layout, passed on.
-            None => unsafe { system_alloc(layout) },
+            None => unsafe { System.alloc(layout) },
         }
     }
 
@@ -197,14 +197,6 @@ unsafe impl<const N: usize> GlobalAlloc for CallArena<N> {
         }
         moved
     }
-}
-
-/// The standard allocator's `alloc`, kept out of the inlined fast path.
-#[cold]
-#[inline(never)]
-unsafe fn system_alloc(layout: Layout) -> *mut u8 {
-    // SAFETY: the caller's layout, passed on.
-    unsafe { System.alloc(layout) }
 }
 
 /// The filter's allocator, in a component: the SDK's, unless the filter
