@@ -13,12 +13,13 @@
 use std::time::Instant;
 
 use futures_util::future::BoxFuture;
+use http::HeaderMap;
 use http::header::{AUTHORIZATION, Entry};
-use http::{HeaderMap, HeaderName};
 
 use super::audit::FailedAuthenticationAudit;
 use super::stage::{self, Failure, Watchers};
 use crate::body::{Request, Response};
+use crate::config::identity::{X_REMOTE_EXTRA_PREFIX, X_REMOTE_GROUP, X_REMOTE_USER};
 use crate::config::stages::{Reads, RequestHeaders};
 use crate::context::{ClientCredentials, UserInfo, UserReport};
 use crate::decision_cache::Lookup;
@@ -31,11 +32,6 @@ use crate::wasm::filter::{Ask, Authenticator, AuthnResult};
 use crate::wasm::{Call, LoadedFilter, Outcome, convert};
 
 const STAGE: &str = "authentication";
-
-/// kube's default request-header names, removed with `Authorization` (made
-/// once: a `&str` name would be parsed again on every request).
-const X_REMOTE_USER: HeaderName = HeaderName::from_static("x-remote-user");
-const X_REMOTE_GROUP: HeaderName = HeaderName::from_static("x-remote-group");
 
 pub(crate) struct Authentication {
     pub filters: Vec<LoadedFilter<Authenticator>>,
@@ -380,11 +376,12 @@ fn remove_credentials(parts: &mut http::request::Parts) {
         parts.extensions.insert(ClientCredentials(values.collect()));
     }
     let headers = &mut parts.headers;
+    // Names made once: a `&str` name would be parsed again on every request.
     headers.remove(X_REMOTE_USER);
     headers.remove(X_REMOTE_GROUP);
     let extras: Vec<_> = headers
         .keys()
-        .filter(|name| name.as_str().starts_with("x-remote-extra-"))
+        .filter(|name| name.as_str().starts_with(X_REMOTE_EXTRA_PREFIX))
         .cloned()
         .collect();
     for name in extras {

@@ -50,13 +50,20 @@ pub(crate) struct RequestHeaderNames {
     pub extra_prefix: String,
 }
 
+/// kube's default request-header names (the aggregator's), which the
+/// authentication stage also removes from every request.
+pub(crate) const X_REMOTE_USER: HeaderName = HeaderName::from_static("x-remote-user");
+pub(crate) const X_REMOTE_UID: HeaderName = HeaderName::from_static("x-remote-uid");
+pub(crate) const X_REMOTE_GROUP: HeaderName = HeaderName::from_static("x-remote-group");
+pub(crate) const X_REMOTE_EXTRA_PREFIX: &str = "x-remote-extra-";
+
 impl Default for RequestHeaderNames {
     fn default() -> Self {
         RequestHeaderNames {
-            user: HeaderName::from_static("x-remote-user"),
-            uid: HeaderName::from_static("x-remote-uid"),
-            group: HeaderName::from_static("x-remote-group"),
-            extra_prefix: "x-remote-extra-".to_owned(),
+            user: X_REMOTE_USER,
+            uid: X_REMOTE_UID,
+            group: X_REMOTE_GROUP,
+            extra_prefix: X_REMOTE_EXTRA_PREFIX.to_owned(),
         }
     }
 }
