@@ -101,7 +101,9 @@ mod allocator {
 
         /// Sizes from 1 byte to 8 KiB, at every alignment from 1 byte to
         /// 4 KiB, allocated, written whole, grown, shrunk and zeroed: each
-        /// block aligned as asked and its bytes kept across a move.
+        /// block there, aligned as asked, its bytes kept across a move, and
+        /// a zeroed one zero though the block freed just before it (the
+        /// same size, so likely the same block) was not.
         #[test]
         fn every_block_is_aligned_and_keeps_its_bytes() {
             let sizes = (1..=256).chain((264..=8192).step_by(40));
@@ -112,9 +114,11 @@ mod allocator {
                     // allocator that made it, with the layout it has.
                     unsafe {
                         let block = Mimalloc.alloc(layout);
+                        assert!(!block.is_null(), "{layout:?}");
                         assert_eq!(block as usize % align, 0, "{layout:?}");
                         block.write_bytes(0xa5, size);
                         let grown = Mimalloc.realloc(block, layout, size * 3);
+                        assert!(!grown.is_null(), "{layout:?} grown");
                         assert_eq!(grown as usize % align, 0, "{layout:?} grown");
                         assert!(
                             std::slice::from_raw_parts(grown, size)
@@ -126,12 +130,14 @@ mod allocator {
                             Layout::from_size_align(size * 3, align).unwrap(),
                             size.div_ceil(2),
                         );
+                        assert!(!shrunk.is_null(), "{layout:?} shrunk");
                         assert_eq!(shrunk as usize % align, 0, "{layout:?} shrunk");
                         Mimalloc.dealloc(
                             shrunk,
                             Layout::from_size_align(size.div_ceil(2), align).unwrap(),
                         );
                         let zeroed = Mimalloc.alloc_zeroed(layout);
+                        assert!(!zeroed.is_null(), "{layout:?} zeroed");
                         assert_eq!(zeroed as usize % align, 0, "{layout:?} zeroed");
                         assert!(
                             std::slice::from_raw_parts(zeroed, size)
