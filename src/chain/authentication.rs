@@ -19,7 +19,7 @@ use http::header::{AUTHORIZATION, Entry};
 use super::audit::FailedAuthenticationAudit;
 use super::stage::{self, Failure, Watchers};
 use crate::body::{Request, Response};
-use crate::config::identity::{X_REMOTE_EXTRA_PREFIX, X_REMOTE_GROUP, X_REMOTE_USER};
+use crate::config::identity::{X_REMOTE_EXTRA_PREFIX, X_REMOTE_GROUP, X_REMOTE_UID, X_REMOTE_USER};
 use crate::config::stages::{Reads, RequestHeaders};
 use crate::context::{ClientCredentials, UserInfo, UserReport};
 use crate::decision_cache::Lookup;
@@ -378,6 +378,7 @@ fn remove_credentials(parts: &mut http::request::Parts) {
     let headers = &mut parts.headers;
     // Names made once: a `&str` name would be parsed again on every request.
     headers.remove(X_REMOTE_USER);
+    headers.remove(X_REMOTE_UID);
     headers.remove(X_REMOTE_GROUP);
     let extras: Vec<_> = headers
         .keys()
@@ -386,5 +387,36 @@ fn remove_credentials(parts: &mut http::request::Parts) {
         .collect();
     for name in extras {
         headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Authorization` moves into the extensions; kube's request-header
+    /// names, every one of them, are gone; other headers stay.
+    #[test]
+    fn credentials_go_no_further() {
+        let request = http::Request::get("/api")
+            .header("authorization", "Bearer one")
+            .header("authorization", "Bearer two")
+            .header("x-remote-user", "admin")
+            .header("x-remote-uid", "0")
+            .header("x-remote-group", "system:masters")
+            .header("x-remote-extra-scopes", "all")
+            .header("x-remote-extra-team", "ops")
+            .header("accept", "application/json")
+            .body(())
+            .expect("a valid request");
+        let (mut parts, ()) = request.into_parts();
+        remove_credentials(&mut parts);
+        let names: Vec<&str> = parts.headers.keys().map(|name| name.as_str()).collect();
+        assert_eq!(names, ["accept"]);
+        let credentials = parts
+            .extensions
+            .get::<ClientCredentials>()
+            .expect("the Authorization values kept");
+        assert_eq!(credentials.0, ["Bearer one", "Bearer two"]);
     }
 }
