@@ -620,7 +620,8 @@ impl<K: Kind> LoadedFilter<K> {
             if Instant::now() >= context.data().state.deadline {
                 Err(wasmtime::Error::new(DeadlineExceeded))
             } else {
-                // Yield at every tick so a long call never holds a worker thread.
+                // Yield at every tick so a long call holds a worker thread
+                // for one tick at most.
                 Ok(UpdateDeadline::Yield(1))
             }
         });
