@@ -10,15 +10,16 @@
 //! times a second, and a busy one, whose calls come microseconds apart,
 //! never parks it between two: the wake-up stays off the request path.
 //!
-//! A tick costs what waking a sleeping thread costs (a timer, two context
-//! switches, and on a core shared with a worker, the worker put aside):
-//! about 8 µs of the ticker's CPU here, whatever the load (bench/README.md,
-//! "The epoch ticker's tick"). Ticking every 10 ms rather than every 1 ms
-//! took that from 0.7% of a busy core to under 0.1%. The price: a long
-//! call holds its worker for up to 10 ms between yields, and a timeout
-//! fires up to 10 ms late; 10 ms is also the slice Go's scheduler, kube's
-//! runtime, lets a goroutine run before it preempts it (`forcePreemptNS`
-//! in Go's `src/runtime/proc.go`).
+//! A tick costs more than its thread's 8 µs: the worker it interrupts
+//! (a timer's interrupt, two context switches, on a virtual machine the
+//! hypervisor too) runs on with its caches refilled, 55–80 µs of a busy
+//! process's CPU a tick in all, measured (bench/README.md, "The epoch
+//! ticker's tick"). At 1 ms that was 3.4–4.7 µs a request of a chain
+//! calling a filter on every request; at 10 ms it is a tenth. The price:
+//! a long call holds its worker for up to 10 ms between yields, and a
+//! timeout fires up to 10 ms late; 10 ms is also the slice Go's scheduler,
+//! kube's runtime, lets a goroutine run before it preempts it
+//! (`forcePreemptNS` in Go's `src/runtime/proc.go`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
