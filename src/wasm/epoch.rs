@@ -5,10 +5,10 @@
 //!
 //! It ticks only while filters run. Each call holds a [`Running`] for as
 //! long as guest code may run (instantiation included); once no call has
-//! begun or been running for [`IDLE_TICKS`] ticks, the ticker parks, and
-//! the next call wakes it. An idle gateway then wakes no thread a hundred
-//! times a second, and a busy one, whose calls come microseconds apart,
-//! never parks it between two: the wake-up stays off the request path.
+//! begun or been running for [`IDLE`], the ticker parks, and the next call
+//! wakes it. An idle gateway then wakes no thread at every tick, and a busy
+//! one, whose calls come microseconds apart, never parks it between two:
+//! the wake-up stays off the request path.
 //!
 //! A tick costs more than its thread's 8 µs: the worker it interrupts
 //! (a timer's interrupt, two context switches, on a virtual machine the
@@ -32,8 +32,11 @@ use wasmtime::Engine;
 /// often a long-running filter yields to other requests.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
-/// Ticks with no call before the ticker parks: a tenth of a second.
-const IDLE_TICKS: u32 = 10;
+/// How long the ticker goes on with no call before it parks.
+const IDLE: Duration = Duration::from_millis(100);
+
+/// [`IDLE`] in ticks, so that a change of [`EPOCH_TICK`] keeps it.
+const IDLE_TICKS: u32 = (IDLE.as_millis() / EPOCH_TICK.as_millis()) as u32;
 
 /// The ticker of one engine, shared by the filters loaded on it.
 #[derive(Debug, Default)]
