@@ -27,10 +27,12 @@
  * Output: one line of JSON. Build: cc -O2 -o probe probe.c
  *
  * `probe --shared-cache` prints one figure, in a fraction of a second: a load
- * of the chase over 4 MiB (the median of seven), four times a core's L2 and within its share of
- * the L3 on an unshared machine (about 15 ns on the AMD EPYC machines here
- * when the L3 serves it, 140-150 ns when the neighbours' use of it leaves
- * this machine next to none and the load goes to memory). run.sh takes it
+ * of the chase over 4 MiB (the median of seven), beyond a core's L2 (four
+ * times the AMD EPYC machines', twice the Intel Xeon ones') and within its
+ * share of the L3 on an unshared machine (about 15 ns on the AMD machines
+ * here when the L3 serves it, 36 ns on the Intel one of 2026-12-05; 140-150
+ * ns when the neighbours' use of it leaves this machine next to none and
+ * the load goes to memory). run.sh takes it
  * before every throughput window, because it moves within minutes.
  */
 #define _GNU_SOURCE

@@ -59,8 +59,8 @@
 # /metrics), the share of CPU 0 the hypervisor stole in the window, and, per
 # wasmgate target, where its compiled code came from at start (compiled now,
 # or read from the disk cache), and what the shared cache gave the core just
-# before the window (bench/probe.c's 4 MiB chase: ~15 ns when the L3 serves
-# it, 140 and more when it goes to memory). The run's meta adds the probe's
+# before the window (bench/probe.c's 4 MiB chase: tens of ns when the L3
+# serves it, 140 and more when it goes to memory). The run's meta adds the probe's
 # full figures at its start and end (the clock, a chase from 32 KiB to
 # 512 MiB), the CPU's identity and caches, the kernel's mitigations and the
 # uptime.
@@ -374,8 +374,8 @@ probe_machine() {
     if ((SMOKE)); then echo null; else taskset -c 0 "$PROBE"; fi
 }
 
-# One load of a chase over 4 MiB, in ns: about 15 when the shared L3 serves
-# it, 140 and more when it goes to memory.
+# One load of a chase over 4 MiB, in ns: tens when the shared L3 serves it
+# (bench/probe.c says how many where), 140 and more when it goes to memory.
 probe_shared_cache() {
     taskset -c 0 "$PROBE" --shared-cache
 }
