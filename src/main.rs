@@ -17,7 +17,9 @@ use wasmgate::server::{Drained, Gateway};
 // served at 18% of a proxied request's instructions (bench/README.md).
 // glibc's misses a core's L2 less in callgrind's simulation of the
 // pass-through, yet took more CPU than mimalloc in an A/B (bench/README.md
-// § "a core's L2 is the cliff").
+// § "a core's L2 is the cliff"), and 2.3-4.6 µs more a request on the
+// Intel machine, where jemalloc took 0.3-0.7 more (§ "The layers and the
+// allocator timed").
 #[global_allocator]
 static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
 
