@@ -6,7 +6,8 @@
 # and does the training. Prints the optimised binary's path on stdout.
 #
 #   bench/pgo.sh [--no-install]
-#   bench/run.sh --binary "$(bench/pgo.sh)" ...
+#   bench/run.sh --binary "$(bench/pgo.sh)" \
+#       --binary-label "bench/pgo.sh's of $(git rev-parse --short HEAD)" ...
 #
 # Steps:
 #   1. cargo pgo build: the release, instrumented (counters in every branch);

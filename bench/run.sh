@@ -25,6 +25,9 @@
 #   --no-build          use the binaries already built
 #   --binary FILE       serve the wasmgate targets with this binary (the one
 #                       bench/pgo.sh prints, say) instead of the release build
+#   --binary-label TEXT what the results and the table call the binary
+#                       (default: --binary's path, or "cargo build --release"),
+#                       e.g. "bench/pgo.sh's of $(git rev-parse --short HEAD)"
 #   --no-openloop       skip the open-loop (oha) phase
 #   --quiet-load L      wait until the 1-minute load average is below L,
 #   --quiet-steal P     and until the hypervisor steals less than P% of
@@ -88,7 +91,7 @@ COMMAND_LINE="bench/run.sh${*:+ $*}"
 ROUNDS=3 WARMUP=2 DURATION=10 CONNECTIONS=64 RATE=auto WORKERS=1
 OPEN_CONNECTIONS=16 INSTALL=1 BUILD=1 OPENLOOP=1 SMOKE=0 PROFILE=0
 QUIET_LOAD=1.5 QUIET_STEAL=5 QUIET_WAIT=1200 UPDATE_README=0 KEEP_TEMP=0 COLD_CODE=0
-TARGETS_ARG="" EXTRA=() BINARY=""
+TARGETS_ARG="" EXTRA=() BINARY="" BINARY_LABEL=""
 ALL_TARGETS=(direct nginx nginx-lua haproxy hyper-proxy wasmgate-pass wasmgate-full-per-request wasmgate-full-pooled wasmgate-full-pooled-nocache wasmgate-full-pooled-many-users wasmgate-full-python nginx-tls wasmgate-pass-tls)
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -109,6 +112,7 @@ while (($#)); do
         --no-install) INSTALL=0 ;;
         --no-build) BUILD=0 ;;
         --binary) BINARY="${2:?}"; shift ;;
+        --binary-label) BINARY_LABEL="${2:?}"; shift ;;
         --no-openloop) OPENLOOP=0 ;;
         --quiet-load) QUIET_LOAD="${2:?}"; shift ;;
         --quiet-steal) QUIET_STEAL="${2:?}"; shift ;;
@@ -932,7 +936,7 @@ cat >"$TMP/meta.json" <<EOF
   "probe": { "start": $PROBE_START, "end": $PROBE_END },
   "versions": {
     "wasmgate": $(jq -Rn --arg c "$(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$REPO_DIR" diff --quiet HEAD -- src Cargo.toml 2>/dev/null || echo '+local changes')" '$c'),
-    "wasmgate_binary": $(jq -Rn --arg c "${BINARY:-cargo build --release}" '$c'),
+    "wasmgate_binary": $(jq -Rn --arg c "${BINARY_LABEL:-${BINARY:-cargo build --release}}" '$c'),
     "nginx": $(jq -Rn --arg c "$(nginx -v 2>&1)" '$c'),
     "haproxy": $(jq -Rn --arg c "$(haproxy -v 2>&1 | head -n1)" '$c'),
     "wrk": $(jq -Rn --arg c "$(wrk -v 2>&1 | head -n1)" '$c'),
