@@ -278,7 +278,7 @@ def markdown(summary, meta, results):
                  "the share the hypervisor stole from it during the window (the machine is shared), the target's "
                  "major page faults per request, the time of one load beyond the core's own L2 just before each round "
                  "(`bench/probe.c`'s chase over 4 MiB: tens of ns when the shared L3 serves it, about 15 on the AMD "
-                 "machines here and 36 on the Intel one of 2026-12-05T195133Z, 140 and more when the machine's "
+                 "machines here and 35-39 on the Intel one of family 6, model 167, stepping 1, 140 and more when the machine's "
                  "neighbours leave it next to none of it and the load goes to memory), "
                  "and for wasmgate where its components' compiled code came from at "
                  "start (`compiled`: compiled then, the disk cache was cold; `disk`: read from it; `memory`) and its "
