@@ -1,7 +1,8 @@
 //! Request deadline and timeout (kube's `WithRequestDeadline` and
 //! `WithTimeoutForNonLongRunningRequests`): a request that is not
-//! long-running must be over within the request timeout, or within its own
-//! `?timeout=` when that is shorter. The deadline covers the whole exchange:
+//! long-running must be over within the request timeout of its arrival (the
+//! received timestamp request info stamps), or within its own `?timeout=`
+//! when that is shorter. The deadline covers the whole exchange:
 //! a response whose head is not ready by then is a 504 Status (the work
 //! inside is cancelled); a response whose body is still going then is cut
 //! (kube's `panic(http.ErrAbortHandler)`: HTTP/1.x closes the connection,
@@ -33,7 +34,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::body::{Body, BodyError, Request, Response};
-use crate::context::{ConnectionControl, Deadline, Terminated};
+use crate::context::{ConnectionControl, Deadline, ReceivedAt, Terminated};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
@@ -62,7 +63,13 @@ impl Handler for Timeout {
                 ));
             }
         };
-        let deadline = Instant::now() + timeout;
+        // As kube's `withRequestDeadline`: the timeout counts from the
+        // request's arrival, from now only for a request that has none.
+        let started = request
+            .extensions()
+            .get::<ReceivedAt>()
+            .map_or_else(Instant::now, |received| received.instant);
+        let deadline = started + timeout;
         request.extensions_mut().insert(Deadline(deadline));
         let connection = request.extensions().get::<ConnectionControl>().cloned();
         // The next steps are called now, the request handed on, so that the
@@ -505,6 +512,31 @@ mod tests {
             .parse()
             .expect("a number");
         assert!(left <= 10_000, "{left} ms left of a 10 s timeout");
+    }
+
+    /// request_deadline.go: the deadline is the request's arrival (its
+    /// received timestamp) plus the timeout, not the moment this step
+    /// runs.
+    #[tokio::test]
+    async fn the_deadline_counts_from_the_requests_arrival() {
+        let filter = timeout(LONG, Duration::ZERO, false);
+        let mut arrived_earlier = request("/apis/g/v1/widgets", "list");
+        let waited = Duration::from_secs(10);
+        arrived_earlier.extensions_mut().insert(ReceivedAt {
+            instant: Instant::now()
+                .checked_sub(waited)
+                .expect("the clock has run 10 s"),
+            wall: std::time::SystemTime::now(),
+        });
+        let response = filter.call(arrived_earlier).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let left: u64 = response.headers()["x-deadline-ms"]
+            .to_str()
+            .expect("a number")
+            .parse()
+            .expect("a number");
+        let most = (LONG - waited).as_millis();
+        assert!(u128::from(left) <= most, "{left} ms left, at most {most}");
     }
 
     /// request_deadline.go: a `timeout` that is not a Go duration is a 400;
