@@ -13,7 +13,9 @@
 # RUN_DIR is the temp dir a `bench/run.sh --keep-temp` run kept: its
 # manifests/ (their ports, the upstream's port) are used as they are.
 # Targets default to wasmgate-pass and wasmgate-full-pooled; ROUNDS
-# (default 3) sets the rounds. Needs wrk and jq, and the bench upstream
+# (default 3) sets the rounds. Ends with each target's medians: A's and
+# B's CPU a request, the median of the rounds' differences (B - A), and in
+# how many rounds B used less. Needs wrk and jq, and the bench upstream
 # built (bench/run.sh builds it). Every process it starts is stopped by PID.
 set -euo pipefail
 
@@ -31,7 +33,9 @@ for target in "${TARGETS[@]}"; do
         { echo "ab.sh: $RUN_DIR has no manifests/$target.toml (a bench/run.sh --keep-temp run of that target)" >&2; exit 2; }
 done
 PIDS=()
-trap 'for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done' EXIT
+# One line a run, "TARGET BUILD ROUND CPU", for the medians at the end.
+RUNS="$(mktemp)"
+trap 'for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -f "$RUNS"' EXIT
 
 manifest() { echo "$RUN_DIR/manifests/$1.toml"; }
 port_of() { sed -nE '0,/^address = /s/^address = "[^"]*:([0-9]+)".*/\1/p' "$1"; }
@@ -73,6 +77,24 @@ for round in $(seq "${ROUNDS:-3}"); do
                 --argjson u $((u1 - u0)) --argjson s $((s1 - s0)) --argjson hz "$HZ" '
                 (.requests) as $n
                 | "\($r) \($b) \($t): \($n / (.duration_us / 1e6) | floor) req/s, CPU \(($u + $s) * 1e6 / $hz / $n * 100 | round / 100) us/req (user \($u * 1e6 / $hz / $n * 100 | round / 100), kernel \($s * 1e6 / $hz / $n * 100 | round / 100)), non-2xx \(.errors.status)"' <<<"$out"
+            jq -r --arg r "$round" --arg b "$build" --arg t "$target" \
+                --argjson u $((u1 - u0)) --argjson s $((s1 - s0)) --argjson hz "$HZ" '
+                "\($t) \($b) \($r) \(($u + $s) * 1e6 / $hz / .requests)"' <<<"$out" >>"$RUNS"
         done
     done
+done
+# Each target's medians over the rounds (the rounds of A and B are paired
+# by their number: run one after the other, they share the machine's mood).
+for target in "${TARGETS[@]}"; do
+    awk -v t="$target" '
+        function median(v, n,    i, j, x) {
+            for (i = 2; i <= n; i++) { x = v[i]; for (j = i - 1; j >= 1 && v[j] > x; j--) v[j + 1] = v[j]; v[j + 1] = x }
+            return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+        }
+        $1 == t { cpu[$2, $3] = $4; if ($3 > rounds) rounds = $3 }
+        END {
+            for (r = 1; r <= rounds; r++) { a[r] = cpu["A", r]; b[r] = cpu["B", r]; d[r] = b[r] - a[r]; fewer += d[r] < 0 }
+            printf "median %s: A %.2f us/req, B %.2f, B - A by round %+.2f (B less in %d of %d rounds)\n",
+                t, median(a, rounds), median(b, rounds), median(d, rounds), fewer, rounds
+        }' "$RUNS"
 done
