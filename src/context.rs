@@ -194,22 +194,23 @@ impl UserInfo {
     }
 }
 
-/// Where authentication reports the user it found, and impersonation the
-/// user it acts as, to a step outside them that reads them once the
-/// response is back (the HTTP log, `wasmgate try`). That step puts one in
-/// the request; a request with none carries no copy of the user out with
-/// its response.
+/// What steps inside report about a request to a step outside them that
+/// reads it once the response is back (the HTTP log, `wasmgate try`):
+/// the user authentication found, the user impersonation acts as, and the
+/// route that answered. That outer step puts one in the request; a request
+/// with none carries no copy of them out.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct UserReport(Arc<Reported>);
+pub(crate) struct RequestReport(Arc<Reported>);
 
 #[derive(Debug, Default)]
 struct Reported {
     authenticated: OnceLock<UserInfo>,
     /// The impersonated user's name.
     impersonated: OnceLock<String>,
+    answered: OnceLock<RouteAnswered>,
 }
 
-impl UserReport {
+impl RequestReport {
     /// Called by authentication, once; a second report is ignored.
     pub(crate) fn report(&self, user: &UserInfo) {
         let _ = self.0.authenticated.set(user.clone());
@@ -221,6 +222,11 @@ impl UserReport {
         let _ = self.0.impersonated.set(user.name.clone());
     }
 
+    /// Called by the delegation chain's route that takes the request.
+    pub(crate) fn answered_by(&self, route: &RouteAnswered) {
+        let _ = self.0.answered.set(route.clone());
+    }
+
     /// The user authentication reported, if the request reached it.
     pub(crate) fn user(&self) -> Option<&UserInfo> {
         self.0.authenticated.get()
@@ -229,6 +235,11 @@ impl UserReport {
     /// The name of the user the request was made as, if it impersonated one.
     pub(crate) fn impersonated(&self) -> Option<&str> {
         self.0.impersonated.get().map(String::as_str)
+    }
+
+    /// The server and route that answered, if a route took the request.
+    pub(crate) fn answered(&self) -> Option<&RouteAnswered> {
+        self.0.answered.get()
     }
 }
 
@@ -291,8 +302,8 @@ impl ConnectionControl {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Terminated;
 
-/// The server and route that answered, on the response's extensions (set
-/// by the delegation chain while the access log is on).
+/// The server and route that answered, reported by the delegation chain
+/// while the access log is on ([`RequestReport::answered_by`]).
 #[derive(Debug, Clone)]
 pub(crate) struct RouteAnswered {
     pub server: std::sync::Arc<str>,

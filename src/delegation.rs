@@ -13,14 +13,13 @@
 
 use std::sync::Arc;
 
-use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
 use crate::aggregator::{Refresh, Sources};
 use crate::body::{Request, Response};
 use crate::config::stages::RequestHeaders;
 use crate::config::{AccessLog, Config, RouteHandler, RouteMatch, Server};
-use crate::context::RouteAnswered;
+use crate::context::{RequestReport, RouteAnswered};
 use crate::director::{Director, RouteTable, Routes};
 use crate::discovery::Discovery;
 use crate::flow_control::Controller;
@@ -165,8 +164,10 @@ fn server_routes(
     Ok((routes, sources))
 }
 
-/// Marks the responses of one route with the [`RouteAnswered`] the access
-/// log writes.
+/// Reports one route as the [`RouteAnswered`] the access log writes, to a
+/// request that carries a [`RequestReport`] (one the log has chosen to
+/// write), and hands it on: no future of its own, so a request the log
+/// does not write pays a look-up.
 struct MarkRoute {
     answered: RouteAnswered,
     next: SharedHandler,
@@ -174,13 +175,10 @@ struct MarkRoute {
 
 impl Handler for MarkRoute {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-        self.next
-            .call(request)
-            .map(|mut response| {
-                response.extensions_mut().insert(self.answered.clone());
-                response
-            })
-            .boxed()
+        if let Some(report) = request.extensions().get::<RequestReport>() {
+            report.answered_by(&self.answered);
+        }
+        self.next.call(request)
     }
 }
 

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::body::Body;
 use crate::chain::stage::{FilterTrace, TraceEntry};
-use crate::context::{ConnectionInfo, UserInfo, UserReport};
+use crate::context::{ConnectionInfo, RequestReport, UserInfo};
 use crate::delegation::RoutedTo;
 use crate::request_info::RequestInfo;
 use crate::server::Gateway;
@@ -96,7 +96,7 @@ async fn run(gateway: &Gateway, trial: Trial) -> Result<Report, TrialError> {
         .or_insert(HeaderValue::from_static("localhost"));
     let trace = FilterTrace::default();
     request.extensions_mut().insert(trace.clone());
-    let user = UserReport::default();
+    let user = RequestReport::default();
     request.extensions_mut().insert(user.clone());
     request.extensions_mut().insert(ConnectionInfo::new(
         SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),

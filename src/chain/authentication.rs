@@ -21,7 +21,7 @@ use super::stage::{self, Failure, Watchers};
 use crate::body::{Request, Response};
 use crate::config::identity::{X_REMOTE_EXTRA_PREFIX, X_REMOTE_GROUP, X_REMOTE_UID, X_REMOTE_USER};
 use crate::config::stages::{Reads, RequestHeaders};
-use crate::context::{ClientCredentials, UserInfo, UserReport};
+use crate::context::{ClientCredentials, RequestReport, UserInfo};
 use crate::decision_cache::Lookup;
 use crate::handler::{Handler, SharedHandler};
 use crate::metrics::stages::AuthnOutcome;
@@ -341,7 +341,7 @@ impl Authentication {
         body: crate::body::Body,
         user: UserInfo,
     ) -> BoxFuture<'_, Response> {
-        if let Some(report) = parts.extensions.get::<UserReport>() {
+        if let Some(report) = parts.extensions.get::<RequestReport>() {
             report.report(&user);
         }
         parts.extensions.insert(user);

@@ -3,7 +3,8 @@
 //! response body has been sent (or the client went away), in the log's
 //! format (text, or JSON with `--log-format json`). It has the audit ID,
 //! user (and the user it impersonated), verb, method, URI, code, bytes in and out, latency, the server and
-//! route that answered and the trace ID. `[access_log]` says which
+//! route the request reached (reported by the delegation chain through the
+//! request's [`RequestReport`]) and the trace ID. `[access_log]` says which
 //! requests get a line (`crate::config::AccessLog`); with none, this step
 //! costs a branch.
 
@@ -17,7 +18,7 @@ use http::HeaderMap;
 
 use crate::body::{Request, Response};
 use crate::config::AccessLog;
-use crate::context::{AuditId, ReceivedAt, RouteAnswered, UserReport};
+use crate::context::{AuditId, ReceivedAt, RequestReport, RouteAnswered};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 
@@ -72,21 +73,21 @@ impl Handler for HttpLog {
             trace_id: trace_id(&request).unwrap_or_default(),
             bytes_in: bytes_in.clone(),
         };
-        let user = UserReport::default();
+        let report = RequestReport::default();
         let mut request = request
             .map(|body| body.on_end(move |bytes, _| bytes_in.store(bytes, Ordering::Relaxed)));
-        request.extensions_mut().insert(user.clone());
+        request.extensions_mut().insert(report.clone());
         self.next
             .call(request)
             .map(move |response| {
                 let users = Users {
-                    authenticated: user
+                    authenticated: report
                         .user()
                         .map(|user| user.name.clone())
                         .unwrap_or_default(),
-                    impersonated: user.impersonated().unwrap_or_default().to_owned(),
+                    impersonated: report.impersonated().unwrap_or_default().to_owned(),
                 };
-                let answered = response.extensions().get::<RouteAnswered>().cloned();
+                let answered = report.answered().cloned();
                 let code = response.status().as_u16();
                 response.map(|body| {
                     body.on_end(move |bytes_out, error| {

@@ -15,7 +15,7 @@ use super::audit::AuditContext;
 use super::authorization::{Authorizers, Verdict, forbidden};
 use super::stage::Watchers;
 use crate::body::{Request, Response};
-use crate::context::{UserInfo, UserReport};
+use crate::context::{RequestReport, UserInfo};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
@@ -64,7 +64,7 @@ impl Handler for Impersonation {
             if let Some(audit) = request.extensions().get::<AuditContext>() {
                 audit.impersonating(&impersonated);
             }
-            if let Some(report) = request.extensions().get::<UserReport>() {
+            if let Some(report) = request.extensions().get::<RequestReport>() {
                 report.impersonating(&impersonated);
             }
             remove_impersonation_headers(request.headers_mut());

@@ -1,11 +1,11 @@
 //! The access log of a real gateway process: one JSON line per request with
 //! `--log-format json` (audit ID, user, verb, URI, code, bytes in and out,
-//! latency, the server and route that answered, the trace ID), a text line
+//! latency, the server and route the request reached, the trace ID), a text line
 //! without it, every request with `mode = "on"`, none with `"off"` and
 //! its share with `"sampled"`.
 
 use crate::support::{
-    BOUND, GatewayProcess, Upstream, eventually, get, http_client, new_dir, plaintext, send,
+    BOUND, GatewayProcess, MODE, Upstream, eventually, get, http_client, new_dir, plaintext, send,
 };
 use serde_json::Value;
 
@@ -105,6 +105,38 @@ async fn every_request_gets_one_json_line_with_what_an_operator_asks() {
     assert_eq!(not_found["code"], 404);
     assert_eq!(not_found["route"], "");
     assert_eq!(not_found["bytes_out"], missing.body.len());
+}
+
+/// A request a route took, answered by the gateway for it (its deadline
+/// passed while the upstream was silent: a 504), names the route it
+/// reached; the gateway's own answers before any route (the 404 above)
+/// name none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_timed_out_at_its_route_names_the_route() {
+    let upstream = Upstream::start().await;
+    let (_dir, gateway) = spawn(
+        &upstream,
+        "[access_log]\nmode = \"on\"",
+        &["--log-format", "json"],
+    );
+    let answer = send(
+        http_client()
+            .get(gateway.url(&format!("{WIDGETS}?timeout=200ms")))
+            .header(MODE, "hang")
+            .header("audit-id", "timed-out-1"),
+    )
+    .await;
+    assert_eq!(answer.status, 504, "{}", answer.body);
+    let line = eventually("the timed-out request's line", || {
+        let line = json_lines(&gateway)
+            .into_iter()
+            .find(|line| line["audit_id"] == "timed-out-1");
+        async move { line }
+    })
+    .await;
+    assert_eq!(line["code"], 504);
+    assert_eq!(line["server"], "front");
+    assert_eq!(line["route"], "/apis/demo.example.io");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
