@@ -467,6 +467,15 @@ mod tests {
         request
     }
 
+    /// The deadline [`Slow`] was given, in ms from when it answered.
+    fn deadline_left_ms(response: &Response) -> u64 {
+        response.headers()["x-deadline-ms"]
+            .to_str()
+            .expect("a number")
+            .parse()
+            .expect("a number")
+    }
+
     async fn status_json(response: Response) -> serde_json::Value {
         let body = response.into_body().collect().await.expect("a body");
         serde_json::from_slice(&body.to_bytes()).expect("a Status")
@@ -506,11 +515,7 @@ mod tests {
             .call(request("/apis/g/v1/widgets?timeout=10s", "list"))
             .await;
         assert_eq!(response.status(), StatusCode::OK);
-        let left: u64 = response.headers()["x-deadline-ms"]
-            .to_str()
-            .expect("a number")
-            .parse()
-            .expect("a number");
+        let left = deadline_left_ms(&response);
         assert!(left <= 10_000, "{left} ms left of a 10 s timeout");
     }
 
@@ -530,11 +535,7 @@ mod tests {
         });
         let response = filter.call(arrived_earlier).await;
         assert_eq!(response.status(), StatusCode::OK);
-        let left: u64 = response.headers()["x-deadline-ms"]
-            .to_str()
-            .expect("a number")
-            .parse()
-            .expect("a number");
+        let left = deadline_left_ms(&response);
         let most = (LONG - waited).as_millis();
         assert!(u128::from(left) <= most, "{left} ms left, at most {most}");
     }

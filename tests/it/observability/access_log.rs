@@ -37,6 +37,15 @@ upstream = "{up}"
     (dir, gateway)
 }
 
+/// A gateway that logs every request, in JSON lines.
+fn spawn_logging_every_request_as_json(upstream: &Upstream) -> (tempfile::TempDir, GatewayProcess) {
+    spawn(
+        upstream,
+        "[access_log]\nmode = \"on\"",
+        &["--log-format", "json"],
+    )
+}
+
 /// The access log lines (JSON) the gateway has written so far.
 fn json_lines(gateway: &GatewayProcess) -> Vec<Value> {
     gateway
@@ -51,11 +60,7 @@ fn json_lines(gateway: &GatewayProcess) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_gets_one_json_line_with_what_an_operator_asks() {
     let upstream = Upstream::start().await;
-    let (_dir, gateway) = spawn(
-        &upstream,
-        "[access_log]\nmode = \"on\"",
-        &["--log-format", "json"],
-    );
+    let (_dir, gateway) = spawn_logging_every_request_as_json(&upstream);
     let client = http_client();
     let body = r#"{"metadata":{"name":"w1"}}"#;
     let created = send(
@@ -114,11 +119,7 @@ async fn every_request_gets_one_json_line_with_what_an_operator_asks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_that_timed_out_at_its_route_names_the_route() {
     let upstream = Upstream::start().await;
-    let (_dir, gateway) = spawn(
-        &upstream,
-        "[access_log]\nmode = \"on\"",
-        &["--log-format", "json"],
-    );
+    let (_dir, gateway) = spawn_logging_every_request_as_json(&upstream);
     let answer = send(
         http_client()
             .get(gateway.url(&format!("{WIDGETS}?timeout=200ms")))
