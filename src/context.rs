@@ -197,7 +197,7 @@ impl UserInfo {
 /// What steps inside report about a request to a step outside them that
 /// reads it once the response is back (the HTTP log, `wasmgate try`):
 /// the user authentication found, the user impersonation acts as, and the
-/// route that answered. That outer step puts one in the request; a request
+/// route that took the request. That outer step puts one in the request; a request
 /// with none carries no copy of them out.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RequestReport(Arc<Reported>);
@@ -212,7 +212,7 @@ struct Reported {
 
 impl RequestReport {
     /// Called by authentication, once; a second report is ignored.
-    pub(crate) fn report(&self, user: &UserInfo) {
+    pub(crate) fn authenticated(&self, user: &UserInfo) {
         let _ = self.0.authenticated.set(user.clone());
     }
 
@@ -237,7 +237,7 @@ impl RequestReport {
         self.0.impersonated.get().map(String::as_str)
     }
 
-    /// The server and route that answered, if a route took the request.
+    /// The server and route that took the request, if one did.
     pub(crate) fn answered(&self) -> Option<&RouteAnswered> {
         self.0.answered.get()
     }

@@ -342,7 +342,7 @@ impl Authentication {
         user: UserInfo,
     ) -> BoxFuture<'_, Response> {
         if let Some(report) = parts.extensions.get::<RequestReport>() {
-            report.report(&user);
+            report.authenticated(&user);
         }
         parts.extensions.insert(user);
         self.next.call(http::Request::from_parts(parts, body))
