@@ -73,13 +73,14 @@ for round in $(seq "${ROUNDS:-3}"); do
             read -r u1 s1 < <(cpu_ticks "$gateway")
             kill "$gateway"
             wait "$gateway" 2>/dev/null || true
-            jq -r --arg r "$round" --arg b "$build" --arg t "$target" \
+            # The run's line, then its CPU a request alone, for the medians.
+            { read -r shown; read -r cpu; } < <(jq -r --arg r "$round" --arg b "$build" --arg t "$target" \
                 --argjson u $((u1 - u0)) --argjson s $((s1 - s0)) --argjson hz "$HZ" '
                 (.requests) as $n
-                | "\($r) \($b) \($t): \($n / (.duration_us / 1e6) | floor) req/s, CPU \(($u + $s) * 1e6 / $hz / $n * 100 | round / 100) us/req (user \($u * 1e6 / $hz / $n * 100 | round / 100), kernel \($s * 1e6 / $hz / $n * 100 | round / 100)), non-2xx \(.errors.status)"' <<<"$out"
-            jq -r --arg r "$round" --arg b "$build" --arg t "$target" \
-                --argjson u $((u1 - u0)) --argjson s $((s1 - s0)) --argjson hz "$HZ" '
-                "\($t) \($b) \($r) \(($u + $s) * 1e6 / $hz / .requests)"' <<<"$out" >>"$RUNS"
+                | "\($r) \($b) \($t): \($n / (.duration_us / 1e6) | floor) req/s, CPU \(($u + $s) * 1e6 / $hz / $n * 100 | round / 100) us/req (user \($u * 1e6 / $hz / $n * 100 | round / 100), kernel \($s * 1e6 / $hz / $n * 100 | round / 100)), non-2xx \(.errors.status)",
+                  (($u + $s) * 1e6 / $hz / $n)' <<<"$out")
+            echo "$shown"
+            echo "$target $build $round $cpu" >>"$RUNS"
         done
     done
 done

@@ -302,8 +302,8 @@ impl ConnectionControl {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Terminated;
 
-/// The server and route that answered, reported by the delegation chain
-/// while the access log is on ([`RequestReport::answered_by`]).
+/// The server and route a request reached, reported by the delegation
+/// chain while the access log is on ([`RequestReport::answered_by`]).
 #[derive(Debug, Clone)]
 pub(crate) struct RouteAnswered {
     pub server: std::sync::Arc<str>,

@@ -96,8 +96,8 @@ async fn run(gateway: &Gateway, trial: Trial) -> Result<Report, TrialError> {
         .or_insert(HeaderValue::from_static("localhost"));
     let trace = FilterTrace::default();
     request.extensions_mut().insert(trace.clone());
-    let user = RequestReport::default();
-    request.extensions_mut().insert(user.clone());
+    let report = RequestReport::default();
+    request.extensions_mut().insert(report.clone());
     request.extensions_mut().insert(ConnectionInfo::new(
         SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
         false,
@@ -106,7 +106,7 @@ async fn run(gateway: &Gateway, trial: Trial) -> Result<Report, TrialError> {
     let response = gateway.handler().call(request).await;
     let status = response.status().as_u16();
     let routed = response.extensions().get::<RoutedTo>().is_some();
-    let user = user.user().cloned();
+    let user = report.user().cloned();
     let bytes = response
         .into_body()
         .collect()

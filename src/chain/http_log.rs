@@ -18,7 +18,7 @@ use http::HeaderMap;
 
 use crate::body::{Request, Response};
 use crate::config::AccessLog;
-use crate::context::{AuditId, ReceivedAt, RequestReport, RouteAnswered};
+use crate::context::{AuditId, ReceivedAt, RequestReport};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 
@@ -80,25 +80,10 @@ impl Handler for HttpLog {
         self.next
             .call(request)
             .map(move |response| {
-                let users = Users {
-                    authenticated: report
-                        .user()
-                        .map(|user| user.name.clone())
-                        .unwrap_or_default(),
-                    impersonated: report.impersonated().unwrap_or_default().to_owned(),
-                };
-                let answered = report.answered().cloned();
                 let code = response.status().as_u16();
                 response.map(|body| {
                     body.on_end(move |bytes_out, error| {
-                        write_line(
-                            &seen,
-                            &users,
-                            answered.as_ref(),
-                            code,
-                            bytes_out,
-                            error.is_some(),
-                        );
+                        write_line(&seen, &report, code, bytes_out, error.is_some());
                     })
                 })
             })
@@ -106,29 +91,20 @@ impl Handler for HttpLog {
     }
 }
 
-/// Who the line says made the request: the user authentication found, and
-/// the one it impersonated (empty when none).
-struct Users {
-    authenticated: String,
-    impersonated: String,
-}
-
-fn write_line(
-    seen: &Seen,
-    users: &Users,
-    answered: Option<&RouteAnswered>,
-    code: u16,
-    bytes_out: u64,
-    cut: bool,
-) {
-    let (server, route) = answered.map_or(("", ""), |answered| {
+/// The line: what was seen of the request, and what the steps inside
+/// reported (the user authentication found, the one it impersonated, the
+/// route it reached; empty when none).
+fn write_line(seen: &Seen, report: &RequestReport, code: u16, bytes_out: u64, cut: bool) {
+    let user = report.user().map_or("", |user| user.name.as_str());
+    let impersonated_user = report.impersonated().unwrap_or_default();
+    let (server, route) = report.answered().map_or(("", ""), |answered| {
         (answered.server.as_ref(), answered.route.as_ref())
     });
     tracing::info!(
         target: "wasmgate::access",
         audit_id = seen.audit_id,
-        user = users.authenticated,
-        impersonated_user = users.impersonated,
+        user,
+        impersonated_user,
         verb = seen.verb,
         method = %seen.method,
         uri = %seen.uri,
