@@ -470,10 +470,11 @@ async fn fetch(
         Ok(request) => request,
         Err(error) => return Fetched::Failed(format!("cannot ask for {path:?}: {error}")),
     };
-    request.extensions_mut().insert(UserInfo {
+    let aggregator = UserInfo {
         name: AGGREGATOR_USER.to_owned(),
         ..UserInfo::default()
-    });
+    };
+    UserInfo::set(Arc::new(aggregator), request.extensions_mut());
     let exchange = async {
         let response = handler.call(request).await;
         match response.status() {

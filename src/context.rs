@@ -5,9 +5,8 @@
 //! the first native filters), and the user (set by authentication).
 //! [`crate::request_info::RequestInfo`] travels the same way.
 
-use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::{Instant, SystemTime};
 
 use http::{HeaderMap, HeaderValue};
@@ -162,7 +161,11 @@ pub(crate) struct ReceivedAt {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Deadline(pub Instant);
 
-/// Who is making the request (kube's user.Info).
+/// Who is making the request (kube's user.Info). A request carries it
+/// shared, as an `Arc` in its extensions ([`UserInfo::set`]): the answer an
+/// authenticator's cache keeps, the request it identifies and every step
+/// that reads the user hold one copy of it, and the anonymous user is one
+/// copy for the whole process.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
 pub struct UserInfo {
     /// The user's name (kube's `user.Info.GetName`).
@@ -175,22 +178,43 @@ pub struct UserInfo {
     pub extra: Vec<(String, Vec<String>)>,
 }
 
+/// kube's anonymous user, made once.
+static ANONYMOUS: LazyLock<Arc<UserInfo>> = LazyLock::new(|| {
+    Arc::new(UserInfo {
+        name: "system:anonymous".to_owned(),
+        groups: vec!["system:unauthenticated".to_owned()],
+        ..UserInfo::default()
+    })
+});
+
 impl UserInfo {
     /// kube's anonymous user: `system:anonymous` in `system:unauthenticated`.
-    pub(crate) fn anonymous() -> Self {
-        UserInfo {
-            name: "system:anonymous".to_owned(),
-            groups: vec!["system:unauthenticated".to_owned()],
-            ..UserInfo::default()
-        }
+    pub(crate) fn anonymous() -> Arc<UserInfo> {
+        ANONYMOUS.clone()
+    }
+
+    /// Makes `user` the one the request is made as (authentication, and
+    /// impersonation after it).
+    pub(crate) fn set(user: Arc<UserInfo>, extensions: &mut http::Extensions) {
+        extensions.insert(user);
+    }
+
+    /// The user authentication set on a request; None before it has run
+    /// (the chain's own answers run before it).
+    pub(crate) fn authenticated(extensions: &http::Extensions) -> Option<&UserInfo> {
+        extensions.get::<Arc<UserInfo>>().map(|user| &**user)
+    }
+
+    /// The same, shared: for a step that keeps it past changes to the
+    /// request.
+    pub(crate) fn shared(extensions: &http::Extensions) -> Option<Arc<UserInfo>> {
+        extensions.get::<Arc<UserInfo>>().cloned()
     }
 
     /// The user authentication set on a request; kube's anonymous user
-    /// when it set none (the chain's own answers run before it).
-    pub(crate) fn of(extensions: &http::Extensions) -> Cow<'_, UserInfo> {
-        extensions
-            .get::<UserInfo>()
-            .map_or_else(|| Cow::Owned(UserInfo::anonymous()), Cow::Borrowed)
+    /// when it set none.
+    pub(crate) fn of(extensions: &http::Extensions) -> &UserInfo {
+        Self::authenticated(extensions).unwrap_or(&ANONYMOUS)
     }
 }
 
@@ -204,7 +228,7 @@ pub(crate) struct RequestReport(Arc<Reported>);
 
 #[derive(Debug, Default)]
 struct Reported {
-    authenticated: OnceLock<UserInfo>,
+    authenticated: OnceLock<Arc<UserInfo>>,
     /// The impersonated user's name.
     impersonated: OnceLock<String>,
     answered: OnceLock<RouteAnswered>,
@@ -212,7 +236,7 @@ struct Reported {
 
 impl RequestReport {
     /// Called by authentication, once; a second report is ignored.
-    pub(crate) fn authenticated(&self, user: &UserInfo) {
+    pub(crate) fn authenticated(&self, user: &Arc<UserInfo>) {
         let _ = self.0.authenticated.set(user.clone());
     }
 
@@ -229,7 +253,7 @@ impl RequestReport {
 
     /// The user authentication reported, if the request reached it.
     pub(crate) fn user(&self) -> Option<&UserInfo> {
-        self.0.authenticated.get()
+        self.0.authenticated.get().map(|user| &**user)
     }
 
     /// The name of the user the request was made as, if it impersonated one.

@@ -139,9 +139,7 @@ fn asked(method: &Method, path: &str) -> Result<Asked, GatewayError> {
 }
 
 fn user_of(request: &Request) -> Result<&UserInfo, GatewayError> {
-    request
-        .extensions()
-        .get::<UserInfo>()
+    UserInfo::authenticated(request.extensions())
         .ok_or_else(|| GatewayError::internal("the review reached its handler without a user"))
 }
 

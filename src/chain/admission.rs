@@ -157,7 +157,7 @@ impl Admission {
         let watchers = Watchers::of(&parts.extensions);
         let (no_info, nobody) = (RequestInfo::default(), UserInfo::default());
         let info = parts.extensions.get::<RequestInfo>().unwrap_or(&no_info);
-        let user = parts.extensions.get::<UserInfo>().unwrap_or(&nobody);
+        let user = UserInfo::authenticated(&parts.extensions).unwrap_or(&nobody);
         // kube's step metric: each phase's time, and whether it rejected.
         let operation_name = operation_label(operation);
         for (phase, mutating) in [(&self.mutating, true), (&self.validating, false)] {

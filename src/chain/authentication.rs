@@ -1,7 +1,9 @@
 //! The authentication stage (kube's `WithAuthentication` over a union of
 //! authenticators): authenticator filters are tried in manifest order; the
-//! first that answers `authenticated` sets the user and the credential
-//! headers are removed; `no-opinion` and a filter's own `error` (logged) pass
+//! first that answers `authenticated` sets the user (in
+//! `system:authenticated`, kube's `AuthenticatedGroupAdder`, added as the
+//! filter's answer is taken: `wasm::convert::authenticated_user`) and the
+//! credential headers are removed; `no-opinion` and a filter's own `error` (logged) pass
 //! to the next. When none recognises the request it is `system:anonymous`
 //! if the manifest allows anonymous requests, else a 401 Status. As in kube
 //! (anonymous is added with fail-on-error), a request that carried a bearer
@@ -10,6 +12,7 @@
 //! all, every request is anonymous. A refused request is audited here (kube's
 //! `WithFailedAuthenticationAudit`): it never reaches the audit stage.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::future::BoxFuture;
@@ -28,7 +31,7 @@ use crate::metrics::stages::AuthnOutcome;
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
 use crate::wasm::bindings::types::RequestView;
-use crate::wasm::filter::{Ask, Authenticator, AuthnResult};
+use crate::wasm::filter::{Ask, Authenticator, AuthnAnswer};
 use crate::wasm::{Call, LoadedFilter, Outcome, convert};
 
 const STAGE: &str = "authentication";
@@ -44,7 +47,7 @@ pub(crate) struct Authentication {
 
 /// What the union concluded.
 enum Identified {
-    User(UserInfo),
+    User(Arc<UserInfo>),
     /// No authenticator had an opinion.
     Nobody,
     /// Credentials were presented and rejected: an authenticator's error, or
@@ -170,7 +173,7 @@ struct Asking<'a> {
     /// The index of the filter after it.
     next: usize,
     filter: &'a LoadedFilter<Authenticator>,
-    ask: Ask<'a, AuthnResult>,
+    ask: Ask<'a, AuthnAnswer>,
     /// Credentials were presented and not yet accepted.
     rejected: bool,
     /// When the union turned to this filter: its time includes the lookup.
@@ -182,7 +185,7 @@ struct Asking<'a> {
 /// `failure_policy` skips).
 fn weigh(
     filter: &LoadedFilter<Authenticator>,
-    (call, lookup): (Call<AuthnResult>, Lookup),
+    (call, lookup): (Call<AuthnAnswer>, Lookup),
     started: Instant,
     watchers: &Watchers,
     rejected: &mut bool,
@@ -197,9 +200,7 @@ fn weigh(
     );
     let outcome = call.outcome;
     match outcome {
-        Outcome::Answer(AuthnResult::Authenticated(user)) => Some(Identified::User(
-            with_authenticated_group(convert::user_from_wit(user)),
-        )),
+        Outcome::Answer(AuthnAnswer::Authenticated { user, .. }) => Some(Identified::User(user)),
         Outcome::Answer(_) => None,
         Outcome::FilterError(_) => {
             *rejected = true;
@@ -234,16 +235,6 @@ fn request_info(request: &http::request::Parts) -> Result<&RequestInfo, GatewayE
         .ok_or_else(|| GatewayError::internal("request info missing"))
 }
 
-/// kube's `AuthenticatedGroupAdder`: every authenticated user is in
-/// `system:authenticated`.
-fn with_authenticated_group(mut user: UserInfo) -> UserInfo {
-    const AUTHENTICATED: &str = "system:authenticated";
-    if user.name != "system:anonymous" && !user.groups.iter().any(|group| group == AUTHENTICATED) {
-        user.groups.push(AUTHENTICATED.to_owned());
-    }
-    user
-}
-
 fn has_bearer_token(headers: &HeaderMap) -> bool {
     headers
         .get(AUTHORIZATION)
@@ -252,23 +243,27 @@ fn has_bearer_token(headers: &HeaderMap) -> bool {
         .is_some_and(|scheme| scheme.eq_ignore_ascii_case("bearer "))
 }
 
-impl stage::Answer for AuthnResult {
+impl stage::Answer for AuthnAnswer {
     fn word(&self) -> &'static str {
         match self {
-            AuthnResult::Authenticated(_) => "authenticated",
-            AuthnResult::NoOpinion => "no-opinion",
-            AuthnResult::Error(_) => "error",
+            AuthnAnswer::Authenticated { .. } => "authenticated",
+            AuthnAnswer::NoOpinion => "no-opinion",
         }
     }
 }
 
-fn describe(answer: &AuthnResult) -> String {
+/// The answer as the filter gave it: its groups without the one taking it
+/// added.
+fn describe(answer: &AuthnAnswer) -> String {
     match answer {
-        AuthnResult::Authenticated(user) => {
-            format!("authenticated {:?} groups {:?}", user.name, user.groups)
+        AuthnAnswer::Authenticated { user, group_added } => {
+            let named = match user.groups.split_last() {
+                Some((_, named)) if *group_added => named,
+                _ => &user.groups[..],
+            };
+            format!("authenticated {:?} groups {:?}", user.name, named)
         }
-        AuthnResult::NoOpinion => "no opinion".to_owned(),
-        AuthnResult::Error(message) => message.clone(),
+        AuthnAnswer::NoOpinion => "no opinion".to_owned(),
     }
 }
 
@@ -339,12 +334,12 @@ impl Authentication {
         &self,
         mut parts: http::request::Parts,
         body: crate::body::Body,
-        user: UserInfo,
+        user: Arc<UserInfo>,
     ) -> BoxFuture<'_, Response> {
         if let Some(report) = parts.extensions.get::<RequestReport>() {
             report.authenticated(&user);
         }
-        parts.extensions.insert(user);
+        UserInfo::set(user, &mut parts.extensions);
         self.next.call(http::Request::from_parts(parts, body))
     }
 

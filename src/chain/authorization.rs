@@ -320,7 +320,7 @@ impl Authorization {
 fn requester(request: &Request) -> Result<(&UserInfo, &RequestInfo), GatewayError> {
     let extensions = request.extensions();
     match (
-        extensions.get::<UserInfo>(),
+        UserInfo::authenticated(extensions),
         extensions.get::<RequestInfo>(),
     ) {
         (Some(user), Some(info)) => Ok((user, info)),

@@ -49,7 +49,7 @@ impl Handler for Impersonation {
             Err(error) => return Box::pin(std::future::ready(error.into_response())),
         };
         Box::pin(async move {
-            let Some(requester) = request.extensions().get::<UserInfo>().cloned() else {
+            let Some(requester) = UserInfo::shared(request.extensions()) else {
                 return GatewayError::internal("the request reached impersonation without a user")
                     .into_response();
             };
@@ -68,7 +68,7 @@ impl Handler for Impersonation {
                 report.impersonating(&impersonated);
             }
             remove_impersonation_headers(request.headers_mut());
-            request.extensions_mut().insert(impersonated);
+            UserInfo::set(Arc::new(impersonated), request.extensions_mut());
             self.next.call(request).await
         })
     }
@@ -248,7 +248,7 @@ mod tests {
 
     impl Handler for Recording {
         fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-            let user = request.extensions().get::<UserInfo>().cloned();
+            let user = UserInfo::authenticated(request.extensions()).cloned();
             let names = request
                 .headers()
                 .keys()
@@ -283,7 +283,7 @@ mod tests {
             builder = builder.header(*name, *value);
         }
         let mut request = builder.body(crate::body::Body::empty()).expect("a request");
-        request.extensions_mut().insert(alice());
+        UserInfo::set(Arc::new(alice()), request.extensions_mut());
         request
     }
 

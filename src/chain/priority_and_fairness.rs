@@ -60,14 +60,14 @@ impl PriorityAndFairness {
             let user = UserInfo::of(extensions);
             let default_info = RequestInfo::default();
             let info = info.unwrap_or(&default_info);
-            let flow = self.controller.classify(info, &user);
+            let flow = self.controller.classify(info, user);
             let uids = self.controller.uids(&flow);
             let seats = width::seats(info, request.uri().query());
             let received = extensions
                 .get::<ReceivedAt>()
                 .map_or_else(Instant::now, |r| r.instant);
             let until = queue_deadline(received, extensions.get::<Deadline>().map(|d| d.0));
-            let detail = || RequestDetail::new(&flow, info, &user);
+            let detail = || RequestDetail::new(&flow, info, user);
             let admitted = self.controller.admit(&flow, seats, until, detail).await;
             (admitted, uids, info.verb == "watch")
         };

@@ -84,9 +84,9 @@ impl IdentityHeaders {
         match &self.identity {
             Identity::None => {}
             Identity::RequestHeader(names) => {
-                set_request_headers(headers, names, &UserInfo::of(extensions))?
+                set_request_headers(headers, names, UserInfo::of(extensions))?
             }
-            Identity::Impersonate => set_impersonation(headers, &UserInfo::of(extensions))?,
+            Identity::Impersonate => set_impersonation(headers, UserInfo::of(extensions))?,
         }
         if let Some(token) = &self.bearer_token {
             let (token, _) = token.current();

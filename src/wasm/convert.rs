@@ -3,6 +3,8 @@
 //! each optional field filled only for a filter that reads it
 //! ([`Reads`]). Conversions only; no decisions are made here.
 
+use std::sync::Arc;
+
 use super::bindings::types;
 use crate::config::stages::{ReadField, Reads, RequestHeaders};
 use crate::context::{ConnectionInfo, UserInfo};
@@ -96,7 +98,24 @@ pub fn user_to_wit(user: &UserInfo) -> types::UserInfo {
     }
 }
 
-pub(crate) fn user_from_wit(user: types::UserInfo) -> UserInfo {
+/// The user an authenticator named, as the request goes on as it: in
+/// `system:authenticated`, where kube's `AuthenticatedGroupAdder` puts every
+/// authenticated user
+/// (`staging/src/k8s.io/apiserver/pkg/authentication/group/authenticated_group_adder.go`),
+/// and whether the group was added (last) here. Made once per answer, so the
+/// answer an authenticator's cache keeps is the user, shared.
+pub(crate) fn authenticated_user(user: types::UserInfo) -> (Arc<UserInfo>, bool) {
+    const AUTHENTICATED: &str = "system:authenticated";
+    let mut user = user_from_wit(user);
+    let add =
+        user.name != "system:anonymous" && !user.groups.iter().any(|group| group == AUTHENTICATED);
+    if add {
+        user.groups.push(AUTHENTICATED.to_owned());
+    }
+    (Arc::new(user), add)
+}
+
+fn user_from_wit(user: types::UserInfo) -> UserInfo {
     UserInfo {
         name: user.name,
         uid: user.uid,
@@ -167,5 +186,27 @@ mod tests {
             (none.verb.as_str(), none.resource.as_str()),
             ("list", "widgets")
         );
+    }
+
+    /// kube's AuthenticatedGroupAdder: every authenticated user is in
+    /// `system:authenticated`, added once (last), never to the anonymous
+    /// user, and the answer says whether it was added.
+    #[test]
+    fn an_authenticated_user_is_in_system_authenticated_once() {
+        let named = |name: &str, groups: &[&str]| types::UserInfo {
+            name: name.to_owned(),
+            uid: String::new(),
+            groups: groups.iter().map(|group| (*group).to_owned()).collect(),
+            extra: Vec::new(),
+        };
+        let (alice, added) = authenticated_user(named("alice", &["dev"]));
+        assert_eq!(alice.groups, ["dev", "system:authenticated"]);
+        assert!(added);
+        let (bob, added) = authenticated_user(named("bob", &["system:authenticated", "ops"]));
+        assert_eq!(bob.groups, ["system:authenticated", "ops"]);
+        assert!(!added);
+        let (anonymous, added) = authenticated_user(named("system:anonymous", &[]));
+        assert!(anonymous.groups.is_empty());
+        assert!(!added);
     }
 }

@@ -36,6 +36,7 @@ use super::bindings::{
 };
 use super::cache_key;
 use super::capacity::{Capacity, Exhausted, IdleInstances, Slot, StoreData, Turns, WaitDeadline};
+use super::convert;
 use super::engine::{LoadError, WasmHost};
 use super::epoch::EpochTicker;
 use super::legacy::{v0_1 as v0_1_of, v0_2 as v0_2_of, v0_3 as v0_3_of};
@@ -55,6 +56,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
 use crate::config::stages::{FilterSpec, Isolation};
+use crate::context::UserInfo;
 use crate::metrics::gateway::RetirementLabels;
 use crate::metrics::{FilterName, FilterOutcome};
 
@@ -90,6 +92,25 @@ impl<T> Outcome<T> {
     pub(crate) fn kind(&self) -> &'static str {
         OUTCOME_KINDS[self.index()]
     }
+}
+
+/// An authenticator's answer as the chain takes it, and as its cache keeps
+/// it (the WIT's `error` case is the call's [`Outcome::FilterError`]).
+#[derive(Debug, Clone)]
+pub enum AuthnAnswer {
+    /// The request is the filter's user's.
+    Authenticated {
+        /// The user the filter named, made the one the request goes on as
+        /// when the answer is taken ([`convert::authenticated_user`]), so
+        /// that a kept answer is shared, not copied, by every request it
+        /// identifies.
+        user: Arc<UserInfo>,
+        /// `system:authenticated` was added to the filter's groups (the
+        /// last of `user`'s), so the answer can be told as the filter gave it.
+        group_added: bool,
+    },
+    /// The filter does not know the request's credentials.
+    NoOpinion,
 }
 
 /// One call of a filter: its outcome, and whether it ran in an instance
@@ -277,7 +298,7 @@ filter_kind!(
     authenticator,
     AuthenticatorFilter,
     AuthenticatorFilterPre,
-    AuthnResult,
+    AuthnAnswer,
     "authenticator-filter"
 );
 filter_kind!(
@@ -761,7 +782,7 @@ impl LoadedFilter<Authenticator> {
     pub(crate) fn probe_authentication(
         &self,
         request: &http::request::Parts,
-    ) -> Result<Call<AuthnResult>, Ask<'_, AuthnResult>> {
+    ) -> Result<Call<AuthnAnswer>, Ask<'_, AuthnAnswer>> {
         self.probe(|| cache_key::authentication(request, &self.spec.headers))
     }
 
@@ -772,7 +793,7 @@ impl LoadedFilter<Authenticator> {
         &self,
         request: &http::request::Parts,
         view: impl FnOnce() -> &'a types::RequestView,
-    ) -> (Call<AuthnResult>, Lookup) {
+    ) -> (Call<AuthnAnswer>, Lookup) {
         match self.probe_authentication(request) {
             Ok(kept) => (kept, Lookup::Hit),
             Err(ask) => self.fetch_authentication(ask, view).await,
@@ -784,16 +805,16 @@ impl LoadedFilter<Authenticator> {
     /// called).
     pub(crate) async fn fetch_authentication<'a>(
         &self,
-        ask: Ask<'_, AuthnResult>,
+        ask: Ask<'_, AuthnAnswer>,
         view: impl FnOnce() -> &'a types::RequestView,
-    ) -> (Call<AuthnResult>, Lookup) {
+    ) -> (Call<AuthnAnswer>, Lookup) {
         self.answer(ask, async move {
             Box::pin(self.call_authenticate(view())).await
         })
         .await
     }
 
-    async fn call_authenticate(&self, request: &types::RequestView) -> Fetched<Call<AuthnResult>> {
+    async fn call_authenticate(&self, request: &types::RequestView) -> Fetched<Call<AuthnAnswer>> {
         let (call, limit) = self
             .call(Instant::now(), async |store, exports| {
                 let result = match exports {
@@ -825,13 +846,17 @@ impl LoadedFilter<Authenticator> {
                 };
                 // The WIT's own `error` case is the filter's error outcome.
                 result.map(|answer| match answer {
+                    AuthnResult::Authenticated(user) => {
+                        let (user, group_added) = convert::authenticated_user(user);
+                        Ok(AuthnAnswer::Authenticated { user, group_added })
+                    }
+                    AuthnResult::NoOpinion => Ok(AuthnAnswer::NoOpinion),
                     AuthnResult::Error(message) => Err(message),
-                    answer => Ok(answer),
                 })
             })
             .await;
         fetched(call, limit, |answer| {
-            matches!(answer, AuthnResult::Authenticated(_))
+            matches!(answer, AuthnAnswer::Authenticated { .. })
         })
     }
 }

@@ -218,6 +218,14 @@ fn try_reports_each_filter_outcome_and_the_decision() {
         groups.contains(&json!("system:authenticated")),
         "{groups:?}"
     );
+    // The authenticator's answer is told as the filter gave it: the group
+    // kube's AuthenticatedGroupAdder adds is the request's, not the filter's.
+    let told = routed["filters"][0]["detail"].as_str().expect("a detail");
+    assert!(
+        told.starts_with(r#"authenticated "alice" groups ["#)
+            && !told.contains("system:authenticated"),
+        "{told}"
+    );
 
     // An unrecognised request: a 401 after the authenticator's answer.
     let anonymous = report(&manifest, &["--path", "/open/x"]);

@@ -83,7 +83,7 @@ pub(super) fn base_event(request: &Request, level: AuditLevel) -> Event {
             .path_and_query()
             .map(|pq| pq.as_str().to_owned())
             .unwrap_or_default(),
-        user: extensions.get::<UserInfo>().map_or_else(
+        user: UserInfo::authenticated(extensions).map_or_else(
             || convert::user_to_wit(&UserInfo::default()),
             convert::user_to_wit,
         ),

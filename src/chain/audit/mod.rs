@@ -64,9 +64,9 @@ impl Handler for Audit {
         Box::pin(async move {
             let level = {
                 let extensions = request.extensions();
-                extensions
-                    .get::<RequestInfo>()
-                    .and_then(|info| policy_level(&self.policy, extensions.get::<UserInfo>(), info))
+                extensions.get::<RequestInfo>().and_then(|info| {
+                    policy_level(&self.policy, UserInfo::authenticated(extensions), info)
+                })
             };
             let Some((level, omitted)) = level else {
                 return self.next.call(request).await;
