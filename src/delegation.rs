@@ -68,9 +68,9 @@ pub(crate) fn build(
     // Built back to front: each server's sources go before the later ones'.
     let mut sources = Sources::default();
     for (index, server) in config.servers.iter().enumerate().rev() {
-        let mark = config.access_log != AccessLog::Off;
+        let report = config.access_log != AccessLog::Off;
         let (mut routes, mut server_sources) =
-            server_routes(server, targets, &credential_headers, mark)?;
+            server_routes(server, targets, &credential_headers, report)?;
         server_sources.append(std::mem::take(&mut sources));
         sources = server_sources;
         if index == 0 {
@@ -114,13 +114,13 @@ fn credential_headers(config: &Config) -> Vec<http::HeaderName> {
 }
 
 /// One server's routes, and the upstreams and API routes among them that
-/// the aggregator asks what they serve; `mark` (the access log is on) has
-/// each response say which route answered it.
+/// the aggregator asks what they serve; `report` (the access log is on)
+/// has each route report itself to the requests the log writes.
 fn server_routes(
     server: &Server,
     targets: Targets,
     credential_headers: &[http::HeaderName],
-    mark: bool,
+    report: bool,
 ) -> Result<(Routes, Sources), UpstreamError> {
     let mut routes = Routes::default();
     let mut sources = Sources::default();
@@ -146,8 +146,8 @@ fn server_routes(
         if let RouteMatch::Api(root) = &route.matcher {
             sources.add_root(root, asked.then(|| Arc::clone(&handler)));
         }
-        if mark {
-            handler = Arc::new(MarkRoute {
+        if report {
+            handler = Arc::new(ReportRoute {
                 answered: RouteAnswered {
                     server: Arc::from(server.name.as_str()),
                     route: Arc::from(route.matcher.path()),
@@ -168,12 +168,12 @@ fn server_routes(
 /// request that carries a [`RequestReport`] (one the log has chosen to
 /// write), and hands it on: no future of its own, so a request the log
 /// does not write pays a look-up.
-struct MarkRoute {
+struct ReportRoute {
     answered: RouteAnswered,
     next: SharedHandler,
 }
 
-impl Handler for MarkRoute {
+impl Handler for ReportRoute {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
         if let Some(report) = request.extensions().get::<RequestReport>() {
             report.answered_by(&self.answered);
