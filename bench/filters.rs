@@ -22,17 +22,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::Criterion;
+use wasmgate::audit_event::{Annotations, AuditEvent, AuditLevel, AuditStage, ResponseStatus};
 use wasmgate::config::Name;
 use wasmgate::config::stages::{
     FailurePolicy, FilterMatch, FilterSpec, Isolation, Mode, Reads, RequestHeaders, Sink,
 };
-use wasmgate::context::UserInfo;
+use wasmgate::context::{AuditId, SourceIps, UserInfo};
 use wasmgate::request_info::RequestInfo;
 use wasmgate::wasm::audit_batch::AuditBatch;
 use wasmgate::wasm::bindings::authenticator::{AuthenticatorFilter, AuthenticatorFilterPre};
 use wasmgate::wasm::bindings::types;
 use wasmgate::wasm::capacity::{Capacity, Slot, StoreData, WaitDeadline};
-use wasmgate::wasm::filter::{AdmissionRequest, Attributes, Event, Level, Operation, Stage};
+use wasmgate::wasm::filter::{AdmissionRequest, Attributes, Operation};
 use wasmgate::wasm::state::{FilterIdentity, FilterState};
 use wasmgate::wasm::{LoadedFilter, WasmHost, convert};
 
@@ -283,7 +284,7 @@ struct Inputs {
     info: RequestInfo,
     attributes: Attributes,
     admission: AdmissionRequest,
-    event: Event,
+    event: AuditEvent,
 }
 
 impl Inputs {
@@ -319,27 +320,27 @@ impl Inputs {
                 content_type: "application/json".into(),
                 dry_run: false,
             },
-            event: Event {
-                audit_id: "bench".into(),
-                stage: Stage::ResponseComplete,
-                level: Level::Metadata,
-                verb: info.verb.to_string(),
-                request_uri: path.into(),
-                user: convert::user_to_wit(&user),
+            event: AuditEvent {
+                audit_id: Some(AuditId::from(http::HeaderValue::from_static("bench"))),
+                stage: AuditStage::ResponseComplete,
+                level: AuditLevel::Metadata,
+                verb: info.verb.clone(),
+                request_uri: Some(http::uri::PathAndQuery::from_static(path)),
+                user: Some(Arc::new(user.clone())),
                 impersonated_user: None,
-                source_ips: vec!["127.0.0.1".into()],
-                user_agent: "bench".into(),
+                source_ips: Some(SourceIps::Peer(http::HeaderValue::from_static("127.0.0.1"))),
+                user_agent: Some(http::HeaderValue::from_static("bench")),
                 object_ref: None,
-                response_status: Some(types::Status {
+                response_status: Some(ResponseStatus {
                     code: 201,
-                    reason: String::new(),
-                    message: String::new(),
+                    reason: "",
+                    message: "".into(),
                 }),
-                request_received_timestamp: "2026-01-01T00:00:00.000000Z".into(),
-                stage_timestamp: "2026-01-01T00:00:00.000100Z".into(),
-                annotations: Vec::new(),
                 request_object: None,
                 response_object: None,
+                request_received: std::time::UNIX_EPOCH + Duration::from_secs(1_767_225_600),
+                stage_time: std::time::UNIX_EPOCH + Duration::from_micros(1_767_225_600_000_100),
+                annotations: Annotations::default(),
             },
             user,
             info,

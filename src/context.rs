@@ -66,10 +66,28 @@ pub(crate) struct ClientOrigin {
     /// The `X-Forwarded-For` the upstream receives: a trusted peer's own
     /// `X-Forwarded-For` lines, then the peer; otherwise the peer alone.
     pub forwarded_for: HeaderValue,
-    /// A trusted peer's `sourceIPs` ([`ClientOrigin::source_ips`]); `None`
-    /// for any other peer, whose only source is itself, rendered when asked
-    /// (only audit asks).
-    believed_source_ips: Option<Vec<String>>,
+    /// kube's `sourceIPs` ([`ClientOrigin::source_ips`]).
+    source_ips: SourceIps,
+}
+
+/// kube's `sourceIPs` for a request, shared by each of its audit events.
+#[derive(Debug, Clone)]
+pub enum SourceIps {
+    /// A trusted peer's: what its headers say, then itself.
+    Believed(Arc<[String]>),
+    /// Any other peer's: its own address (its `X-Forwarded-For`), alone.
+    Peer(HeaderValue),
+}
+
+impl SourceIps {
+    /// The addresses, first to last.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        let (believed, peer) = match self {
+            SourceIps::Believed(ips) => (&ips[..], None),
+            SourceIps::Peer(peer) => (&[][..], Some(peer.to_str().unwrap_or(""))),
+        };
+        believed.iter().map(String::as_str).chain(peer)
+    }
 }
 
 impl ClientOrigin {
@@ -87,7 +105,7 @@ impl ClientOrigin {
                 host,
                 peer_trusted,
                 forwarded_for: connection.client_ip.clone(),
-                believed_source_ips: None,
+                source_ips: SourceIps::Peer(connection.client_ip.clone()),
             };
         }
         let hops: Vec<&[u8]> = headers
@@ -102,19 +120,15 @@ impl ClientOrigin {
             host,
             peer_trusted,
             forwarded_for,
-            believed_source_ips: Some(source_ips(headers, peer)),
+            source_ips: SourceIps::Believed(source_ips(headers, peer).into()),
         }
     }
 
     /// kube's `utilnet.SourceIPs`: the believed `X-Forwarded-For` addresses,
     /// then a believed `X-Real-IP` not already among them, then the peer
     /// unless it is already the last; the peer alone when it is not trusted.
-    pub(crate) fn source_ips(&self) -> Vec<String> {
-        match &self.believed_source_ips {
-            Some(ips) => ips.clone(),
-            // Untrusted, `forwarded_for` is the peer's address alone.
-            None => vec![String::from_utf8_lossy(self.forwarded_for.as_bytes()).into_owned()],
-        }
+    pub(crate) fn source_ips(&self) -> &SourceIps {
+        &self.source_ips
     }
 }
 
@@ -144,9 +158,25 @@ fn source_ips(headers: &HeaderMap, peer: IpAddr) -> Vec<String> {
     ips.iter().map(ToString::to_string).collect()
 }
 
-/// The request's audit ID, from the client's `Audit-ID` header or generated.
+/// The request's audit ID, from the client's `Audit-ID` header or generated:
+/// kept as the header value it is sent as, so that the upstream's header,
+/// the response's, the audit events and the log share its bytes. Letters,
+/// digits and hyphens (`chain/audit_id.rs` checks).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct AuditId(pub String);
+pub struct AuditId(HeaderValue);
+
+impl AuditId {
+    /// The ID as text.
+    pub fn as_str(&self) -> &str {
+        self.0.to_str().unwrap_or("")
+    }
+}
+
+impl From<HeaderValue> for AuditId {
+    fn from(header: HeaderValue) -> Self {
+        AuditId(header)
+    }
+}
 
 /// When the request arrived (kube's request-received timestamp).
 #[derive(Debug, Clone, Copy)]
@@ -361,7 +391,7 @@ mod tests {
     fn an_untrusted_peer_is_the_only_source() {
         let origin = origin_of("10.0.0.1:5000", false, &SENT);
         assert_eq!(origin.forwarded_for, "10.0.0.1");
-        assert_eq!(origin.source_ips(), ["10.0.0.1"]);
+        assert_eq!(origin.source_ips().iter().collect::<Vec<_>>(), ["10.0.0.1"]);
     }
 
     #[test]
@@ -372,7 +402,7 @@ mod tests {
             "1.1.1.1, not-an-ip, 2.2.2.2, 10.0.0.1"
         );
         assert_eq!(
-            origin.source_ips(),
+            origin.source_ips().iter().collect::<Vec<_>>(),
             ["1.1.1.1", "2.2.2.2", "3.3.3.3", "10.0.0.1"]
         );
         // X-Real-IP already in the chain, and the peer already last, are
@@ -385,13 +415,16 @@ mod tests {
                 ("x-real-ip", "1.1.1.1"),
             ],
         );
-        assert_eq!(origin.source_ips(), ["1.1.1.1", "10.0.0.1"]);
+        assert_eq!(
+            origin.source_ips().iter().collect::<Vec<_>>(),
+            ["1.1.1.1", "10.0.0.1"]
+        );
     }
 
     #[test]
     fn an_ipv4_peer_on_an_ipv6_socket_is_named_by_its_ipv4_address() {
         let origin = origin_of("[::ffff:10.0.0.1]:5000", false, &[]);
         assert_eq!(origin.forwarded_for, "10.0.0.1");
-        assert_eq!(origin.source_ips(), ["10.0.0.1"]);
+        assert_eq!(origin.source_ips().iter().collect::<Vec<_>>(), ["10.0.0.1"]);
     }
 }

@@ -10,6 +10,7 @@
 
 mod accept;
 mod aggregator;
+pub mod audit_event;
 pub mod body;
 mod chain;
 pub mod cli;

@@ -605,8 +605,7 @@ fn review(
     AdmissionRequest {
         uid: extensions
             .get::<AuditId>()
-            .map(|id| id.0.clone())
-            .unwrap_or_default(),
+            .map_or_else(String::new, |id| id.as_str().to_owned()),
         operation,
         request: None,
         user: None,

@@ -31,12 +31,8 @@ pub(crate) struct AuditIdFilter {
 
 impl Handler for AuditIdFilter {
     fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
-        let (header, audit_id) = match client_audit_id(request.headers()) {
-            // Letters, digits and hyphens: the lossy reading loses nothing.
-            Ok(Some(header)) => {
-                let audit_id = String::from_utf8_lossy(header.as_bytes()).into_owned();
-                (header, audit_id)
-            }
+        let header = match client_audit_id(request.headers()) {
+            Ok(Some(header)) => header,
             Ok(None) => match new_audit_id() {
                 Ok(new) => new,
                 Err(error) => return Box::pin(std::future::ready(error.into_response())),
@@ -47,7 +43,9 @@ impl Handler for AuditIdFilter {
         request
             .headers_mut()
             .insert(AUDIT_ID_HEADER, header.clone());
-        request.extensions_mut().insert(AuditId(audit_id));
+        request
+            .extensions_mut()
+            .insert(AuditId::from(header.clone()));
         self.next
             .call(request)
             .map(|mut response| {
@@ -92,15 +90,14 @@ fn is_valid_audit_id(id: &[u8]) -> bool {
         && id.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
-/// A new UUID as a header and as text, written without the formatting
-/// machinery (this runs on every request that brings no `Audit-ID`).
-fn new_audit_id() -> Result<(HeaderValue, String), GatewayError> {
+/// A new UUID as a header, written without the formatting machinery (this
+/// runs on every request that brings no `Audit-ID`).
+fn new_audit_id() -> Result<HeaderValue, GatewayError> {
     let mut buffer = uuid::Uuid::encode_buffer();
     let text = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer);
     // A UUID is always a valid header value.
-    let header = HeaderValue::from_str(text)
-        .map_err(|_| GatewayError::internal("a new audit ID is not a header value"))?;
-    Ok((header, text.to_owned()))
+    HeaderValue::from_str(text)
+        .map_err(|_| GatewayError::internal("a new audit ID is not a header value"))
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ struct Seen {
     method: http::Method,
     uri: http::Uri,
     verb: String,
-    audit_id: String,
+    audit_id: Option<AuditId>,
     trace_id: String,
     /// Counted as the request body is read.
     bytes_in: Arc<AtomicU64>,
@@ -66,10 +66,7 @@ impl Handler for HttpLog {
                 .get::<RequestInfo>()
                 .map(|info| info.verb.to_string())
                 .unwrap_or_default(),
-            audit_id: extensions
-                .get::<AuditId>()
-                .map(|id| id.0.clone())
-                .unwrap_or_default(),
+            audit_id: extensions.get::<AuditId>().cloned(),
             trace_id: trace_id(&request).unwrap_or_default(),
             bytes_in: bytes_in.clone(),
         };
@@ -102,7 +99,7 @@ fn write_line(seen: &Seen, report: &RequestReport, code: u16, bytes_out: u64, cu
     });
     tracing::info!(
         target: "wasmgate::access",
-        audit_id = seen.audit_id,
+        audit_id = seen.audit_id.as_ref().map_or("", AuditId::as_str),
         user,
         impersonated_user,
         verb = seen.verb,

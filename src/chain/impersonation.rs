@@ -59,7 +59,7 @@ impl Handler for Impersonation {
                     return error.into_response();
                 }
             }
-            let impersonated = impersonated_user(requested);
+            let impersonated = Arc::new(impersonated_user(requested));
             tracing::debug!(requester = %requester.name, as_user = %impersonated.name, "impersonating");
             if let Some(audit) = request.extensions().get::<AuditContext>() {
                 audit.impersonating(&impersonated);
@@ -68,7 +68,7 @@ impl Handler for Impersonation {
                 report.impersonating(&impersonated);
             }
             remove_impersonation_headers(request.headers_mut());
-            UserInfo::set(Arc::new(impersonated), request.extensions_mut());
+            UserInfo::set(impersonated, request.extensions_mut());
             self.next.call(request).await
         })
     }

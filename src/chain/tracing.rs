@@ -118,8 +118,8 @@ fn request_attributes(request: &Request) -> Vec<KeyValue> {
     if let Some(agent) = text(http::header::USER_AGENT) {
         attributes.push(KeyValue::new("user_agent.original", agent));
     }
-    if let Some(AuditId(id)) = request.extensions().get::<AuditId>() {
-        attributes.push(KeyValue::new("audit-id", id.clone()));
+    if let Some(id) = request.extensions().get::<AuditId>() {
+        attributes.push(KeyValue::new("audit-id", id.as_str().to_owned()));
     }
     attributes
 }

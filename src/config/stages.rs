@@ -86,19 +86,27 @@ pub(crate) enum AuditMode {
 
 /// kube audit levels, in increasing detail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum AuditLevel {
+pub enum AuditLevel {
+    /// Not audited.
     None,
+    /// The request's metadata: who, what, when, the response's status.
     Metadata,
+    /// The metadata and the request's body.
     Request,
+    /// The metadata and both bodies.
     RequestResponse,
 }
 
 /// kube audit stages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AuditStage {
+pub enum AuditStage {
+    /// As soon as the request is received, before it goes on.
     RequestReceived,
+    /// A long-running request's response headers are sent, its body not yet.
     ResponseStarted,
+    /// The response is complete.
     ResponseComplete,
+    /// The handler panicked.
     Panic,
 }
 

@@ -1,11 +1,14 @@
 //! The records a filter receives, built from the request: the request view
 //! for authenticators, request info and user info for everyone after them,
 //! each optional field filled only for a filter that reads it
-//! ([`Reads`]). Conversions only; no decisions are made here.
+//! ([`Reads`]); the audit event for auditors that take records.
+//! Conversions only; no decisions are made here.
 
 use std::sync::Arc;
 
+use super::bindings::auditor::exports::wasmgate::filter::auditor;
 use super::bindings::types;
+use crate::audit_event::{AuditEvent, AuditLevel, AuditStage, micro_time};
 use crate::config::stages::{ReadField, Reads, RequestHeaders};
 use crate::context::{ConnectionInfo, UserInfo};
 use crate::request_info::RequestInfo;
@@ -128,6 +131,68 @@ fn user_from_wit(user: types::UserInfo) -> UserInfo {
     }
 }
 
+/// The audit event as the WIT record an `auditor` receives: every value
+/// copied, as the JSON line has it.
+pub fn audit_event(event: &AuditEvent) -> auditor::Event {
+    let text = |value: &str| value.to_owned();
+    auditor::Event {
+        audit_id: text(event.audit_id()),
+        stage: match event.stage {
+            AuditStage::RequestReceived => auditor::Stage::RequestReceived,
+            AuditStage::ResponseStarted => auditor::Stage::ResponseStarted,
+            AuditStage::ResponseComplete => auditor::Stage::ResponseComplete,
+            AuditStage::Panic => auditor::Stage::Panic,
+        },
+        level: match event.level {
+            AuditLevel::None => auditor::Level::None,
+            AuditLevel::Metadata => auditor::Level::Metadata,
+            AuditLevel::Request => auditor::Level::Request,
+            AuditLevel::RequestResponse => auditor::Level::RequestResponse,
+        },
+        verb: text(&event.verb),
+        request_uri: text(event.request_uri()),
+        user: event
+            .user
+            .as_deref()
+            .map_or_else(|| user_to_wit(&UserInfo::default()), user_to_wit),
+        impersonated_user: event.impersonated_user.as_deref().map(user_to_wit),
+        source_ips: event
+            .source_ips
+            .iter()
+            .flat_map(|ips| ips.iter().map(text))
+            .collect(),
+        user_agent: text(event.user_agent()),
+        object_ref: event
+            .object_ref
+            .as_ref()
+            .map(|object| auditor::ObjectReference {
+                resource: text(&object.resource),
+                namespace: text(&object.namespace),
+                name: text(&object.name),
+                api_group: text(&object.api_group),
+                api_version: text(&object.api_version),
+                subresource: text(&object.subresource),
+            }),
+        response_status: event.response_status.as_ref().map(|status| types::Status {
+            code: status.code,
+            reason: text(status.reason),
+            message: text(&status.message),
+        }),
+        request_received_timestamp: text(micro_time(event.request_received).as_str()),
+        stage_timestamp: text(micro_time(event.stage_time).as_str()),
+        annotations: event
+            .annotations
+            .iter()
+            .map(|(key, value)| auditor::Annotation {
+                key: text(key),
+                value: text(value),
+            })
+            .collect(),
+        request_object: event.request_object.clone(),
+        response_object: event.response_object.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,5 +273,56 @@ mod tests {
         let (anonymous, added) = authenticated_user(named("system:anonymous", &[]));
         assert!(anonymous.groups.is_empty());
         assert!(!added);
+    }
+
+    /// An auditor's record says what the event's JSON line says, field by
+    /// field.
+    #[test]
+    fn an_audit_record_carries_what_the_line_says() {
+        let event = crate::audit_event::tests::event();
+        let line: serde_json::Value =
+            serde_json::from_str(&crate::audit_event::tests::line(&event)).unwrap();
+        let record = audit_event(&event);
+        assert_eq!(record.audit_id, line["auditID"]);
+        assert_eq!(record.stage, auditor::Stage::ResponseComplete);
+        assert_eq!(record.level, auditor::Level::RequestResponse);
+        assert_eq!(record.verb, line["verb"]);
+        assert_eq!(record.request_uri, line["requestURI"]);
+        assert_eq!(record.user.name, line["user"]["username"]);
+        assert_eq!(record.user.groups, ["dev", "system:authenticated"]);
+        assert_eq!(record.user.extra.len(), 3);
+        assert!(record.impersonated_user.is_none());
+        assert_eq!(record.source_ips, ["10.0.0.1"]);
+        assert_eq!(record.user_agent, line["userAgent"]);
+        let object = record.object_ref.unwrap();
+        assert_eq!(
+            (
+                object.resource.as_str(),
+                object.namespace.as_str(),
+                object.api_version.as_str()
+            ),
+            ("pods", "default", "v1")
+        );
+        assert!(object.name.is_empty() && object.api_group.is_empty());
+        assert_eq!(record.response_status.map(|status| status.code), Some(201));
+        assert_eq!(
+            record.request_received_timestamp,
+            line["requestReceivedTimestamp"]
+        );
+        assert_eq!(record.stage_timestamp, line["stageTimestamp"]);
+        let annotations: Vec<(&str, &str)> = record
+            .annotations
+            .iter()
+            .map(|annotation| (annotation.key.as_str(), annotation.value.as_str()))
+            .collect();
+        assert_eq!(
+            annotations,
+            [
+                ("authorization.k8s.io/decision", "allow"),
+                ("authorization.k8s.io/reason", "RBAC: allowed")
+            ]
+        );
+        assert_eq!(record.request_object, event.request_object);
+        assert_eq!(record.response_object, event.response_object);
     }
 }

@@ -1023,7 +1023,7 @@ impl LoadedFilter<Auditor> {
 
     async fn call_audit(&self, batch: &AuditBatch<'_>) -> Call<()> {
         let started = Instant::now();
-        let events = match batch.events() {
+        let events = match batch.records() {
             Some(events) => events,
             None if self.takes_serialised() => &[],
             // Not reached: the backend serialises events as it queues them

@@ -16,9 +16,10 @@ use futures_util::future::OptionFuture;
 use tokio_util::sync::CancellationToken;
 
 use super::buffer::{Batch, Buffer, Full};
+use crate::audit_event::AuditEvent;
 use crate::config::stages::{Audit, AuditMode};
 use crate::wasm::audit_batch::AuditBatch;
-use crate::wasm::filter::{Auditor, Event, JsonBatch};
+use crate::wasm::filter::{Auditor, JsonBatch};
 use crate::wasm::{LoadedFilter, Outcome};
 
 /// Where events go: the audit filters, directly or through the buffer.
@@ -36,7 +37,7 @@ pub(crate) struct AuditBackend {
 /// The batch mode's buffer, by what its batches hold: the events' JSON
 /// lines when every auditor takes them so, else the records.
 enum Queue {
-    Records(Arc<Buffer<Vec<Event>>>),
+    Records(Arc<Buffer<Vec<AuditEvent>>>),
     Lines(Arc<Buffer<JsonBatch>>),
 }
 
@@ -80,7 +81,7 @@ impl AuditBackend {
     /// it is read where it is.
     pub(super) fn emit<'a>(
         &'a self,
-        event: Cow<'a, Event>,
+        event: Cow<'a, AuditEvent>,
     ) -> impl Future<Output = Option<()>> + Send + 'a {
         crate::metrics::metrics().stages.audit_event();
         let write = match &self.queue {
@@ -102,7 +103,7 @@ impl AuditBackend {
     /// For events made where nothing can wait (a response body's end, a
     /// request dropped before its response); counted as pending until
     /// written, so that [`AuditBackend::flush`] waits for them too.
-    pub(super) fn emit_detached(self: &Arc<Self>, event: Event) {
+    pub(super) fn emit_detached(self: &Arc<Self>, event: AuditEvent) {
         crate::metrics::metrics().stages.audit_event();
         match &self.queue {
             Some(queue) => self.enqueue(queue, Cow::Owned(event)),
@@ -117,7 +118,7 @@ impl AuditBackend {
         }
     }
 
-    fn enqueue(&self, queue: &Queue, event: Cow<'_, Event>) {
+    fn enqueue(&self, queue: &Queue, event: Cow<'_, AuditEvent>) {
         let queued = match queue {
             Queue::Records(buffer) => buffer.push(event),
             Queue::Lines(buffer) => buffer.push(event),

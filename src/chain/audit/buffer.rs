@@ -16,15 +16,16 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::audit_event::AuditEvent;
 use crate::wasm::audit_batch::{AuditBatch, push_line};
-use crate::wasm::filter::{Event, JsonBatch};
+use crate::wasm::filter::JsonBatch;
 
 /// What a batch holds its events as.
 pub(super) trait Batch: Send + 'static {
     fn empty() -> Self;
     /// Adds `event`; how many events that made (none for one with no line).
     /// Lent, it is copied only by a batch that keeps records.
-    fn push(&mut self, event: Cow<'_, Event>) -> usize;
+    fn push(&mut self, event: Cow<'_, AuditEvent>) -> usize;
     fn len(&self) -> usize;
     fn clear(&mut self);
     /// The bytes it keeps allocated once cleared.
@@ -33,11 +34,11 @@ pub(super) trait Batch: Send + 'static {
     fn as_audit_batch(&self) -> AuditBatch<'_>;
 }
 
-impl Batch for Vec<Event> {
+impl Batch for Vec<AuditEvent> {
     fn empty() -> Self {
         Vec::new()
     }
-    fn push(&mut self, event: Cow<'_, Event>) -> usize {
+    fn push(&mut self, event: Cow<'_, AuditEvent>) -> usize {
         Vec::push(self, event.into_owned());
         1
     }
@@ -48,7 +49,7 @@ impl Batch for Vec<Event> {
         Vec::clear(self)
     }
     fn retained(&self) -> usize {
-        self.capacity() * size_of::<Event>()
+        self.capacity() * size_of::<AuditEvent>()
     }
     fn as_audit_batch(&self) -> AuditBatch<'_> {
         AuditBatch::new(self)
@@ -62,7 +63,7 @@ impl Batch for JsonBatch {
             stages: Vec::new(),
         }
     }
-    fn push(&mut self, event: Cow<'_, Event>) -> usize {
+    fn push(&mut self, event: Cow<'_, AuditEvent>) -> usize {
         usize::from(push_line(self, &event))
     }
     fn len(&self) -> usize {
@@ -134,7 +135,7 @@ impl<B: Batch> Buffer<B> {
     }
 
     /// Queues `event`, or refuses it when the buffer holds its size already.
-    pub(super) fn push(&self, event: Cow<'_, Event>) -> Result<(), Full> {
+    pub(super) fn push(&self, event: Cow<'_, AuditEvent>) -> Result<(), Full> {
         let mut state = self.state();
         if state.queued >= self.capacity {
             return Err(Full);
@@ -231,18 +232,19 @@ impl<B: Batch> Buffer<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wasm::audit_batch::tests::event;
+    use crate::audit_event::tests::event;
+    use crate::context::AuditId;
 
     /// An event told apart by its Audit-ID.
-    fn numbered(number: usize) -> Event {
-        Event {
-            audit_id: number.to_string(),
+    fn numbered(number: usize) -> AuditEvent {
+        AuditEvent {
+            audit_id: Some(AuditId::from(http::HeaderValue::from(number))),
             ..event()
         }
     }
 
-    fn ids(batch: &[Event]) -> Vec<String> {
-        batch.iter().map(|event| event.audit_id.clone()).collect()
+    fn ids(batch: &[AuditEvent]) -> Vec<&str> {
+        batch.iter().map(AuditEvent::audit_id).collect()
     }
 
     /// The next batch, failing the test rather than hanging it.
@@ -259,7 +261,7 @@ mod tests {
     #[tokio::test]
     async fn batches_fill_to_their_maximum_in_order_and_the_buffer_refuses_past_its_size() {
         let pending = Arc::new(AtomicUsize::new(0));
-        let buffer = Buffer::<Vec<Event>>::new(5, 2, pending.clone());
+        let buffer = Buffer::<Vec<AuditEvent>>::new(5, 2, pending.clone());
         for number in 0..5 {
             assert!(buffer.push(Cow::Owned(numbered(number))).is_ok());
         }
@@ -273,7 +275,7 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(batch.len(), size);
-            seen.extend(ids(&batch));
+            seen.extend(ids(&batch).into_iter().map(str::to_owned));
             buffer.written(batch);
         }
         assert_eq!(seen, ["0", "1", "2", "3", "4"]);
@@ -297,12 +299,12 @@ mod tests {
         let rendered = AuditBatch::new(&events);
         assert_eq!(batch.lines, rendered.serialised().lines);
         assert_eq!(batch.as_audit_batch().len(), 3);
-        assert!(batch.as_audit_batch().events().is_none());
+        assert!(batch.as_audit_batch().records().is_none());
     }
 
     #[tokio::test]
     async fn a_batch_waits_at_most_its_wait_for_more_events() {
-        let buffer = Buffer::<Vec<Event>>::new(10, 10, Arc::new(AtomicUsize::new(0)));
+        let buffer = Buffer::<Vec<AuditEvent>>::new(10, 10, Arc::new(AtomicUsize::new(0)));
         assert!(buffer.push(Cow::Owned(numbered(1))).is_ok());
         let started = std::time::Instant::now();
         let batch = next(
@@ -318,7 +320,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_writer_is_woken_by_a_first_event_and_by_a_full_batch() {
-        let buffer = Arc::new(Buffer::<Vec<Event>>::new(
+        let buffer = Arc::new(Buffer::<Vec<AuditEvent>>::new(
             10,
             3,
             Arc::new(AtomicUsize::new(0)),
@@ -339,7 +341,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_closed_buffer_gives_what_is_left_at_once_then_nothing() {
-        let buffer = Buffer::<Vec<Event>>::new(10, 10, Arc::new(AtomicUsize::new(0)));
+        let buffer = Buffer::<Vec<AuditEvent>>::new(10, 10, Arc::new(AtomicUsize::new(0)));
         assert!(buffer.push(Cow::Owned(numbered(1))).is_ok());
         buffer.close();
         let hurry = CancellationToken::new();

@@ -9,7 +9,6 @@ use crate::body::Request;
 use crate::config::stages::{AuditRule, AuditStage};
 use crate::context::ConnectionInfo;
 use crate::request_info::RequestInfo;
-use crate::wasm::filter::Stage;
 
 use super::backend::AuditBackend;
 use super::event::{AuditContext, base_event, stamped, status_record};
@@ -41,11 +40,15 @@ impl FailedAuthenticationAudit {
         event.response_status = Some(status_record(
             status.as_u16(),
             "",
-            &attempted_credentials(&request),
+            attempted_credentials(&request),
         ));
         let context = AuditContext::default();
         self.backend
-            .emit(Cow::Owned(stamped(event, Stage::ResponseStarted, &context)))
+            .emit(Cow::Owned(stamped(
+                event,
+                AuditStage::ResponseStarted,
+                &context,
+            )))
             .await;
     }
 }

@@ -40,13 +40,12 @@ use std::time::Instant;
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, OptionFuture};
 
+use crate::audit_event::{AuditEvent, ResponseStatus};
 use crate::body::{Request, Response};
 use crate::config::stages::{AuditLevel, AuditRule, AuditStage};
 use crate::context::{ConnectionControl, Deadline, UserInfo};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
-use crate::wasm::bindings::types::Status;
-use crate::wasm::filter::{Event, Stage};
 
 use event::{
     base_event, buffer_request_object, buffer_response_object, stamp, stamped, status_record,
@@ -91,7 +90,7 @@ impl Handler for Audit {
             let mut completion = Completion {
                 // Made in place: a local would keep its own copy of the event in
                 // the future, moved or not.
-                event: Some(Event {
+                event: Some(AuditEvent {
                     request_object,
                     ..base_event(&request, level)
                 }),
@@ -104,7 +103,7 @@ impl Handler for Audit {
             if emits(AuditStage::RequestReceived)
                 && let Some(event) = &mut completion.event
             {
-                stamp(event, Stage::RequestReceived, &context);
+                stamp(event, AuditStage::RequestReceived, &context);
                 self.backend.emit(Cow::Borrowed(event)).await;
             }
             let response = match AssertUnwindSafe(self.next.call(request))
@@ -130,7 +129,7 @@ impl Handler for Audit {
                 if emits(AuditStage::ResponseStarted)
                     && let Some(event) = &mut completion.event
                 {
-                    stamp(event, Stage::ResponseStarted, &context);
+                    stamp(event, AuditStage::ResponseStarted, &context);
                     self.backend.emit(Cow::Borrowed(event)).await;
                 }
                 // The response completes when its body ends, after this returns.
@@ -149,8 +148,8 @@ impl Handler for Audit {
 }
 
 /// The Panic event kube writes in place of ResponseComplete.
-fn panicked(event: Event, context: &AuditContext) -> Event {
-    let mut event = stamped(event, Stage::Panic, context);
+fn panicked(event: AuditEvent, context: &AuditContext) -> AuditEvent {
+    let mut event = stamped(event, AuditStage::Panic, context);
     event.response_status = Some(status_record(500, "InternalError", "APIServer panic'd"));
     event
 }
@@ -160,7 +159,7 @@ fn panicked(event: Event, context: &AuditContext) -> Event {
 /// when the request is dropped before that, recording why.
 struct Completion {
     /// None once written (or replaced by a Panic event).
-    event: Option<Event>,
+    event: Option<AuditEvent>,
     /// True when the policy omits the stage.
     omitted: bool,
     interruption: Interruption,
@@ -170,7 +169,7 @@ struct Completion {
 
 impl Completion {
     /// The response is ready: its status (and object) go in the event.
-    fn answered(&mut self, status: Status, object: Option<String>) {
+    fn answered(&mut self, status: ResponseStatus, object: Option<String>) {
         if let Some(event) = &mut self.event {
             event.response_status = Some(status);
             event.response_object = object;
@@ -183,7 +182,7 @@ impl Completion {
         let write = self.event.take().filter(|_| !self.omitted).map(|event| {
             self.backend.emit(Cow::Owned(stamped(
                 event,
-                Stage::ResponseComplete,
+                AuditStage::ResponseComplete,
                 &self.context,
             )))
         });
@@ -200,7 +199,7 @@ impl Drop for Completion {
                 event.response_status = Some(self.interruption.status());
             }
             self.backend
-                .emit_detached(stamped(event, Stage::ResponseComplete, &self.context));
+                .emit_detached(stamped(event, AuditStage::ResponseComplete, &self.context));
         }
     }
 }
@@ -226,7 +225,7 @@ impl Interruption {
     /// client; the others have no HTTP status of their own and take the
     /// nearest: 503 (the server went away) and nginx's 499 (Client Closed
     /// Request).
-    fn status(&self) -> Status {
+    fn status(&self) -> ResponseStatus {
         if self
             .deadline
             .is_some_and(|deadline| Instant::now() >= deadline)
