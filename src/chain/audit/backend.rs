@@ -35,7 +35,7 @@ pub(crate) struct AuditBackend {
 }
 
 /// The batch mode's buffer, by what its batches hold: the events' JSON
-/// lines when every auditor takes them so, else the records.
+/// lines when every auditor takes them so, else the events.
 enum Queue {
     Records(Arc<Buffer<Vec<AuditEvent>>>),
     Lines(Arc<Buffer<JsonBatch>>),
@@ -76,8 +76,8 @@ impl AuditBackend {
     /// is made (bench/README.md § "Futures moved whole").
     ///
     /// An event lent (a request's RequestReceived, ResponseStarted: the
-    /// record its ResponseComplete is made from later) is copied only when
-    /// the batches keep records: written through or rendered into lines,
+    /// event its ResponseComplete is made from later) is copied only when
+    /// the batches keep events: written through or rendered into lines,
     /// it is read where it is.
     pub(super) fn emit<'a>(
         &'a self,

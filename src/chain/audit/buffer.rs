@@ -2,10 +2,11 @@
 //! with its events grouped into batches as they arrive rather than when the
 //! writer collects them: a queue of batches, each of at most the maximum
 //! batch size, holding at most the buffer's size of events in all. A batch
-//! is the event records, or, when every auditor takes them serialised, the
+//! is the events themselves (`audit_event::AuditEvent`, for an auditor that
+//! takes records), or, when every auditor takes them serialised, the
 //! events' JSON lines, rendered as each is queued: then no event outlives
-//! its request as records (its fifteen or so strings), and the writer's
-//! batch is ready to hand over without a pass over memory gone cold.
+//! its request, and the writer's batch is ready to hand over without a
+//! pass over memory gone cold.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -24,7 +25,7 @@ use crate::wasm::filter::JsonBatch;
 pub(super) trait Batch: Send + 'static {
     fn empty() -> Self;
     /// Adds `event`; how many events that made (none for one with no line).
-    /// Lent, it is copied only by a batch that keeps records.
+    /// Lent, it is copied only by a batch that keeps events.
     fn push(&mut self, event: Cow<'_, AuditEvent>) -> usize;
     fn len(&self) -> usize;
     fn clear(&mut self);

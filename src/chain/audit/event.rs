@@ -94,7 +94,7 @@ pub(super) fn stamped(
 }
 
 /// Makes `event` the one of `stage`, now: its stage, time, annotations and
-/// impersonated user, each set whole, so a record stamped for one stage is
+/// impersonated user, each set whole, so an event stamped for one stage is
 /// stamped again for the next with nothing left of the first.
 pub(super) fn stamp(event: &mut AuditEvent, stage: AuditStage, context: &AuditContext) {
     event.stage = stage;

@@ -18,7 +18,7 @@
 //! * `backend`: where events go, blocking or through the batch queue (kube's
 //!   `staging/src/k8s.io/apiserver/plugin/pkg/audit/buffered/buffered.go`);
 //! * `buffer`: that queue, its events grouped in batches as they come, as
-//!   records or as the JSON lines every auditor takes;
+//!   events or as the JSON lines every auditor takes;
 //! * `failed_authentication`: the event for a request authentication refused
 //!   (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/authn_audit.go`).
 
@@ -99,7 +99,7 @@ impl Handler for Audit {
                 context: context.clone(),
                 backend: self.backend.clone(),
             };
-            // Lent, not copied: the record goes on to be the ResponseComplete.
+            // Lent, not copied: the event goes on to be the ResponseComplete.
             if emits(AuditStage::RequestReceived)
                 && let Some(event) = &mut completion.event
             {
