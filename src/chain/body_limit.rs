@@ -32,8 +32,14 @@ impl Handler for BodyLimit {
             .into_response();
             return Box::pin(async move { response });
         }
+        // A body over already (a GET's, most requests') has nothing to
+        // count: it is handed on as it is, one box and one layer fewer.
         let limit = usize::try_from(self.max_request_body).unwrap_or(usize::MAX);
-        let mut request = request.map(|body| Body::wrap(Limited::new(body, limit)));
+        let mut request = if http_body::Body::is_end_stream(request.body()) {
+            request
+        } else {
+            request.map(|body| Body::wrap(Limited::new(body, limit)))
+        };
         request
             .extensions_mut()
             .insert(MaxRequestBody(self.max_request_body));
@@ -156,5 +162,22 @@ mod tests {
         let response = filter.call(streamed(5, 256)).await;
         assert_eq!(next.0.load(Ordering::SeqCst), 1);
         assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    /// A request with no body (a GET) passes, told the limit; a whole body
+    /// in one piece with no declared length is still counted: only a body
+    /// already over is handed on uncounted.
+    #[tokio::test]
+    async fn a_body_already_over_passes_and_a_whole_one_is_still_counted() {
+        let (filter, next) = limit();
+        let response = filter.call(http::Request::new(Body::empty())).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()["x-limit"], "1024");
+        let body = response.into_body().collect().await.expect("a body");
+        assert_eq!(body.to_bytes(), "0");
+        let whole = http::Request::post("/").body(Body::full(vec![b'x'; 2048]));
+        let response = filter.call(whole.expect("a request")).await;
+        assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(next.0.load(Ordering::SeqCst), 2);
     }
 }
