@@ -22,10 +22,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::Criterion;
-use wasmgate::audit_event::{Annotations, AuditEvent, AuditLevel, AuditStage, ResponseStatus};
+use wasmgate::audit_event::{Annotations, AuditEvent, ResponseStatus};
 use wasmgate::config::Name;
 use wasmgate::config::stages::{
-    FailurePolicy, FilterMatch, FilterSpec, Isolation, Mode, Reads, RequestHeaders, Sink,
+    AuditLevel, AuditStage, FailurePolicy, FilterMatch, FilterSpec, Isolation, Mode, Reads,
+    RequestHeaders, Sink,
 };
 use wasmgate::context::{AuditId, SourceIps, UserInfo};
 use wasmgate::request_info::RequestInfo;

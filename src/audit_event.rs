@@ -26,7 +26,7 @@ use http::uri::PathAndQuery;
 use serde::{Serialize, Serializer};
 use sonic_rs::LazyValue;
 
-pub use crate::config::stages::{AuditLevel, AuditStage};
+use crate::config::stages::{AuditLevel, AuditStage};
 use crate::context::{AuditId, SourceIps, UserInfo};
 use crate::request_info::RequestInfo;
 
@@ -190,7 +190,7 @@ impl AuditEvent {
 }
 
 /// kube's level names.
-pub fn level_name(level: AuditLevel) -> &'static str {
+fn level_name(level: AuditLevel) -> &'static str {
     match level {
         AuditLevel::None => "None",
         AuditLevel::Metadata => "Metadata",

@@ -8,7 +8,8 @@
 
 use std::sync::OnceLock;
 
-use crate::audit_event::{AuditEvent, AuditStage};
+use crate::audit_event::AuditEvent;
+use crate::config::stages::AuditStage;
 use crate::wasm::convert;
 use crate::wasm::filter::{Event, JsonBatch, JsonStage};
 
@@ -124,8 +125,8 @@ fn json_stage(stage: AuditStage) -> JsonStage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit_event::AuditLevel;
     use crate::audit_event::tests::{event, line};
+    use crate::config::stages::AuditLevel;
 
     #[test]
     fn a_batch_is_one_line_per_event_in_order_with_its_stage() {

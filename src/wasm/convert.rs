@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use super::bindings::auditor::exports::wasmgate::filter::auditor;
 use super::bindings::types;
-use crate::audit_event::{AuditEvent, AuditLevel, AuditStage, micro_time};
-use crate::config::stages::{ReadField, Reads, RequestHeaders};
+use crate::audit_event::{AuditEvent, micro_time};
+use crate::config::stages::{AuditLevel, AuditStage, ReadField, Reads, RequestHeaders};
 use crate::context::{ConnectionInfo, UserInfo};
 use crate::request_info::RequestInfo;
 

@@ -10,9 +10,9 @@ use std::time::SystemTime;
 
 use http_body_util::BodyExt;
 
-use crate::audit_event::{Annotations, AuditEvent, AuditStage, ObjectReference, ResponseStatus};
+use crate::audit_event::{Annotations, AuditEvent, ObjectReference, ResponseStatus};
 use crate::body::{Body, Request, Response};
-use crate::config::stages::AuditLevel;
+use crate::config::stages::{AuditLevel, AuditStage};
 use crate::context::{AuditId, ClientOrigin, ReceivedAt, UserInfo};
 use crate::request_info::RequestInfo;
 
