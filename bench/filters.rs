@@ -28,7 +28,7 @@ use wasmgate::config::stages::{
     AuditLevel, AuditStage, FailurePolicy, FilterMatch, FilterSpec, Isolation, Mode, Reads,
     RequestHeaders, Sink,
 };
-use wasmgate::context::{AuditId, SourceIps, UserInfo};
+use wasmgate::context::{AuditId, RequestContext, SourceIps, UserInfo};
 use wasmgate::request_info::RequestInfo;
 use wasmgate::wasm::audit_batch::AuditBatch;
 use wasmgate::wasm::bindings::authenticator::{AuthenticatorFilter, AuthenticatorFilterPre};
@@ -303,7 +303,7 @@ impl Inputs {
             .header("user-agent", "bench")
             .body(())
             .expect("request");
-        request.extensions_mut().insert(info.clone());
+        RequestContext::learn(request.extensions_mut()).info = Some(info.clone());
         let (parts, ()) = request.into_parts();
         let object = r#"{"apiVersion":"demo.example.io/v1","kind":"Widget","metadata":{"name":"w"},"spec":{"replicas":3}}"#;
         Inputs {

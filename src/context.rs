@@ -1,9 +1,9 @@
-//! What the flow learns about a request, carried in its extensions: the
-//! connection it came on (set by the listener), where the client is and
-//! which host it asked for (its [`ClientOrigin`], set once by the
-//! request-headers filter), its audit ID, arrival time and deadline (set by
-//! the first native filters), and the user (set by authentication).
-//! [`crate::request_info::RequestInfo`] travels the same way.
+//! What the flow learns about a request, carried in its extensions as one
+//! [`RequestContext`]: the connection it came on (set by the listener),
+//! where the client is and which host it asked for (its [`ClientOrigin`],
+//! set once by the request-headers filter), its audit ID, arrival time,
+//! [`RequestInfo`], body limit and deadline (set by the first native
+//! filters), and the user (set by authentication).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, LazyLock, OnceLock};
@@ -12,6 +12,84 @@ use std::time::{Instant, SystemTime};
 use http::{HeaderMap, HeaderValue};
 use rustls_pki_types::CertificateDer;
 use tokio_util::sync::CancellationToken;
+
+use crate::body::MaxRequestBody;
+use crate::request_info::RequestInfo;
+
+/// What the flow has learnt about one request, in one extension: the
+/// listener starts it with the connection's values, the chain's first steps
+/// fill in theirs as they run ([`RequestContext::learn`]), and the steps and
+/// handlers after them read it ([`RequestContext::of`]). One value for all
+/// of them: as an extension each, every request paid a box for each and
+/// three growths of the extensions' table.
+#[derive(Debug, Clone, Default)]
+pub struct RequestContext {
+    /// The connection the request came on (the listener).
+    pub connection: Option<Arc<ConnectionInfo>>,
+    /// What the flow may do to that connection (the listener).
+    pub(crate) control: Option<ConnectionControl>,
+    /// The request's audit ID (the audit-ID step).
+    pub audit_id: Option<AuditId>,
+    /// Where the client is and which host it asked for (request headers).
+    pub(crate) origin: Option<ClientOrigin>,
+    /// When the request arrived (request info).
+    pub(crate) received: Option<ReceivedAt>,
+    /// kube's RequestInfo for the request (request info).
+    pub info: Option<RequestInfo>,
+    /// The request body limit in force (body limit), for the handler that
+    /// reads the body, so its 413 names it.
+    pub(crate) max_body: Option<MaxRequestBody>,
+    /// The latest moment the request may finish at (timeout): handlers that
+    /// wait on others (the upstream proxy) stop waiting then.
+    pub(crate) deadline: Option<Instant>,
+    /// Who makes the request (authentication, then impersonation), shared.
+    pub(crate) user: Option<Arc<UserInfo>>,
+}
+
+/// The context of a request no step has added to.
+static NOTHING_LEARNT: RequestContext = RequestContext {
+    connection: None,
+    control: None,
+    audit_id: None,
+    origin: None,
+    received: None,
+    info: None,
+    max_body: None,
+    deadline: None,
+    user: None,
+};
+
+impl RequestContext {
+    /// What the flow has learnt about the request with `extensions`
+    /// (nothing, for a request made outside it).
+    pub fn of(extensions: &http::Extensions) -> &RequestContext {
+        extensions
+            .get::<RequestContext>()
+            .unwrap_or(&NOTHING_LEARNT)
+    }
+
+    /// The same, for a step to add what it learns.
+    pub fn learn(extensions: &mut http::Extensions) -> &mut RequestContext {
+        extensions.get_or_insert_default::<RequestContext>()
+    }
+}
+
+/// The one long-running predicate (kube's `LongRunningFunc`, built by
+/// `BasicLongRunningRequestCheck` in
+/// `staging/src/k8s.io/apiserver/pkg/server/filters/longrunning.go`): the
+/// request info's verbs and subresources ([`RequestInfo::is_long_running`]),
+/// and any upgrade (HTTP/1.1 `Upgrade`, HTTP/2 extended CONNECT), which
+/// becomes a tunnel of unbounded length (kube serves upgrades only on those
+/// subresources). The timeout, max-in-flight
+/// and audit steps ask it, and so may any step that must not hold a slot or
+/// a deadline for the life of a stream.
+pub fn is_long_running<B>(request: &http::Request<B>) -> bool {
+    crate::request_info::is_upgrade(request)
+        || RequestContext::of(request.extensions())
+            .info
+            .as_ref()
+            .is_some_and(RequestInfo::is_long_running)
+}
 
 /// The connection a request arrived on.
 #[derive(Debug, Clone)]
@@ -186,13 +264,8 @@ pub(crate) struct ReceivedAt {
     pub wall: SystemTime,
 }
 
-/// The latest moment the request may finish at; handlers that wait on
-/// others (the upstream proxy) stop waiting then.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Deadline(pub Instant);
-
 /// Who is making the request (kube's user.Info). A request carries it
-/// shared, as an `Arc` in its extensions ([`UserInfo::set`]): the answer an
+/// shared, as an `Arc` in its context ([`UserInfo::set`]): the answer an
 /// authenticator's cache keeps, the request it identifies and every step
 /// that reads the user hold one copy of it, and the anonymous user is one
 /// copy for the whole process.
@@ -226,19 +299,19 @@ impl UserInfo {
     /// Makes `user` the one the request is made as (authentication, and
     /// impersonation after it).
     pub(crate) fn set(user: Arc<UserInfo>, extensions: &mut http::Extensions) {
-        extensions.insert(user);
+        RequestContext::learn(extensions).user = Some(user);
     }
 
     /// The user authentication set on a request; None before it has run
     /// (the chain's own answers run before it).
     pub(crate) fn authenticated(extensions: &http::Extensions) -> Option<&UserInfo> {
-        extensions.get::<Arc<UserInfo>>().map(|user| &**user)
+        RequestContext::of(extensions).user.as_deref()
     }
 
     /// The same, shared: for a step that keeps it past changes to the
     /// request.
     pub(crate) fn shared(extensions: &http::Extensions) -> Option<Arc<UserInfo>> {
-        extensions.get::<Arc<UserInfo>>().cloned()
+        RequestContext::of(extensions).user.clone()
     }
 
     /// The user authentication set on a request; kube's anonymous user
@@ -368,6 +441,30 @@ pub(crate) struct RouteAnswered {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_the_steps_learn_is_kept_in_one_extension() {
+        let mut extensions = http::Extensions::new();
+        let nothing = RequestContext::of(&extensions);
+        assert!(nothing.info.is_none() && nothing.user.is_none());
+        assert!(extensions.is_empty(), "reading adds nothing");
+
+        let deadline = Instant::now();
+        RequestContext::learn(&mut extensions).deadline = Some(deadline);
+        RequestContext::learn(&mut extensions).audit_id =
+            Some(AuditId::from(HeaderValue::from_static("id-1")));
+        UserInfo::set(UserInfo::anonymous(), &mut extensions);
+
+        assert_eq!(extensions.len(), 1);
+        let context = RequestContext::of(&extensions);
+        assert_eq!(context.deadline, Some(deadline));
+        assert_eq!(context.audit_id.as_ref().map(AuditId::as_str), Some("id-1"));
+        assert_eq!(UserInfo::of(&extensions).name, "system:anonymous");
+        assert!(Arc::ptr_eq(
+            &UserInfo::shared(&extensions).expect("a user"),
+            &UserInfo::anonymous()
+        ));
+    }
 
     fn origin_of(peer: &str, trusted: bool, sent: &[(&str, &str)]) -> ClientOrigin {
         let mut headers = HeaderMap::new();

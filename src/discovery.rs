@@ -32,7 +32,7 @@ use http::{HeaderMap, HeaderValue, Method};
 use serde_json::{Map, Value, json};
 
 use crate::body::{Body, Request, Response};
-use crate::context::ClientOrigin;
+use crate::context::RequestContext;
 use crate::handler::Handler;
 use crate::published::{FIRST_PUBLICATION_WAIT, Published};
 use crate::status::GatewayError;
@@ -231,9 +231,9 @@ impl Discovery {
 
     /// kube's `APIVersions`, naming the server as `request` reached it.
     fn legacy_versions(&self, request: &Request, versions: &[String]) -> bytes::Bytes {
-        let host = request
-            .extensions()
-            .get::<ClientOrigin>()
+        let host = RequestContext::of(request.extensions())
+            .origin
+            .as_ref()
             .and_then(|origin| origin.host.as_ref())
             .and_then(|host| host.to_str().ok())
             .unwrap_or(&self.listen_address);

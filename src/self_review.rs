@@ -25,10 +25,10 @@ use http::{HeaderValue, Method, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
-use crate::body::{Body, MaxRequestBody, Request, Response};
+use crate::body::{Body, Request, Response};
 use crate::chain::authorization::{Authorizers, Verdict};
 use crate::chain::stage::Watchers;
-use crate::context::UserInfo;
+use crate::context::{RequestContext, UserInfo};
 use crate::handler::Handler;
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
@@ -145,9 +145,8 @@ fn user_of(request: &Request) -> Result<&UserInfo, GatewayError> {
 
 /// The review object the client posted, checked to be of `kind`.
 async fn read_review(request: Request, kind: &str) -> Result<Value, GatewayError> {
-    let limit = request
-        .extensions()
-        .get::<MaxRequestBody>()
+    let limit = RequestContext::of(request.extensions())
+        .max_body
         .map_or(0, |limit| limit.0);
     let protobuf = request
         .headers()

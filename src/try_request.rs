@@ -5,6 +5,7 @@
 //! the user, the final answer, and the steps of the chain it went through.
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 
 use http::{HeaderName, HeaderValue, Method};
 use http_body_util::BodyExt;
@@ -13,7 +14,7 @@ use serde_json::Value;
 
 use crate::body::Body;
 use crate::chain::stage::{FilterTrace, TraceEntry};
-use crate::context::{ConnectionInfo, RequestReport, UserInfo};
+use crate::context::{ConnectionInfo, RequestContext, RequestReport, UserInfo};
 use crate::delegation::RoutedTo;
 use crate::request_info::RequestInfo;
 use crate::server::Gateway;
@@ -98,11 +99,14 @@ async fn run(gateway: &Gateway, trial: Trial) -> Result<Report, TrialError> {
     request.extensions_mut().insert(trace.clone());
     let report = RequestReport::default();
     request.extensions_mut().insert(report.clone());
-    request.extensions_mut().insert(ConnectionInfo::new(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        false,
-        None,
-    ));
+    request.extensions_mut().insert(RequestContext {
+        connection: Some(Arc::new(ConnectionInfo::new(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            false,
+            None,
+        ))),
+        ..RequestContext::default()
+    });
     let response = gateway.handler().call(request).await;
     let status = response.status().as_u16();
     let routed = response.extensions().get::<RoutedTo>().is_some();

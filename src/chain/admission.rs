@@ -21,9 +21,9 @@ use http_body_util::BodyExt;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::stage::{self, Failure, Watchers};
-use crate::body::{Body, MaxRequestBody, Request, Response};
+use crate::body::{Body, Request, Response};
 use crate::config::stages::{Mode, ReadField};
-use crate::context::{AuditId, UserInfo};
+use crate::context::{RequestContext, UserInfo};
 use crate::decision_cache::Lookup;
 use crate::handler::{Handler, SharedHandler};
 use crate::metrics::stages::{AdmissionTimer, AdmissionType};
@@ -124,7 +124,7 @@ enum Unfit {
 impl Handler for Admission {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
         Box::pin(async move {
-            let Some(info) = request.extensions().get::<RequestInfo>() else {
+            let Some(info) = &RequestContext::of(request.extensions()).info else {
                 return self.next.call(request).await;
             };
             let Some(operation) = operation(info) else {
@@ -156,7 +156,10 @@ impl Admission {
         let mut review = review(&parts, operation, text);
         let watchers = Watchers::of(&parts.extensions);
         let (no_info, nobody) = (RequestInfo::default(), UserInfo::default());
-        let info = parts.extensions.get::<RequestInfo>().unwrap_or(&no_info);
+        let info = RequestContext::of(&parts.extensions)
+            .info
+            .as_ref()
+            .unwrap_or(&no_info);
         let user = UserInfo::authenticated(&parts.extensions).unwrap_or(&nobody);
         // kube's step metric: each phase's time, and whether it rejected.
         let operation_name = operation_label(operation);
@@ -206,7 +209,7 @@ impl Admission {
         body: Body,
         operation: Operation,
     ) -> Result<(Option<String>, Draft, Object), GatewayError> {
-        let info = parts.extensions.get::<RequestInfo>();
+        let info = RequestContext::of(&parts.extensions).info.as_ref();
         if operation == Operation::Connect {
             let options = info
                 .map(|info| connect_options::connect_options(info, parts.uri.query()))
@@ -427,9 +430,8 @@ enum Object {
 }
 
 async fn read_body(parts: &http::request::Parts, body: Body) -> Result<Bytes, GatewayError> {
-    let limit = parts
-        .extensions
-        .get::<MaxRequestBody>()
+    let limit = RequestContext::of(&parts.extensions)
+        .max_body
         .map_or(0, |limit| limit.0);
     Ok(body
         .collect()
@@ -603,8 +605,9 @@ fn review(
     let dry_run = url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
         .any(|(key, value)| key == "dryRun" && value == "All");
     AdmissionRequest {
-        uid: extensions
-            .get::<AuditId>()
+        uid: RequestContext::of(extensions)
+            .audit_id
+            .as_ref()
             .map_or_else(String::new, |id| id.as_str().to_owned()),
         operation,
         request: None,

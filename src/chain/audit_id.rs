@@ -15,7 +15,7 @@ use futures_util::future::BoxFuture;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::body::{Request, Response};
-use crate::context::AuditId;
+use crate::context::{AuditId, RequestContext};
 use crate::handler::{Handler, SharedHandler};
 use crate::status::GatewayError;
 
@@ -44,9 +44,8 @@ impl Handler for AuditIdFilter {
         request
             .headers_mut()
             .insert(AUDIT_ID_HEADER, header.clone());
-        request
-            .extensions_mut()
-            .insert(AuditId::from(header.clone()));
+        RequestContext::learn(request.extensions_mut()).audit_id =
+            Some(AuditId::from(header.clone()));
         self.next
             .call(request)
             .map(|mut response| {

@@ -24,7 +24,7 @@ use super::stage::{self, Failure, Watchers};
 use crate::body::{Request, Response};
 use crate::config::identity::{X_REMOTE_EXTRA_PREFIX, X_REMOTE_GROUP, X_REMOTE_UID, X_REMOTE_USER};
 use crate::config::stages::{Reads, RequestHeaders};
-use crate::context::{ClientCredentials, RequestReport, UserInfo};
+use crate::context::{ClientCredentials, RequestContext, RequestReport, UserInfo};
 use crate::decision_cache::Lookup;
 use crate::handler::{Handler, SharedHandler};
 use crate::metrics::stages::AuthnOutcome;
@@ -231,7 +231,7 @@ impl Identified {
 /// What request info resolved of the request, which every filter's match
 /// reads.
 fn request_info(request: &http::request::Parts) -> Result<&RequestInfo, GatewayError> {
-    (request.extensions.get::<RequestInfo>())
+    (RequestContext::of(&request.extensions).info.as_ref())
         .ok_or_else(|| GatewayError::internal("request info missing"))
 }
 

@@ -14,7 +14,7 @@ use super::audit::AuditContext;
 use super::stage::{self, Failure, Watchers};
 use crate::body::{Request, Response};
 use crate::config::stages::{Mode, Reads};
-use crate::context::UserInfo;
+use crate::context::{RequestContext, UserInfo};
 use crate::decision_cache::Lookup;
 use crate::handler::{Handler, SharedHandler};
 use crate::metrics::stages::Decisions;
@@ -318,11 +318,8 @@ impl Authorization {
 
 /// The user authentication found, and what the request is.
 fn requester(request: &Request) -> Result<(&UserInfo, &RequestInfo), GatewayError> {
-    let extensions = request.extensions();
-    match (
-        UserInfo::authenticated(extensions),
-        extensions.get::<RequestInfo>(),
-    ) {
+    let context = RequestContext::of(request.extensions());
+    match (context.user.as_deref(), context.info.as_ref()) {
         (Some(user), Some(info)) => Ok((user, info)),
         _ => Err(GatewayError::internal(
             "the request reached authorization without a user",

@@ -10,6 +10,7 @@ use http::header::CONTENT_LENGTH;
 use http_body_util::Limited;
 
 use crate::body::{Body, MaxRequestBody, Request, Response};
+use crate::context::RequestContext;
 use crate::handler::{Handler, SharedHandler};
 use crate::status::GatewayError;
 
@@ -40,9 +41,8 @@ impl Handler for BodyLimit {
         } else {
             request.map(|body| Body::wrap(Limited::new(body, limit)))
         };
-        request
-            .extensions_mut()
-            .insert(MaxRequestBody(self.max_request_body));
+        RequestContext::learn(request.extensions_mut()).max_body =
+            Some(MaxRequestBody(self.max_request_body));
         self.next.call(request)
     }
 }
@@ -78,7 +78,9 @@ mod tests {
         fn call(&self, request: Request) -> BoxFuture<'_, Response> {
             self.0.fetch_add(1, Ordering::SeqCst);
             Box::pin(async move {
-                let limit = request.extensions().get::<MaxRequestBody>().map(|l| l.0);
+                let limit = RequestContext::of(request.extensions())
+                    .max_body
+                    .map(|l| l.0);
                 let (status, text) = match request.into_body().collect().await {
                     Ok(body) => (StatusCode::OK, body.to_bytes().len().to_string()),
                     Err(error) if is_body_limit_error(&*error) => {

@@ -18,9 +18,8 @@ use http::HeaderMap;
 
 use crate::body::{Request, Response};
 use crate::config::AccessLog;
-use crate::context::{AuditId, ReceivedAt, RequestReport};
+use crate::context::{AuditId, RequestContext, RequestReport};
 use crate::handler::{Handler, SharedHandler};
-use crate::request_info::RequestInfo;
 
 pub(crate) struct HttpLog {
     pub access_log: AccessLog,
@@ -54,19 +53,20 @@ impl Handler for HttpLog {
         if !self.selects() {
             return self.next.call(request);
         }
-        let extensions = request.extensions();
+        let context = RequestContext::of(request.extensions());
         let bytes_in = Arc::new(AtomicU64::new(0));
         let seen = Seen {
-            started: extensions
-                .get::<ReceivedAt>()
+            started: context
+                .received
                 .map_or_else(Instant::now, |received| received.instant),
             method: request.method().clone(),
             uri: request.uri().clone(),
-            verb: extensions
-                .get::<RequestInfo>()
+            verb: context
+                .info
+                .as_ref()
                 .map(|info| info.verb.to_string())
                 .unwrap_or_default(),
-            audit_id: extensions.get::<AuditId>().cloned(),
+            audit_id: context.audit_id.clone(),
             trace_id: trace_id(&request).unwrap_or_default(),
             bytes_in: bytes_in.clone(),
         };

@@ -15,6 +15,7 @@ use http::{HeaderValue, StatusCode};
 use tokio::sync::Semaphore;
 
 use crate::body::{Body, Request, Response};
+use crate::context::RequestContext;
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 
@@ -38,11 +39,13 @@ impl MaxInFlight {
 
 impl Handler for MaxInFlight {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-        if crate::request_info::is_long_running(&request) {
+        if crate::context::is_long_running(&request) {
             return self.next.call(request);
         }
-        let info = request.extensions().get::<RequestInfo>();
-        let read_only = info.is_some_and(RequestInfo::is_read_only);
+        let read_only = RequestContext::of(request.extensions())
+            .info
+            .as_ref()
+            .is_some_and(RequestInfo::is_read_only);
         let semaphore = if read_only {
             &self.read_only
         } else {
@@ -101,7 +104,7 @@ mod tests {
     /// A request that request info resolved to `verb`.
     fn request(verb: &str) -> Request {
         let mut request = http::Request::new(Body::empty());
-        request.extensions_mut().insert(RequestInfo {
+        RequestContext::learn(request.extensions_mut()).info = Some(RequestInfo {
             is_resource_request: true,
             verb: verb.into(),
             resource: "widgets".into(),
@@ -165,7 +168,7 @@ mod tests {
             futures_util::future::join_all((0..3).map(|_| limiter.call(request("watch")))).await;
         assert!(watches.iter().all(|w| w.status() == StatusCode::OK));
         let mut exec = request("create");
-        if let Some(info) = exec.extensions_mut().get_mut::<RequestInfo>() {
+        if let Some(info) = &mut RequestContext::learn(exec.extensions_mut()).info {
             info.resource = "pods".into();
             info.subresource = "exec".into();
         }

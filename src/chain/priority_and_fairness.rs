@@ -5,7 +5,7 @@
 //! seats there ([`crate::flow_control`]), and holds them until its response
 //! body has been sent. A watch holds its seat only until its response head
 //! is ready (its set-up); other long-running requests
-//! ([`crate::request_info::is_long_running`], upgrades included) are not
+//! ([`crate::context::is_long_running`], upgrades included) are not
 //! tracked, as in kube. Every answer, the 429 included, names the flow schema and priority
 //! level that judged it by UID.
 
@@ -16,7 +16,7 @@ use futures_util::future::BoxFuture;
 use http::HeaderName;
 
 use crate::body::{Request, Response};
-use crate::context::{Deadline, ReceivedAt, UserInfo};
+use crate::context::{RequestContext, UserInfo};
 use crate::flow_control::{Controller, RequestDetail, queue_deadline, width};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
@@ -36,10 +36,10 @@ impl Handler for PriorityAndFairness {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
         // kube's filter serves long-running requests other than watches
         // without a seat; an upgrade is long-running too.
-        let long_running = crate::request_info::is_long_running(&request);
-        let tracked = request
-            .extensions()
-            .get::<RequestInfo>()
+        let long_running = crate::context::is_long_running(&request);
+        let tracked = RequestContext::of(request.extensions())
+            .info
+            .as_ref()
             .map(|info| info.verb == "watch" || !long_running);
         match tracked {
             Some(true) => Box::pin(self.admit_then_serve(request)),
@@ -56,17 +56,15 @@ impl PriorityAndFairness {
     async fn admit_then_serve(&self, request: Request) -> Response {
         let admitted = {
             let extensions = request.extensions();
-            let info = extensions.get::<RequestInfo>();
+            let context = RequestContext::of(extensions);
             let user = UserInfo::of(extensions);
             let default_info = RequestInfo::default();
-            let info = info.unwrap_or(&default_info);
+            let info = context.info.as_ref().unwrap_or(&default_info);
             let flow = self.controller.classify(info, user);
             let uids = self.controller.uids(&flow);
             let seats = width::seats(info, request.uri().query());
-            let received = extensions
-                .get::<ReceivedAt>()
-                .map_or_else(Instant::now, |r| r.instant);
-            let until = queue_deadline(received, extensions.get::<Deadline>().map(|d| d.0));
+            let received = context.received.map_or_else(Instant::now, |r| r.instant);
+            let until = queue_deadline(received, context.deadline);
             let detail = || RequestDetail::new(&flow, info, user);
             let admitted = self.controller.admit(&flow, seats, until, detail).await;
             (admitted, uids, info.verb == "watch")

@@ -13,7 +13,7 @@ use http::{HeaderMap, HeaderValue, Version};
 
 use crate::body::{Request, Response};
 use crate::config::TrustedProxies;
-use crate::context::{ClientOrigin, ConnectionInfo};
+use crate::context::{ClientOrigin, RequestContext};
 use crate::handler::{Handler, SharedHandler};
 use crate::status::GatewayError;
 
@@ -27,7 +27,7 @@ impl Handler for RequestHeaders {
         match self.origin(&request) {
             Ok(origin) => {
                 drop_overridden_length(request.headers_mut());
-                request.extensions_mut().insert(origin);
+                RequestContext::learn(request.extensions_mut()).origin = Some(origin);
                 self.next.call(request)
             }
             Err(error) => Box::pin(std::future::ready(error.into_response())),
@@ -39,9 +39,9 @@ impl RequestHeaders {
     fn origin(&self, request: &Request) -> Result<ClientOrigin, GatewayError> {
         check_transfer_codings(request.headers())?;
         let host = requested_host(request)?;
-        let connection = request
-            .extensions()
-            .get::<ConnectionInfo>()
+        let connection = RequestContext::of(request.extensions())
+            .connection
+            .as_ref()
             .ok_or_else(|| GatewayError::internal("the request came without its connection"))?;
         let trusted = self.trusted_proxies.contains(connection.remote_addr.ip());
         Ok(ClientOrigin::new(

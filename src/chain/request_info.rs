@@ -7,7 +7,7 @@ use std::time::{Instant, SystemTime};
 use futures_util::future::BoxFuture;
 
 use crate::body::{Request, Response};
-use crate::context::ReceivedAt;
+use crate::context::{ReceivedAt, RequestContext};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 
@@ -28,8 +28,9 @@ impl Handler for RequestInfoFilter {
             request.method()
         };
         let info = RequestInfo::resolve(method, request.uri().path(), request.uri().query());
-        request.extensions_mut().insert(received);
-        request.extensions_mut().insert(info);
+        let context = RequestContext::learn(request.extensions_mut());
+        context.received = Some(received);
+        context.info = Some(info);
         self.next.call(request)
     }
 }

@@ -15,10 +15,9 @@ use futures_util::future::BoxFuture;
 
 use super::timeout::ResponseDeadlinePassed;
 use crate::body::{Request, Response, Tunnel, caused_by, keep_until_done};
-use crate::context::{ReceivedAt, Terminated};
+use crate::context::{RequestContext, Terminated};
 use crate::handler::{Handler, SharedHandler};
 use crate::metrics::request::{Finished, InFlight, Labeled};
-use crate::request_info::RequestInfo;
 
 pub(crate) struct RequestMetrics {
     pub next: SharedHandler,
@@ -26,16 +25,16 @@ pub(crate) struct RequestMetrics {
 
 impl Handler for RequestMetrics {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-        let Some(info) = request.extensions().get::<RequestInfo>() else {
+        let context = RequestContext::of(request.extensions());
+        let Some(info) = &context.info else {
             return self.next.call(request);
         };
         let metrics = &crate::metrics::metrics().requests;
         let labeled = metrics.request_labels(info, &request);
-        let long_running = crate::request_info::is_long_running(&request);
+        let long_running = crate::context::is_long_running(&request);
         let in_flight = metrics.start(info, long_running, &labeled);
-        let started = request
-            .extensions()
-            .get::<ReceivedAt>()
+        let started = context
+            .received
             .map_or_else(Instant::now, |received| received.instant);
         self.next
             .call(request)

@@ -10,7 +10,7 @@
 //! dropped, and with it the max-in-flight slot and the upstream connection
 //! it holds, whether or not the client is reading.
 //!
-//! Long-running requests (`crate::request_info::is_long_running`: watch,
+//! Long-running requests (`crate::context::is_long_running`: watch,
 //! proxy, exec, ..., and upgrades) are exempt. A watch instead lasts the
 //! `timeoutSeconds` its client asked for or, without one, a random time in
 //! [`min_request_timeout`, 2 × `min_request_timeout`), as kube's watch handler
@@ -34,9 +34,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::body::{Body, BodyError, Request, Response};
-use crate::context::{ConnectionControl, Deadline, ReceivedAt, Terminated};
+use crate::context::{ConnectionControl, RequestContext, Terminated};
 use crate::handler::{Handler, SharedHandler};
-use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
 
 /// What the client is told, and what audit records, when the deadline
@@ -51,7 +50,7 @@ pub(crate) struct Timeout {
 
 impl Handler for Timeout {
     fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
-        if crate::request_info::is_long_running(&request) {
+        if crate::context::is_long_running(&request) {
             return Box::pin(self.long_running(request));
         }
         let timeout = match requested_timeout(request.uri().query()) {
@@ -65,13 +64,13 @@ impl Handler for Timeout {
         };
         // As kube's `withRequestDeadline`: the timeout counts from the
         // request's arrival, from now only for a request that has none.
-        let started = request
-            .extensions()
-            .get::<ReceivedAt>()
+        let context = RequestContext::learn(request.extensions_mut());
+        let started = context
+            .received
             .map_or_else(Instant::now, |received| received.instant);
         let deadline = started + timeout;
-        request.extensions_mut().insert(Deadline(deadline));
-        let connection = request.extensions().get::<ConnectionControl>().cloned();
+        context.deadline = Some(deadline);
+        let connection = context.control.clone();
         // The next steps are called now, the request handed on, so that the
         // box holds only their future and the deadline.
         tokio::time::timeout_at(deadline.into(), self.next.call(request))
@@ -97,9 +96,9 @@ impl Timeout {
         let watch_ends = self
             .watch_timeout(&request)
             .map(|timeout| Instant::now() + timeout);
-        let closing = request
-            .extensions()
-            .get::<ConnectionControl>()
+        let closing = RequestContext::of(request.extensions())
+            .control
+            .as_ref()
             .map(|control| control.closing().clone());
         let response = self.next.call(request).await;
         if watch_ends.is_none() && closing.is_none() {
@@ -112,7 +111,7 @@ impl Timeout {
     /// client's `timeoutSeconds`, or a random time in [min, 2 × min) when it
     /// sent none or 0. None for every other long-running request.
     fn watch_timeout(&self, request: &Request) -> Option<Duration> {
-        let info = request.extensions().get::<RequestInfo>()?;
+        let info = RequestContext::of(request.extensions()).info.as_ref()?;
         if info.verb != "watch" {
             return None;
         }
@@ -410,6 +409,8 @@ mod tests {
     use http_body_util::{BodyExt, StreamBody};
 
     use super::*;
+    use crate::context::ReceivedAt;
+    use crate::request_info::RequestInfo;
 
     /// The next step: waits `delay`, then answers 200; its body never ends
     /// when `endless`. It reports the deadline it was given in `x-deadline-ms`.
@@ -420,7 +421,7 @@ mod tests {
 
     impl Handler for Slow {
         fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-            let deadline = request.extensions().get::<Deadline>().map(|d| d.0);
+            let deadline = RequestContext::of(request.extensions()).deadline;
             Box::pin(async move {
                 tokio::time::sleep(self.delay).await;
                 let body = if self.endless {
@@ -458,7 +459,7 @@ mod tests {
             .uri(target)
             .body(Body::empty())
             .expect("a request");
-        request.extensions_mut().insert(RequestInfo {
+        RequestContext::learn(request.extensions_mut()).info = Some(RequestInfo {
             is_resource_request: true,
             verb: verb.into(),
             resource: "widgets".into(),
@@ -527,7 +528,7 @@ mod tests {
         let filter = timeout(LONG, Duration::ZERO, false);
         let mut arrived_earlier = request("/apis/g/v1/widgets", "list");
         let waited = Duration::from_secs(10);
-        arrived_earlier.extensions_mut().insert(ReceivedAt {
+        RequestContext::learn(arrived_earlier.extensions_mut()).received = Some(ReceivedAt {
             instant: Instant::now()
                 .checked_sub(waited)
                 .expect("the clock has run 10 s"),

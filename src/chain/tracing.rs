@@ -15,9 +15,8 @@ use opentelemetry::KeyValue;
 use opentelemetry::trace::{Span as _, SpanKind, Status};
 
 use crate::body::{Request, Response};
-use crate::context::{AuditId, ReceivedAt};
+use crate::context::RequestContext;
 use crate::handler::{Handler, SharedHandler};
-use crate::request_info::RequestInfo;
 use crate::traces::{Span, TraceContext, Tracer};
 
 /// kube's `WithTracing`: the request's server span, in which every later
@@ -29,11 +28,10 @@ pub(crate) struct Tracing {
 
 impl Handler for Tracing {
     fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
-        let extensions = request.extensions();
         // kube starts the span at the request-received timestamp, the
         // time its latency metrics measure from.
-        let start = extensions
-            .get::<ReceivedAt>()
+        let start = RequestContext::of(request.extensions())
+            .received
             .map_or_else(SystemTime::now, |received| received.wall);
         let (context, span) = self.tracer.request_span(request.headers(), start);
         request.extensions_mut().insert(context);
@@ -65,9 +63,9 @@ impl Handler for Tracing {
 /// name: it has no bound).
 fn span_name(request: &Request) -> String {
     let method = request.method().as_str();
-    let Some(info) = request
-        .extensions()
-        .get::<RequestInfo>()
+    let Some(info) = RequestContext::of(request.extensions())
+        .info
+        .as_ref()
         .filter(|info| info.is_resource_request)
     else {
         return method.to_owned();
@@ -118,7 +116,7 @@ fn request_attributes(request: &Request) -> Vec<KeyValue> {
     if let Some(agent) = text(http::header::USER_AGENT) {
         attributes.push(KeyValue::new("user_agent.original", agent));
     }
-    if let Some(id) = request.extensions().get::<AuditId>() {
+    if let Some(id) = &RequestContext::of(request.extensions()).audit_id {
         attributes.push(KeyValue::new("audit-id", id.as_str().to_owned()));
     }
     attributes

@@ -275,7 +275,7 @@ impl RequestMetrics {
     }
 
     /// Starts counting a request in flight, or as long-running when
-    /// `long_running` ([`crate::request_info::is_long_running`]: watches,
+    /// `long_running` ([`crate::context::is_long_running`]: watches,
     /// upgrades, ...); the guard stops when dropped.
     pub(crate) fn start(
         &'static self,

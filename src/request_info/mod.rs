@@ -5,9 +5,10 @@
 //!
 //! The request-info filter of the handler chain resolves a [`RequestInfo`] exactly
 //! once per request, natively, before any other filter (Wasm or native) runs. It is
-//! stored in the request's extensions, and every later stage (authentication,
-//! authorization, admission, max-in-flight, timeouts, audit, the proxy itself) reads
-//! it from there instead of re-parsing the URL. Filters therefore all agree on what
+//! kept in the request's context (`crate::context::RequestContext`), and every
+//! later stage (authentication, authorization, admission, max-in-flight,
+//! timeouts, audit, the proxy itself) reads it from there instead of re-parsing
+//! the URL. Filters therefore all agree on what
 //! a request *is*, and none of them can change that view for the others.
 //!
 //! # Provenance
@@ -147,23 +148,6 @@ impl RequestInfo {
     pub(crate) fn is_read_only(&self) -> bool {
         READ_ONLY_VERBS.contains(&self.verb.as_str())
     }
-}
-
-/// The one long-running predicate (kube's `LongRunningFunc`, built by
-/// `BasicLongRunningRequestCheck` in
-/// `staging/src/k8s.io/apiserver/pkg/server/filters/longrunning.go`): the
-/// request info's verbs and subresources ([`RequestInfo::is_long_running`]),
-/// and any upgrade (HTTP/1.1 `Upgrade`, HTTP/2 extended CONNECT), which
-/// becomes a tunnel of unbounded length (kube serves upgrades only on those
-/// subresources). The timeout, max-in-flight
-/// and audit steps ask it, and so may any step that must not hold a slot or
-/// a deadline for the life of a stream.
-pub fn is_long_running<B>(request: &http::Request<B>) -> bool {
-    is_upgrade(request)
-        || request
-            .extensions()
-            .get::<RequestInfo>()
-            .is_some_and(RequestInfo::is_long_running)
 }
 
 /// True for a request asking to switch protocols: HTTP/1.1's `Connection:

@@ -33,7 +33,7 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 use super::header_deadline::{HeaderClock, HeaderDeadlineIo};
 use super::snapshot::{HYPER_MIN_HEADER_BUFFER, Live};
 use crate::body::Body;
-use crate::context::{ConnectionControl, ConnectionInfo};
+use crate::context::{ConnectionControl, ConnectionInfo, RequestContext};
 use crate::health::Flag;
 
 /// What the listener needs to serve.
@@ -227,7 +227,7 @@ impl Connection {
         };
         let requests = Arc::new(Requests {
             live: self.live.clone(),
-            info,
+            info: Arc::new(info),
             activity: Arc::new(Activity::new()),
             clock: Arc::new(HeaderClock::new(self.read_header_timeout)),
             http1_control: control(Some(cut.clone())),
@@ -302,7 +302,7 @@ enum Signal {
 /// What a connection's requests share with it.
 struct Requests {
     live: Live,
-    info: ConnectionInfo,
+    info: Arc<ConnectionInfo>,
     activity: Arc<Activity>,
     clock: Arc<HeaderClock>,
     /// Cancelled by a request to close the connection now (HTTP/1.x: the
@@ -346,13 +346,16 @@ impl Requests {
             headers_too_large(version)
         } else {
             let mut request = request.map(Body::wrap);
-            request.extensions_mut().insert(self.info.clone());
             let control = if http1 {
                 &self.http1_control
             } else {
                 &self.http2_control
             };
-            request.extensions_mut().insert(control.clone());
+            request.extensions_mut().insert(RequestContext {
+                connection: Some(self.info.clone()),
+                control: Some(control.clone()),
+                ..RequestContext::default()
+            });
             snapshot.handler.call(request).await
         };
         if response.status() == http::StatusCode::SWITCHING_PROTOCOLS {

@@ -18,7 +18,7 @@
 use http::header::{self, HeaderName};
 use http::{Extensions, HeaderMap, HeaderValue};
 
-use crate::context::{ClientOrigin, ConnectionInfo};
+use crate::context::RequestContext;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -32,7 +32,8 @@ pub(super) fn prepare_request_headers(headers: &mut HeaderMap, extensions: &Exte
     remove_matching(headers, |name| {
         is_hop_by_hop(name) || is_client_identity(name)
     });
-    let origin = extensions.get::<ClientOrigin>();
+    let context = RequestContext::of(extensions);
+    let origin = context.origin.as_ref();
     match origin {
         Some(origin) => {
             headers.insert(X_FORWARDED_FOR, origin.forwarded_for.clone());
@@ -52,7 +53,7 @@ pub(super) fn prepare_request_headers(headers: &mut HeaderMap, extensions: &Exte
         Some(host) => headers.insert(X_FORWARDED_HOST, host),
         None => headers.remove(X_FORWARDED_HOST),
     };
-    match extensions.get::<ConnectionInfo>() {
+    match &context.connection {
         Some(connection) => {
             let proto = if connection.tls { "https" } else { "http" };
             headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto))
@@ -123,6 +124,7 @@ mod tests {
     use std::net::SocketAddr;
 
     use super::*;
+    use crate::context::{ClientOrigin, ConnectionInfo};
 
     fn prepared(peer_trusted: bool, sent: &[(&str, &str)]) -> HeaderMap {
         let mut headers = HeaderMap::new();
@@ -141,8 +143,11 @@ mod tests {
             peer_trusted,
         );
         let mut extensions = Extensions::new();
-        extensions.insert(connection);
-        extensions.insert(origin);
+        extensions.insert(RequestContext {
+            connection: Some(connection.into()),
+            origin: Some(origin),
+            ..RequestContext::default()
+        });
         prepare_request_headers(&mut headers, &extensions);
         headers
     }

@@ -39,6 +39,7 @@ use self::upgrade::TunnelTarget;
 use crate::body::{Body, BodyError, MaxRequestBody, Request, Response, is_body_limit_error};
 use crate::config::Upstream;
 use crate::config::identity::{ClientCert, ClientCertFiles, load_client_cert};
+use crate::context::RequestContext;
 use crate::handler::Handler;
 use crate::metrics::gateway::{PoolMetrics, RouteLabels, UpstreamFailure, UpstreamMetrics};
 use crate::status::GatewayError;
@@ -274,7 +275,7 @@ impl UpstreamProxy {
     /// of the request, and the whole would be copied into the box; this way
     /// the box holds the request once, inside the exchange.
     fn forward(&self, mut request: Request) -> Result<BoxFuture<'_, Response>, GatewayError> {
-        let body_limit = request.extensions().get::<MaxRequestBody>().copied();
+        let body_limit = RequestContext::of(request.extensions()).max_body;
         let asked = crate::request_info::is_upgrade(&request)
             .then(|| upgrade::Asked::take(&mut request))
             .flatten();

@@ -112,9 +112,9 @@ impl Asked {
         } else {
             (request.headers().get(header::UPGRADE)?.clone(), None)
         };
-        let closing = request
-            .extensions()
-            .get::<crate::context::ConnectionControl>()
+        let closing = crate::context::RequestContext::of(request.extensions())
+            .control
+            .as_ref()
             .map(|control| control.closing().clone())
             .unwrap_or_default();
         Some(Asked {

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use rustls::pki_types::CertificateDer;
 
 use crate::config::stages::{ReadField, Reads, RequestHeaders};
-use crate::context::ConnectionInfo;
+use crate::context::RequestContext;
 use crate::decision_cache::{Key, KeyBuilder};
 use crate::{context, request_info};
 
@@ -36,9 +36,9 @@ pub fn authentication(request: &http::request::Parts, selected: &RequestHeaders)
         key.bytes(name.as_str().as_bytes());
         key.bytes(value.as_bytes());
     }
-    let chain = request
-        .extensions
-        .get::<ConnectionInfo>()
+    let chain = RequestContext::of(&request.extensions)
+        .connection
+        .as_ref()
         .and_then(|connection| connection.client_chain.as_deref());
     match chain {
         Some(chain) => key.bytes(&fingerprint(chain)),
@@ -108,6 +108,7 @@ pub fn authorization(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::context::ConnectionInfo;
     use crate::decision_cache::key::MAX_KEY_MATERIAL;
 
     fn request(token: &str, path: &str, remote: &str) -> http::request::Parts {
@@ -117,9 +118,8 @@ mod tests {
             .body(())
             .expect("a valid request");
         let remote = remote.parse().expect("an address");
-        request
-            .extensions_mut()
-            .insert(ConnectionInfo::new(remote, false, None));
+        RequestContext::learn(request.extensions_mut()).connection =
+            Some(ConnectionInfo::new(remote, false, None).into());
         request.into_parts().0
     }
 

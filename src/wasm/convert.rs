@@ -10,7 +10,7 @@ use super::bindings::auditor::exports::wasmgate::filter::auditor;
 use super::bindings::types;
 use crate::audit_event::{AuditEvent, micro_time};
 use crate::config::stages::{AuditLevel, AuditStage, ReadField, Reads, RequestHeaders};
-use crate::context::{ConnectionInfo, UserInfo};
+use crate::context::{ConnectionInfo, RequestContext, UserInfo};
 use crate::request_info::RequestInfo;
 
 /// `value`, for a filter that reads `field`.
@@ -25,7 +25,7 @@ pub fn request_view(
     selected: &RequestHeaders,
     reads: Reads,
 ) -> types::RequestView {
-    let connection = parts.extensions.get::<ConnectionInfo>();
+    let connection = RequestContext::of(&parts.extensions).connection.as_deref();
     types::RequestView {
         method: read(reads, ReadField::Method, parts.method.as_str()),
         path: read(reads, ReadField::Path, parts.uri.path()),

@@ -17,8 +17,8 @@ use futures_util::future::BoxFuture;
 use http_body_util::{BodyExt, Empty};
 use serde_json::{Value, json};
 use wasmgate::body::{Request, Response};
+use wasmgate::context::RequestContext;
 use wasmgate::handler::{Handler, SharedHandler};
-use wasmgate::request_info::RequestInfo;
 
 use crate::support::*;
 
@@ -558,9 +558,9 @@ struct Recorder {
 
 impl Handler for Recorder {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-        let info_path = request
-            .extensions()
-            .get::<RequestInfo>()
+        let info_path = RequestContext::of(request.extensions())
+            .info
+            .as_ref()
             .map(|info| info.path.to_string())
             .unwrap_or_default();
         let target = request
@@ -700,13 +700,12 @@ async fn judged_is_forwarded(target: &str) -> Result<(), proptest::test_runner::
         .headers_mut()
         .insert("host", http::HeaderValue::from_static("gw"));
     // What the listener gives every request: its connection.
-    request
-        .extensions_mut()
-        .insert(wasmgate::context::ConnectionInfo::new(
+    RequestContext::learn(request.extensions_mut()).connection =
+        Some(std::sync::Arc::new(wasmgate::context::ConnectionInfo::new(
             std::net::SocketAddr::from(([127, 0, 0, 1], 40000)),
             false,
             None,
-        ));
+        )));
     let response = fixture.handler.call(request).await;
     let status = response.status().as_u16();
     let from_upstream = response.headers().contains_key("x-upstream");

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use wasmgate::body::{Body, Request, Response};
-use wasmgate::context::ConnectionInfo;
+use wasmgate::context::RequestContext;
 use wasmgate::handler::{Handler, SharedHandler};
 
 use crate::support::*;
@@ -42,7 +42,7 @@ impl Handler for WhoAmI {
         if request.uri().path() != "/whoami" {
             return self.next.call(request);
         }
-        let info = request.extensions().get::<ConnectionInfo>().cloned();
+        let info = RequestContext::of(request.extensions()).connection.clone();
         Box::pin(async move {
             let text = match info {
                 None => "no connection info".to_owned(),

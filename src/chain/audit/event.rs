@@ -13,8 +13,7 @@ use http_body_util::BodyExt;
 use crate::audit_event::{Annotations, AuditEvent, ObjectReference, ResponseStatus};
 use crate::body::{Body, Request, Response};
 use crate::config::stages::{AuditLevel, AuditStage};
-use crate::context::{AuditId, ClientOrigin, ReceivedAt, UserInfo};
-use crate::request_info::RequestInfo;
+use crate::context::{RequestContext, UserInfo};
 
 /// Filled in by the stages inside audit (authorization's decision, the
 /// impersonated user) and read when the later events are made.
@@ -52,24 +51,23 @@ impl AuditContext {
 /// The event of `request` at `level`, at stage RequestReceived, made from
 /// the request's own values (shared, not copied).
 pub(super) fn base_event(request: &Request, level: AuditLevel) -> AuditEvent {
-    let extensions = request.extensions();
-    let info = extensions.get::<RequestInfo>();
-    let received = extensions
-        .get::<ReceivedAt>()
-        .map_or_else(SystemTime::now, |r| r.wall);
+    let context = RequestContext::of(request.extensions());
+    let info = context.info.as_ref();
+    let received = context.received.map_or_else(SystemTime::now, |r| r.wall);
     AuditEvent {
-        audit_id: extensions.get::<AuditId>().cloned(),
+        audit_id: context.audit_id.clone(),
         stage: AuditStage::RequestReceived,
         level,
         verb: info.map(|info| info.verb.clone()).unwrap_or_default(),
         request_uri: request.uri().path_and_query().cloned(),
-        user: UserInfo::shared(extensions),
+        user: context.user.clone(),
         impersonated_user: None,
         // As the request's origin believes them (only a trusted proxy's
         // `X-Forwarded-For` and `X-Real-IP` count): the same belief the
         // upstream's `X-Forwarded-For` is made from.
-        source_ips: extensions
-            .get::<ClientOrigin>()
+        source_ips: context
+            .origin
+            .as_ref()
             .map(|origin| origin.source_ips().clone()),
         user_agent: request.headers().get(http::header::USER_AGENT).cloned(),
         object_ref: info

@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use crate::body::Request;
 use crate::config::stages::{AuditRule, AuditStage};
-use crate::context::ConnectionInfo;
-use crate::request_info::RequestInfo;
+use crate::context::RequestContext;
 
 use super::backend::AuditBackend;
 use super::event::{AuditContext, base_event, stamped, status_record};
@@ -27,7 +26,7 @@ pub(crate) struct FailedAuthenticationAudit {
 impl FailedAuthenticationAudit {
     /// Audits `request`, refused with `status`.
     pub(crate) async fn record(&self, request: Request, status: http::StatusCode) {
-        let Some(info) = request.extensions().get::<RequestInfo>() else {
+        let Some(info) = &RequestContext::of(request.extensions()).info else {
             return;
         };
         let Some((level, omitted)) = policy_level(&self.policy, None, info) else {
@@ -65,9 +64,9 @@ fn attempted_credentials(request: &Request) -> String {
         url::form_urlencoded::parse(query.as_bytes())
             .any(|(key, value)| key == "access_token" && !value.trim().is_empty())
     });
-    let x509 = request
-        .extensions()
-        .get::<ConnectionInfo>()
+    let x509 = RequestContext::of(request.extensions())
+        .connection
+        .as_ref()
         .is_some_and(|connection| connection.client_chain.is_some());
     let methods: Vec<&str> = [
         (scheme.as_deref() == Some("basic"), "basic"),

@@ -43,9 +43,8 @@ use futures_util::future::{BoxFuture, OptionFuture};
 use crate::audit_event::{AuditEvent, ResponseStatus};
 use crate::body::{Request, Response};
 use crate::config::stages::{AuditLevel, AuditRule, AuditStage};
-use crate::context::{ConnectionControl, Deadline, UserInfo};
+use crate::context::{ConnectionControl, RequestContext};
 use crate::handler::{Handler, SharedHandler};
-use crate::request_info::RequestInfo;
 
 use event::{
     base_event, buffer_request_object, buffer_response_object, stamp, stamped, status_record,
@@ -62,10 +61,11 @@ impl Handler for Audit {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
         Box::pin(async move {
             let level = {
-                let extensions = request.extensions();
-                extensions.get::<RequestInfo>().and_then(|info| {
-                    policy_level(&self.policy, UserInfo::authenticated(extensions), info)
-                })
+                let context = RequestContext::of(request.extensions());
+                context
+                    .info
+                    .as_ref()
+                    .and_then(|info| policy_level(&self.policy, context.user.as_deref(), info))
             };
             let Some((level, omitted)) = level else {
                 return self.next.call(request).await;
@@ -80,7 +80,7 @@ impl Handler for Audit {
             };
             let context = AuditContext::default();
             request.extensions_mut().insert(context.clone());
-            let long_running = crate::request_info::is_long_running(&request);
+            let long_running = crate::context::is_long_running(&request);
             let emits = |stage: AuditStage| !omitted.contains(&stage);
 
             // From here on the request is completed in the log whatever
@@ -214,10 +214,10 @@ struct Interruption {
 
 impl Interruption {
     fn of(request: &Request) -> Self {
-        let extensions = request.extensions();
+        let context = RequestContext::of(request.extensions());
         Interruption {
-            deadline: extensions.get::<Deadline>().map(|deadline| deadline.0),
-            connection: extensions.get::<ConnectionControl>().cloned(),
+            deadline: context.deadline,
+            connection: context.control.clone(),
         }
     }
 
