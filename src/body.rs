@@ -221,9 +221,9 @@ pub(crate) fn caused_by<E: std::error::Error + 'static>(
     std::iter::successors(Some(error), |error| error.source()).any(|error| error.is::<E>())
 }
 
-/// The request body limit in force (`limits.max_request_body`), left on the
-/// request by the chain's body-limit step for the handler that reads the
-/// body, so its 413 names it.
+/// The request body limit in force (`limits.max_request_body`), kept in the
+/// request's context by the chain's body-limit step for the handler that
+/// reads the body, so its 413 names it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MaxRequestBody(pub u64);
 

@@ -5,7 +5,7 @@
 //!
 //! The request-info filter of the handler chain resolves a [`RequestInfo`] exactly
 //! once per request, natively, before any other filter (Wasm or native) runs. It is
-//! kept in the request's context (`crate::context::RequestContext`), and every
+//! kept in the request's context (`RequestContext`, in `context.rs`), and every
 //! later stage (authentication, authorization, admission, max-in-flight,
 //! timeouts, audit, the proxy itself) reads it from there instead of re-parsing
 //! the URL. Filters therefore all agree on what
