@@ -20,8 +20,8 @@ use crate::request_info::RequestInfo;
 /// listener starts it with the connection's values, the chain's first steps
 /// fill in theirs as they run ([`RequestContext::learn`]), and the steps and
 /// handlers after them read it ([`RequestContext::of`]). One value for all
-/// of them: as an extension each, every request paid a box for each and
-/// three growths of the extensions' table.
+/// of them: as an extension each, every request paid a box for each, and
+/// the extensions' table was allocated and then grown twice to hold them.
 #[derive(Debug, Clone, Default)]
 pub struct RequestContext {
     /// The connection the request came on (the listener).
