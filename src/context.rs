@@ -44,6 +44,8 @@ pub struct RequestContext {
     pub(crate) deadline: Option<Instant>,
     /// Who makes the request (authentication, then impersonation), shared.
     pub(crate) user: Option<Arc<UserInfo>>,
+    /// The `Authorization` values authentication took off the request.
+    pub(crate) credentials: Option<ClientCredentials>,
 }
 
 /// The context of a request no step has added to.
@@ -57,6 +59,7 @@ static NOTHING_LEARNT: RequestContext = RequestContext {
     max_body: None,
     deadline: None,
     user: None,
+    credentials: None,
 };
 
 impl RequestContext {
@@ -371,8 +374,8 @@ impl RequestReport {
 }
 
 /// The `Authorization` values the authentication stage took off a request
-/// it authenticated, kept for an upstream route that forwards credentials
-/// (`forward_credentials = true`).
+/// it authenticated, kept in its context for an upstream route that
+/// forwards credentials (`forward_credentials = true`).
 #[derive(Debug, Clone, Default)]
 pub struct ClientCredentials(pub Vec<HeaderValue>);
 

@@ -362,13 +362,14 @@ impl Authentication {
 
 /// The credentials an authenticator consumed go no further (kube removes
 /// `Authorization` and the request-header authenticator's headers).
-/// The `Authorization` values removed are kept in the request's extensions
+/// The `Authorization` values removed are kept in the request's context
 /// as [`ClientCredentials`], for a route that forwards them.
 fn remove_credentials(parts: &mut http::request::Parts) {
     // Taken out whole, in one look-up, rather than copied and removed.
     if let Entry::Occupied(authorization) = parts.headers.entry(AUTHORIZATION) {
         let (_, values) = authorization.remove_entry_mult();
-        parts.extensions.insert(ClientCredentials(values.collect()));
+        RequestContext::learn(&mut parts.extensions).credentials =
+            Some(ClientCredentials(values.collect()));
     }
     let headers = &mut parts.headers;
     // Names made once: a `&str` name would be parsed again on every request.
@@ -408,9 +409,9 @@ mod tests {
         remove_credentials(&mut parts);
         let names: Vec<&str> = parts.headers.keys().map(|name| name.as_str()).collect();
         assert_eq!(names, ["accept"]);
-        let credentials = parts
-            .extensions
-            .get::<ClientCredentials>()
+        let credentials = RequestContext::of(&parts.extensions)
+            .credentials
+            .as_ref()
             .expect("the Authorization values kept");
         assert_eq!(credentials.0, ["Bearer one", "Bearer two"]);
     }

@@ -29,7 +29,7 @@ use http::{Extensions, HeaderMap, HeaderName, HeaderValue};
 use super::credentials::Watched;
 use crate::config::Upstream;
 use crate::config::identity::{Identity, RequestHeaderNames, load_bearer_token};
-use crate::context::{ClientCredentials, UserInfo};
+use crate::context::{ClientCredentials, RequestContext, UserInfo};
 use crate::status::GatewayError;
 
 const IMPERSONATE_USER: HeaderName = HeaderName::from_static("impersonate-user");
@@ -124,7 +124,7 @@ fn remove_request_headers(headers: &mut HeaderMap, names: &RequestHeaderNames) {
 
 /// The `Authorization` values the authentication stage took off the request.
 fn restore_authorization(headers: &mut HeaderMap, extensions: &Extensions) {
-    if let Some(ClientCredentials(values)) = extensions.get::<ClientCredentials>() {
+    if let Some(ClientCredentials(values)) = &RequestContext::of(extensions).credentials {
         for value in values {
             headers.append(AUTHORIZATION, value.clone());
         }
