@@ -31,7 +31,7 @@ use serde_json::Value;
 
 use crate::body::Body;
 use crate::config::RouteMatch;
-use crate::context::UserInfo;
+use crate::context::{RequestContext, UserInfo};
 use crate::director::{RouteTable, Routes};
 use crate::discovery::{Catalog, Documents, GROUPS_ROOT, LEGACY_ROOT};
 use crate::handler::SharedHandler;
@@ -474,7 +474,7 @@ async fn fetch(
         name: AGGREGATOR_USER.to_owned(),
         ..UserInfo::default()
     };
-    UserInfo::set(Arc::new(aggregator), request.extensions_mut());
+    RequestContext::learn(request.extensions_mut()).user = Some(Arc::new(aggregator));
     let exchange = async {
         let response = handler.call(request).await;
         match response.status() {

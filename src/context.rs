@@ -42,7 +42,9 @@ pub struct RequestContext {
     /// The latest moment the request may finish at (timeout): handlers that
     /// wait on others (the upstream proxy) stop waiting then.
     pub(crate) deadline: Option<Instant>,
-    /// Who makes the request (authentication, then impersonation), shared.
+    /// Who makes the request (authentication, then impersonation), shared;
+    /// None before authentication has run (the chain's own answers run
+    /// before it).
     pub(crate) user: Option<Arc<UserInfo>>,
     /// The `Authorization` values authentication took off the request.
     pub(crate) credentials: Option<ClientCredentials>,
@@ -75,6 +77,12 @@ impl RequestContext {
     pub fn learn(extensions: &mut http::Extensions) -> &mut RequestContext {
         extensions.get_or_insert_default::<RequestContext>()
     }
+
+    /// The user the request is made as; kube's anonymous user when
+    /// authentication set none.
+    pub(crate) fn user_or_anonymous(&self) -> &UserInfo {
+        self.user.as_deref().unwrap_or(&ANONYMOUS)
+    }
 }
 
 /// The one long-running predicate (kube's `LongRunningFunc`, built by
@@ -83,9 +91,9 @@ impl RequestContext {
 /// request info's verbs and subresources ([`RequestInfo::is_long_running`]),
 /// and any upgrade (HTTP/1.1 `Upgrade`, HTTP/2 extended CONNECT), which
 /// becomes a tunnel of unbounded length (kube serves upgrades only on those
-/// subresources). The timeout, max-in-flight
-/// and audit steps ask it, and so may any step that must not hold a slot or
-/// a deadline for the life of a stream.
+/// subresources). The timeout, request-metrics, max-in-flight,
+/// priority-and-fairness and audit steps ask it, and so may any step that
+/// must not hold a slot or a deadline for the life of a stream.
 pub fn is_long_running<B>(request: &http::Request<B>) -> bool {
     crate::request_info::is_upgrade(request)
         || RequestContext::of(request.extensions())
@@ -268,7 +276,7 @@ pub(crate) struct ReceivedAt {
 }
 
 /// Who is making the request (kube's user.Info). A request carries it
-/// shared, as an `Arc` in its context ([`UserInfo::set`]): the answer an
+/// shared, as an `Arc` in its context ([`RequestContext::user`]): the answer an
 /// authenticator's cache keeps, the request it identifies and every step
 /// that reads the user hold one copy of it, and the anonymous user is one
 /// copy for the whole process.
@@ -297,30 +305,6 @@ impl UserInfo {
     /// kube's anonymous user: `system:anonymous` in `system:unauthenticated`.
     pub(crate) fn anonymous() -> Arc<UserInfo> {
         ANONYMOUS.clone()
-    }
-
-    /// Makes `user` the one the request is made as (authentication, and
-    /// impersonation after it).
-    pub(crate) fn set(user: Arc<UserInfo>, extensions: &mut http::Extensions) {
-        RequestContext::learn(extensions).user = Some(user);
-    }
-
-    /// The user authentication set on a request; None before it has run
-    /// (the chain's own answers run before it).
-    pub(crate) fn authenticated(extensions: &http::Extensions) -> Option<&UserInfo> {
-        RequestContext::of(extensions).user.as_deref()
-    }
-
-    /// The same, shared: for a step that keeps it past changes to the
-    /// request.
-    pub(crate) fn shared(extensions: &http::Extensions) -> Option<Arc<UserInfo>> {
-        RequestContext::of(extensions).user.clone()
-    }
-
-    /// The user authentication set on a request; kube's anonymous user
-    /// when it set none.
-    pub(crate) fn of(extensions: &http::Extensions) -> &UserInfo {
-        Self::authenticated(extensions).unwrap_or(&ANONYMOUS)
     }
 }
 
@@ -456,15 +440,15 @@ mod tests {
         RequestContext::learn(&mut extensions).deadline = Some(deadline);
         RequestContext::learn(&mut extensions).audit_id =
             Some(AuditId::from(HeaderValue::from_static("id-1")));
-        UserInfo::set(UserInfo::anonymous(), &mut extensions);
+        RequestContext::learn(&mut extensions).user = Some(UserInfo::anonymous());
 
         assert_eq!(extensions.len(), 1);
         let context = RequestContext::of(&extensions);
         assert_eq!(context.deadline, Some(deadline));
         assert_eq!(context.audit_id.as_ref().map(AuditId::as_str), Some("id-1"));
-        assert_eq!(UserInfo::of(&extensions).name, "system:anonymous");
+        assert_eq!(context.user_or_anonymous().name, "system:anonymous");
         assert!(Arc::ptr_eq(
-            &UserInfo::shared(&extensions).expect("a user"),
+            context.user.as_ref().expect("a user"),
             &UserInfo::anonymous()
         ));
     }

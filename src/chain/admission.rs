@@ -156,11 +156,9 @@ impl Admission {
         let mut review = review(&parts, operation, text);
         let watchers = Watchers::of(&parts.extensions);
         let (no_info, nobody) = (RequestInfo::default(), UserInfo::default());
-        let info = RequestContext::of(&parts.extensions)
-            .info
-            .as_ref()
-            .unwrap_or(&no_info);
-        let user = UserInfo::authenticated(&parts.extensions).unwrap_or(&nobody);
+        let context = RequestContext::of(&parts.extensions);
+        let info = context.info.as_ref().unwrap_or(&no_info);
+        let user = context.user.as_deref().unwrap_or(&nobody);
         // kube's step metric: each phase's time, and whether it rejected.
         let operation_name = operation_label(operation);
         for (phase, mutating) in [(&self.mutating, true), (&self.validating, false)] {

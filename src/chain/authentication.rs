@@ -339,7 +339,7 @@ impl Authentication {
         if let Some(report) = parts.extensions.get::<RequestReport>() {
             report.authenticated(&user);
         }
-        UserInfo::set(user, &mut parts.extensions);
+        RequestContext::learn(&mut parts.extensions).user = Some(user);
         self.next.call(http::Request::from_parts(parts, body))
     }
 

@@ -15,7 +15,7 @@ use super::audit::AuditContext;
 use super::authorization::{Authorizers, Verdict, forbidden};
 use super::stage::Watchers;
 use crate::body::{Request, Response};
-use crate::context::{RequestReport, UserInfo};
+use crate::context::{RequestContext, RequestReport, UserInfo};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
@@ -49,7 +49,7 @@ impl Handler for Impersonation {
             Err(error) => return Box::pin(std::future::ready(error.into_response())),
         };
         Box::pin(async move {
-            let Some(requester) = UserInfo::shared(request.extensions()) else {
+            let Some(requester) = RequestContext::of(request.extensions()).user.clone() else {
                 return GatewayError::internal("the request reached impersonation without a user")
                     .into_response();
             };
@@ -68,7 +68,7 @@ impl Handler for Impersonation {
                 report.impersonating(&impersonated);
             }
             remove_impersonation_headers(request.headers_mut());
-            UserInfo::set(impersonated, request.extensions_mut());
+            RequestContext::learn(request.extensions_mut()).user = Some(impersonated);
             self.next.call(request).await
         })
     }
@@ -248,7 +248,10 @@ mod tests {
 
     impl Handler for Recording {
         fn call(&self, request: Request) -> BoxFuture<'_, Response> {
-            let user = UserInfo::authenticated(request.extensions()).cloned();
+            let user = RequestContext::of(request.extensions())
+                .user
+                .as_deref()
+                .cloned();
             let names = request
                 .headers()
                 .keys()
@@ -283,7 +286,7 @@ mod tests {
             builder = builder.header(*name, *value);
         }
         let mut request = builder.body(crate::body::Body::empty()).expect("a request");
-        UserInfo::set(Arc::new(alice()), request.extensions_mut());
+        RequestContext::learn(request.extensions_mut()).user = Some(Arc::new(alice()));
         request
     }
 

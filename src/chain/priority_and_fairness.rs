@@ -16,7 +16,7 @@ use futures_util::future::BoxFuture;
 use http::HeaderName;
 
 use crate::body::{Request, Response};
-use crate::context::{RequestContext, UserInfo};
+use crate::context::RequestContext;
 use crate::flow_control::{Controller, RequestDetail, queue_deadline, width};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
@@ -55,9 +55,8 @@ impl Handler for PriorityAndFairness {
 impl PriorityAndFairness {
     async fn admit_then_serve(&self, request: Request) -> Response {
         let admitted = {
-            let extensions = request.extensions();
-            let context = RequestContext::of(extensions);
-            let user = UserInfo::of(extensions);
+            let context = RequestContext::of(request.extensions());
+            let user = context.user_or_anonymous();
             let default_info = RequestInfo::default();
             let info = context.info.as_ref().unwrap_or(&default_info);
             let flow = self.controller.classify(info, user);

@@ -81,12 +81,11 @@ impl IdentityHeaders {
                 headers.remove(name);
             }
         }
+        let user = || RequestContext::of(extensions).user_or_anonymous();
         match &self.identity {
             Identity::None => {}
-            Identity::RequestHeader(names) => {
-                set_request_headers(headers, names, UserInfo::of(extensions))?
-            }
-            Identity::Impersonate => set_impersonation(headers, UserInfo::of(extensions))?,
+            Identity::RequestHeader(names) => set_request_headers(headers, names, user())?,
+            Identity::Impersonate => set_impersonation(headers, user())?,
         }
         if let Some(token) = &self.bearer_token {
             let (token, _) = token.current();
