@@ -12,7 +12,8 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 /// Key material beyond this is not cached (kube's guard: an attacker must not
-/// make the gateway hash and hold arbitrarily large credentials).
+/// make the gateway hash and hold arbitrarily large credentials). The
+/// material is what is hashed: the fields with their two-byte lengths.
 pub(crate) const MAX_KEY_MATERIAL: usize = 10 * 1024;
 
 /// A cache key.
@@ -49,10 +50,17 @@ fn keyed_mac() -> &'static Hmac<Sha256> {
     MAC.get_or_init(|| <Hmac<Sha256> as KeyInit>::new(&(*process_key()).into()))
 }
 
-/// Feeds length-framed fields into an HMAC, counting the material.
+/// Feeds length-framed fields into an HMAC, counting the material. Lengths
+/// and counts take two bytes, which keeps the keys of ordinary requests
+/// within a few SHA-256 blocks (a bearer token's in one); a length or count
+/// too large for them is refused, which costs nothing, since it is more key
+/// material than any cache takes.
 pub(crate) struct KeyBuilder {
     mac: Hmac<Sha256>,
+    /// The bytes fed in so far, lengths included.
     material: usize,
+    /// A length or count did not fit its two bytes.
+    oversized: bool,
 }
 
 impl KeyBuilder {
@@ -60,6 +68,7 @@ impl KeyBuilder {
         let mut builder = KeyBuilder {
             mac: keyed_mac().clone(),
             material: 0,
+            oversized: false,
         };
         // What the key is for: not the caller's material.
         builder.mac.update(domain);
@@ -67,14 +76,17 @@ impl KeyBuilder {
     }
 
     pub(crate) fn bytes(&mut self, bytes: &[u8]) {
-        self.material += bytes.len();
-        self.mac.update(&(bytes.len() as u64).to_le_bytes());
-        self.mac.update(bytes);
+        self.frame(bytes.len());
+        self.material = self.material.saturating_add(bytes.len());
+        // Past the limit the key is refused: the rest need not be hashed.
+        if self.material <= MAX_KEY_MATERIAL {
+            self.mac.update(bytes);
+        }
     }
 
     /// Frames a count of the fields that follow.
     pub(crate) fn count(&mut self, count: usize) {
-        self.mac.update(&(count as u64).to_le_bytes());
+        self.frame(count);
     }
 
     pub(crate) fn strings(&mut self, strings: &[String]) {
@@ -84,9 +96,21 @@ impl KeyBuilder {
         }
     }
 
+    fn frame(&mut self, length: usize) {
+        let Ok(length) = u16::try_from(length) else {
+            self.oversized = true;
+            return;
+        };
+        self.material = self.material.saturating_add(2);
+        if self.material <= MAX_KEY_MATERIAL {
+            self.mac.update(&length.to_le_bytes());
+        }
+    }
+
     /// The key, or None when the material was over [`MAX_KEY_MATERIAL`].
     pub(crate) fn finish(self) -> Option<Key> {
-        (self.material <= MAX_KEY_MATERIAL).then(|| self.mac.finalize().into_bytes().into())
+        (!self.oversized && self.material <= MAX_KEY_MATERIAL)
+            .then(|| self.mac.finalize().into_bytes().into())
     }
 }
 
@@ -106,7 +130,7 @@ mod tests {
     fn a_key_is_the_hmac_of_its_framed_fields_under_the_process_key() {
         let mut fresh = <Hmac<Sha256> as KeyInit>::new(&(*process_key()).into());
         fresh.update(b"test");
-        fresh.update(&1u64.to_le_bytes());
+        fresh.update(&1u16.to_le_bytes());
         fresh.update(b"a");
         let expected: Key = fresh.finalize().into_bytes().into();
         assert_eq!(key(&["a"]), Some(expected));
@@ -121,7 +145,22 @@ mod tests {
     fn framing_keeps_fields_apart_and_bulk_is_refused() {
         assert_eq!(key(&["a", "b"]), key(&["a", "b"]));
         assert_ne!(key(&["ab"]), key(&["a", "b"]));
-        assert!(key(&[&"x".repeat(MAX_KEY_MATERIAL)]).is_some());
-        assert!(key(&[&"x".repeat(MAX_KEY_MATERIAL + 1)]).is_none());
+        assert_ne!(key(&["a", ""]), key(&["a"]));
+        // The material is the framed fields: each with its two-byte length.
+        let most = "x".repeat(MAX_KEY_MATERIAL - 2);
+        assert!(key(&[&most]).is_some());
+        assert!(key(&[&format!("{most}x")]).is_none());
+        assert!(key(&[&"x".repeat(usize::from(u16::MAX) + 1)]).is_none());
+    }
+
+    #[test]
+    fn counts_and_empty_fields_are_bounded_too() {
+        let mut key = KeyBuilder::new(b"test");
+        key.count(usize::from(u16::MAX) + 1);
+        assert!(key.finish().is_none(), "a count over two bytes");
+        // Empty fields are material too: their lengths are hashed.
+        let mut key = KeyBuilder::new(b"test");
+        key.strings(&vec![String::new(); MAX_KEY_MATERIAL / 2]);
+        assert!(key.finish().is_none());
     }
 }
