@@ -133,7 +133,7 @@ impl Authentication {
                 continue;
             }
             let started = Instant::now();
-            match filter.probe_authentication(request) {
+            match filter.probe_authentication(request, started) {
                 Ok(kept) => {
                     let answer = (kept, Lookup::Hit);
                     if let Some(identified) =

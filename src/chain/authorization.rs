@@ -145,7 +145,7 @@ impl Authorizers {
                 continue;
             }
             let started = Instant::now();
-            match filter.probe_authorization(user, info) {
+            match filter.probe_authorization(user, info, started) {
                 Ok(kept) => {
                     let answer = (kept, Lookup::Hit);
                     if let Some(verdict) =

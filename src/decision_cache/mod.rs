@@ -161,8 +161,9 @@ impl<T: Clone> DecisionCache<T> {
     /// A caller that finds the value needs no future at all; one that does
     /// not may hold the probe across a wait, as it holds the key while this
     /// request calls the filter. Without a key (too much key material) the
-    /// filter is simply called.
-    pub(crate) fn lookup(&self, key: Option<Key>) -> Result<T, Pending<'_, T>> {
+    /// filter is simply called. An entry is alive if it expires after `now`,
+    /// the moment the caller's turn began (one clock read serves both).
+    pub(crate) fn lookup(&self, key: Option<Key>, now: Instant) -> Result<T, Pending<'_, T>> {
         let Some(key) = key else {
             self.metrics.misses.inc();
             return Err(Pending::Unkept(Lookup::TooLarge));
@@ -171,7 +172,6 @@ impl<T: Clone> DecisionCache<T> {
             // A poisoned lock: serve uncached rather than fail.
             return Err(Pending::Unkept(Lookup::Miss));
         };
-        let now = Instant::now();
         match entries.kept.get(&key) {
             Some(entry) if entry.expires > now => {
                 self.metrics.hits.inc();

@@ -752,13 +752,14 @@ pub(crate) type Ask<'a, T> = Option<Pending<'a, Call<T>>>;
 
 impl<K: Kind> LoadedFilter<K> {
     /// The answer the filter's cache holds for `key` (made only when the
-    /// filter has a cache), or how to get it.
+    /// filter has a cache) at `now`, or how to get it.
     fn probe(
         &self,
         key: impl FnOnce() -> Option<crate::decision_cache::Key>,
+        now: Instant,
     ) -> Result<Call<K::Answer>, Ask<'_, K::Answer>> {
         match &self.cache {
-            Some(cache) => cache.lookup(key()).map_err(Some),
+            Some(cache) => cache.lookup(key(), now).map_err(Some),
             None => Err(None),
         }
     }
@@ -777,13 +778,18 @@ impl<K: Kind> LoadedFilter<K> {
 }
 
 impl LoadedFilter<Authenticator> {
-    /// The answer the filter's cache holds for `request`, keyed by it as the
-    /// filter sees it (needing no call and no wait), or how to get one.
+    /// The answer the filter's cache holds for `request` at `now`, keyed by
+    /// it as the filter sees it (needing no call and no wait), or how to get
+    /// one.
     pub(crate) fn probe_authentication(
         &self,
         request: &http::request::Parts,
+        now: Instant,
     ) -> Result<Call<AuthnAnswer>, Ask<'_, AuthnAnswer>> {
-        self.probe(|| cache_key::authentication(request, &self.spec.headers))
+        self.probe(
+            || cache_key::authentication(request, &self.spec.headers),
+            now,
+        )
     }
 
     /// Who made `request`, by the filter or its cache.
@@ -794,7 +800,7 @@ impl LoadedFilter<Authenticator> {
         request: &http::request::Parts,
         view: impl FnOnce() -> &'a types::RequestView,
     ) -> (Call<AuthnAnswer>, Lookup) {
-        match self.probe_authentication(request) {
+        match self.probe_authentication(request, Instant::now()) {
             Ok(kept) => (kept, Lookup::Hit),
             Err(ask) => self.fetch_authentication(ask, view).await,
         }
@@ -862,15 +868,19 @@ impl LoadedFilter<Authenticator> {
 }
 
 impl LoadedFilter<Authorizer> {
-    /// The decision the filter's cache holds for `user` and `request`, keyed
-    /// by them as the filter reads them (needing no call and no wait), or
-    /// how to get one.
+    /// The decision the filter's cache holds for `user` and `request` at
+    /// `now`, keyed by them as the filter reads them (needing no call and no
+    /// wait), or how to get one.
     pub(crate) fn probe_authorization(
         &self,
         user: &crate::context::UserInfo,
         request: &crate::request_info::RequestInfo,
+        now: Instant,
     ) -> Result<Call<Decision>, Ask<'_, Decision>> {
-        self.probe(|| cache_key::authorization(user, request, self.spec.reads))
+        self.probe(
+            || cache_key::authorization(user, request, self.spec.reads),
+            now,
+        )
     }
 
     /// The filter's decision on `user` and `request`, by the filter or its
@@ -882,7 +892,7 @@ impl LoadedFilter<Authorizer> {
         request: &crate::request_info::RequestInfo,
         attributes: impl FnOnce() -> &'a Attributes,
     ) -> (Call<Decision>, Lookup) {
-        match self.probe_authorization(user, request) {
+        match self.probe_authorization(user, request, Instant::now()) {
             Ok(kept) => (kept, Lookup::Hit),
             Err(ask) => self.fetch_authorization(ask, attributes).await,
         }
