@@ -19,7 +19,8 @@ use wasmgate::server::{Drained, Gateway};
 // pass-through, yet took more CPU than mimalloc in an A/B (bench/README.md
 // § "a core's L2 is the cliff"), and 2.3-4.6 µs more a request on the
 // Intel machine, where jemalloc took 0.3-0.7 more (§ "The layers and the
-// allocator timed").
+// allocator timed") and gperftools' tcmalloc the same (§ "The L2 misses
+// taken away by another allocator").
 #[global_allocator]
 static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
 
