@@ -53,14 +53,11 @@ fn keyed_mac() -> &'static Hmac<Sha256> {
 /// Feeds length-framed fields into an HMAC, counting the material. Lengths
 /// and counts take two bytes, which keeps the keys of ordinary requests
 /// within a few SHA-256 blocks (a bearer token's in one); a length or count
-/// too large for them is refused, which costs nothing, since it is more key
-/// material than any cache takes.
+/// too large for them is counted as more key material than any cache takes.
 pub(crate) struct KeyBuilder {
     mac: Hmac<Sha256>,
     /// The bytes fed in so far, lengths included.
     material: usize,
-    /// A length or count did not fit its two bytes.
-    oversized: bool,
 }
 
 impl KeyBuilder {
@@ -68,7 +65,6 @@ impl KeyBuilder {
         let mut builder = KeyBuilder {
             mac: keyed_mac().clone(),
             material: 0,
-            oversized: false,
         };
         // What the key is for: not the caller's material.
         builder.mac.update(domain);
@@ -77,11 +73,7 @@ impl KeyBuilder {
 
     pub(crate) fn bytes(&mut self, bytes: &[u8]) {
         self.frame(bytes.len());
-        self.material = self.material.saturating_add(bytes.len());
-        // Past the limit the key is refused: the rest need not be hashed.
-        if self.material <= MAX_KEY_MATERIAL {
-            self.mac.update(bytes);
-        }
+        self.feed(bytes);
     }
 
     /// Frames a count of the fields that follow.
@@ -97,20 +89,24 @@ impl KeyBuilder {
     }
 
     fn frame(&mut self, length: usize) {
-        let Ok(length) = u16::try_from(length) else {
-            self.oversized = true;
-            return;
-        };
-        self.material = self.material.saturating_add(2);
+        match u16::try_from(length) {
+            Ok(length) => self.feed(&length.to_le_bytes()),
+            Err(_) => self.material = usize::MAX,
+        }
+    }
+
+    /// Hashes `bytes` while the material is within the limit: past it the
+    /// key is refused, and the rest need not be hashed.
+    fn feed(&mut self, bytes: &[u8]) {
+        self.material = self.material.saturating_add(bytes.len());
         if self.material <= MAX_KEY_MATERIAL {
-            self.mac.update(&length.to_le_bytes());
+            self.mac.update(bytes);
         }
     }
 
     /// The key, or None when the material was over [`MAX_KEY_MATERIAL`].
     pub(crate) fn finish(self) -> Option<Key> {
-        (!self.oversized && self.material <= MAX_KEY_MATERIAL)
-            .then(|| self.mac.finalize().into_bytes().into())
+        (self.material <= MAX_KEY_MATERIAL).then(|| self.mac.finalize().into_bytes().into())
     }
 }
 
