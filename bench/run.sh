@@ -216,14 +216,21 @@ adopt() {
 }
 
 declare -A USED_PORT=()
-# Sets PORT to a free random high port on 127.0.0.1.
+# Sets PORT to a free random port on 127.0.0.1 below the kernel's
+# ephemeral range (ip_local_port_range). A port in that range can be any
+# client socket's (wrk's, a gateway's to the upstream), and one left in
+# TIME_WAIT there makes a listener's bind fail: bench/ab.sh restarts each
+# gateway on its port every round, and twice a gateway so restarted could
+# not listen. A range that leaves no room below it: Linux's default's.
 pick_port() {
-    local i candidate listening
-    listening="$(ss -Htln 2>/dev/null | awk '{print $4}')"
+    local i candidate in_use low
+    low="$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true)"
+    [[ "$low" =~ ^[0-9]+$ && "$low" -gt 12000 ]] || low=32768
+    in_use="$(ss -Htan 2>/dev/null | awk '{print $4}')"
     for ((i = 0; i < 500; i++)); do
-        candidate=$((20000 + RANDOM % 40000))
+        candidate=$((10000 + RANDOM % (low - 10000)))
         [[ -n "${USED_PORT[$candidate]:-}" ]] && continue
-        grep -q ":$candidate\$" <<<"$listening" && continue
+        grep -q ":$candidate\$" <<<"$in_use" && continue
         USED_PORT[$candidate]=1
         PORT="$candidate"
         return 0
