@@ -115,10 +115,11 @@ log "built: $BUILT"
 log "6/6 the integration tests on it (WASMGATE_TEST_BINARY)"
 # The tests are built where `cargo test` builds them, the clone's own
 # target/, not in a dir shared with other checkouts: they compile the
-# clone's path in (CARGO_MANIFEST_DIR), and cargo, judging by mtimes, can
-# hand a checkout older than the shared dir's test binary that binary,
-# built for another checkout (tried on 2026-12-06: 178 of 301 failed,
-# looking for filters/build.sh in a checkout since removed).
+# clone's path in (CARGO_MANIFEST_DIR), and cargo judges freshness by
+# mtimes, so a checkout whose files are older than a shared dir's test
+# binary gets that binary, built for another checkout (tried on
+# 2026-12-06: 178 of 301 failed, looking for filters/build.sh in a
+# checkout since removed).
 WASMGATE_TEST_BINARY="$BUILT" timeout 3600 env -u CARGO_TARGET_DIR cargo test --test it \
     >"$CARGO_TARGET_DIR/test.log" 2>&1 || die "the tests failed on $BUILT: $CARGO_TARGET_DIR/test.log"
 log "tested: $(grep -E '^test result' "$CARGO_TARGET_DIR/test.log" | tail -n1)"
