@@ -6,7 +6,7 @@
 # argument the run sent the target: many-users for
 # wasmgate-full-pooled-many-users). Prints each run's req/s and CPU per request, split into user space
 # and kernel; a run that fails (a gateway not ready, wrk with no result)
-# stops it, saying which.
+# stops it, saying which (for a gateway, with the end of its log).
 #
 #   bench/ab.sh A_BINARY B_BINARY RUN_DIR [TARGET ...]
 #
@@ -35,7 +35,9 @@ done
 PIDS=()
 # One line a run, "TARGET BUILD ROUND CPU", for the medians at the end.
 RUNS="$(mktemp)"
-trap 'for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -f "$RUNS"' EXIT
+# The running gateway's log (warnings and errors): shown when it fails.
+GATEWAY_LOG="$(mktemp)"
+trap 'for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -f "$RUNS" "$GATEWAY_LOG"' EXIT
 
 manifest() { echo "$RUN_DIR/manifests/$1.toml"; }
 port_of() { sed -nE '0,/^address = /s/^address = "[^"]*:([0-9]+)".*/\1/p' "$1"; }
@@ -60,11 +62,14 @@ for round in $(seq "${ROUNDS:-3}"); do
         for target in "${TARGETS[@]}"; do
             port="$(port_of "$(manifest "$target")")"
             empty_sinks "$(manifest "$target")"
-            RUST_LOG=warn taskset -c 0 "$binary" run --config "$(manifest "$target")" --workers 1 >/dev/null 2>&1 &
+            RUST_LOG=warn taskset -c 0 "$binary" run --config "$(manifest "$target")" --workers 1 >"$GATEWAY_LOG" 2>&1 &
             gateway=$!
             PIDS+=("$gateway")
-            wait_http "$gateway" "http://127.0.0.1:$port/" ||
-                { echo "ab.sh: round $round, build $build ($binary), $target: exited or no HTTP answer on port $port in 60 s" >&2; exit 1; }
+            wait_http "$gateway" "http://127.0.0.1:$port/" || {
+                echo "ab.sh: round $round, build $build ($binary), $target: exited or no HTTP answer on port $port in 60 s; its log ends:" >&2
+                tail -n 5 "$GATEWAY_LOG" >&2
+                exit 1
+            }
             mix "$target" "$port" 2 >/dev/null ||
                 { echo "ab.sh: round $round, build $build, $target: the warm-up's wrk failed" >&2; exit 1; }
             read -r u0 s0 < <(cpu_ticks "$gateway")
