@@ -220,10 +220,10 @@ declare -A USED_PORT=()
 # ephemeral range (ip_local_port_range). A port in that range can be any
 # client socket's (wrk's, a gateway's to the upstream), and one left in
 # TIME_WAIT there makes a listener's bind fail: bench/ab.sh restarts each
-# gateway on its port every round, and twice a gateway so restarted could
-# not listen. When the range starts too low to leave room below it, ports
-# come from below Linux's default start (32768), guarded by the check of
-# the sockets in use alone.
+# gateway on its port every round, and two of its runs stopped, most
+# likely on a gateway that could not listen. When the range starts too
+# low to leave room below it, ports come from below Linux's default start
+# (32768), guarded by the check of the sockets in use alone.
 pick_port() {
     local i candidate in_use low
     low="$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true)"
