@@ -33,6 +33,8 @@ LABELS = {
     "nginx": "nginx (proxy, 1 worker)",
     "nginx-lua": "nginx + Lua (token authn + allow-list authz + access log)",
     "haproxy": "HAProxy (1 thread)",
+    "hyper-proxy": "a bare hyper proxy (the floor of wasmgate's stack)",
+    "raw-proxy": "a proxy with no HTTP library (httparse, headers forwarded as parsed)",
     "wasmgate-pass": "wasmgate pass-through (no filter)",
     "wasmgate-full-per-request": "wasmgate full chain, per-request isolation, decision caches on",
     "wasmgate-full-pooled": "wasmgate full chain, pooled isolation, decision caches on",
