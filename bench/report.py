@@ -35,6 +35,7 @@ LABELS = {
     "haproxy": "HAProxy (1 thread)",
     "hyper-proxy": "a bare hyper proxy (the floor of wasmgate's stack)",
     "raw-proxy": "a proxy with no HTTP library (httparse, headers forwarded as parsed)",
+    "raw-proxy-typed": "the same, building the http crate's typed request and response as well",
     "wasmgate-pass": "wasmgate pass-through (no filter)",
     "wasmgate-full-per-request": "wasmgate full chain, per-request isolation, decision caches on",
     "wasmgate-full-pooled": "wasmgate full chain, pooled isolation, decision caches on",

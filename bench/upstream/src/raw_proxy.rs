@@ -7,20 +7,29 @@
 //! the body; parse the response head and pass it on as received. No
 //! `HeaderMap` is built and nothing is re-encoded.
 //!
+//! With `typed` after the addresses it also builds, from each head, what
+//! hyper's decoder builds and wasmgate's chain reads: an `http::Request` or
+//! `http::Response` whose `HeaderMap` shares the head's bytes. The bytes
+//! forwarded are the same; the difference in cost is that of a typed view
+//! kept beside a byte-forwarding engine.
+//!
 //! It is a measuring instrument, not a proxy to deploy: one upstream
 //! connection per client connection, bodies framed by `Content-Length`
 //! alone, as the benchmark's are (a chunked request is answered 501, a
 //! chunked response 502; no rules for HEAD, 1xx, 204 or 304), no limits
 //! beyond a 64 KiB head, no timeouts.
 //!
-//!     bench-raw-proxy 127.0.0.1:9001 127.0.0.1:9000
+//!     bench-raw-proxy 127.0.0.1:9001 127.0.0.1:9000 [typed]
 //!
 //! Prints `listening on ADDR` once bound; stops on SIGTERM or SIGINT.
 
+use std::hint::black_box;
 use std::io;
 use std::net::SocketAddr;
+use std::ops::Range;
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -39,6 +48,34 @@ struct Frame {
 /// its frame or the answer that refuses it.
 type Parsed = Option<Result<Frame, &'static [u8]>>;
 
+/// Where a head's parts lie in its bytes (typed mode): a request's method
+/// and target or a response's status, and each header's name and value.
+#[derive(Default)]
+struct Indices {
+    method: Range<usize>,
+    target: Range<usize>,
+    status: u16,
+    headers: Vec<(Range<usize>, Range<usize>)>,
+}
+
+impl Indices {
+    fn record_headers(&mut self, input: &[u8], headers: &[httparse::Header<'_>]) {
+        self.headers.clear();
+        self.headers.extend(headers.iter().map(|header| {
+            (
+                range_in(input, header.name.as_bytes()),
+                range_in(input, header.value),
+            )
+        }));
+    }
+}
+
+/// Where `part`, a slice of `input`, lies in it.
+fn range_in(input: &[u8], part: &[u8]) -> Range<usize> {
+    let start = part.as_ptr() as usize - input.as_ptr() as usize;
+    start..start + part.len()
+}
+
 const BAD_REQUEST: &[u8] =
     b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
 const NOT_IMPLEMENTED: &[u8] =
@@ -46,8 +83,15 @@ const NOT_IMPLEMENTED: &[u8] =
 const BAD_GATEWAY: &[u8] =
     b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
 
-/// The request head of `input`, written to `out` as the upstream gets it.
-fn forward_request_head(input: &[u8], out: &mut Vec<u8>, upstream: &[u8], client: &[u8]) -> Parsed {
+/// The request head of `input`, written to `out` as the upstream gets it,
+/// its parts' places kept in `indices` when given.
+fn forward_request_head(
+    input: &[u8],
+    out: &mut Vec<u8>,
+    upstream: &[u8],
+    client: &[u8],
+    indices: Option<&mut Indices>,
+) -> Parsed {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
     let head = match request.parse(input) {
@@ -58,6 +102,11 @@ fn forward_request_head(input: &[u8], out: &mut Vec<u8>, upstream: &[u8], client
     let (Some(method), Some(path)) = (request.method, request.path) else {
         return Some(Err(BAD_REQUEST));
     };
+    if let Some(indices) = indices {
+        indices.method = range_in(input, method.as_bytes());
+        indices.target = range_in(input, path.as_bytes());
+        indices.record_headers(input, request.headers);
+    }
     out.extend_from_slice(method.as_bytes());
     out.push(b' ');
     out.extend_from_slice(path.as_bytes());
@@ -92,9 +141,10 @@ fn forward_request_head(input: &[u8], out: &mut Vec<u8>, upstream: &[u8], client
     Some(Ok(Frame { head, body }))
 }
 
-/// The response head of `input`: its length and its body's. It is passed on
-/// as received, so only what would make that wrong is refused.
-fn read_response_head(input: &[u8]) -> Parsed {
+/// The response head of `input`: its length and its body's, its parts'
+/// places kept in `indices` when given. It is passed on as received, so
+/// only what would make that wrong is refused.
+fn read_response_head(input: &[u8], indices: Option<&mut Indices>) -> Parsed {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut headers);
     let head = match response.parse(input) {
@@ -102,6 +152,10 @@ fn read_response_head(input: &[u8]) -> Parsed {
         Ok(httparse::Status::Partial) => return None,
         Err(_) => return Some(Err(BAD_GATEWAY)),
     };
+    if let Some(indices) = indices {
+        indices.status = response.code.unwrap_or_default();
+        indices.record_headers(input, response.headers);
+    }
     let mut body = 0;
     for header in response.headers.iter() {
         if header.name.eq_ignore_ascii_case("content-length") {
@@ -114,6 +168,47 @@ fn read_response_head(input: &[u8]) -> Parsed {
         }
     }
     Some(Ok(Frame { head, body }))
+}
+
+/// What hyper's decoder builds from a request head: the method, the URI,
+/// and the headers, their values sharing `head`.
+fn typed_request(head: &Bytes, indices: &Indices) -> Option<http::Request<()>> {
+    let mut request = http::Request::new(());
+    *request.method_mut() = http::Method::from_bytes(&head[indices.method.clone()]).ok()?;
+    *request.uri_mut() = http::Uri::from_maybe_shared(head.slice(indices.target.clone())).ok()?;
+    *request.headers_mut() = header_map(head, &indices.headers)?;
+    Some(request)
+}
+
+/// What hyper's decoder builds from a response head.
+fn typed_response(head: &Bytes, indices: &Indices) -> Option<http::Response<()>> {
+    let mut response = http::Response::new(());
+    *response.status_mut() = http::StatusCode::from_u16(indices.status).ok()?;
+    *response.headers_mut() = header_map(head, &indices.headers)?;
+    Some(response)
+}
+
+fn header_map(head: &Bytes, headers: &[(Range<usize>, Range<usize>)]) -> Option<HeaderMap> {
+    let mut map = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let name = HeaderName::from_bytes(&head[name.clone()]).ok()?;
+        map.append(
+            name,
+            HeaderValue::from_maybe_shared(head.slice(value.clone())).ok()?,
+        );
+    }
+    Some(map)
+}
+
+/// Takes the head of `length` bytes off `buffer`, as a `Bytes` its typed
+/// view can share when there is one.
+fn take_head(buffer: &mut BytesMut, length: usize, typed: bool) -> Option<Bytes> {
+    if typed {
+        Some(buffer.split_to(length).freeze())
+    } else {
+        buffer.advance(length);
+        None
+    }
 }
 
 fn parse_length(value: &[u8]) -> Option<usize> {
@@ -189,6 +284,7 @@ async fn connection(
     mut client: TcpStream,
     peer: SocketAddr,
     upstream_address: SocketAddr,
+    typed: bool,
 ) -> io::Result<()> {
     let mut upstream = TcpStream::connect(upstream_address).await?;
     upstream.set_nodelay(true)?;
@@ -199,28 +295,42 @@ async fn connection(
         BytesMut::with_capacity(8 << 10),
     );
     let mut out = Vec::with_capacity(8 << 10);
+    let mut indices = typed.then(Indices::default);
     loop {
         let head = read_head(&mut client, &mut requests, |input| {
             out.clear();
-            forward_request_head(input, &mut out, &upstream_host, &client_ip)
+            forward_request_head(
+                input,
+                &mut out,
+                &upstream_host,
+                &client_ip,
+                indices.as_mut(),
+            )
         });
         let request = match head.await? {
             None => return Ok(()),
             Some(Ok(frame)) => frame,
             Some(Err(answer)) => return client.write_all(answer).await,
         };
-        requests.advance(request.head);
+        let head = take_head(&mut requests, request.head, typed);
+        if let (Some(head), Some(indices)) = (&head, &indices) {
+            black_box(typed_request(head, indices));
+        }
         take_body(&mut client, &mut requests, request.body, &mut out).await?;
         upstream.write_all(&out).await?;
 
         out.clear();
-        let Some(Ok(response)) =
-            read_head(&mut upstream, &mut responses, read_response_head).await?
-        else {
+        let head = read_head(&mut upstream, &mut responses, |input| {
+            read_response_head(input, indices.as_mut())
+        });
+        let Some(Ok(response)) = head.await? else {
             return client.write_all(BAD_GATEWAY).await;
         };
         out.extend_from_slice(&responses[..response.head]);
-        responses.advance(response.head);
+        let head = take_head(&mut responses, response.head, typed);
+        if let (Some(head), Some(indices)) = (&head, &indices) {
+            black_box(typed_response(head, indices));
+        }
         take_body(&mut upstream, &mut responses, response.body, &mut out).await?;
         client.write_all(&out).await?;
     }
@@ -232,10 +342,18 @@ fn main() {
         args.next().map(|a| a.parse::<SocketAddr>()),
         args.next().map(|a| a.parse::<SocketAddr>()),
     ) else {
-        eprintln!("usage: bench-raw-proxy LISTEN_IP:PORT UPSTREAM_IP:PORT");
+        eprintln!("usage: bench-raw-proxy LISTEN_IP:PORT UPSTREAM_IP:PORT [typed]");
         std::process::exit(2);
     };
+    let typed = match args.next().as_deref() {
+        None => false,
+        Some("typed") => true,
+        Some(other) => {
+            eprintln!("bench-raw-proxy: unknown mode {other:?} (typed, or nothing)");
+            std::process::exit(2);
+        }
+    };
     serve::serve("bench-raw-proxy", address, move |stream, peer| async move {
-        let _ = connection(stream, peer, upstream).await;
+        let _ = connection(stream, peer, upstream, typed).await;
     });
 }
