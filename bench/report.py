@@ -34,6 +34,7 @@ LABELS = {
     "nginx-lua": "nginx + Lua (token authn + allow-list authz + access log)",
     "haproxy": "HAProxy (1 thread)",
     "hyper-proxy": "a bare hyper proxy (the floor of wasmgate's stack)",
+    "hyper-raw-client": "hyper's server, the upstream spoken to without an HTTP library",
     "raw-proxy": "a proxy with no HTTP library (httparse, headers forwarded as parsed)",
     "raw-proxy-typed": "the same, building the http crate's typed request and response as well",
     "wasmgate-pass": "wasmgate pass-through (no filter)",

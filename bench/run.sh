@@ -49,7 +49,8 @@
 #                       components at start
 #
 # Targets: direct, nginx, nginx-lua, haproxy, hyper-proxy (a bare hyper
-# proxy: the floor of wasmgate's stack), raw-proxy (a proxy with no HTTP
+# proxy: the floor of wasmgate's stack), hyper-raw-client (hyper's server,
+# the upstream spoken to without an HTTP library), raw-proxy (a proxy with no HTTP
 # library between the sockets: what a leaner engine than hyper could
 # reach), raw-proxy-typed (the same, building the http crate's typed
 # request and response from each head as well), wasmgate-pass,
@@ -95,7 +96,7 @@ ROUNDS=3 WARMUP=2 DURATION=10 CONNECTIONS=64 RATE=auto WORKERS=1
 OPEN_CONNECTIONS=16 INSTALL=1 BUILD=1 OPENLOOP=1 SMOKE=0 PROFILE=0
 QUIET_LOAD=1.5 QUIET_STEAL=5 QUIET_WAIT=1200 UPDATE_README=0 KEEP_TEMP=0 COLD_CODE=0
 TARGETS_ARG="" EXTRA=() BINARY="" BINARY_LABEL=""
-ALL_TARGETS=(direct nginx nginx-lua haproxy hyper-proxy raw-proxy raw-proxy-typed wasmgate-pass wasmgate-full-per-request wasmgate-full-pooled wasmgate-full-pooled-nocache wasmgate-full-pooled-many-users wasmgate-full-python nginx-tls wasmgate-pass-tls)
+ALL_TARGETS=(direct nginx nginx-lua haproxy hyper-proxy hyper-raw-client raw-proxy raw-proxy-typed wasmgate-pass wasmgate-full-per-request wasmgate-full-pooled wasmgate-full-pooled-nocache wasmgate-full-pooled-many-users wasmgate-full-python nginx-tls wasmgate-pass-tls)
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
@@ -449,14 +450,12 @@ start_target() {
             start "$target" 0 "$TMP/$target.log" haproxy -db -f "$TMP/haproxy.cfg"
             CPU_PID[$target]="$STARTED"
             ;;
-        hyper-proxy)
-            start "$target" 0 "$TMP/$target.log" "$HYPER_PROXY" "127.0.0.1:$port" "127.0.0.1:$UPSTREAM_PORT"
-            CPU_PID[$target]="$STARTED"
-            ;;
-        raw-proxy | raw-proxy-typed)
-            local mode=()
+        hyper-proxy | hyper-raw-client | raw-proxy | raw-proxy-typed)
+            local proxy="$RAW_PROXY" mode=()
+            [[ "$target" == hyper-* ]] && proxy="$HYPER_PROXY"
+            [[ "$target" == hyper-raw-client ]] && mode=(raw-client)
             [[ "$target" == raw-proxy-typed ]] && mode=(typed)
-            start "$target" 0 "$TMP/$target.log" "$RAW_PROXY" "127.0.0.1:$port" "127.0.0.1:$UPSTREAM_PORT" "${mode[@]}"
+            start "$target" 0 "$TMP/$target.log" "$proxy" "127.0.0.1:$port" "127.0.0.1:$UPSTREAM_PORT" "${mode[@]}"
             CPU_PID[$target]="$STARTED"
             ;;
         *)
