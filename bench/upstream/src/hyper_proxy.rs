@@ -24,6 +24,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::BytesMut;
+use head::ResponseIndices;
 use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{CONTENT_LENGTH, HOST, HeaderMap, HeaderName, HeaderValue, TRANSFER_ENCODING};
@@ -33,10 +34,11 @@ use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
+mod head;
 mod serve;
 
 type ProxyBody = UnsyncBoxBody<Bytes, hyper::Error>;
@@ -71,16 +73,21 @@ struct RawUpstream {
     host: HeaderValue,
     buffer: BytesMut,
     out: Vec<u8>,
+    indices: ResponseIndices,
 }
-
-const MAX_HEAD: usize = 64 << 10;
 
 impl RawUpstream {
     async fn connect(upstream: &str) -> io::Result<Self> {
         let stream = TcpStream::connect(upstream).await?;
         stream.set_nodelay(true)?;
         let host = HeaderValue::from_str(upstream).map_err(io::Error::other)?;
-        Ok(Self { stream, host, buffer: BytesMut::with_capacity(8 << 10), out: Vec::with_capacity(8 << 10) })
+        Ok(Self {
+            stream,
+            host,
+            buffer: BytesMut::with_capacity(8 << 10),
+            out: Vec::with_capacity(8 << 10),
+            indices: ResponseIndices::default(),
+        })
     }
 
     async fn forward(&mut self, client: SocketAddr, request: Request<Incoming>) -> Response<ProxyBody> {
@@ -90,8 +97,11 @@ impl RawUpstream {
         };
         forwarded_headers(&mut parts.headers, client);
         parts.headers.insert(HOST, self.host.clone());
+        // The body is read whole: it goes out framed by its length.
         parts.headers.remove(TRANSFER_ENCODING);
-        parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        if !body.is_empty() {
+            parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        }
         match self.exchange(&parts, &body).await {
             Ok(Some(response)) => response,
             // The upstream connection may be left mid-message: the client
@@ -105,7 +115,7 @@ impl RawUpstream {
     }
 
     /// Writes the request, reads the response; None when the response is
-    /// not one this mode reads (no `Content-Length`, a hop-by-hop header).
+    /// not one this mode reads (a hop-by-hop header, a malformed head).
     async fn exchange(&mut self, parts: &hyper::http::request::Parts, body: &[u8]) -> io::Result<Option<Response<ProxyBody>>> {
         self.out.clear();
         self.out.extend_from_slice(parts.method.as_str().as_bytes());
@@ -120,64 +130,16 @@ impl RawUpstream {
         }
         self.out.extend_from_slice(b"\r\n");
         self.out.extend_from_slice(body);
-        self.stream.write_all(&self.out).await?;
-        let (head, indices, code) = loop {
-            match parse_response(&self.buffer) {
-                Ok(Some(parsed)) => break parsed,
-                Ok(None) => {}
-                Err(_) => return Ok(None),
-            }
-            if self.buffer.len() >= MAX_HEAD {
-                return Ok(None);
-            }
-            self.buffer.reserve(8 << 10);
-            if self.stream.read_buf(&mut self.buffer).await? == 0 {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-        };
-        let head = self.buffer.split_to(head).freeze();
-        let mut headers = HeaderMap::with_capacity(indices.len());
-        let mut length = None;
-        for (name, value) in indices {
-            let Ok(name) = HeaderName::from_bytes(&head[name]) else { return Ok(None) };
-            let Ok(value) = HeaderValue::from_maybe_shared(head.slice(value)) else { return Ok(None) };
-            if name == CONTENT_LENGTH {
-                length = value.to_str().ok().and_then(|text| text.parse::<usize>().ok());
-            } else if name == TRANSFER_ENCODING || name == hyper::header::CONNECTION {
-                return Ok(None);
-            }
-            headers.append(name, value);
-        }
-        let Some(length) = length else { return Ok(None) };
-        while self.buffer.len() < length {
-            self.buffer.reserve(length - self.buffer.len());
-            if self.stream.read_buf(&mut self.buffer).await? == 0 {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-        }
-        let body = self.buffer.split_to(length).freeze();
-        let Ok(code) = StatusCode::from_u16(code) else { return Ok(None) };
-        let mut response = Response::new(Full::new(body).map_err(|never| match never {}).boxed_unsync());
-        *response.status_mut() = code;
-        *response.headers_mut() = headers;
-        Ok(Some(response))
+        let Self { stream, buffer, out, indices, .. } = self;
+        stream.write_all(out).await?;
+        let head = head::read_head(stream, buffer, |input| head::read_response_head(input, Some(indices)));
+        let Some(Ok(frame)) = head.await? else { return Ok(None) };
+        let head = buffer.split_to(frame.head).freeze();
+        head::fill(stream, buffer, frame.body).await?;
+        let body = buffer.split_to(frame.body).freeze();
+        let response = head::typed_response(&head, indices);
+        Ok(response.map(|response| response.map(|()| Full::new(body).map_err(|never| match never {}).boxed_unsync())))
     }
-}
-
-type HeaderIndices = Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>;
-
-/// The response head in `input`: its length, where its headers lie, its
-/// status code; None while it is incomplete.
-fn parse_response(input: &[u8]) -> Result<Option<(usize, HeaderIndices, u16)>, httparse::Error> {
-    let mut headers = [httparse::EMPTY_HEADER; 64];
-    let mut response = httparse::Response::new(&mut headers);
-    let httparse::Status::Complete(length) = response.parse(input)? else { return Ok(None) };
-    let at = |part: &[u8]| {
-        let start = part.as_ptr() as usize - input.as_ptr() as usize;
-        start..start + part.len()
-    };
-    let indices = response.headers.iter().map(|header| (at(header.name.as_bytes()), at(header.value))).collect();
-    Ok(response.code.map(|code| (length, indices, code)))
 }
 
 fn forwarded_headers(headers: &mut HeaderMap, client: SocketAddr) {

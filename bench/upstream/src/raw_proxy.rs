@@ -29,59 +29,29 @@ use std::net::SocketAddr;
 use std::ops::Range;
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{HeaderMap, HeaderName, HeaderValue};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use head::{
+    BAD_GATEWAY, BAD_REQUEST, Frame, HeaderIndices, MAX_HEADERS, Parsed, ResponseIndices, fill,
+    header_map, is_hop_by_hop, parse_length, range_in, read_head, read_response_head,
+    record_headers, typed_response,
+};
+
+mod head;
 mod serve;
 
-const MAX_HEAD: usize = 64 << 10;
-const MAX_HEADERS: usize = 64;
-
-/// A whole head's length and its body's.
-struct Frame {
-    head: usize,
-    body: usize,
-}
-
-/// A parse of what has arrived: None while the head is incomplete, else
-/// its frame or the answer that refuses it.
-type Parsed = Option<Result<Frame, &'static [u8]>>;
-
-/// Where a head's parts lie in its bytes (typed mode): a request's method
-/// and target or a response's status, and each header's name and value.
+/// Where a request head's parts lie (typed mode): its method, its
+/// target, and its headers.
 #[derive(Default)]
-struct Indices {
+struct RequestIndices {
     method: Range<usize>,
     target: Range<usize>,
-    status: u16,
-    headers: Vec<(Range<usize>, Range<usize>)>,
+    headers: HeaderIndices,
 }
 
-impl Indices {
-    fn record_headers(&mut self, input: &[u8], headers: &[httparse::Header<'_>]) {
-        self.headers.clear();
-        self.headers.extend(headers.iter().map(|header| {
-            (
-                range_in(input, header.name.as_bytes()),
-                range_in(input, header.value),
-            )
-        }));
-    }
-}
-
-/// Where `part`, a slice of `input`, lies in it.
-fn range_in(input: &[u8], part: &[u8]) -> Range<usize> {
-    let start = part.as_ptr() as usize - input.as_ptr() as usize;
-    start..start + part.len()
-}
-
-const BAD_REQUEST: &[u8] =
-    b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
 const NOT_IMPLEMENTED: &[u8] =
     b"HTTP/1.1 501 Not Implemented\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
-const BAD_GATEWAY: &[u8] =
-    b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
 
 /// The request head of `input`, written to `out` as the upstream gets it,
 /// its parts' places kept in `indices` when given.
@@ -90,7 +60,7 @@ fn forward_request_head(
     out: &mut Vec<u8>,
     upstream: &[u8],
     client: &[u8],
-    indices: Option<&mut Indices>,
+    indices: Option<&mut RequestIndices>,
 ) -> Parsed {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
@@ -105,7 +75,7 @@ fn forward_request_head(
     if let Some(indices) = indices {
         indices.method = range_in(input, method.as_bytes());
         indices.target = range_in(input, path.as_bytes());
-        indices.record_headers(input, request.headers);
+        record_headers(&mut indices.headers, input, request.headers);
     }
     out.extend_from_slice(method.as_bytes());
     out.push(b' ');
@@ -141,38 +111,9 @@ fn forward_request_head(
     Some(Ok(Frame { head, body }))
 }
 
-/// The response head of `input`: its length and its body's, its parts'
-/// places kept in `indices` when given. It is passed on as received, so
-/// only what would make that wrong is refused.
-fn read_response_head(input: &[u8], indices: Option<&mut Indices>) -> Parsed {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut response = httparse::Response::new(&mut headers);
-    let head = match response.parse(input) {
-        Ok(httparse::Status::Complete(head)) => head,
-        Ok(httparse::Status::Partial) => return None,
-        Err(_) => return Some(Err(BAD_GATEWAY)),
-    };
-    if let Some(indices) = indices {
-        indices.status = response.code.unwrap_or_default();
-        indices.record_headers(input, response.headers);
-    }
-    let mut body = 0;
-    for header in response.headers.iter() {
-        if header.name.eq_ignore_ascii_case("content-length") {
-            match parse_length(header.value) {
-                Some(length) => body = length,
-                None => return Some(Err(BAD_GATEWAY)),
-            }
-        } else if is_hop_by_hop(header.name) {
-            return Some(Err(BAD_GATEWAY));
-        }
-    }
-    Some(Ok(Frame { head, body }))
-}
-
 /// What hyper's decoder builds from a request head: the method, the URI,
 /// and the headers, their values sharing `head`.
-fn typed_request(head: &Bytes, indices: &Indices) -> Option<http::Request<()>> {
+fn typed_request(head: &Bytes, indices: &RequestIndices) -> Option<http::Request<()>> {
     let mut request = http::Request::new(());
     *request.method_mut() = http::Method::from_bytes(&head[indices.method.clone()]).ok()?;
     *request.uri_mut() = http::Uri::from_maybe_shared(head.slice(indices.target.clone())).ok()?;
@@ -180,85 +121,26 @@ fn typed_request(head: &Bytes, indices: &Indices) -> Option<http::Request<()>> {
     Some(request)
 }
 
-/// What hyper's decoder builds from a response head.
-fn typed_response(head: &Bytes, indices: &Indices) -> Option<http::Response<()>> {
-    let mut response = http::Response::new(());
-    *response.status_mut() = http::StatusCode::from_u16(indices.status).ok()?;
-    *response.headers_mut() = header_map(head, &indices.headers)?;
-    Some(response)
-}
-
-fn header_map(head: &Bytes, headers: &[(Range<usize>, Range<usize>)]) -> Option<HeaderMap> {
-    let mut map = HeaderMap::with_capacity(headers.len());
-    for (name, value) in headers {
-        let name = HeaderName::from_bytes(&head[name.clone()]).ok()?;
-        map.append(
-            name,
-            HeaderValue::from_maybe_shared(head.slice(value.clone())).ok()?,
-        );
+/// Takes the head of `length` bytes off `buffer`; in typed mode, builds
+/// from it first what hyper's decoder would, kept from the optimiser.
+fn take_head<I, T>(
+    buffer: &mut BytesMut,
+    length: usize,
+    indices: Option<&I>,
+    typed: fn(&Bytes, &I) -> Option<T>,
+) {
+    match indices {
+        Some(indices) => {
+            black_box(typed(&buffer.split_to(length).freeze(), indices));
+        }
+        None => buffer.advance(length),
     }
-    Some(map)
-}
-
-/// Takes the head of `length` bytes off `buffer`, as a `Bytes` its typed
-/// view can share when there is one.
-fn take_head(buffer: &mut BytesMut, length: usize, typed: bool) -> Option<Bytes> {
-    if typed {
-        Some(buffer.split_to(length).freeze())
-    } else {
-        buffer.advance(length);
-        None
-    }
-}
-
-fn parse_length(value: &[u8]) -> Option<usize> {
-    std::str::from_utf8(value).ok()?.trim().parse().ok()
-}
-
-fn is_hop_by_hop(name: &str) -> bool {
-    [
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "upgrade",
-        "te",
-        "trailer",
-        "proxy-connection",
-    ]
-    .iter()
-    .any(|hop| name.eq_ignore_ascii_case(hop))
 }
 
 fn is_forwarded(name: &str) -> bool {
     ["x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"]
         .iter()
         .any(|own| name.eq_ignore_ascii_case(own))
-}
-
-/// Reads from `from` into `buffer` until `parse` finds a whole head or
-/// refuses it; None when the peer closed between messages.
-async fn read_head(
-    from: &mut TcpStream,
-    buffer: &mut BytesMut,
-    mut parse: impl FnMut(&[u8]) -> Parsed,
-) -> io::Result<Option<Result<Frame, &'static [u8]>>> {
-    loop {
-        if !buffer.is_empty() {
-            match parse(buffer) {
-                Some(parsed) => return Ok(Some(parsed)),
-                None if buffer.len() >= MAX_HEAD => return Ok(Some(Err(BAD_REQUEST))),
-                None => {}
-            }
-        }
-        buffer.reserve(8 << 10);
-        if from.read_buf(buffer).await? == 0 {
-            return if buffer.is_empty() {
-                Ok(None)
-            } else {
-                Err(io::ErrorKind::UnexpectedEof.into())
-            };
-        }
-    }
 }
 
 /// Appends the message's `body` bytes from `buffer` (reading the rest from
@@ -269,12 +151,7 @@ async fn take_body(
     body: usize,
     out: &mut Vec<u8>,
 ) -> io::Result<()> {
-    while buffer.len() < body {
-        buffer.reserve(body - buffer.len());
-        if from.read_buf(buffer).await? == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-    }
+    fill(from, buffer, body).await?;
     out.extend_from_slice(&buffer[..body]);
     buffer.advance(body);
     Ok(())
@@ -295,7 +172,8 @@ async fn connection(
         BytesMut::with_capacity(8 << 10),
     );
     let mut out = Vec::with_capacity(8 << 10);
-    let mut indices = typed.then(Indices::default);
+    let mut request_indices = typed.then(RequestIndices::default);
+    let mut response_indices = typed.then(ResponseIndices::default);
     loop {
         let head = read_head(&mut client, &mut requests, |input| {
             out.clear();
@@ -304,7 +182,7 @@ async fn connection(
                 &mut out,
                 &upstream_host,
                 &client_ip,
-                indices.as_mut(),
+                request_indices.as_mut(),
             )
         });
         let request = match head.await? {
@@ -312,25 +190,29 @@ async fn connection(
             Some(Ok(frame)) => frame,
             Some(Err(answer)) => return client.write_all(answer).await,
         };
-        let head = take_head(&mut requests, request.head, typed);
-        if let (Some(head), Some(indices)) = (&head, &indices) {
-            black_box(typed_request(head, indices));
-        }
+        take_head(
+            &mut requests,
+            request.head,
+            request_indices.as_ref(),
+            typed_request,
+        );
         take_body(&mut client, &mut requests, request.body, &mut out).await?;
         upstream.write_all(&out).await?;
 
         out.clear();
         let head = read_head(&mut upstream, &mut responses, |input| {
-            read_response_head(input, indices.as_mut())
+            read_response_head(input, response_indices.as_mut())
         });
         let Some(Ok(response)) = head.await? else {
             return client.write_all(BAD_GATEWAY).await;
         };
         out.extend_from_slice(&responses[..response.head]);
-        let head = take_head(&mut responses, response.head, typed);
-        if let (Some(head), Some(indices)) = (&head, &indices) {
-            black_box(typed_response(head, indices));
-        }
+        take_head(
+            &mut responses,
+            response.head,
+            response_indices.as_ref(),
+            typed_response,
+        );
         take_body(&mut upstream, &mut responses, response.body, &mut out).await?;
         client.write_all(&out).await?;
     }
