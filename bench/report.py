@@ -31,7 +31,7 @@ NUMERIC = ["requests", "seconds", "rps", "non2xx", "socket_errors", "cpu_us_per_
 LABELS = {
     "direct": "direct to the upstream",
     "nginx": "nginx (proxy, 1 worker)",
-    "nginx-lua": "nginx + Lua (token authn + allow-list authz + access log)",
+    "nginx-lua": "nginx + Lua (token authn, allow-list authz, label admission, audit event)",
     "haproxy": "HAProxy (1 thread)",
     "hyper-proxy": "a bare hyper proxy (the floor of wasmgate's stack)",
     "hyper-raw-client": "hyper's server, the upstream spoken to without an HTTP library",

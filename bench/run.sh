@@ -258,6 +258,8 @@ install_tools() {
     local packages=()
     command -v nginx >/dev/null || packages+=(nginx)
     [[ -f /usr/lib/nginx/modules/ngx_http_lua_module.so ]] || packages+=(libnginx-mod-http-lua)
+    # nginx-lua's admission and audit event encode JSON with it.
+    [[ -f /usr/lib/x86_64-linux-gnu/lua/5.1/cjson.so ]] || packages+=(lua-cjson)
     command -v haproxy >/dev/null || packages+=(haproxy)
     command -v wrk >/dev/null || packages+=(wrk)
     command -v jq >/dev/null || packages+=(jq)
