@@ -53,11 +53,17 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 impl Proxy {
-    async fn forward(&self, client: SocketAddr, request: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
+    async fn forward(
+        &self,
+        client: SocketAddr,
+        request: Request<Incoming>,
+    ) -> Result<Response<ProxyBody>, Infallible> {
         let (mut parts, body) = request.into_parts();
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let uri: Result<Uri, _> = format!("http://{}{}", self.upstream, path).parse();
-        let Ok(uri) = uri else { return Ok(status(StatusCode::BAD_REQUEST)) };
+        let Ok(uri) = uri else {
+            return Ok(status(StatusCode::BAD_REQUEST));
+        };
         parts.uri = uri;
         forwarded_headers(&mut parts.headers, client);
         match self.client.request(Request::from_parts(parts, body)).await {
@@ -90,7 +96,11 @@ impl RawUpstream {
         })
     }
 
-    async fn forward(&mut self, client: SocketAddr, request: Request<Incoming>) -> Response<ProxyBody> {
+    async fn forward(
+        &mut self,
+        client: SocketAddr,
+        request: Request<Incoming>,
+    ) -> Response<ProxyBody> {
         let (mut parts, body) = request.into_parts();
         let Ok(body) = body.collect().await.map(|collected| collected.to_bytes()) else {
             return status(StatusCode::BAD_REQUEST);
@@ -100,7 +110,9 @@ impl RawUpstream {
         // The body is read whole: it goes out framed by its length.
         parts.headers.remove(TRANSFER_ENCODING);
         if !body.is_empty() {
-            parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+            parts
+                .headers
+                .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
         }
         match self.exchange(&parts, &body).await {
             Ok(Some(response)) => response,
@@ -108,7 +120,9 @@ impl RawUpstream {
             // connection, which owns it, is closed after this answer.
             _ => {
                 let mut response = status(StatusCode::BAD_GATEWAY);
-                response.headers_mut().insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+                response
+                    .headers_mut()
+                    .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
                 response
             }
         }
@@ -116,11 +130,21 @@ impl RawUpstream {
 
     /// Writes the request, reads the response; None when the response is
     /// not one this mode reads (a hop-by-hop header, a malformed head).
-    async fn exchange(&mut self, parts: &hyper::http::request::Parts, body: &[u8]) -> io::Result<Option<Response<ProxyBody>>> {
+    async fn exchange(
+        &mut self,
+        parts: &hyper::http::request::Parts,
+        body: &[u8],
+    ) -> io::Result<Option<Response<ProxyBody>>> {
         self.out.clear();
         self.out.extend_from_slice(parts.method.as_str().as_bytes());
         self.out.push(b' ');
-        self.out.extend_from_slice(parts.uri.path_and_query().map_or("/", |p| p.as_str()).as_bytes());
+        self.out.extend_from_slice(
+            parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .as_bytes(),
+        );
         self.out.extend_from_slice(b" HTTP/1.1\r\n");
         for (name, value) in &parts.headers {
             self.out.extend_from_slice(name.as_str().as_bytes());
@@ -130,15 +154,31 @@ impl RawUpstream {
         }
         self.out.extend_from_slice(b"\r\n");
         self.out.extend_from_slice(body);
-        let Self { stream, buffer, out, indices, .. } = self;
+        let Self {
+            stream,
+            buffer,
+            out,
+            indices,
+            ..
+        } = self;
         stream.write_all(out).await?;
-        let head = head::read_head(stream, buffer, |input| head::read_response_head(input, Some(indices)));
-        let Some(Ok(frame)) = head.await? else { return Ok(None) };
+        let head = head::read_head(stream, buffer, |input| {
+            head::read_response_head(input, Some(indices))
+        });
+        let Some(Ok(frame)) = head.await? else {
+            return Ok(None);
+        };
         let head = buffer.split_to(frame.head).freeze();
         head::fill(stream, buffer, frame.body).await?;
         let body = buffer.split_to(frame.body).freeze();
         let response = head::typed_response(&head, indices);
-        Ok(response.map(|response| response.map(|()| Full::new(body).map_err(|never| match never {}).boxed_unsync())))
+        Ok(response.map(|response| {
+            response.map(|()| {
+                Full::new(body)
+                    .map_err(|never| match never {})
+                    .boxed_unsync()
+            })
+        }))
     }
 }
 
@@ -153,14 +193,20 @@ fn forwarded_headers(headers: &mut HeaderMap, client: SocketAddr) {
 }
 
 fn status(code: StatusCode) -> Response<ProxyBody> {
-    let mut response = Response::new(Full::new(Bytes::new()).map_err(|never| match never {}).boxed_unsync());
+    let mut response = Response::new(
+        Full::new(Bytes::new())
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
     *response.status_mut() = code;
     response
 }
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (Some(Ok(address)), Some(upstream)) = (args.next().map(|a| a.parse::<SocketAddr>()), args.next()) else {
+    let (Some(Ok(address)), Some(upstream)) =
+        (args.next().map(|a| a.parse::<SocketAddr>()), args.next())
+    else {
         eprintln!("usage: bench-hyper-proxy LISTEN_IP:PORT UPSTREAM_IP:PORT [raw-client]");
         std::process::exit(2);
     };
@@ -186,7 +232,10 @@ fn serve_pooled(address: SocketAddr, upstream: String) {
                 let proxy = proxy.clone();
                 async move { proxy.forward(client, request).await }
             });
-            let _ = http1::Builder::new().keep_alive(true).serve_connection(TokioIo::new(stream), service).await;
+            let _ = http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
         }
     });
 }
@@ -196,15 +245,22 @@ fn serve_raw_client(address: SocketAddr, upstream: String) {
     serve::serve("bench-hyper-proxy", address, move |stream, client| {
         let upstream = upstream.clone();
         async move {
-            let Ok(connection) = RawUpstream::connect(&upstream).await else { return };
+            let Ok(connection) = RawUpstream::connect(&upstream).await else {
+                return;
+            };
             // One request at a time on an HTTP/1.1 connection: the lock is
             // never contended.
             let connection = Arc::new(Mutex::new(connection));
             let service = service_fn(move |request| {
                 let connection = connection.clone();
-                async move { Ok::<_, Infallible>(connection.lock().await.forward(client, request).await) }
+                async move {
+                    Ok::<_, Infallible>(connection.lock().await.forward(client, request).await)
+                }
             });
-            let _ = http1::Builder::new().keep_alive(true).serve_connection(TokioIo::new(stream), service).await;
+            let _ = http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
         }
     });
 }

@@ -21,7 +21,8 @@ use hyper_util::rt::TokioIo;
 
 mod serve;
 
-const BODY: &[u8] = br#"{"kind":"WidgetList","apiVersion":"demo.example.io/v1","metadata":{},"items":[]}"#;
+const BODY: &[u8] =
+    br#"{"kind":"WidgetList","apiVersion":"demo.example.io/v1","metadata":{},"items":[]}"#;
 
 async fn answer(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
     // Drain the request body (POSTs carry one) so the connection stays reusable.
@@ -32,7 +33,9 @@ async fn answer(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Inf
         }
     }
     let mut response = Response::new(Full::new(Bytes::from_static(BODY)));
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     Ok(response)
 }
 

@@ -14,7 +14,10 @@ where
     C: Fn(TcpStream, SocketAddr) -> F,
     F: Future<Output = ()> + Send + 'static,
 {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     runtime.block_on(async move {
         let listener = match TcpListener::bind(address).await {
             Ok(listener) => listener,
