@@ -542,15 +542,49 @@ cache_ratio() { # BEFORE AFTER
         END { if (th + tm) printf "%.2f\t%s\n", th * 100 / (th + tm), detail; else print "\t" }'
 }
 
+# Whether a target runs the bench's policy (the token, the rules, the label
+# admission, the audit event): the chains and nginx + Lua. An --extra
+# target's manifest may run anything, so it is not asked.
+runs_policy() {
+    [[ "$1" == nginx-lua || ( "$1" == wasmgate-full-* && -z "${EXTRA_MANIFEST[$1]:-}" ) ]]
+}
+
 # A request of each kind of the mix must be a 200 (or the mix would measure
-# error paths).
+# error paths), and the create must reach the upstream as the target's policy
+# leaves it: labelled by the admission where the policy runs, as sent
+# elsewhere (the upstream echoes it back for this one request).
 check_target() {
-    local target="$1" path=/apis/demo.example.io/v1/namespaces/default/widgets code
+    local target="$1" path=/apis/demo.example.io/v1/namespaces/default/widgets code sent forwarded expected
     code="$(curl -sk -o /dev/null -w '%{http_code}' --max-time 5 -H 'Authorization: Bearer bob-token' "${URL[$target]}$path")"
     [[ "$code" == 200 ]] || die "$target: GET with bob's token answered $code, not 200"
-    code="$(curl -sk -o /dev/null -w '%{http_code}' --max-time 5 -H 'Authorization: Bearer alice-token' \
-        -H 'Content-Type: application/json' -d '{"metadata":{"name":"w1"}}' "${URL[$target]}$path")"
+    sent='{"metadata":{"name":"w1"}}'
+    forwarded="$TMP/$target.forwarded.json"
+    code="$(curl -sk -o "$forwarded" -w '%{http_code}' --max-time 5 -H 'Authorization: Bearer alice-token' \
+        -H 'Content-Type: application/json' -H 'X-Bench-Echo: 1' -d "$sent" "${URL[$target]}$path")"
     [[ "$code" == 200 ]] || die "$target: POST with alice's token answered $code, not 200"
+    [[ -n "${EXTRA_MANIFEST[$target]:-}" ]] && return 0
+    expected="$sent"
+    runs_policy "$target" && expected='{"metadata":{"name":"w1","labels":{"team":"platform"}}}'
+    jq -e --argjson expected "$expected" '. == $expected' "$forwarded" >/dev/null 2>&1 ||
+        die "$target: the create reached the upstream as $(head -c 300 "$forwarded"), not as $expected"
+}
+
+# The last event of the mix's requests a policy target wrote in a round (not
+# of run.sh's own /metrics reads) must carry what kube's Metadata-level
+# ResponseComplete event carries, so that the chains and nginx + Lua are held
+# to the same event. The status may be wrk's cut at the window's end (499).
+check_audit_event() { # TARGET FILE
+    local event
+    runs_policy "$1" || return 0
+    event="$(grep 'widgets"' "$2" | tail -n 1)"
+    jq -e '.kind == "Event" and .apiVersion == "audit.k8s.io/v1" and .level == "Metadata"
+        and .stage == "ResponseComplete" and (.auditID | test("^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"))
+        and (.verb | type == "string") and (.requestURI | type == "string")
+        and (.user.username | type == "string") and (.user.groups | type == "array")
+        and (.sourceIPs | length == 1) and (.objectRef.resource == "widgets") and (.objectRef.apiGroup == "demo.example.io")
+        and (.responseStatus.code | type == "number") and (.requestReceivedTimestamp | type == "string")
+        and (.stageTimestamp | type == "string") and (.annotations["authorization.k8s.io/decision"] == "allow")' \
+        <<<"$event" >/dev/null 2>&1 || die "$1: its last audit event lacks a field of kube's Metadata event: ${event:0:600}"
 }
 
 # ---------------------------------------------------------------- measuring
@@ -667,6 +701,7 @@ measure_throughput() { # ROUND TARGET
         # the file stops growing, then count the window's audited requests.
         audit_settle "$target"
         audit="$(python3 "$BENCH_DIR/report.py" audit "${AUDIT_FILE[$target]}" "$w0" "$w1")"
+        check_audit_event "$target" "${AUDIT_FILE[$target]}"
     fi
     [[ "$target" == direct ]] && u1="$u0" # the shared upstream is idle then
     local cache=$'\t'

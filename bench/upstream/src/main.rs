@@ -1,6 +1,8 @@
 //! The benchmark's upstream: HTTP/1.1, keep-alive, one thread (a tokio
 //! current-thread runtime), every request answered `200` with the same small
-//! JSON body. The request body is read and dropped; nothing is echoed.
+//! JSON body. The request body is read and dropped, except on a request with
+//! an `X-Bench-Echo` header: that one is answered with the body it carried,
+//! so bench/run.sh can see what a target forwards (its admission's edit).
 //!
 //!     bench-upstream 127.0.0.1:9000
 //!
@@ -25,14 +27,23 @@ const BODY: &[u8] =
     br#"{"kind":"WidgetList","apiVersion":"demo.example.io/v1","metadata":{},"items":[]}"#;
 
 async fn answer(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-    // Drain the request body (POSTs carry one) so the connection stays reusable.
+    let echo = request.headers().contains_key("x-bench-echo");
     let mut body = request.into_body();
-    while let Some(frame) = body.frame().await {
-        if frame.is_err() {
-            break;
+    let answer = if echo {
+        match body.collect().await {
+            Ok(received) => received.to_bytes(),
+            Err(_) => Bytes::new(),
         }
-    }
-    let mut response = Response::new(Full::new(Bytes::from_static(BODY)));
+    } else {
+        // Drain the request body (POSTs carry one) so the connection stays reusable.
+        while let Some(frame) = body.frame().await {
+            if frame.is_err() {
+                break;
+            }
+        }
+        Bytes::from_static(BODY)
+    };
+    let mut response = Response::new(Full::new(answer));
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
