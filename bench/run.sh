@@ -552,11 +552,15 @@ runs_policy() {
 # A request of each kind of the mix must be a 200 (or the mix would measure
 # error paths), and the create must reach the upstream as the target's policy
 # leaves it: labelled by the admission where the policy runs, as sent
-# elsewhere (the upstream echoes it back for this one request).
+# elsewhere (the upstream echoes it back for this one request). A target that
+# runs the policy must also answer as kube does: the audit ID in every
+# response's Audit-Id header, refusals as Status bodies.
 check_target() {
     local target="$1" path=/apis/demo.example.io/v1/namespaces/default/widgets code sent forwarded expected
-    code="$(curl -sk -o /dev/null -w '%{http_code}' --max-time 5 -H 'Authorization: Bearer bob-token' "${URL[$target]}$path")"
+    local headers="$TMP/$target.headers"
+    code="$(curl -sk -o /dev/null -D "$headers" -w '%{http_code}' --max-time 5 -H 'Authorization: Bearer bob-token' "${URL[$target]}$path")"
     [[ "$code" == 200 ]] || die "$target: GET with bob's token answered $code, not 200"
+    runs_policy "$target" && check_refusals "$target" "$headers"
     sent='{"metadata":{"name":"w1"}}'
     forwarded="$TMP/$target.forwarded.json"
     code="$(curl -sk -o "$forwarded" -w '%{http_code}' --max-time 5 -H 'Authorization: Bearer alice-token' \
@@ -567,6 +571,24 @@ check_target() {
     runs_policy "$target" && expected='{"metadata":{"name":"w1","labels":{"team":"platform"}}}'
     jq -e --argjson expected "$expected" '. == $expected' "$forwarded" >/dev/null 2>&1 ||
         die "$target: the create reached the upstream as $(head -c 300 "$forwarded"), not as $expected"
+}
+
+# A policy target's answers beyond the mix's 200s, as kube's and the chain's:
+# the GET's Audit-Id header (its headers in HEADERS), an unknown token's 401
+# and bob's delete's 403 as Status bodies, the 403 with kube's message (the
+# chain's RBAC adds its reason after it).
+check_refusals() { # TARGET HEADERS
+    local target="$1" url="${URL[$1]}/apis/demo.example.io/v1/namespaces/default/widgets" body="$TMP/$1.refusal.json" code
+    grep -qiE '^audit-id: [0-9a-f-]{36}'$'\r''?$' "$2" || die "$target: its GET answered without an Audit-Id header"
+    code="$(curl -sk -o "$body" -w '%{http_code}' --max-time 5 -H 'Authorization: Bearer no-such-token' "$url")"
+    jq -e --argjson code "$code" '$code == 401 and .kind == "Status" and .apiVersion == "v1" and .status == "Failure"
+        and .reason == "Unauthorized" and .code == 401' "$body" >/dev/null 2>&1 ||
+        die "$target: an unknown token was answered $code $(head -c 300 "$body"), not kube's 401 Status"
+    code="$(curl -sk -o "$body" -w '%{http_code}' --max-time 5 -X DELETE -H 'Authorization: Bearer bob-token' "$url/w1")"
+    jq -e --argjson code "$code" '$code == 403 and .kind == "Status" and .reason == "Forbidden" and .code == 403
+        and (.message | startswith("widgets.demo.example.io \"w1\" is forbidden: User \"bob\" cannot delete resource \"widgets\" in API group \"demo.example.io\" in the namespace \"default\""))
+        and .details == {"name": "w1", "group": "demo.example.io", "kind": "widgets"}' "$body" >/dev/null 2>&1 ||
+        die "$target: bob's delete was answered $code $(head -c 400 "$body"), not kube's 403 Status"
 }
 
 # The last event of the mix's requests a policy target wrote in a round (not
