@@ -1,7 +1,7 @@
 //! The WebAssembly side: filters are components of the worlds in `wit/`,
 //! run by wasmtime. [`engine`] is the process's engine and compiled-component
 //! cache, [`bindings`] the host side of the WIT, [`state`] what a store holds
-//! and the imports it grants, [`capacity`] the instance slots and filter
+//! and the imports it grants, [`mod@capacity`] the instance slots and filter
 //! memory a configuration's filters share, [`filter`] one loaded filter and
 //! its outcomes, [`convert`] the records built from a request, [`cache_key`]
 //! what a decision cache keys an answer by, [`audit_batch`] a batch of audit
