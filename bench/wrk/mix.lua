@@ -4,7 +4,7 @@
 --   4 x GET  .../namespaces/default/widgets          (list; alice, bob, alice, bob)
 --   1 x POST .../namespaces/default/widgets          (create; alice, small JSON body)
 -- i.e. 80% reads, 20% writes, each with a bearer token that the full chain
--- (bench/manifests/full-*.toml) and nginx + Lua (bench/nginx-lua.conf) accept
+-- (bench/manifests/full-*.toml) and nginx + Lua (bench/conf/nginx-lua.conf) accept
 -- and allow, so every request of the mix is a 200 on every target.
 --
 -- With the argument `many-users` (wrk ... URL -- many-users, the target
