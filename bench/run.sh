@@ -560,7 +560,7 @@ check_target() {
     local headers="$TMP/$target.headers"
     code="$(curl -sk -o /dev/null -D "$headers" -w '%{http_code}' --max-time 5 -H 'Authorization: Bearer bob-token' "${URL[$target]}$path")"
     [[ "$code" == 200 ]] || die "$target: GET with bob's token answered $code, not 200"
-    runs_policy "$target" && check_refusals "$target" "$headers"
+    runs_policy "$target" && check_refusals "$target" "${URL[$target]}$path" "$headers"
     sent='{"metadata":{"name":"w1"}}'
     forwarded="$TMP/$target.forwarded.json"
     code="$(curl -sk -o "$forwarded" -w '%{http_code}' --max-time 5 -H 'Authorization: Bearer alice-token' \
@@ -574,12 +574,12 @@ check_target() {
 }
 
 # A policy target's answers beyond the mix's 200s, as kube's and the chain's:
-# the GET's Audit-Id header (its headers in HEADERS), an unknown token's 401
-# and bob's delete's 403 as Status bodies, the 403 with kube's message (the
-# chain's RBAC adds its reason after it).
-check_refusals() { # TARGET HEADERS
-    local target="$1" url="${URL[$1]}/apis/demo.example.io/v1/namespaces/default/widgets" body="$TMP/$1.refusal.json" code
-    grep -qiE '^audit-id: [0-9a-f-]{36}'$'\r''?$' "$2" || die "$target: its GET answered without an Audit-Id header"
+# the GET's Audit-Id header (the GET of the widgets at URL, its headers in
+# HEADERS), an unknown token's 401 and bob's delete's 403 as Status bodies,
+# the 403 with kube's message (the chain's RBAC adds its reason after it).
+check_refusals() { # TARGET URL HEADERS
+    local target="$1" url="$2" body="$TMP/$1.refusal.json" code
+    grep -qiE '^audit-id: [0-9a-f-]{36}'$'\r''?$' "$3" || die "$target: its GET answered without an Audit-Id header"
     code="$(curl -sk -o "$body" -w '%{http_code}' --max-time 5 -H 'Authorization: Bearer no-such-token' "$url")"
     jq -e --argjson code "$code" '$code == 401 and .kind == "Status" and .apiVersion == "v1" and .status == "Failure"
         and .reason == "Unauthorized" and .code == 401' "$body" >/dev/null 2>&1 ||

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::body::MaxRequestBody;
 use crate::request_info::RequestInfo;
+use crate::status::GatewayError;
 
 /// What the flow has learnt about one request, in one extension: the
 /// listener starts it with the connection's values, the chain's first steps
@@ -76,6 +77,19 @@ impl RequestContext {
     /// The same, for a step to add what it learns.
     pub fn learn(extensions: &mut http::Extensions) -> &mut RequestContext {
         extensions.get_or_insert_default::<RequestContext>()
+    }
+
+    /// The user authentication found and what the request is, for a
+    /// `stage` that judges them. Every chain `chain::build` makes resolves
+    /// both outside such a stage, so their absence is the gateway's own
+    /// error, not a request to judge.
+    pub(crate) fn requester(&self, stage: &str) -> Result<(&UserInfo, &RequestInfo), GatewayError> {
+        match (self.user.as_deref(), self.info.as_ref()) {
+            (Some(user), Some(info)) => Ok((user, info)),
+            _ => Err(GatewayError::internal(format!(
+                "the request reached {stage} without a user"
+            ))),
+        }
     }
 
     /// The user the request is made as; kube's anonymous user when

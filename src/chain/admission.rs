@@ -155,15 +155,7 @@ impl Admission {
         let (text, mut draft, body) = self.object(&parts, body, operation).await?;
         let mut review = review(&parts, operation, text);
         let watchers = Watchers::of(&parts.extensions);
-        let context = RequestContext::of(&parts.extensions);
-        // Request info and authentication sit outside admission in every
-        // chain `chain::build` makes; without them there is nothing to
-        // judge, as authorization finds too.
-        let (Some(info), Some(user)) = (context.info.as_ref(), context.user.as_deref()) else {
-            return Err(GatewayError::internal(
-                "the request reached admission without a user",
-            ));
-        };
+        let (user, info) = RequestContext::of(&parts.extensions).requester("admission")?;
         // kube's step metric: each phase's time, and whether it rejected.
         let operation_name = operation_label(operation);
         for (phase, mutating) in [(&self.mutating, true), (&self.validating, false)] {

@@ -318,13 +318,7 @@ impl Authorization {
 
 /// The user authentication found, and what the request is.
 fn requester(request: &Request) -> Result<(&UserInfo, &RequestInfo), GatewayError> {
-    let context = RequestContext::of(request.extensions());
-    match (context.user.as_deref(), context.info.as_ref()) {
-        (Some(user), Some(info)) => Ok((user, info)),
-        _ => Err(GatewayError::internal(
-            "the request reached authorization without a user",
-        )),
-    }
+    RequestContext::of(request.extensions()).requester("authorization")
 }
 
 /// kube's 403: `<resource>.<group> "<name>" is forbidden: User "alice" cannot

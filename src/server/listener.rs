@@ -1,9 +1,10 @@
 //! The listener: accepts TCP connections, does the TLS handshake when the
 //! transport is TLS, and serves HTTP/1.1 and HTTP/2 on each connection
 //! (ALPN over TLS, prior-knowledge h2c on plaintext) through the handler of
-//! the current [`Snapshot`](super::snapshot::Snapshot): taken per connection for TLS and limits, per
-//! request for the chain. It enforces the connection-level limits: header bytes (431),
-//! read-header timeout ([`super::header_deadline`]), idle timeout; it closes
+//! the current [`Snapshot`](super::snapshot::Snapshot): taken per connection
+//! for TLS and limits, per request for the chain. It enforces the
+//! connection-level limits: header bytes (431), read-header timeout
+//! ([`super::header_deadline`]), idle timeout; it closes
 //! an HTTP/1.x connection whose response passed its deadline (the timeout
 //! filter asks, through [`ConnectionControl`]); and it drains: once
 //! shutdown began every response tells its client to go (`Connection:

@@ -9,9 +9,10 @@
 //!   one place they are removed, and the place where headers the gateway
 //!   sets from the authenticated user would go.
 //! - `X-Forwarded-For`, `Forwarded` and `X-Real-IP` follow the request's
-//!   [`ClientOrigin`](crate::context::ClientOrigin): from a trusted proxy, `X-Forwarded-For` is appended
-//!   to and the other two pass; from any other peer `X-Forwarded-For` is the
-//!   peer alone and the other two are dropped.
+//!   [`ClientOrigin`](crate::context::ClientOrigin): from a trusted proxy,
+//!   `X-Forwarded-For` is appended to and the other two pass; from any
+//!   other peer `X-Forwarded-For` is the peer alone and the other two are
+//!   dropped.
 //! - `X-Forwarded-Host` is the one checked host, `X-Forwarded-Proto` the
 //!   listener's scheme: whatever the client sent under these names is replaced.
 
