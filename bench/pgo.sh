@@ -65,8 +65,8 @@ LLVM_BIN="/usr/lib/llvm-$LLVM_MAJOR/bin"
 if [[ ! -x "$LLVM_BIN/llvm-profdata" || ! -x "$LLVM_BIN/llvm-bolt" ]]; then
     ((INSTALL)) || die "no LLVM $LLVM_MAJOR tools in $LLVM_BIN (run without --no-install)"
     log "installing llvm-$LLVM_MAJOR and bolt-$LLVM_MAJOR (Debian packages)"
-    timeout 600 apt-get update -qq >&2 || die "apt-get update failed"
-    DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq --no-install-recommends \
+    timeout 600 apt-get -o DPkg::Lock::Timeout=300 update -qq >&2 || die "apt-get update failed"
+    DEBIAN_FRONTEND=noninteractive timeout 900 apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends \
         "llvm-$LLVM_MAJOR" "bolt-$LLVM_MAJOR" >&2 || die "apt-get install llvm-$LLVM_MAJOR bolt-$LLVM_MAJOR failed"
 fi
 if [[ ! -x "$TOOLS_DIR/bin/cargo-pgo" ]]; then

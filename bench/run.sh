@@ -274,8 +274,8 @@ install_tools() {
     if ((${#packages[@]})); then
         ((INSTALL)) || die "missing packages (run without --no-install): ${packages[*]}"
         log "installing ${packages[*]} (Debian packages; the services are not started or enabled by this script)"
-        timeout 600 apt-get update -qq >&2 || die "apt-get update failed"
-        DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq --no-install-recommends "${packages[@]}" >&2 ||
+        timeout 600 apt-get -o DPkg::Lock::Timeout=300 update -qq >&2 || die "apt-get update failed"
+        DEBIAN_FRONTEND=noninteractive timeout 900 apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${packages[@]}" >&2 ||
             die "apt-get install ${packages[*]} failed"
     fi
     OHA="$TOOLS_DIR/bin/oha"
