@@ -152,10 +152,12 @@ impl Handler for Admission {
 impl Admission {
     async fn admit(&self, request: Request, operation: Operation) -> Result<Request, GatewayError> {
         let (mut parts, body) = request.into_parts();
+        // Checked before the body is read: without a requester there is
+        // nothing to judge, and the body would be read for nothing.
+        let (user, info) = RequestContext::of(&parts.extensions).requester("admission")?;
         let (text, mut draft, body) = self.object(&parts, body, operation).await?;
         let mut review = review(&parts, operation, text);
         let watchers = Watchers::of(&parts.extensions);
-        let (user, info) = RequestContext::of(&parts.extensions).requester("admission")?;
         // kube's step metric: each phase's time, and whether it rejected.
         let operation_name = operation_label(operation);
         for (phase, mutating) in [(&self.mutating, true), (&self.validating, false)] {
