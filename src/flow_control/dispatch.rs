@@ -515,6 +515,10 @@ impl Default for DroppedRequests {
 
 impl DroppedRequests {
     fn record(&mut self, second: u64) {
+        // Each rejection's time is read before its level's lock is taken,
+        // so two of them can reach here out of order: a late one counts in
+        // the current second, and the seconds recorded never go back.
+        let second = second.max(self.second);
         if second == self.second {
             self.count += 1;
             return;
@@ -599,6 +603,20 @@ mod tests {
         }
         assert!(drops.retry_after < raised, "{drops:?}");
         assert!(drops.retry_after <= MAX_RETRY_AFTER);
+    }
+
+    #[test]
+    fn a_drop_recorded_out_of_order_counts_in_the_current_second() {
+        let mut drops = DroppedRequests::default();
+        for _ in 0..10 {
+            drops.record(1);
+        }
+        drops.record(2);
+        assert_eq!((drops.retry_after, drops.raised_at), (2, Some(2)));
+        // Read before a drop of second 2 took the lock, recorded after it.
+        drops.record(1);
+        assert_eq!((drops.second, drops.count), (2, 2), "{drops:?}");
+        assert_eq!(drops.retry_after, 2);
     }
 
     #[test]
