@@ -32,6 +32,7 @@ LABELS = {
     "direct": "direct to the upstream",
     "nginx": "nginx (proxy, 1 worker)",
     "nginx-lua": "nginx + Lua (token authn, allow-list authz, label admission, audit event)",
+    "nginx-lua-many-users": "nginx + Lua, the same policy, 10,000 users' tokens at random",
     "haproxy": "HAProxy (1 thread)",
     "hyper-proxy": "a bare hyper proxy (the floor of wasmgate's stack)",
     "hyper-raw-client": "hyper's server, the upstream spoken to without an HTTP library",
@@ -169,6 +170,11 @@ def summarise(rows):
             "oneconn_p50_minus_nginx_us": per_round_ratio(oneconn, target, "nginx", "p50_us", "sub"),
             "oneconn_p50_minus_direct_us": per_round_ratio(oneconn, target, "direct", "p50_us", "sub"),
         }
+        if target == "wasmgate-full-pooled-many-users":
+            # against nginx + Lua given the same 10,000 users and mix
+            entry["rps_x_nginx_lua_many_users"] = per_round_ratio(throughput, target, "nginx-lua-many-users", "rps")
+            entry["cpu_x_nginx_lua_many_users"] = per_round_ratio(
+                throughput, target, "nginx-lua-many-users", "cpu_us_per_req")
         if target == "wasmgate-pass-tls":
             entry["rps_x_nginx_tls"] = per_round_ratio(throughput, target, "nginx-tls", "rps")
             entry["cpu_x_nginx_tls"] = per_round_ratio(throughput, target, "nginx-tls", "cpu_us_per_req")
@@ -271,6 +277,9 @@ def markdown(summary, meta, results):
             bits.append(f"compiled code at start: {meta['compiled_code'][target] or 'none'}")
         if e.get("cache_detail"):
             bits.append(f"cache hits per filter and round: {e['cache_detail']}")
+        if e.get("cpu_x_nginx_lua_many_users") is not None:
+            bits.append(f"against `nginx-lua-many-users` (the same users and mix): CPU "
+                        f"{fmt(e['cpu_x_nginx_lua_many_users'], 2)}×, req/s {fmt(e['rps_x_nginx_lua_many_users'], 2)}×")
         extra.append(f"- `{target}`: " + ", ".join(bits))
     lines.append("Per target (medians of the throughput runs): req/s range over rounds, the target's CPU per "
                  "request split into user space (utime: its own code, the libraries, JIT-compiled Wasm) and the "

@@ -48,7 +48,8 @@
 #                       dir), as on a fresh machine: it compiles its
 #                       components at start
 #
-# Targets: direct, nginx, nginx-lua, haproxy, hyper-proxy (a bare hyper
+# Targets: direct, nginx, nginx-lua, nginx-lua-many-users (nginx + Lua with
+# the 10,000 users of wasmgate-full-pooled-many-users, and its mix), haproxy, hyper-proxy (a bare hyper
 # proxy: the floor of wasmgate's stack), hyper-raw-client (hyper's server,
 # the upstream spoken to without an HTTP library), raw-proxy (a proxy with no HTTP
 # library between the sockets: what a leaner engine than hyper could
@@ -96,7 +97,7 @@ ROUNDS=3 WARMUP=2 DURATION=10 CONNECTIONS=64 RATE=auto WORKERS=1
 OPEN_CONNECTIONS=16 INSTALL=1 BUILD=1 OPENLOOP=1 SMOKE=0 PROFILE=0
 QUIET_LOAD=1.5 QUIET_STEAL=5 QUIET_WAIT=1200 UPDATE_README=0 KEEP_TEMP=0 COLD_CODE=0
 TARGETS_ARG="" EXTRA=() BINARY="" BINARY_LABEL=""
-ALL_TARGETS=(direct nginx nginx-lua haproxy hyper-proxy hyper-raw-client raw-proxy raw-proxy-typed wasmgate-pass wasmgate-full-per-request wasmgate-full-pooled wasmgate-full-pooled-nocache wasmgate-full-pooled-many-users wasmgate-full-python nginx-tls wasmgate-pass-tls)
+ALL_TARGETS=(direct nginx nginx-lua nginx-lua-many-users haproxy hyper-proxy hyper-raw-client raw-proxy raw-proxy-typed wasmgate-pass wasmgate-full-per-request wasmgate-full-pooled wasmgate-full-pooled-nocache wasmgate-full-pooled-many-users wasmgate-full-python nginx-tls wasmgate-pass-tls)
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
@@ -426,13 +427,21 @@ start_target() {
             start "$target" 0 "$TMP/$target.log" "$UPSTREAM" "127.0.0.1:$port"
             CPU_PID[$target]="$STARTED"
             ;;
-        nginx | nginx-lua | nginx-tls)
+        nginx | nginx-lua | nginx-lua-many-users | nginx-tls)
             local conf="$TMP/$target.conf" master i worker=""
-            if [[ "$target" == nginx ]]; then
-                render "$BENCH_DIR/conf/nginx-proxy.conf" "$conf" "$port"
-            else
-                render "$BENCH_DIR/conf/$target.conf" "$conf" "$port"
-            fi
+            case "$target" in
+                nginx) render "$BENCH_DIR/conf/nginx-proxy.conf" "$conf" "$port" ;;
+                nginx-lua-many-users)
+                    # nginx-lua's conf, its files (pid, log, temp paths)
+                    # named after this target, its users where the marker is.
+                    render "$BENCH_DIR/conf/nginx-lua.conf" "$conf" "$port"
+                    sed -i "s#$TMP/nginx-lua\.#$TMP/$target.#g" "$conf"
+                    many_users_lua >"$TMP/many-users.lua"
+                    sed -i -e "/@MANY_USERS@/r $TMP/many-users.lua" -e '/@MANY_USERS@/d' "$conf"
+                    WRK_ARGS[$target]=many-users
+                    ;;
+                *) render "$BENCH_DIR/conf/$target.conf" "$conf" "$port" ;;
+            esac
             [[ "$target" == nginx-tls ]] && SCHEME[$target]=https
             start "$target" 0 "$TMP/$target.log" nginx -p "$TMP" -c "$conf" -e "$TMP/$target.error.log"
             master="$STARTED"
@@ -445,7 +454,7 @@ start_target() {
             [[ -n "$worker" ]] || die "$target started no worker: $(cat "$TMP/$target.error.log" "$TMP/$target.log" 2>/dev/null)"
             adopt "$worker" "$target-worker"
             CPU_PID[$target]="$worker"
-            [[ "$target" == nginx-lua ]] && AUDIT_FILE[$target]="$TMP/nginx-lua.audit.jsonl"
+            [[ "$target" == nginx-lua* ]] && AUDIT_FILE[$target]="$TMP/$target.audit.jsonl"
             ;;
         haproxy)
             render "$BENCH_DIR/conf/haproxy.cfg" "$TMP/haproxy.cfg" "$port"
@@ -516,6 +525,16 @@ many_users() {
     done
 }
 
+# The same users for nginx-lua-many-users, as entries of its Lua table of
+# tokens (the group "many" is granted widgets in "default" there, as in the
+# manifest).
+many_users_lua() {
+    local i
+    for ((i = 0; i < 10000; i++)); do
+        printf '                ["user-%04d-token"] = { username = "user-%04d", groups = { "many", "system:authenticated" } },\n' "$i" "$i"
+    done
+}
+
 # TARGET's /metrics text (alice may read it in the bench manifests), empty
 # for a target without it.
 scrape() {
@@ -546,7 +565,7 @@ cache_ratio() { # BEFORE AFTER
 # admission, the audit event): the chains and nginx + Lua. An --extra
 # target's manifest may run anything, so it is not asked.
 runs_policy() {
-    [[ "$1" == nginx-lua || ( "$1" == wasmgate-full-* && -z "${EXTRA_MANIFEST[$1]:-}" ) ]]
+    [[ "$1" == nginx-lua* || ( "$1" == wasmgate-full-* && -z "${EXTRA_MANIFEST[$1]:-}" ) ]]
 }
 
 # A request of each kind of the mix must be a 200 (or the mix would measure
