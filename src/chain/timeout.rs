@@ -93,9 +93,12 @@ impl Handler for Timeout {
 
 impl Timeout {
     async fn long_running(&self, request: Request) -> Response {
+        // A `timeoutSeconds` past the clock's range (any int64 is a valid
+        // one) gives the watch no end of its own: it ends with its
+        // connection or at the shutdown, as its client asked.
         let watch_ends = self
             .watch_timeout(&request)
-            .map(|timeout| Instant::now() + timeout);
+            .and_then(|timeout| Instant::now().checked_add(timeout));
         let closing = RequestContext::of(request.extensions())
             .control
             .as_ref()
@@ -575,6 +578,18 @@ mod tests {
         let response = filter.call(request("/apis/g/v1/widgets", "watch")).await;
         assert_eq!(response.status(), StatusCode::OK);
         assert!(response.headers().get("x-deadline-ms").is_none());
+    }
+
+    /// A watch's `timeoutSeconds` is any int64 (request info takes it as
+    /// kube's `ListOptions` does): the largest one, past the clock's range,
+    /// is a watch without an end of its own, not an overflow (a panic, a
+    /// 500, before authentication).
+    #[tokio::test]
+    async fn a_watch_asking_for_the_largest_timeout_seconds_is_served() {
+        let filter = timeout(LONG, Duration::ZERO, false);
+        let target = format!("/apis/g/v1/widgets?watch=1&timeoutSeconds={}", i64::MAX);
+        let response = filter.call(request(&target, "watch")).await;
+        assert_eq!(response.status(), StatusCode::OK);
     }
 
     /// timeout.go's `panic(http.ErrAbortHandler)` for a response already

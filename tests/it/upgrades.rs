@@ -548,6 +548,31 @@ async fn a_watch_ends_after_min_request_timeout_or_its_timeout_seconds() {
     }
 }
 
+/// A watch may ask for any int64 `timeoutSeconds`; the largest, past the
+/// clock's range, is served as a watch without an end of its own (it was an
+/// overflow: a panic and a 500, before authentication ran).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_asking_for_the_largest_timeout_seconds_streams() {
+    let setup = setup(Duration::from_millis(100), "min_request_timeout = \"1s\"").await;
+    let client = tls_client(&setup.ca.cert_pem);
+    let target = format!("{WATCH}&timeoutSeconds={}", i64::MAX);
+    let mut response = bounded(
+        "the watch's head",
+        client
+            .get(setup.gateway.url(&target))
+            .bearer_auth("alice-token")
+            .send(),
+    )
+    .await
+    .expect("a watch");
+    assert_eq!(response.status(), 200);
+    let first = bounded("the watch's first event", response.chunk())
+        .await
+        .expect("a chunk")
+        .expect("not the end");
+    assert!(!first.is_empty());
+}
+
 /// At shutdown a watch is closed once `shutdown_delay` has passed, not
 /// waited on until `shutdown_timeout`; the drain then completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
