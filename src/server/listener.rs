@@ -14,6 +14,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -26,7 +27,9 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
@@ -99,6 +102,7 @@ impl Listener {
             };
             let tls = snapshot.tls.clone();
             let handshake_timeout = limits.read_header_timeout;
+            let closing = drain.close_connections.clone();
             drain.connections.spawn(async move {
                 match tls {
                     None => {
@@ -107,38 +111,62 @@ impl Listener {
                             .await
                     }
                     Some(acceptor) => {
-                        match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await
-                        {
-                            Ok(Ok(stream)) => {
-                                crate::metrics::metrics().gateway.tls_handshake("success");
-                                let client_chain =
-                                    stream.get_ref().1.peer_certificates().map(|chain| {
-                                        Arc::new(
-                                            chain
-                                                .iter()
-                                                .map(|cert| cert.clone().into_owned())
-                                                .collect(),
-                                        )
-                                    });
-                                connection
-                                    .serve(
-                                        stream,
-                                        ConnectionInfo::new(remote_addr, true, client_chain),
+                        let handshake =
+                            handshake(acceptor, stream, remote_addr, handshake_timeout, &closing);
+                        if let Some(stream) = handshake.await {
+                            let client_chain =
+                                stream.get_ref().1.peer_certificates().map(|chain| {
+                                    Arc::new(
+                                        chain
+                                            .iter()
+                                            .map(|cert| cert.clone().into_owned())
+                                            .collect(),
                                     )
-                                    .await;
-                            }
-                            Ok(Err(error)) => {
-                                crate::metrics::metrics().gateway.tls_handshake("failure");
-                                tracing::debug!(%remote_addr, %error, "TLS handshake failed")
-                            }
-                            Err(_) => {
-                                crate::metrics::metrics().gateway.tls_handshake("timeout");
-                                tracing::debug!(%remote_addr, "TLS handshake timed out")
-                            }
+                                });
+                            let info = ConnectionInfo::new(remote_addr, true, client_chain);
+                            connection.serve(stream, info).await;
                         }
                     }
                 }
             });
+        }
+    }
+}
+
+/// The TLS handshake of an accepted connection, within `timeout`, counted by
+/// its result; None when it failed, timed out, or the shutdown began closing
+/// connections first: a connection still in its handshake carries no
+/// request, and is closed as an idle one is (Go's `Shutdown` closes its new
+/// connections too).
+async fn handshake(
+    acceptor: TlsAcceptor,
+    stream: TcpStream,
+    remote_addr: SocketAddr,
+    timeout: Duration,
+    closing: &CancellationToken,
+) -> Option<TlsStream<TcpStream>> {
+    let handshaken = tokio::select! {
+        handshaken = tokio::time::timeout(timeout, acceptor.accept(stream)) => handshaken,
+        () = closing.cancelled() => {
+            crate::metrics::metrics().gateway.tls_handshake("shutdown");
+            tracing::debug!(%remote_addr, "TLS handshake abandoned: the gateway is shutting down");
+            return None;
+        }
+    };
+    match handshaken {
+        Ok(Ok(stream)) => {
+            crate::metrics::metrics().gateway.tls_handshake("success");
+            Some(stream)
+        }
+        Ok(Err(error)) => {
+            crate::metrics::metrics().gateway.tls_handshake("failure");
+            tracing::debug!(%remote_addr, %error, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            crate::metrics::metrics().gateway.tls_handshake("timeout");
+            tracing::debug!(%remote_addr, "TLS handshake timed out");
+            None
         }
     }
 }

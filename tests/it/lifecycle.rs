@@ -2,9 +2,9 @@
 //! SIGTERM (the request in flight completes, new connections are refused,
 //! exit 0), pre-shutdown hooks running while the listener is still open, and
 //! `shutdown_delay` serving on while readyz fails; in process: the drain of
-//! HTTP/1.1 and HTTP/2 streams, the shutdown timeout, and the responses of
-//! the shutdown delay sending their clients away (`Connection: close`,
-//! GOAWAY).
+//! HTTP/1.1 and HTTP/2 streams, the shutdown timeout, a connection that
+//! sent nothing closed at once, and the responses of the shutdown delay
+//! sending their clients away (`Connection: close`, GOAWAY).
 
 use std::time::Duration;
 
@@ -306,6 +306,35 @@ async fn shutdown_timeout_gives_up_on_a_request_that_never_ends() {
             open_connections: 1
         }
     );
+}
+
+/// A client that opened a connection and sent nothing (a TCP health check,
+/// a port scan, a TLS client that never sent its ClientHello) has no
+/// request to drain: the shutdown closes it at once, on TLS as on
+/// plaintext. On TLS it used to hold the drain for all of
+/// `shutdown_timeout`, and the cut did not reach it either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_sent_nothing_does_not_hold_the_shutdown() {
+    for transport in ["plaintext = true", "cert_dir = \"generated\""] {
+        let manifest = format!(
+            "[listen]\naddress = \"127.0.0.1:0\"\n{transport}\n\n\
+             [limits]\nread_header_timeout = \"30s\"\nshutdown_timeout = \"5s\"\n\n\
+             [[servers]]\nname = \"main\"\n\n\
+             [[servers.routes]]\npath = \"/static\"\nstatic = {{ body = \"static\" }}\n"
+        );
+        let gateway = TestGateway::start(&manifest).await;
+        let _silent = connect(gateway.addr).await;
+        // The listener accepts it (and, on TLS, begins its handshake).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = std::time::Instant::now();
+        let drained = gateway.shutdown().await;
+        let took = started.elapsed();
+        assert_eq!(drained, wasmgate::server::Drained::Complete, "{transport}");
+        assert!(
+            took < Duration::from_secs(2),
+            "{transport}: the shutdown took {took:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
