@@ -242,7 +242,8 @@ impl Member {
     }
 
     /// One watch: returns when it ends (etcd compacted past `seen`: the
-    /// current revision is applied first), fails when etcd does.
+    /// current revision is applied first, and `seen` moves up to the
+    /// compaction), fails when etcd does.
     async fn watch_from(
         &mut self,
         seen: &mut Revision,
@@ -273,6 +274,10 @@ impl Member {
                         *seen = current.revision;
                         self.apply(current, trigger).await;
                     }
+                    // The next watch starts where etcd's history does now:
+                    // from `seen + 1` it would be cancelled again, at once,
+                    // for as long as the manifest stays as it is.
+                    *seen = (*seen).max(response.compact_revision() - 1);
                     return Ok(());
                 }
                 return Err(FleetError::Missing(format!(

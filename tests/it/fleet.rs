@@ -633,3 +633,75 @@ async fn a_component_larger_than_an_etcd_request_is_chunked_and_checked_on_read(
         .expect_err("a damaged component is refused");
     assert!(damaged.to_string().contains("damaged"), "{damaged}");
 }
+
+/// How many calls of `method` (`Watch`, `Range`) etcd has begun, from its
+/// own gRPC metrics.
+async fn etcd_calls(etcd: &Etcd, method: &str) -> u64 {
+    let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", etcd.client_port))
+        .await
+        .expect("etcd's /metrics")
+        .text()
+        .await
+        .expect("etcd's metrics text");
+    let label = format!("grpc_method=\"{method}\"");
+    text.lines()
+        .filter(|line| line.starts_with("grpc_server_started_total{") && line.contains(&label))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|value| value as u64)
+        .sum()
+}
+
+/// etcd's history compacted past the last push (other keys written, then
+/// compacted, as its `--auto-compaction` does): a gateway joining then
+/// watches from the compaction on, quietly, and follows the next push. Its
+/// watch from the manifest's own revision used to be cancelled at once,
+/// again and again: some twenty Watch and Range calls in two idle seconds,
+/// until the next push.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_joining_after_a_compaction_watches_quietly_and_follows_the_next_push() {
+    let etcd = Etcd::start();
+    let url = etcd.url("compacted");
+    let dir = new_dir();
+    let (a, b) = write_chains(dir.path());
+    let first = push(&a, &url);
+    let mut raw =
+        etcd_client::Client::connect([format!("http://127.0.0.1:{}", etcd.client_port)], None)
+            .await
+            .expect("an etcd client");
+    let mut revision = first;
+    for n in 0..3 {
+        let put = raw
+            .put(format!("unrelated/{n}"), "x", None)
+            .await
+            .expect("put an unrelated key");
+        revision = put.header().expect("a header").revision();
+    }
+    raw.compact(revision, None).await.expect("compact");
+    let members = [join(&url, &dir.path().join("gw"), "gw", free_port())];
+    let client = http_client();
+    all_apply(&client, &members, first, BOUND).await;
+    // Its first watch, from just after that revision, meets the compaction:
+    // the manifest is read and the watch made again, from the compaction.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let (watches, ranges) = (
+        etcd_calls(&etcd, "Watch").await,
+        etcd_calls(&etcd, "Range").await,
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let watches = etcd_calls(&etcd, "Watch").await - watches;
+    let ranges = etcd_calls(&etcd, "Range").await - ranges;
+    assert!(
+        watches <= 1 && ranges <= 1,
+        "an idle gateway began {watches} watches and {ranges} Range calls in two seconds"
+    );
+
+    let second = push(&b, &url);
+    all_apply(&client, &members, second, BOUND).await;
+    assert_eq!(
+        ask(&client, &members[0].process.url(""), "after-compaction")
+            .await
+            .as_deref(),
+        Ok("B")
+    );
+}
