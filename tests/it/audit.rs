@@ -7,7 +7,8 @@
 //! decisions are recorded. Every request that got RequestReceived gets
 //! ResponseComplete, 25 of 25: those answered 504 by the timeout, those
 //! their clients abandon (HTTP/1.1 and HTTP/2), those cut at shutdown (in
-//! both modes, written before the log is flushed); and failed
+//! both modes, written before the log is flushed), one whose body stalls
+//! until its deadline, one cut while its ResponseComplete is written; and failed
 //! authentications are audited as kube's `WithFailedAuthenticationAudit`
 //! audits them.
 
@@ -129,14 +130,17 @@ async fn blocking_mode_records_each_request_at_its_rule_level() {
             json!({"resource": "widgets", "namespace": "default", "apiGroup": "demo.example.io", "apiVersion": "v1"})
         );
         assert_eq!(event["sourceIPs"], json!(["127.0.0.1"]));
-        assert_eq!(event["requestObject"], widget);
         assert!(event.get("impersonatedUser").is_none(), "{event}");
     }
+    // RequestReceived is written before the body is read, as kube's.
     let (received, complete) = (&events[0], &events[1]);
     assert!(
-        received.get("responseStatus").is_none() && received.get("responseObject").is_none(),
+        received.get("requestObject").is_none()
+            && received.get("responseStatus").is_none()
+            && received.get("responseObject").is_none(),
         "{received}"
     );
+    assert_eq!(complete["requestObject"], widget);
     assert_eq!(complete["responseStatus"]["code"], 200);
     assert_eq!(
         complete["responseObject"], echoed,
@@ -166,11 +170,9 @@ async fn blocking_mode_records_each_request_at_its_rule_level() {
         ["RequestReceived", "ResponseComplete"],
         "{events:#?}"
     );
-    assert!(
-        events
-            .iter()
-            .all(|event| event["level"] == "Request" && event["requestObject"] == widget)
-    );
+    assert!(events.iter().all(|event| event["level"] == "Request"));
+    assert!(events[0].get("requestObject").is_none(), "{}", events[0]);
+    assert_eq!(events[1]["requestObject"], widget);
     assert!(
         events
             .iter()
@@ -655,4 +657,85 @@ async fn failed_authentications_are_audited_as_kube_does() {
     answer.assert_status(401, "Unauthorized");
     assert_eq!(events_of(&log, &audit_id(&answer)), Vec::<Value>::new());
     assert_eq!(audit_events(&log).len(), MANY + 1);
+}
+
+/// kube's `WithAudit` writes RequestReceived before its handler reads the
+/// body, and ResponseComplete however the request ends: at level Request
+/// and above a create whose body stalls until its deadline (100 bytes
+/// announced, 10 sent) is received and completed with the 504 its client
+/// got. Audit used to read the body before it made any event: such a
+/// request left none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_body_stalls_until_its_deadline_is_received_and_completed() {
+    let upstream = Upstream::start().await;
+    let (gateway, log) =
+        audited_gateway_with(&upstream, "blocking", "request_timeout = \"1s\"").await;
+    let id = "stalled-body";
+    // bob's create: level Request (the third rule).
+    let head = format!(
+        "POST {WIDGETS} HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer bob-token\r\n\
+         Audit-ID: {id}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"kind\": "
+    );
+    let mut stream = raw_request(gateway.addr, head.as_bytes()).await;
+    let (answered, _) = read_one_response(&mut stream).await;
+    assert!(
+        answered.starts_with("HTTP/1.1 504"),
+        "the deadline answers: {answered}"
+    );
+    let events = wait_for_events(&log, id, 2).await;
+    assert_completed(&events, id, 504, "Timeout");
+    assert!(
+        events
+            .iter()
+            .all(|event| event.get("requestObject").is_none()),
+        "no body, no object: {events:#?}"
+    );
+    drop(stream);
+    gateway.shutdown().await;
+}
+
+/// In blocking mode a request's ResponseComplete is written in a task of
+/// its own that the request waits for: a request cut while its write waits
+/// (here its deadline passes while the auditor waits for the one instance
+/// slot a slow authorizer call holds) still gets its ResponseComplete,
+/// after its RequestReceived. The write used to be the request's own
+/// future, and was dropped with it: the event was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_cut_while_its_response_complete_is_written_is_completed() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let manifest = plaintext(
+        &[
+            // One instance slot for every filter (a call waits up to 2.5 s
+            // for room); max-in-flight's cover check off.
+            "[limits]\nfilter_instances = 1\nmax_mutating_requests_in_flight = 0\nrequest_timeout = \"10s\"\n"
+                .to_owned(),
+            "[authentication]\nanonymous = true\n".to_owned(),
+            filter("authorization.filters", "slow-authz", "fault-authz", None, "timeout = \"5s\"\n"),
+            "\n[audit]\nmode = \"blocking\"\n[[audit.policy]]\nlevel = \"Metadata\"\n".to_owned(),
+            filter("audit.filters", "log", "jsonl-audit", None, "sink = \"audit.jsonl\"\n"),
+            routes(&upstream.url()),
+        ]
+        .concat(),
+    );
+    let gateway = TestGateway::start(&manifest).await;
+    let log = gateway.dir.path().join("audit.jsonl");
+    let client = http_client();
+    // Allowed at once, answered by the upstream after 500 ms, deadline 1 s.
+    let cut = tokio::spawn(send(
+        client
+            .get(gateway.url("/open/allow?timeout=1s"))
+            .header("Audit-ID", "cut-while-writing")
+            .header(MODE, "slow:500"),
+    ));
+    upstream.next_arrival().await;
+    // Its authorizer call holds the only instance slot for 3 s.
+    let slow = tokio::spawn(send(client.get(gateway.url("/open/slow-3000"))));
+    let answer = cut.await.expect("the cut request");
+    assert_eq!(answer.status, 504, "{}", answer.body);
+    let answer = slow.await.expect("the slow request");
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let events = wait_for_events(&log, "cut-while-writing", 2).await;
+    assert_eq!(stages_of(&events), ["RequestReceived", "ResponseComplete"]);
+    gateway.shutdown().await;
 }

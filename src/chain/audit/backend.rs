@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use futures_util::future::OptionFuture;
 use tokio_util::sync::CancellationToken;
 
 use super::buffer::{Batch, Buffer, Full};
@@ -21,6 +20,9 @@ use crate::config::stages::{Audit, AuditMode};
 use crate::wasm::audit_batch::AuditBatch;
 use crate::wasm::filter::{Auditor, JsonBatch};
 use crate::wasm::{LoadedFilter, Outcome};
+
+/// A blocking-mode write running in a task of its own.
+pub(super) type Writing = tokio::task::JoinHandle<()>;
 
 /// Where events go: the audit filters, directly or through the buffer.
 pub(crate) struct AuditBackend {
@@ -69,52 +71,68 @@ impl AuditBackend {
         })
     }
 
-    /// Hands `event` on: queued at once in batch mode, leaving nothing to
-    /// wait for; written by the returned future in blocking mode. Not an
-    /// `async fn`: its state (the event, the filters' calls) would sit in
-    /// the future of every audited request, which is moved whole when it
-    /// is made (bench/README.md § "Futures moved whole").
-    ///
-    /// An event lent (a request's RequestReceived, ResponseStarted: the
-    /// event its ResponseComplete is made from later) is copied only when
-    /// the batches keep events: written through or rendered into lines,
-    /// it is read where it is.
-    pub(super) fn emit<'a>(
-        &'a self,
-        event: Cow<'a, AuditEvent>,
-    ) -> impl Future<Output = Option<()>> + Send + 'a {
-        crate::metrics::metrics().stages.audit_event();
-        let write = match &self.queue {
-            Some(queue) => {
-                self.enqueue(queue, event);
-                None
-            }
-            None => Some(Box::pin(async move {
-                write_through(
-                    &self.filters,
-                    &AuditBatch::new(std::slice::from_ref(event.as_ref())),
-                )
-                .await
-            })),
-        };
-        OptionFuture::from(write)
-    }
-
-    /// For events made where nothing can wait (a response body's end, a
-    /// request dropped before its response); counted as pending until
-    /// written, so that [`AuditBackend::flush`] waits for them too.
-    pub(super) fn emit_detached(self: &Arc<Self>, event: AuditEvent) {
+    /// Hands `event` on in a way its request's end cannot cancel: queued at
+    /// once in batch mode; in blocking mode written by a task of its own,
+    /// after the request's write still going (`after`, so that a request's
+    /// events keep their order), and counted as pending until written, so
+    /// that [`AuditBackend::flush`] waits for it too. For events made where
+    /// nothing can wait (a response body's end, a request dropped before
+    /// its response), and for a request's own writes in blocking mode: the
+    /// request waits for the returned task, and if it is dropped meanwhile
+    /// (its deadline, its client gone, the shutdown's cut) the event is
+    /// written all the same.
+    pub(super) fn emit_detached(
+        self: &Arc<Self>,
+        event: AuditEvent,
+        after: Option<Writing>,
+    ) -> Option<Writing> {
         crate::metrics::metrics().stages.audit_event();
         match &self.queue {
-            Some(queue) => self.enqueue(queue, Cow::Owned(event)),
+            Some(queue) => {
+                self.enqueue(queue, Cow::Owned(event));
+                None
+            }
             None => {
                 self.pending.fetch_add(1, Ordering::AcqRel);
                 let backend = self.clone();
-                tokio::spawn(async move {
+                Some(tokio::spawn(async move {
+                    if let Some(earlier) = after {
+                        // Its failure (a panic in a filter's host code) is
+                        // that write's; this one goes on.
+                        let _ = earlier.await;
+                    }
                     write_through(&backend.filters, &AuditBatch::new(&[event])).await;
                     backend.pending.fetch_sub(1, Ordering::AcqRel);
-                });
+                }))
             }
+        }
+    }
+
+    /// [`AuditBackend::emit_detached`] for an event lent (a request's
+    /// RequestReceived, ResponseStarted: the event its ResponseComplete is
+    /// made from later). Batches of lines read it where it is, batches of
+    /// events copy it; a blocking write takes a copy to its task.
+    pub(super) fn emit_lent(
+        self: &Arc<Self>,
+        event: &AuditEvent,
+        after: Option<Writing>,
+    ) -> Option<Writing> {
+        match &self.queue {
+            Some(queue) => {
+                crate::metrics::metrics().stages.audit_event();
+                self.enqueue(queue, Cow::Borrowed(event));
+                None
+            }
+            None => self.emit_detached(event.clone(), after),
+        }
+    }
+
+    /// [`AuditBackend::emit_detached`], waited for: the event is queued, or
+    /// written in blocking mode, when this returns, and is written even if
+    /// the caller is dropped first.
+    pub(super) async fn emit_owned(self: &Arc<Self>, event: AuditEvent) {
+        if let Some(writing) = self.emit_detached(event, None) {
+            let _ = writing.await;
         }
     }
 

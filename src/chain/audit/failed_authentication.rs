@@ -2,7 +2,6 @@
 //! (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/authn_audit.go`): the
 //! one event written for a request that authentication refused.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::body::Request;
@@ -43,11 +42,7 @@ impl FailedAuthenticationAudit {
         ));
         let context = AuditContext::default();
         self.backend
-            .emit(Cow::Owned(stamped(
-                event,
-                AuditStage::ResponseStarted,
-                &context,
-            )))
+            .emit_owned(stamped(event, AuditStage::ResponseStarted, &context))
             .await;
     }
 }

@@ -29,16 +29,16 @@ mod failed_authentication;
 mod policy;
 
 pub(crate) use backend::AuditBackend;
+use backend::Writing;
 pub(crate) use event::AuditContext;
 pub(crate) use failed_authentication::FailedAuthenticationAudit;
 
-use std::borrow::Cow;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::FutureExt;
-use futures_util::future::{BoxFuture, OptionFuture};
+use futures_util::future::BoxFuture;
 
 use crate::audit_event::{AuditEvent, ResponseStatus};
 use crate::body::{Request, Response};
@@ -70,14 +70,7 @@ impl Handler for Audit {
             let Some((level, omitted)) = level else {
                 return self.next.call(request).await;
             };
-            // The bodies' buffering boxed: only levels Request and above
-            // wait for it, and inline its state would be in every audited
-            // request's future.
-            let (mut request, request_object) = if level >= AuditLevel::Request {
-                Box::pin(buffer_request_object(request)).await
-            } else {
-                (request, None)
-            };
+            let mut request = request;
             let context = AuditContext::default();
             request.extensions_mut().insert(context.clone());
             let long_running = crate::context::is_long_running(&request);
@@ -90,21 +83,25 @@ impl Handler for Audit {
             let mut completion = Completion {
                 // Made in place: a local would keep its own copy of the event in
                 // the future, moved or not.
-                event: Some(AuditEvent {
-                    request_object,
-                    ..base_event(&request, level)
-                }),
+                event: Some(base_event(&request, level)),
                 omitted: !emits(AuditStage::ResponseComplete),
                 interruption: Interruption::of(&request),
                 context: context.clone(),
                 backend: self.backend.clone(),
+                writing: None,
             };
-            // Lent, not copied: the event goes on to be the ResponseComplete.
-            if emits(AuditStage::RequestReceived)
-                && let Some(event) = &mut completion.event
-            {
-                stamp(event, AuditStage::RequestReceived, &context);
-                self.backend.emit(Cow::Borrowed(event)).await;
+            if emits(AuditStage::RequestReceived) {
+                completion.emit_stage(AuditStage::RequestReceived).await;
+            }
+            // Levels Request and above record the body, read after
+            // RequestReceived, as kube logs the object when its handler
+            // decodes it: a body that never comes leaves its request
+            // completed all the same (504, 499). Boxed: inline its state
+            // would be in every audited request's future.
+            if level >= AuditLevel::Request {
+                let object;
+                (request, object) = Box::pin(buffer_request_object(request)).await;
+                completion.recorded(object);
             }
             let response = match AssertUnwindSafe(self.next.call(request))
                 .catch_unwind()
@@ -113,12 +110,11 @@ impl Handler for Audit {
                 Ok(response) => response,
                 Err(panic) => {
                     // kube writes Panic instead of ResponseComplete.
-                    let write = completion
-                        .event
-                        .take()
-                        .filter(|_| emits(AuditStage::Panic))
-                        .map(|event| self.backend.emit(Cow::Owned(panicked(event, &context))));
-                    OptionFuture::from(write).await;
+                    if let Some(event) = completion.event.take()
+                        && emits(AuditStage::Panic)
+                    {
+                        completion.emit(panicked(event, &context)).await;
+                    }
                     // Panic recovery, outside, turns it into a 500.
                     std::panic::resume_unwind(panic);
                 }
@@ -126,11 +122,8 @@ impl Handler for Audit {
             let status = status_record(response.status().as_u16(), "", "");
             if long_running {
                 completion.answered(status, None);
-                if emits(AuditStage::ResponseStarted)
-                    && let Some(event) = &mut completion.event
-                {
-                    stamp(event, AuditStage::ResponseStarted, &context);
-                    self.backend.emit(Cow::Borrowed(event)).await;
+                if emits(AuditStage::ResponseStarted) {
+                    completion.emit_stage(AuditStage::ResponseStarted).await;
                 }
                 // The response completes when its body ends, after this returns.
                 return crate::body::keep_until_done(response, completion);
@@ -154,9 +147,13 @@ fn panicked(event: AuditEvent, context: &AuditContext) -> AuditEvent {
     event
 }
 
-/// A request's ResponseComplete, written once: by [`Completion::write`] when
-/// the response is ready (a long-running one's when its body is done), or
-/// when the request is dropped before that, recording why.
+/// A request's events: its ResponseComplete, written once, by
+/// [`Completion::write`] when the response is ready (a long-running one's
+/// when its body is done), or when the request is dropped before that,
+/// recording why; and the stages before it. In blocking mode each write
+/// runs in a task of its own, after the one before, which the request
+/// waits for: a request dropped while it waits loses no event, and its
+/// events keep their order.
 struct Completion {
     /// None once written (or replaced by a Panic event).
     event: Option<AuditEvent>,
@@ -165,9 +162,18 @@ struct Completion {
     interruption: Interruption,
     context: AuditContext,
     backend: Arc<AuditBackend>,
+    /// The request's blocking-mode write still going.
+    writing: Option<Writing>,
 }
 
 impl Completion {
+    /// The request's body, recorded (levels Request and above).
+    fn recorded(&mut self, object: Option<String>) {
+        if let Some(event) = &mut self.event {
+            event.request_object = object;
+        }
+    }
+
     /// The response is ready: its status (and object) go in the event.
     fn answered(&mut self, status: ResponseStatus, object: Option<String>) {
         if let Some(event) = &mut self.event {
@@ -176,30 +182,56 @@ impl Completion {
         }
     }
 
-    /// Hands the event on now; in blocking mode the returned future writes
-    /// it, before the response is sent.
-    fn write(&mut self) -> impl Future + Send + '_ {
-        let write = self.event.take().filter(|_| !self.omitted).map(|event| {
-            self.backend.emit(Cow::Owned(stamped(
-                event,
-                AuditStage::ResponseComplete,
-                &self.context,
-            )))
-        });
-        OptionFuture::from(write)
+    /// Emits the event as it stands at `stage` (RequestReceived,
+    /// ResponseStarted), lent: it goes on to be the ResponseComplete.
+    async fn emit_stage(&mut self, stage: AuditStage) {
+        if let Some(event) = &mut self.event {
+            stamp(event, stage, &self.context);
+            self.writing = self.backend.emit_lent(event, self.writing.take());
+            self.written().await;
+        }
+    }
+
+    /// Emits `event`, made from the request's: a Panic.
+    async fn emit(&mut self, event: AuditEvent) {
+        self.writing = self.backend.emit_detached(event, self.writing.take());
+        self.written().await;
+    }
+
+    /// Hands the ResponseComplete on now; in blocking mode it is written
+    /// before this returns, hence before the response is sent.
+    async fn write(&mut self) {
+        if let Some(event) = self.event.take()
+            && !self.omitted
+        {
+            let event = stamped(event, AuditStage::ResponseComplete, &self.context);
+            self.emit(event).await;
+        }
+    }
+
+    /// Waits for the write going (blocking mode).
+    async fn written(&mut self) {
+        if let Some(writing) = &mut self.writing {
+            // Its failure (a panic in a filter's host code) is the write's;
+            // the request goes on.
+            let _ = writing.await;
+            self.writing = None;
+        }
     }
 }
 
 impl Drop for Completion {
     fn drop(&mut self) {
+        // A write still going goes on in its task (the handle dropped).
+        let after = self.writing.take();
         if let Some(mut event) = self.event.take()
             && !self.omitted
         {
             if event.response_status.is_none() {
                 event.response_status = Some(self.interruption.status());
             }
-            self.backend
-                .emit_detached(stamped(event, AuditStage::ResponseComplete, &self.context));
+            let event = stamped(event, AuditStage::ResponseComplete, &self.context);
+            self.backend.emit_detached(event, after);
         }
     }
 }
