@@ -729,8 +729,10 @@ async fn a_request_cut_while_its_response_complete_is_written_is_completed() {
             .header(MODE, "slow:500"),
     ));
     upstream.next_arrival().await;
-    // Its authorizer call holds the only instance slot for 3 s.
-    let slow = tokio::spawn(send(client.get(gateway.url("/open/slow-3000"))));
+    // Its authorizer call holds the only instance slot for 1.5 s: the
+    // ResponseComplete's write, from 0.5 s, waits for it (up to 2.5 s) and
+    // is cut with its request at 1 s; it gets the slot at 1.5 s.
+    let slow = tokio::spawn(send(client.get(gateway.url("/open/slow-1500"))));
     let answer = cut.await.expect("the cut request");
     assert_eq!(answer.status, 504, "{}", answer.body);
     let answer = slow.await.expect("the slow request");
