@@ -306,6 +306,18 @@ pub struct UserInfo {
     pub extra: Vec<(String, Vec<String>)>,
 }
 
+/// kube's `user.SystemPrivilegedGroup`
+/// (`staging/src/k8s.io/apiserver/pkg/authentication/user/user.go`): the
+/// super-admins, exempt from flow control and from max-in-flight's 429.
+pub(crate) const SYSTEM_PRIVILEGED_GROUP: &str = "system:masters";
+
+impl UserInfo {
+    /// Whether the user is in `system:masters`.
+    pub(crate) fn is_privileged(&self) -> bool {
+        self.groups.iter().any(|g| g == SYSTEM_PRIVILEGED_GROUP)
+    }
+}
+
 /// kube's anonymous user, made once.
 static ANONYMOUS: LazyLock<Arc<UserInfo>> = LazyLock::new(|| {
     Arc::new(UserInfo {

@@ -4,7 +4,8 @@
 //! requests are not counted. Over the limit the client gets kube's plain-text
 //! 429 with `Retry-After: 1`. A slot is held until the response body has been
 //! sent, not just until the headers are ready, so a streaming response counts
-//! for as long as it runs.
+//! for as long as it runs. A member of `system:masters` over the limit is
+//! served anyway, without a slot, as in kube.
 
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use http::{HeaderValue, StatusCode};
 use tokio::sync::Semaphore;
 
 use crate::body::{Body, Request, Response};
-use crate::context::RequestContext;
+use crate::context::{RequestContext, UserInfo};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 
@@ -55,6 +56,9 @@ impl Handler for MaxInFlight {
             return self.next.call(request);
         };
         let Ok(permit) = semaphore.clone().try_acquire_owned() else {
+            if is_privileged(&request) {
+                return self.next.call(request);
+            }
             return Box::pin(async { too_many_requests() });
         };
         self.next
@@ -62,6 +66,16 @@ impl Handler for MaxInFlight {
             .map(|response| response.map(|body| body.with_guard(permit)))
             .boxed()
     }
+}
+
+/// Whether the request's user is in `system:masters`: over the limit, kube
+/// serves them anyway, untracked ("A system:master is so powerful that they
+/// should always get an answer", `WithMaxInFlightLimit` in maxinflight.go).
+fn is_privileged(request: &Request) -> bool {
+    RequestContext::of(request.extensions())
+        .user
+        .as_deref()
+        .is_some_and(UserInfo::is_privileged)
 }
 
 /// kube's answer when the server is over its in-flight limit.
@@ -173,6 +187,36 @@ mod tests {
             info.subresource = "exec".into();
         }
         assert_eq!(limiter.call(exec).await.status(), StatusCode::OK);
+    }
+
+    /// maxinflight.go: "A system:master is so powerful that they should
+    /// always get an answer": over the limit, a member of `system:masters`
+    /// is served anyway instead of getting a 429, without taking a slot;
+    /// anyone else still gets the 429.
+    #[tokio::test]
+    async fn a_system_master_over_the_limit_is_served() {
+        let limiter = limiter(0, 1);
+        let held = limiter.call(request("create")).await;
+        assert_eq!(held.status(), StatusCode::OK);
+        let mut admin = request("delete");
+        RequestContext::learn(admin.extensions_mut()).user = Some(Arc::new(UserInfo {
+            name: "admin".to_owned(),
+            groups: vec![
+                "system:masters".to_owned(),
+                "system:authenticated".to_owned(),
+            ],
+            ..UserInfo::default()
+        }));
+        let served = limiter.call(admin).await;
+        assert_eq!(served.status(), StatusCode::OK);
+        assert_too_many(limiter.call(request("delete")).await).await;
+        // The master's response, still unread, holds no slot.
+        drop(held);
+        assert_eq!(
+            limiter.call(request("delete")).await.status(),
+            StatusCode::OK
+        );
+        drop(served);
     }
 
     /// A slot is held until the response body has been sent: reading the

@@ -797,7 +797,13 @@ fn kube_system_accounts() -> Subject {
 }
 
 fn exempt_schema(level: usize) -> FlowSchema {
-    schema_for_all(EXEMPT, 1, level, None, vec![group("system:masters")])
+    schema_for_all(
+        EXEMPT,
+        1,
+        level,
+        None,
+        vec![group(crate::context::SYSTEM_PRIVILEGED_GROUP)],
+    )
 }
 
 fn catch_all_schema(level: usize) -> FlowSchema {
