@@ -120,7 +120,8 @@ pub struct ResourceRule {
 #[derive(Debug, Clone, Default)]
 pub struct NonResourceRule {
     pub verbs: Vec<String>,
-    /// Exact paths, `/prefix/*`, or `*`.
+    /// Paths (each matching itself and the paths under it), `/prefix/*`,
+    /// or `*`.
     pub non_resource_urls: Vec<String>,
 }
 

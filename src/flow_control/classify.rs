@@ -120,13 +120,27 @@ fn resource_matches(rule: &ResourceRule, info: &RequestInfo) -> bool {
 
 fn non_resource_matches(rule: &NonResourceRule, info: &RequestInfo) -> bool {
     listed(&rule.verbs, &info.verb)
-        && rule.non_resource_urls.iter().any(|url| {
-            url == EVERY
-                || *url == info.path
-                || url
-                    .strip_suffix('*')
-                    .is_some_and(|prefix| prefix.ends_with('/') && info.path.starts_with(prefix))
-        })
+        && rule
+            .non_resource_urls
+            .iter()
+            .any(|url| url_matches(url, &info.path))
+}
+
+/// kube's `matchPolicyRuleNonResourceURL`
+/// (`staging/src/k8s.io/apiserver/pkg/util/flowcontrol/rule.go`): `*`, the
+/// path itself, or a path under the rule's: the rule without a trailing `*`,
+/// with a `/` appended when it does not end in one, is a prefix of it. So
+/// `/healthz` covers `/healthz/etcd` (not `/healthzx`), and `/metrics/*`
+/// covers `/metrics/x` (not `/metrics`).
+fn url_matches(rule: &str, path: &str) -> bool {
+    if rule == EVERY || rule == path {
+        return true;
+    }
+    let prefix = rule.strip_suffix('*').unwrap_or(rule);
+    match path.strip_prefix(prefix) {
+        Some(rest) => prefix.ends_with('/') || rest.starts_with('/'),
+        None => false,
+    }
 }
 
 #[cfg(test)]
@@ -229,6 +243,42 @@ mod tests {
             &account("kube-system", "*"),
             &user("robot", &[])
         ));
+    }
+
+    /// kube's `matchPolicyRuleNonResourceURL`
+    /// (`staging/src/k8s.io/apiserver/pkg/util/flowcontrol/rule.go`): a rule
+    /// path matches itself and every path under it (`/healthz` covers
+    /// `/healthz/etcd`: the prefix is the rule without its `*`, with a `/`
+    /// appended when it has none), so the suggested `probes` schema covers
+    /// kube's per-check probes (`/readyz/shutdown`, `/livez/ping`), which
+    /// this gateway serves behind the chain; a path that merely starts with
+    /// the same letters (`/healthzx`) is not under it.
+    #[test]
+    fn a_non_resource_rule_covers_the_paths_under_it() {
+        let probes = PolicyRules {
+            subjects: vec![Subject::User("*".into())],
+            resource_rules: Vec::new(),
+            non_resource_rules: vec![NonResourceRule {
+                verbs: strings(&["get"]),
+                non_resource_urls: strings(&["/healthz", "/readyz", "/livez"]),
+            }],
+        };
+        let schemas = [schema("probes", None, probes)];
+        let anyone = user("kubelet", &["system:authenticated"]);
+        for path in ["/readyz/shutdown", "/livez/ping", "/healthz/log"] {
+            assert_eq!(
+                classify(&schemas, 9, &info("GET", path), &anyone).schema,
+                0,
+                "{path} should match the probes schema, as in kube"
+            );
+        }
+        for path in ["/healthzx", "/live", "/readyz-x/y"] {
+            assert_eq!(
+                classify(&schemas, 9, &info("GET", path), &anyone).schema,
+                9,
+                "{path} is not under a probe"
+            );
+        }
     }
 
     #[test]
