@@ -83,7 +83,9 @@ fn matches(rule: &PolicyRules, info: &RequestInfo, user: &UserInfo) -> bool {
 fn subject_matches(subject: &Subject, user: &UserInfo) -> bool {
     match subject {
         Subject::User(name) => name == EVERY || *name == user.name,
-        Subject::Group(name) => user.groups.iter().any(|g| name == EVERY || g == name),
+        // kube's `matchesSubject` (`staging/src/k8s.io/apiserver/pkg/util/flowcontrol/rule.go`)
+        // answers yes for a group `*` before it looks at the user's groups.
+        Subject::Group(name) => name == EVERY || user.groups.iter().any(|g| g == name),
         Subject::ServiceAccount { namespace, name } => user
             .name
             .strip_prefix("system:serviceaccount:")
@@ -279,6 +281,20 @@ mod tests {
                 "{path} is not under a probe"
             );
         }
+    }
+
+    /// kube's `matchesSubject`
+    /// (`staging/src/k8s.io/apiserver/pkg/util/flowcontrol/rule.go`): a group
+    /// subject named `*` matches every user, a user in no group too; a
+    /// named group still needs the user in it.
+    #[test]
+    fn a_group_subject_star_matches_a_user_without_groups() {
+        let nobody = user("system:anonymous", &[]);
+        assert!(subject_matches(&Subject::Group("*".into()), &nobody));
+        assert!(!subject_matches(
+            &Subject::Group("system:unauthenticated".into()),
+            &nobody
+        ));
     }
 
     #[test]
