@@ -17,7 +17,8 @@ use super::Controller;
 use super::classify::Flow;
 use super::metrics::LevelMetrics;
 use super::queueset::{Arrival, Executing, QueueSet, QueuedAt, RejectReason};
-use crate::config::flow_control::{FlowControl, LevelKind, LimitResponse};
+use super::width;
+use crate::config::flow_control::{FlowControl, LevelKind, LimitResponse, Queuing};
 use crate::context::UserInfo;
 use crate::request_info::RequestInfo;
 
@@ -32,6 +33,9 @@ const DEFAULT_QUEUE_WAIT: Duration = Duration::from_secs(15);
 const MAX_QUEUE_WAIT: Duration = Duration::from_secs(60);
 /// kube's `maxRetryAfter`.
 const MAX_RETRY_AFTER: u64 = 32;
+/// kube's `priorityLevelMaxSeatsPercent`: a request of a queuing level
+/// takes at most this part of the level's nominal seats.
+const PRIORITY_LEVEL_MAX_SEATS_PERCENT: f64 = 0.15;
 
 pub(super) struct Level {
     pub name: String,
@@ -50,6 +54,8 @@ pub(super) struct Limited {
     pub nominal: usize,
     pub min: usize,
     pub max: usize,
+    /// The most seats one request of this level takes.
+    pub max_seats: usize,
     metrics: LevelMetrics,
 }
 
@@ -161,6 +167,7 @@ pub(super) fn levels(config: &FlowControl) -> Vec<Level> {
                         nominal,
                         min: nominal - lendable,
                         max,
+                        max_seats: max_seats(nominal, queuing),
                         metrics: LevelMetrics::new(level.name.as_str(), nominal),
                     }))
                 }
@@ -172,6 +179,24 @@ pub(super) fn levels(config: &FlowControl) -> Vec<Level> {
             }
         })
         .collect()
+}
+
+/// The most seats one request of a level of `nominal` seats takes: kube's
+/// `MaxSeatsTracker` value, set for a queuing level in
+/// `finishQueueSetReconfigsLocked`
+/// (`staging/src/k8s.io/apiserver/pkg/util/flowcontrol/apf_controller.go`) to
+/// MAX(1, MIN(ceil(0.15 × NominalCL), NominalCL / handSize)), so that a wide
+/// LIST fits the level and its hand of queues; the work estimator
+/// (`staging/src/k8s.io/apiserver/pkg/util/flowcontrol/request/list_work_estimator.go`)
+/// takes kube's global maximum of 10 when it is larger, or unset (a
+/// `reject` level).
+fn max_seats(nominal: usize, queuing: Option<Queuing>) -> usize {
+    let Some(queuing) = queuing else {
+        return width::MAX_SEATS;
+    };
+    let share = (nominal as f64 * PRIORITY_LEVEL_MAX_SEATS_PERCENT).ceil() as usize;
+    let per_hand = nominal / queuing.hand_size.max(1);
+    share.min(per_hand).clamp(1, width::MAX_SEATS)
 }
 
 /// When a request arriving at `received` with `deadline` stops waiting in
@@ -235,8 +260,8 @@ fn settle(state: &mut LevelState, now: Instant, mut unclaimed: Vec<Executing>) {
 }
 
 impl Controller {
-    /// Waits for a seat on the flow's level for a request of `seats`, until
-    /// `queue_deadline` at the latest.
+    /// Waits for a seat on the flow's level for a request of `seats` (at
+    /// most the level's `max_seats`), until `queue_deadline` at the latest.
     pub(crate) async fn admit(
         self: &Arc<Self>,
         flow: &Flow<'_>,
@@ -252,6 +277,7 @@ impl Controller {
             }
             LevelLimit::Limited(limited) => limited,
         };
+        let seats = seats.min(limited.max_seats).max(1);
         let arrived = Instant::now();
         let mut receiver = None;
         let at = {
@@ -557,6 +583,116 @@ impl DroppedRequests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One limited level (`catch-all`, queues 64, hands of 8) sharing
+    /// `server` seats, and the exempt one.
+    fn one_level(server: usize) -> FlowControl {
+        use crate::config::Name;
+        use crate::config::flow_control::{
+            FlowSchema, Limited as LimitedConfig, PriorityLevel, Queuing,
+        };
+        FlowControl {
+            levels: vec![
+                PriorityLevel {
+                    name: Name::parse("exempt").unwrap(),
+                    kind: LevelKind::Exempt,
+                },
+                PriorityLevel {
+                    name: Name::parse("catch-all").unwrap(),
+                    kind: LevelKind::Limited(LimitedConfig {
+                        nominal_concurrency_shares: 5,
+                        lendable_percent: 0,
+                        borrowing_limit_percent: None,
+                        limit_response: LimitResponse::Queue(Queuing {
+                            queues: 64,
+                            hand_size: 8,
+                            queue_length_limit: 50,
+                        }),
+                    }),
+                },
+            ],
+            schemas: vec![FlowSchema {
+                name: Name::parse("catch-all").unwrap(),
+                matching_precedence: 10000,
+                priority_level: 1,
+                distinguisher: None,
+                rules: Vec::new(),
+            }],
+            server_concurrency_limit: server,
+        }
+    }
+
+    /// kube (`staging/src/k8s.io/apiserver/pkg/util/flowcontrol/apf_controller.go`
+    /// `finishQueueSetReconfigsLocked`, the work estimator's `maxSeatsFn`):
+    /// a request of a queuing level takes at most
+    /// MAX(1, MIN(ceil(0.15 * nominalCL), nominalCL / handSize)) seats, so
+    /// that a LIST never needs more seats than its level has. On a level of
+    /// 4 seats and hands of 8 that is 1: a LIST with `limit=500` (5 seats by
+    /// its limit) runs next to a GET instead of waiting for the level to
+    /// empty.
+    #[tokio::test]
+    async fn a_list_on_a_small_level_takes_no_more_seats_than_kube_allows() {
+        let controller = Controller::new(&one_level(4));
+        let flow = Flow {
+            schema: 0,
+            distinguisher: "",
+            hash: 7,
+        };
+        let user = UserInfo::default();
+        let get = RequestInfo::resolve(&http::Method::GET, "/api/v1/namespaces/a/pods/p", None);
+        let held = controller
+            .admit(&flow, 1, Instant::now() + Duration::from_secs(1), || {
+                RequestDetail::new(&flow, &get, &user)
+            })
+            .await
+            .expect("a free seat");
+        let query = Some("limit=500");
+        let list = RequestInfo::resolve(&http::Method::GET, "/api/v1/pods", query);
+        let seats = width::seats(&list, query);
+        let listed = controller
+            .admit(
+                &flow,
+                seats,
+                Instant::now() + Duration::from_millis(300),
+                || RequestDetail::new(&flow, &list, &user),
+            )
+            .await;
+        assert!(
+            listed.is_ok(),
+            "a LIST of {seats} seats on a level of 4 seats (kube: at most 1) was refused: {:?}",
+            listed.err()
+        );
+        drop(held);
+    }
+
+    /// kube's per-level cap (`apf_controller.go`,
+    /// `finishQueueSetReconfigsLocked`), then its global maximum of 10
+    /// (`request/list_work_estimator.go`), which alone applies to a level
+    /// without queues.
+    #[test]
+    fn a_levels_max_seats_follow_kubes_formula() {
+        let hands = |hand_size| {
+            Some(Queuing {
+                queues: 64,
+                hand_size,
+                queue_length_limit: 50,
+            })
+        };
+        // MIN(ceil(0.15 × NominalCL), NominalCL / handSize), at least 1.
+        assert_eq!(max_seats(4, hands(8)), 1);
+        assert_eq!(max_seats(0, hands(8)), 1);
+        assert_eq!(max_seats(20, hands(8)), 2);
+        assert_eq!(max_seats(40, hands(6)), 6);
+        assert_eq!(max_seats(45, hands(4)), 7);
+        // At most 10.
+        assert_eq!(max_seats(200, hands(6)), 10);
+        assert_eq!(max_seats(4, None), 10);
+        let levels = levels(&one_level(4));
+        let LevelLimit::Limited(limited) = &levels[1].limit else {
+            panic!("catch-all is limited");
+        };
+        assert_eq!((limited.nominal, limited.max_seats), (4, 1));
+    }
 
     #[test]
     fn seats_go_where_the_demand_is_within_each_levels_bounds() {

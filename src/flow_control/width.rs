@@ -1,15 +1,17 @@
 //! How many seats a request takes (kube's work estimate,
 //! `util/flowcontrol/request/list_work_estimator.go`): one, except a LIST,
-//! which takes one seat per 100 objects it may return, from 1 to 10. kube
+//! which takes one seat per 100 objects it may return, from 1 to 10 (and no
+//! more than its level allows, applied when it is admitted). kube
 //! counts the objects in storage; a gateway cannot, so the `limit` of the
 //! query alone estimates them, and a LIST without one takes one seat (kube's
 //! answer when the count is unknown).
 
 use crate::request_info::RequestInfo;
 
-/// kube's `minimumSeats` and `maximumSeats`.
+/// kube's `minimumSeats` and `maximumSeats` (`MaximumListSeatsLimit`):
+/// a level caps seats lower still, [`super::dispatch`]'s `max_seats`.
 const MIN_SEATS: usize = 1;
-const MAX_SEATS: usize = 10;
+pub(super) const MAX_SEATS: usize = 10;
 /// kube's `objectsPerSeat`.
 const OBJECTS_PER_SEAT: u64 = 100;
 

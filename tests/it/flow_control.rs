@@ -170,6 +170,23 @@ fn level_row(dump: &str, level: &str) -> Vec<String> {
         .unwrap_or_else(|| panic!("no row for {level} in\n{dump}"))
 }
 
+/// The seats in use in the queues of `tenants`.
+async fn seats_in_use(client: &reqwest::Client, gateway: &TestGateway) -> usize {
+    dump(client, gateway, "dump_queues")
+        .await
+        .lines()
+        .filter(|l| l.starts_with("tenants,"))
+        .map(|l| {
+            l.split(',')
+                .nth(4)
+                .unwrap()
+                .trim()
+                .parse::<usize>()
+                .unwrap()
+        })
+        .sum()
+}
+
 /// Waits until `level` has `waiting` requests queued and `executing` running.
 async fn settled(
     client: &reqwest::Client,
@@ -576,10 +593,15 @@ async fn kubes_metrics_are_on_the_metrics_endpoint() {
     gateway.shutdown().await;
 }
 
+/// Watches hold no seat once set up; a LIST weighs by its `limit`, capped at
+/// its level's max seats: with 8 seats and hands of 4, kube's
+/// `finishQueueSetReconfigsLocked` (`apf_controller.go`) gives
+/// max(1, min(ceil(0.15 × 8), 8 / 4)) = 2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_hold_no_seat_once_set_up_and_lists_weigh_by_their_limit() {
     let upstream = Upstream::start().await;
-    let gateway = TestGateway::start(&manifest(&upstream, &tenants(4))).await;
+    let hands_of_4 = tenants(4).replace("hand_size = 6", "hand_size = 4");
+    let gateway = TestGateway::start(&manifest(&upstream, &hands_of_4)).await;
     let client = http_client();
     // Twelve watches streaming: more than the 8 seats.
     let mut watches = Vec::new();
@@ -597,25 +619,18 @@ async fn watches_hold_no_seat_once_set_up_and_lists_weigh_by_their_limit() {
     let answer = send(as_user(client.get(gateway.url(WIDGETS)), "quiet")).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
 
-    // A LIST of limit=500 takes 5 of the 8 seats: a second one waits.
+    // A LIST of limit=500 would take 5 seats by its limit; the level caps it
+    // at 2: four of them take the 8 seats, a fifth waits.
     let list = format!("{}?limit=500", gateway.url(WIDGETS));
-    let first = hold(&client, &list, "noisy").await;
-    let queues = dump(&client, &gateway, "dump_queues").await;
-    let in_use: usize = queues
-        .lines()
-        .filter(|l| l.starts_with("tenants,"))
-        .map(|l| {
-            l.split(',')
-                .nth(4)
-                .unwrap()
-                .trim()
-                .parse::<usize>()
-                .unwrap()
-        })
-        .sum();
-    assert_eq!(in_use, 5, "{queues}");
-    let second = queue_up(&client, &list, "quiet", 1);
-    settled(&client, &gateway, "tenants", 1, 1).await;
+    let mut lists = vec![hold(&client, &list, "noisy").await];
+    assert_eq!(seats_in_use(&client, &gateway).await, 2);
+    for _ in 0..3 {
+        lists.push(hold(&client, &list, "noisy").await);
+    }
+    settled(&client, &gateway, "tenants", 0, 4).await;
+    assert_eq!(seats_in_use(&client, &gateway).await, 8);
+    let fifth = queue_up(&client, &list, "quiet", 1);
+    settled(&client, &gateway, "tenants", 1, 4).await;
     let requests = dump(&client, &gateway, "dump_requests").await;
     assert_eq!(
         requests
@@ -626,14 +641,14 @@ async fn watches_hold_no_seat_once_set_up_and_lists_weigh_by_their_limit() {
             .nth(6)
             .unwrap()
             .trim(),
-        "5"
+        "2"
     );
     upstream.release(20);
-    bounded("the first list", first.text())
-        .await
-        .expect("a body");
-    for task in second {
-        assert_eq!(bounded("the second list", task).await.unwrap().status, 200);
+    for held in lists {
+        bounded("a held list", held.text()).await.expect("a body");
+    }
+    for task in fifth {
+        assert_eq!(bounded("the fifth list", task).await.unwrap().status, 200);
     }
     drop(watches);
     gateway.shutdown().await;
