@@ -349,10 +349,10 @@ impl RunningGateway {
                 tracing::warn!("requests still running after their connections were closed");
             }
         }
-        // Then the audit backend, so every event of every request is written.
-        if let Some(audit) = &self.live.load().audit {
-            audit.flush(AUDIT_FLUSH_LIMIT).await;
-        }
+        // Then the audit backends, so every event of every request is
+        // written: the live snapshot's, and those of the snapshots reloads
+        // replaced, which requests in flight may still have written to.
+        self.shared.audit.flush(AUDIT_FLUSH_LIMIT).await;
         // And the spans of the last requests.
         if let Some(tracer) = &self.live.load().tracer {
             tracer.flush(TRACE_FLUSH_LIMIT).await;

@@ -17,7 +17,7 @@ use tokio_rustls::TlsAcceptor;
 use super::error::StartError;
 use super::tls;
 use crate::aggregator::Refresh;
-use crate::chain::audit::AuditBackend;
+use crate::chain::audit::{AuditBackend, AuditWriters};
 use crate::config::{Config, Limits, Transport};
 use crate::delegation::Targets;
 use crate::handler::SharedHandler;
@@ -46,11 +46,13 @@ pub(crate) struct Snapshot {
 pub(crate) type Live = Arc<ArcSwap<Snapshot>>;
 
 /// What survives reloads: the health checks (with the post-start hooks'
-/// state), the reload trigger `/debug/reload` uses, the generation count.
+/// state), the reload trigger `/debug/reload` uses, the generation count,
+/// every snapshot's audit backend (the shutdown flushes them all).
 pub(crate) struct Shared {
     pub health: Arc<Health>,
     pub reload: Option<ReloadTrigger>,
     generations: AtomicU64,
+    pub audit: AuditWriters,
 }
 
 impl Shared {
@@ -59,6 +61,7 @@ impl Shared {
             health,
             reload,
             generations: AtomicU64::new(0),
+            audit: AuditWriters::default(),
         }
     }
 }
@@ -114,6 +117,11 @@ pub(crate) fn build(
         center(servers),
     );
     let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
+    // Registered as it is built, not as it goes live: a snapshot a reload
+    // replaces, or one never swapped in, is flushed at shutdown all the same.
+    if let Some(audit) = &chain.audit {
+        shared.audit.register(audit);
+    }
     let timings: Vec<crate::status_page::StepTiming> = chain
         .steps
         .iter()

@@ -247,3 +247,89 @@ async fn a_0_1_0_auditor_gets_the_events_of_a_batch_one_call_each() {
     );
     gateway.shutdown().await;
 }
+
+/// The manifest of [`audited`], with `limits` (lines of `[limits]`), for a
+/// gateway that reloads it.
+fn audited_manifest(upstream: &Upstream, audit: &str, limits: &str) -> String {
+    plaintext(
+        &[
+            format!("[limits]\n{limits}\n"),
+            "[authentication]\nanonymous = true\n[authorization]\nalways_allow = true\n".to_owned(),
+            format!("\n[audit]\n{audit}\n[[audit.policy]]\nlevel = \"Metadata\"\n"),
+            filter(
+                "audit.filters",
+                "reloaded-audit",
+                "jsonl-audit",
+                None,
+                "sink = \"audit.jsonl\"\n",
+            ),
+            routes(&upstream.url()),
+        ]
+        .concat(),
+    )
+}
+
+/// Every audit backend still writing is flushed at shutdown, not only the
+/// live configuration's: the batch of the configuration a reload replaced
+/// (waiting its minute to fill; a request still in flight keeps that
+/// configuration's backend alive, and the shutdown's cut completes that
+/// request there) is written before the shutdown returns, as the live
+/// one's is (`shutdown_writes_the_batch_still_filling`,
+/// `requests_cut_at_shutdown_are_completed_in_batch_mode`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_then_shutdown_writes_the_previous_generations_queued_events() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let manifest = audited_manifest(
+        &upstream,
+        "mode = \"batch\"\nmax_batch_size = 400\nmax_batch_wait = \"60s\"",
+        "shutdown_timeout = \"300ms\"",
+    );
+    let gateway = ReloadGateway::start(&manifest).await;
+    let path = gateway.dir.path().join("audit.jsonl");
+    let client = http_client();
+    // Five requests answered on generation 1: their events wait in its batch.
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let answer = send(client.get(gateway.url(&format!("/open/{i}")))).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        ids.push(answer.header("audit-id").expect("an Audit-ID").to_owned());
+    }
+    // One request still in flight on generation 1 (its upstream never
+    // answers): it keeps generation 1's chain, hence its backend, alive.
+    let hanging = raw_request(
+        gateway.addr,
+        format!(
+            "GET /open/hang HTTP/1.1\r\nHost: gateway\r\nAudit-ID: hanging-on-generation-1\r\n{MODE}: hang\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await;
+    upstream.next_arrival().await;
+    ids.push("hanging-on-generation-1".to_owned());
+    assert!(
+        audit_events(&path).is_empty(),
+        "the batch waits to fill: nothing written yet"
+    );
+    let (generation, _) = gateway.swapped().await;
+    assert_eq!(generation, 2);
+    // The shutdown cuts the hanging request (its ResponseComplete goes to
+    // generation 1's backend too) and flushes the audit log.
+    // The temp dir kept: the log is read after the gateway is gone.
+    let (drained, _dir) = gateway.shutdown_keeping_dir().await;
+    assert!(matches!(
+        drained,
+        wasmgate::server::Drained::TimedOut { .. }
+    ));
+    // Read at once, as the exiting process leaves it.
+    let written = audit_events(&path).len();
+    for id in &ids {
+        assert_eq!(
+            stages_of(&events_of(&path, id)),
+            ["RequestReceived", "ResponseComplete"],
+            "{id}: every event of generation 1 is written by the time the shutdown returns \
+             ({written} of 12 events written)"
+        );
+    }
+    drop(hanging);
+}

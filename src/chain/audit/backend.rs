@@ -8,8 +8,8 @@
 //! a request's events reach every filter in stage order.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -28,11 +28,19 @@ pub(super) type Writing = tokio::task::JoinHandle<()>;
 pub(crate) struct AuditBackend {
     filters: Arc<Vec<LoadedFilter<Auditor>>>,
     queue: Option<Queue>,
+    progress: Arc<Progress>,
+    dropped: AtomicU64,
+}
+
+/// What a flush needs of a backend: its count of events still to write and
+/// the signal that stops its writer waiting. Apart from the backend, and
+/// held by its writer task too, so that it outlives a backend a reload let
+/// go while that writer still has events (see [`AuditWriters`]).
+struct Progress {
     /// Events accepted and not yet written by every filter.
     pending: Arc<AtomicUsize>,
-    dropped: AtomicU64,
-    /// Cancelled by [`AuditBackend::flush`]: the writer stops waiting for
-    /// batches to fill (kube's `Shutdown` closes the buffer for the same).
+    /// Cancelled by a flush: the writer stops waiting for batches to fill
+    /// (kube's `Shutdown` closes the buffer for the same).
     hurry: CancellationToken,
 }
 
@@ -48,26 +56,27 @@ impl AuditBackend {
     /// starts here.
     pub(crate) fn new(filters: Vec<LoadedFilter<Auditor>>, audit: &Audit) -> Arc<Self> {
         let filters = Arc::new(filters);
-        let pending = Arc::new(AtomicUsize::new(0));
-        let hurry = CancellationToken::new();
+        let progress = Arc::new(Progress {
+            pending: Arc::new(AtomicUsize::new(0)),
+            hurry: CancellationToken::new(),
+        });
         let queue = (audit.mode == AuditMode::Batch).then(|| {
             let writer = Writer {
                 filters: filters.clone(),
                 max_wait: audit.max_batch_wait,
-                hurry: hurry.clone(),
+                progress: progress.clone(),
             };
             if filters.iter().all(LoadedFilter::takes_serialised) {
-                Queue::Lines(writer.start(audit, &pending))
+                Queue::Lines(writer.start(audit))
             } else {
-                Queue::Records(writer.start(audit, &pending))
+                Queue::Records(writer.start(audit))
             }
         });
         Arc::new(AuditBackend {
             filters,
             queue,
-            pending,
+            progress,
             dropped: AtomicU64::new(0),
-            hurry,
         })
     }
 
@@ -93,7 +102,7 @@ impl AuditBackend {
                 None
             }
             None => {
-                self.pending.fetch_add(1, Ordering::AcqRel);
+                self.progress.pending.fetch_add(1, Ordering::AcqRel);
                 let backend = self.clone();
                 Some(tokio::spawn(async move {
                     if let Some(earlier) = after {
@@ -102,7 +111,7 @@ impl AuditBackend {
                         let _ = earlier.await;
                     }
                     write_through(&backend.filters, &AuditBatch::new(&[event])).await;
-                    backend.pending.fetch_sub(1, Ordering::AcqRel);
+                    backend.progress.pending.fetch_sub(1, Ordering::AcqRel);
                 }))
             }
         }
@@ -155,8 +164,16 @@ impl AuditBackend {
     /// (up to `limit`) until every queued event has been written. Called at
     /// the end of the process: later batches are written at once too.
     pub(crate) async fn flush(&self, limit: Duration) -> bool {
-        self.hurry.cancel();
-        let deadline = tokio::time::Instant::now() + limit;
+        self.progress.hurry.cancel();
+        self.progress
+            .written_by(tokio::time::Instant::now() + limit)
+            .await
+    }
+}
+
+impl Progress {
+    /// Waits until every event accepted has been written, or `deadline`.
+    async fn written_by(&self, deadline: tokio::time::Instant) -> bool {
         while self.pending.load(Ordering::Acquire) > 0 {
             if tokio::time::Instant::now() >= deadline {
                 tracing::warn!(
@@ -168,6 +185,55 @@ impl AuditBackend {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         true
+    }
+}
+
+/// Every backend a gateway built, for the shutdown to flush. A reload
+/// replaces the live snapshot's backend, but the one it replaced may still
+/// be given events (by requests in flight on it, completed by the
+/// shutdown's cut) or still be writing them (its writer drains the buffer
+/// the backend closed when dropped); the live snapshot's alone would leave
+/// those to a task the exiting process never runs. Entries are weak: they
+/// keep nothing alive, and each is gone once its backend and writer are.
+/// One entry per snapshot built, none per request.
+#[derive(Default)]
+pub(crate) struct AuditWriters {
+    writers: Mutex<Vec<Weak<Progress>>>,
+}
+
+impl AuditWriters {
+    /// Tracks `backend` (once per snapshot built); forgets the backends
+    /// done writing, so the list never holds more than those still alive.
+    pub(crate) fn register(&self, backend: &AuditBackend) {
+        self.track(&backend.progress);
+    }
+
+    fn track(&self, progress: &Arc<Progress>) {
+        let mut writers = self.writers();
+        writers.retain(|writer| writer.strong_count() > 0);
+        writers.push(Arc::downgrade(progress));
+    }
+
+    /// [`AuditBackend::flush`] for every backend still writing, all within
+    /// the one `limit`: every writer is hurried first, so they write at
+    /// once, side by side, while the first is waited for.
+    pub(crate) async fn flush(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        let writing: Vec<Arc<Progress>> = self.writers().iter().filter_map(Weak::upgrade).collect();
+        for progress in &writing {
+            progress.hurry.cancel();
+        }
+        let mut all_written = true;
+        for progress in &writing {
+            all_written &= progress.written_by(deadline).await;
+        }
+        all_written
+    }
+
+    fn writers(&self) -> MutexGuard<'_, Vec<Weak<Progress>>> {
+        // Nothing panics while holding it; a poisoned lock still guards a
+        // whole list.
+        self.writers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -186,23 +252,25 @@ impl Drop for AuditBackend {
 struct Writer {
     filters: Arc<Vec<LoadedFilter<Auditor>>>,
     max_wait: Duration,
-    hurry: CancellationToken,
+    /// Held as long as the writer runs: a flush finds it through
+    /// [`AuditWriters`] after the backend is gone.
+    progress: Arc<Progress>,
 }
 
 impl Writer {
     /// The buffer for `audit`, its writer started.
-    fn start<B: Batch>(self, audit: &Audit, pending: &Arc<AtomicUsize>) -> Arc<Buffer<B>> {
+    fn start<B: Batch>(self, audit: &Audit) -> Arc<Buffer<B>> {
         let buffer = Arc::new(Buffer::new(
             audit.queue_size,
             audit.max_batch_size,
-            pending.clone(),
+            self.progress.pending.clone(),
         ));
         tokio::spawn(self.run(buffer.clone()));
         buffer
     }
 
     async fn run<B: Batch>(self, buffer: Arc<Buffer<B>>) {
-        while let Some(batch) = buffer.next_batch(self.max_wait, &self.hurry).await {
+        while let Some(batch) = buffer.next_batch(self.max_wait, &self.progress.hurry).await {
             write_through(&self.filters, &batch.as_audit_batch()).await;
             // Handed back after every filter has it, so `flush` waits for it.
             buffer.written(batch);
@@ -239,5 +307,67 @@ async fn write_through(filters: &[LoadedFilter<Auditor>], batch: &AuditBatch<'_>
             }
         }
         filter.flush_sink();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(pending: usize) -> Arc<Progress> {
+        Arc::new(Progress {
+            pending: Arc::new(AtomicUsize::new(pending)),
+            hurry: CancellationToken::new(),
+        })
+    }
+
+    /// A writer left with `events` once its backend is gone: it waits for a
+    /// flush to hurry it, then writes them a moment later.
+    fn orphaned_writer(writers: &AuditWriters, events: usize) -> Arc<AtomicUsize> {
+        let progress = progress(events);
+        writers.track(&progress);
+        let pending = progress.pending.clone();
+        // The writer task's hold, the only one left.
+        tokio::spawn(async move {
+            progress.hurry.cancelled().await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            progress.pending.fetch_sub(events, Ordering::AcqRel);
+        });
+        pending
+    }
+
+    #[tokio::test]
+    async fn a_flush_waits_for_every_writer_still_writing_its_backend_gone_or_not() {
+        let writers = AuditWriters::default();
+        let live = progress(0);
+        writers.track(&live);
+        let replaced = orphaned_writer(&writers, 3);
+        let older = orphaned_writer(&writers, 2);
+        assert!(writers.flush(Duration::from_secs(10)).await);
+        assert_eq!(replaced.load(Ordering::Acquire), 0);
+        assert_eq!(older.load(Ordering::Acquire), 0);
+        assert!(live.hurry.is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn a_flush_gives_up_at_its_limit() {
+        let writers = AuditWriters::default();
+        let stuck = progress(1);
+        writers.track(&stuck);
+        let started = tokio::time::Instant::now();
+        assert!(!writers.flush(Duration::from_millis(50)).await);
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn the_backends_done_writing_are_forgotten() {
+        let writers = AuditWriters::default();
+        for _ in 0..10 {
+            writers.track(&progress(0));
+        }
+        let kept = progress(0);
+        writers.track(&kept);
+        assert_eq!(writers.writers().len(), 1);
     }
 }

@@ -28,8 +28,8 @@ mod event;
 mod failed_authentication;
 mod policy;
 
-pub(crate) use backend::AuditBackend;
 use backend::Writing;
+pub(crate) use backend::{AuditBackend, AuditWriters};
 pub(crate) use event::AuditContext;
 pub(crate) use failed_authentication::FailedAuthenticationAudit;
 
