@@ -549,7 +549,11 @@ impl Draft {
             Some(value) => value,
             None => self.value.insert(parsed(text.as_deref())?),
         };
-        applied(value, patch)?;
+        if let Err(message) = applied(value, patch) {
+            // Half applied: the object as it was is its text's.
+            self.value = Some(parsed(text.as_deref())?);
+            return Err(message);
+        }
         let changes = patch
             .0
             .iter()
@@ -571,11 +575,23 @@ impl Draft {
     }
 }
 
-/// `patch` applied to `value`: all of it, or (an error) none of it, as
-/// json-patch undoes what it applied when an operation fails.
+/// `patch` applied to `value`, operation by operation; on an error,
+/// `value` is left half patched, and the caller puts it back (from the
+/// text it has, or by dropping a copy). Not `json_patch::patch`, which
+/// undoes what it applied when an operation fails: its undo of some
+/// patches fails (a `move` into the moved value's parent is undone as a
+/// move into the value's own child, which it refuses) and then it panics.
 fn applied(value: &mut serde_json::Value, patch: &json_patch::Patch) -> Result<(), String> {
-    json_patch::patch(value, patch)
-        .map_err(|error| format!("the JSON Patch does not apply: {error}"))
+    for (index, operation) in patch.0.iter().enumerate() {
+        json_patch::patch_unsafe(value, std::slice::from_ref(operation)).map_err(|error| {
+            // Its own index is 0, in a patch of one operation.
+            format!(
+                "the JSON Patch does not apply: operation '/{index}' failed at path '{}': {}",
+                error.path, error.kind
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// The object's text, written straight into its buffer (`Value`'s
@@ -784,6 +800,38 @@ mod tests {
         assert!(draft.value.is_none() && !draft.changed);
         let remove = patch(json!([{"op": "remove", "path": "/spec"}]));
         assert!(draft.check(Some(sent), &remove).is_err());
+    }
+
+    /// A patch json-patch cannot undo (its `move` into the parent of what
+    /// it moved, then a failing `test`: json-patch's undo is a move into
+    /// the moved value's own child, which it refuses, and it panics) is
+    /// refused like any patch that does not apply, the object as it was.
+    #[test]
+    fn a_patch_whose_undo_json_patch_cannot_do_is_refused_without_a_panic() {
+        let sent = r#"{"metadata": {"name": "w", "labels": {"a": "b"}}}"#;
+        let mut text = Some(sent.to_owned());
+        let mut draft = Draft::default();
+        let hostile = patch(json!([
+            {"op": "move", "from": "/metadata/labels", "path": "/metadata"},
+            {"op": "test", "path": "/kind", "value": "Widget"},
+        ]));
+        let error = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            draft.patch(&mut text, &hostile)
+        }))
+        .expect("no panic")
+        .expect_err("the test fails");
+        assert!(
+            error.starts_with("the JSON Patch does not apply: operation '/1'"),
+            "{error}"
+        );
+        assert!(!draft.changed);
+        assert_eq!(text.as_deref(), Some(sent));
+        assert_eq!(
+            draft.value,
+            Some(json!({"metadata": {"name": "w", "labels": {"a": "b"}}}))
+        );
+        let check = std::panic::catch_unwind(|| Draft::default().check(Some(sent), &hostile));
+        assert!(matches!(check, Ok(Err(_))), "{check:?}");
     }
 
     #[test]
