@@ -228,7 +228,12 @@ impl Admission {
                 .selected(info)
                 .any(|controller| controller.filter.spec.mode == Mode::Enforce)
         });
-        let (text, draft) = read_object(&bytes, parse)?;
+        let (text, mut draft) = read_object(&bytes, parse)?;
+        draft.limit = RequestContext::of(&parts.extensions)
+            .max_body
+            .map_or(DEFAULT_LIMIT, |limit| {
+                usize::try_from(limit.0).unwrap_or(usize::MAX)
+            });
         Ok((text, draft, Object::Read(bytes)))
     }
 
@@ -460,7 +465,7 @@ fn read_object(bytes: &[u8], parse: bool) -> Result<(Option<String>, Draft), Gat
         Some(text),
         Draft {
             value,
-            changed: false,
+            ..Draft::default()
         },
     ))
 }
@@ -517,12 +522,28 @@ impl<'de> Visitor<'de> for Checked {
 /// (what each filter is given, and what goes upstream once changed); its
 /// value, parsed once (up front, or when a patch first needs it), is
 /// patched in place and kept for the next patch.
-#[derive(Default)]
 struct Draft {
     value: Option<serde_json::Value>,
     /// A filter changed it: it answered `mutated`, or a patch with an
     /// operation other than `test`.
     changed: bool,
+    /// The request body limit (`limits.max_request_body`), in bytes: the
+    /// most a patch's `copy` operations may add to the object together.
+    limit: usize,
+}
+
+/// kube's request body limit, 3 MiB, for a request that reached admission
+/// without the body-limit step (none does in the chain).
+const DEFAULT_LIMIT: usize = 3 * 1024 * 1024;
+
+impl Default for Draft {
+    fn default() -> Self {
+        Draft {
+            value: None,
+            changed: false,
+            limit: DEFAULT_LIMIT,
+        }
+    }
 }
 
 impl Draft {
@@ -549,7 +570,7 @@ impl Draft {
             Some(value) => value,
             None => self.value.insert(parsed(text.as_deref())?),
         };
-        if let Err(message) = applied(value, patch) {
+        if let Err(message) = applied(value, patch, self.limit) {
             // Half applied: the object as it was is its text's.
             self.value = Some(parsed(text.as_deref())?);
             return Err(message);
@@ -571,7 +592,7 @@ impl Draft {
             Some(value) => value.clone(),
             None => parsed(text)?,
         };
-        applied(&mut copy, patch)
+        applied(&mut copy, patch, self.limit)
     }
 }
 
@@ -581,8 +602,30 @@ impl Draft {
 /// undoes what it applied when an operation fails: its undo of some
 /// patches fails (a `move` into the moved value's parent is undone as a
 /// move into the value's own child, which it refuses) and then it panics.
-fn applied(value: &mut serde_json::Value, patch: &json_patch::Patch) -> Result<(), String> {
+///
+/// What its `copy` operations copy is counted, as JSON text, and held to
+/// `limit` together: a patch of a few bytes whose copies each double the
+/// object would otherwise take more memory than there is. kube holds them
+/// to `JSONPatchMaxCopyBytes` (json-patch's `AccumulatedCopySizeLimit`),
+/// 3 MiB like its request body limit
+/// (`staging/src/k8s.io/apiserver/pkg/server/config.go`).
+fn applied(
+    value: &mut serde_json::Value,
+    patch: &json_patch::Patch,
+    limit: usize,
+) -> Result<(), String> {
+    let mut copied: usize = 0;
     for (index, operation) in patch.0.iter().enumerate() {
+        if let json_patch::PatchOperation::Copy(copy) = operation
+            && let Some(source) = value.pointer(copy.from.as_str())
+        {
+            let room = limit.saturating_sub(copied);
+            copied += json_length_within(source, room).ok_or_else(|| {
+                format!(
+                    "the JSON Patch does not apply: its copy operations add more than {limit} bytes, the request body limit"
+                )
+            })?;
+        }
         json_patch::patch_unsafe(value, std::slice::from_ref(operation)).map_err(|error| {
             // Its own index is 0, in a patch of one operation.
             format!(
@@ -592,6 +635,30 @@ fn applied(value: &mut serde_json::Value, patch: &json_patch::Patch) -> Result<(
         })?;
     }
     Ok(())
+}
+
+/// The length of `value`'s JSON text, or None when it is over `cap`:
+/// counted as it is written, and written no further than past `cap`.
+fn json_length_within(value: &serde_json::Value, cap: usize) -> Option<usize> {
+    struct Counter {
+        length: usize,
+        cap: usize,
+    }
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.length = self.length.saturating_add(bytes.len());
+            if self.length > self.cap {
+                return Err(std::io::Error::other("over the cap"));
+            }
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter { length: 0, cap };
+    serde_json::to_writer(&mut counter, value).ok()?;
+    Some(counter.length)
 }
 
 /// The object's text, written straight into its buffer (`Value`'s
@@ -719,7 +786,8 @@ mod tests {
                 None,
                 Draft {
                     value: None,
-                    changed: false
+                    changed: false,
+                    ..
                 }
             ))
         ));
@@ -832,6 +900,40 @@ mod tests {
         );
         let check = std::panic::catch_unwind(|| Draft::default().check(Some(sent), &hostile));
         assert!(matches!(check, Ok(Err(_))), "{check:?}");
+    }
+
+    /// A few bytes of `copy` operations, each doubling the object, would
+    /// make it gigabytes: what they copy together is held to the body
+    /// limit, as kube holds it to `JSONPatchMaxCopyBytes`, 3 MiB like its
+    /// body limit (`staging/src/k8s.io/apiserver/pkg/server/config.go`).
+    #[test]
+    fn copies_are_held_to_the_body_limit() {
+        let sent = json!({"a": "x".repeat(64 * 1024)}).to_string();
+        let mut text = Some(sent.clone());
+        let mut draft = Draft::default();
+        // 64 KiB doubled 7 times is 8 MiB, over kube's 3 MiB default (a
+        // few dozen times, without the limit, would be more than any
+        // memory).
+        let mut operations = vec![json!({"op": "add", "path": "/b", "value": []})];
+        operations.extend((0..7).map(|_| json!({"op": "copy", "from": "", "path": "/b/-"})));
+        let doubling = patch(serde_json::Value::Array(operations));
+        let error = draft
+            .patch(&mut text, &doubling)
+            .expect_err("over the limit");
+        assert!(
+            error.contains("copy operations") && error.contains("3145728 bytes"),
+            "{error}"
+        );
+        assert!(!draft.changed);
+        assert_eq!(text.as_deref(), Some(sent.as_str()));
+        assert!(Draft::default().check(Some(&sent), &doubling).is_err());
+        // Copies within the limit apply.
+        let twice = patch(json!([
+            {"op": "copy", "from": "/a", "path": "/b"},
+            {"op": "copy", "from": "/a", "path": "/c"},
+        ]));
+        assert_eq!(draft.patch(&mut text, &twice), Ok(()));
+        assert!(draft.changed);
     }
 
     #[test]
