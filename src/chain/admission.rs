@@ -528,7 +528,9 @@ struct Draft {
     /// operation other than `test`.
     changed: bool,
     /// The request body limit (`limits.max_request_body`), in bytes: the
-    /// most a patch's `copy` operations may add to the object together.
+    /// largest object a mutation may leave (it goes upstream in place of
+    /// a body that was held to it), and the most a patch's `copy`
+    /// operations may add to the object together.
     limit: usize,
 }
 
@@ -547,13 +549,14 @@ impl Default for Draft {
 }
 
 impl Draft {
-    /// `object` replaces the object whose text is `text`.
+    /// `object` replaces the object whose text is `text`, unless it is
+    /// over the body limit.
     fn replace(
         &mut self,
         text: &mut Option<String>,
         object: serde_json::Value,
     ) -> Result<(), String> {
-        *text = Some(serialized(&object)?);
+        *text = Some(self.within_limit(serialized(&object)?)?);
         self.value = Some(object);
         self.changed = true;
         Ok(())
@@ -580,10 +583,31 @@ impl Draft {
             .iter()
             .any(|operation| !matches!(operation, json_patch::PatchOperation::Test(_)));
         if changes {
-            *text = Some(serialized(value)?);
+            match serialized(value).and_then(|patched| self.within_limit(patched)) {
+                Ok(patched) => *text = Some(patched),
+                Err(message) => {
+                    self.value = Some(parsed(text.as_deref())?);
+                    return Err(message);
+                }
+            }
             self.changed = true;
         }
         Ok(())
+    }
+
+    /// A mutated object's text, unless it is over the body limit: kube
+    /// holds a body to its limit as it reads it (`limitedReadBody`,
+    /// `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/rest.go`),
+    /// and the upstream is owed the same of what the gateway sends it.
+    fn within_limit(&self, text: String) -> Result<String, String> {
+        if text.len() > self.limit {
+            return Err(format!(
+                "the mutated object is {} bytes, over the request body limit of {} bytes",
+                text.len(),
+                self.limit
+            ));
+        }
+        Ok(text)
     }
 
     /// Whether `patch` would apply, the object left as it is.
@@ -934,6 +958,33 @@ mod tests {
         ]));
         assert_eq!(draft.patch(&mut text, &twice), Ok(()));
         assert!(draft.changed);
+    }
+
+    /// A mutated object goes upstream: one over the body limit, which the
+    /// client's own body could not be, is the filter's failure, and the
+    /// object stays as it was.
+    #[test]
+    fn a_mutation_over_the_body_limit_is_refused() {
+        let sent = r#"{"metadata": {"name": "w"}}"#;
+        let big = "x".repeat(3 * 1024 * 1024);
+        let mut text = Some(sent.to_owned());
+        let mut draft = Draft::default();
+        let add = patch(json!([{"op": "add", "path": "/spec", "value": big}]));
+        let error = draft.patch(&mut text, &add).expect_err("over the limit");
+        assert!(error.contains("over the request body limit"), "{error}");
+        assert!(!draft.changed);
+        assert_eq!(text.as_deref(), Some(sent));
+        assert_eq!(draft.value, Some(json!({"metadata": {"name": "w"}})));
+        let error = draft
+            .replace(&mut text, json!({"spec": big}))
+            .expect_err("over the limit");
+        assert!(error.contains("over the request body limit"), "{error}");
+        assert!(!draft.changed);
+        assert_eq!(text.as_deref(), Some(sent));
+        // Up to the limit is fine.
+        let fits = "x".repeat(3 * 1024 * 1024 - r#"{"spec":""}"#.len());
+        assert_eq!(draft.replace(&mut text, json!({"spec": fits})), Ok(()));
+        assert_eq!(text.as_ref().map(String::len), Some(3 * 1024 * 1024));
     }
 
     #[test]

@@ -500,3 +500,54 @@ async fn a_connect_requests_options_cannot_be_mutated() {
     echo(&send(client.post(gateway.url(&format!("{exec}?command=ls")))).await);
     assert_eq!(upstream.hits(), 1);
 }
+
+/// A mutation that makes the object larger than the body limit is the
+/// filter's failure, as a patch that does not apply is: the upstream is
+/// never sent a body over the limit the client's own was held to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutation_over_the_body_limit_is_the_filters_failure() {
+    let upstream = Upstream::start().await;
+    // Thirty labels of sixty characters: about 2 KiB added to the object.
+    let labels: serde_json::Map<String, Value> = (0..30)
+        .map(|index| (format!("l{index}"), Value::String("v".repeat(60))))
+        .collect();
+    let limits = "\n[limits]\nmax_request_body = \"1KiB\"\n";
+    let manifest = |settings: &str| {
+        [
+            limits.to_owned(),
+            tokens(),
+            rbac(),
+            admission_filter(
+                "mutating",
+                "labels",
+                "label-defaults",
+                Some(json!({ "labels": labels })),
+                settings,
+            ),
+            routes(&upstream.url()),
+        ]
+    };
+    let closed = manifest("");
+    let closed = gateway(&closed.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let open = manifest("failure_policy = \"fail-open\"\n");
+    let open = gateway(&open.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let client = http_client();
+    let object = json!({"metadata": {"name": "w"}});
+
+    let status = send(create(&client, &closed, WIDGETS, &object))
+        .await
+        .assert_status(500, "InternalError");
+    assert_eq!(
+        status["message"],
+        "Internal error occurred: the admission stage failed"
+    );
+    assert_eq!(upstream.hits(), 0);
+
+    // Skipped, the filter's change is not made: the object goes on as sent.
+    let echo = echo(&send(create(&client, &open, WIDGETS, &object)).await);
+    assert_eq!(echoed_body(&echo), object);
+    assert_eq!(
+        echoed_header(&echo, "content-length"),
+        Some(object.to_string().len().to_string())
+    );
+}
