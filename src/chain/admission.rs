@@ -534,6 +534,13 @@ struct Draft {
     limit: usize,
 }
 
+/// Why a request without an object (a delete without a body) cannot be
+/// patched or replaced: there is nothing to change, and a body made up
+/// for it is not the filter's to send. kube's mutating dispatcher refuses
+/// a webhook's non-empty patch when there is no object
+/// (`staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/mutating/dispatcher.go`).
+const NO_OBJECT: &str = "the request has no object to change: a mutation is not supported for it";
+
 /// kube's request body limit, 3 MiB, for a request that reached admission
 /// without the body-limit step (none does in the chain).
 const DEFAULT_LIMIT: usize = 3 * 1024 * 1024;
@@ -556,6 +563,9 @@ impl Draft {
         text: &mut Option<String>,
         object: serde_json::Value,
     ) -> Result<(), String> {
+        if text.is_none() {
+            return Err(NO_OBJECT.to_owned());
+        }
         *text = Some(self.within_limit(serialized(&object)?)?);
         self.value = Some(object);
         self.changed = true;
@@ -569,6 +579,9 @@ impl Draft {
         text: &mut Option<String>,
         patch: &json_patch::Patch,
     ) -> Result<(), String> {
+        if text.is_none() && !patch.0.is_empty() {
+            return Err(NO_OBJECT.to_owned());
+        }
         let value = match &mut self.value {
             Some(value) => value,
             None => self.value.insert(parsed(text.as_deref())?),
@@ -612,6 +625,9 @@ impl Draft {
 
     /// Whether `patch` would apply, the object left as it is.
     fn check(&self, text: Option<&str>, patch: &json_patch::Patch) -> Result<(), String> {
+        if text.is_none() && !patch.0.is_empty() {
+            return Err(NO_OBJECT.to_owned());
+        }
         let mut copy = match &self.value {
             Some(value) => value.clone(),
             None => parsed(text)?,
@@ -872,14 +888,29 @@ mod tests {
         assert!(draft.patch(&mut text, &failing).is_err());
     }
 
-    /// A patch of a request without a body works on null, as kube's does.
+    /// A request without an object (a delete without a body) has nothing
+    /// to change: a filter's patch or replacement of it is its failure, as
+    /// kube's mutating dispatcher refuses a webhook's non-empty patch when
+    /// there is no object
+    /// (`staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/mutating/dispatcher.go`),
+    /// rather than a body made up for the request.
     #[test]
-    fn no_object_is_null_to_a_patch() {
+    fn a_request_without_an_object_cannot_be_mutated() {
         let mut text = None;
         let mut draft = Draft::default();
         let whole = patch(json!([{"op": "add", "path": "", "value": {"kind": "Widget"}}]));
-        assert_eq!(draft.patch(&mut text, &whole), Ok(()));
-        assert_eq!(text.as_deref(), Some(r#"{"kind":"Widget"}"#));
+        let error = draft.patch(&mut text, &whole).expect_err("no object");
+        assert!(error.contains("no object"), "{error}");
+        assert!(draft.check(None, &whole).is_err());
+        let error = draft
+            .replace(&mut text, json!({"kind": "Widget"}))
+            .expect_err("no object");
+        assert!(error.contains("no object"), "{error}");
+        assert!(!draft.changed);
+        assert_eq!(text, None);
+        // An empty patch asks nothing of it.
+        assert_eq!(draft.patch(&mut text, &patch(json!([]))), Ok(()));
+        assert_eq!(text, None);
     }
 
     /// Monitor mode's check leaves the object, its value and its text alone.
