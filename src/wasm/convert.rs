@@ -105,13 +105,20 @@ pub fn user_to_wit(user: &UserInfo) -> types::UserInfo {
 /// `system:authenticated`, where kube's `AuthenticatedGroupAdder` puts every
 /// authenticated user
 /// (`staging/src/k8s.io/apiserver/pkg/authentication/group/authenticated_group_adder.go`),
-/// and whether the group was added (last) here. Made once per answer, so the
+/// and whether the group was added (last) here. As there, it is not added
+/// to `system:anonymous`, nor to a user already in `system:authenticated`
+/// or in `system:unauthenticated`: a user the filter calls unauthenticated
+/// is not to be granted what authenticated users are. Made once per answer, so the
 /// answer an authenticator's cache keeps is the user, shared.
 pub(crate) fn authenticated_user(user: types::UserInfo) -> (Arc<UserInfo>, bool) {
     const AUTHENTICATED: &str = "system:authenticated";
+    const UNAUTHENTICATED: &str = "system:unauthenticated";
     let mut user = user_from_wit(user);
-    let add =
-        user.name != "system:anonymous" && !user.groups.iter().any(|group| group == AUTHENTICATED);
+    let add = user.name != "system:anonymous"
+        && !user
+            .groups
+            .iter()
+            .any(|group| group == AUTHENTICATED || group == UNAUTHENTICATED);
     if add {
         user.groups.push(AUTHENTICATED.to_owned());
     }
@@ -255,7 +262,8 @@ mod tests {
 
     /// kube's AuthenticatedGroupAdder: every authenticated user is in
     /// `system:authenticated`, added once (last), never to the anonymous
-    /// user, and the answer says whether it was added.
+    /// user nor to one in `system:unauthenticated`, and the answer says
+    /// whether it was added.
     #[test]
     fn an_authenticated_user_is_in_system_authenticated_once() {
         let named = |name: &str, groups: &[&str]| types::UserInfo {
@@ -272,6 +280,11 @@ mod tests {
         assert!(!added);
         let (anonymous, added) = authenticated_user(named("system:anonymous", &[]));
         assert!(anonymous.groups.is_empty());
+        assert!(!added);
+        // A user the filter put in system:unauthenticated is not made one
+        // of the authenticated users too (and given what they are granted).
+        let (guest, added) = authenticated_user(named("guest", &["system:unauthenticated"]));
+        assert_eq!(guest.groups, ["system:unauthenticated"]);
         assert!(!added);
     }
 
