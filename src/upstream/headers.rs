@@ -63,8 +63,17 @@ pub(super) fn prepare_request_headers(headers: &mut HeaderMap, extensions: &Exte
     };
 }
 
-/// A response's headers without its hop-by-hop ones.
-pub(super) fn remove_hop_by_hop(headers: &mut HeaderMap) {
+/// A response's headers as the client receives them: without its hop-by-hop
+/// ones, and without a `Content-Length` the upstream sent beside a
+/// `Transfer-Encoding`. The transfer coding is what framed the body the
+/// gateway read (RFC 9112 §6.3), so such a length is false; once the coding
+/// is dropped it would be the only framing left, and the body the client
+/// gets would be cut at it (or the client would wait for bytes that never
+/// come), the rest lost. A proxy must remove it (§6.3, item 3).
+pub(super) fn prepare_response_headers(headers: &mut HeaderMap) {
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        headers.remove(header::CONTENT_LENGTH);
+    }
     remove_matching(headers, is_hop_by_hop);
 }
 
@@ -192,6 +201,25 @@ mod tests {
         // Host and scheme are what the gateway itself saw.
         assert_eq!(all(&headers, "x-forwarded-host"), ["api.example:8443"]);
         assert_eq!(all(&headers, "x-forwarded-proto"), ["https"]);
+    }
+
+    #[test]
+    fn a_response_length_beside_a_transfer_coding_is_dropped_with_it() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("3"));
+        headers.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        prepare_response_headers(&mut headers);
+        let names: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["content-type"]);
+        // A length alone is the body's framing, and stays.
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("3"));
+        prepare_response_headers(&mut headers);
+        assert_eq!(all(&headers, "content-length"), ["3"]);
     }
 
     #[test]

@@ -365,7 +365,7 @@ impl UpstreamProxy {
             )),
         };
         sent.map_ok(|mut response| {
-            headers::remove_hop_by_hop(response.headers_mut());
+            headers::prepare_response_headers(response.headers_mut());
             response
         })
     }

@@ -155,13 +155,13 @@ pub(super) async fn exchange(
         .await
         .map_err(|error| ExchangeError::Exchange(error.into()))?;
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
-        super::headers::remove_hop_by_hop(response.headers_mut());
+        super::headers::prepare_response_headers(response.headers_mut());
         return Ok(response.map(Body::wrap));
     }
     let switched_to = response.headers().get(header::UPGRADE).cloned();
     let upstream = hyper::upgrade::on(&mut response);
     let (mut parts, _) = response.into_parts();
-    super::headers::remove_hop_by_hop(&mut parts.headers);
+    super::headers::prepare_response_headers(&mut parts.headers);
     match &asked.websocket_key {
         // HTTP/2 has no Connection or Upgrade: a 200 opens the stream.
         Some(key) => {

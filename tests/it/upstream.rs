@@ -368,7 +368,8 @@ async fn a_malformed_request_body_is_the_clients_fault() {
 /// `/drop-next` answers like `/length`, then closes the connection on the
 /// next request without answering it (the close and the request crossed);
 /// `/stall` sends the head and half of its body, then nothing; `/early`
-/// answers at once without reading the request's body, then waits.
+/// answers at once without reading the request's body, then waits;
+/// `/te-and-length` is framed by its chunks and by a false `Content-Length`.
 struct ScriptedUpstream {
     addr: std::net::SocketAddr,
     connections: Arc<AtomicUsize>,
@@ -424,6 +425,9 @@ impl ScriptedUpstream {
                 "/empty" => b"HTTP/1.1 204 No Content\r\n\r\n",
                 "/stall" => b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello",
                 "/early" => b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly",
+                "/te-and-length" => {
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+                }
                 _ => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
             };
             // A HEAD's answer is the head alone.
@@ -568,4 +572,47 @@ async fn no_request_waits_behind_an_upload_the_upstream_answered_early() {
     assert_eq!((answer.status, answer.body.as_str()), (200, "hello"));
     assert_eq!(upstream.connections(), 2);
     drop(uploader);
+}
+
+/// An upstream's response framed both by chunks and by a length is framed
+/// by its chunks (RFC 9112 §6.3): the client gets the whole body, framed
+/// once, and its connection stays usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_with_transfer_encoding_and_content_length_is_framed_once() {
+    let upstream = ScriptedUpstream::start().await;
+    let gateway = TestGateway::start(&scripted_manifest(&upstream)).await;
+    let mut client = raw_request(
+        gateway.addr,
+        b"GET /te-and-length HTTP/1.1\r\nHost: gateway\r\n\r\nGET /length HTTP/1.1\r\nHost: gateway\r\n\r\n",
+    )
+    .await;
+    let received = bounded("two responses", async {
+        let mut received = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while String::from_utf8_lossy(&received)
+            .matches("HTTP/1.1 ")
+            .count()
+            < 2
+            || !received.ends_with(b"hello")
+        {
+            let n = client.read(&mut buffer).await.expect("read");
+            if n == 0 {
+                break;
+            }
+            received.extend_from_slice(&buffer[..n]);
+        }
+        String::from_utf8_lossy(&received).into_owned()
+    })
+    .await;
+    let first = received
+        .split("HTTP/1.1 ")
+        .nth(1)
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    assert!(
+        !(first.contains("content-length:") && first.contains("transfer-encoding:")),
+        "{received}"
+    );
+    assert!(first.contains("hello"), "{received}");
+    assert_eq!(received.matches("HTTP/1.1 200").count(), 2, "{received}");
 }
