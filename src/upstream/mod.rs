@@ -25,7 +25,7 @@ use futures_util::future::{BoxFuture, Either};
 use futures_util::{FutureExt, TryFutureExt};
 use http::header;
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{HeaderName, HeaderValue, Uri, Version};
+use http::{HeaderName, HeaderValue, StatusCode, Uri, Version};
 use http_body_util::BodyExt;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
@@ -346,7 +346,7 @@ impl UpstreamProxy {
     }
 
     /// The exchange of an ordinary (not upgraded) request, hop-by-hop
-    /// headers dropped from its response.
+    /// headers dropped from its response; a 101 is a broken answer (502).
     fn exchange(
         &self,
         request: Request,
@@ -364,9 +364,19 @@ impl UpstreamProxy {
                 },
             )),
         };
-        sent.map_ok(|mut response| {
+        sent.map(|sent| {
+            let mut response = sent?;
+            // A 101 to a request that asked for no upgrade would switch the
+            // client's connection to a protocol nobody negotiated, bytes the
+            // upstream sends after it read as the client's next responses:
+            // Go's `ReverseProxy` (kube's proxy) answers it 502 too.
+            if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                return Err(ExchangeError::Exchange(
+                    "the upstream switched protocols on a request that asked for no upgrade".into(),
+                ));
+            }
             headers::prepare_response_headers(response.headers_mut());
-            response
+            Ok(response)
         })
     }
 

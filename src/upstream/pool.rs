@@ -201,10 +201,13 @@ impl Http1Pool {
         response: http::Response<Incoming>,
         sender: SendRequest<Body>,
     ) -> http::Response<PooledBody> {
+        // After a 101 the connection speaks another protocol (the proxy
+        // refuses it: `UpstreamProxy::exchange`); it never goes back.
+        let reusable = response.status() != http::StatusCode::SWITCHING_PROTOCOLS;
         response.map(|body| {
             let mut pooled = PooledBody {
                 body,
-                connection: Some((sender, Arc::clone(self))),
+                connection: reusable.then(|| (sender, Arc::clone(self))),
             };
             // Nobody polls a body that is empty from the start (HEAD, 204,
             // 304, `Content-Length: 0`).

@@ -369,7 +369,8 @@ async fn a_malformed_request_body_is_the_clients_fault() {
 /// next request without answering it (the close and the request crossed);
 /// `/stall` sends the head and half of its body, then nothing; `/early`
 /// answers at once without reading the request's body, then waits;
-/// `/te-and-length` is framed by its chunks and by a false `Content-Length`.
+/// `/te-and-length` is framed by its chunks and by a false `Content-Length`;
+/// `/unasked-101` switches protocols whatever was asked, then waits.
 struct ScriptedUpstream {
     addr: std::net::SocketAddr,
     connections: Arc<AtomicUsize>,
@@ -425,6 +426,9 @@ impl ScriptedUpstream {
                 "/empty" => b"HTTP/1.1 204 No Content\r\n\r\n",
                 "/stall" => b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello",
                 "/early" => b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly",
+                "/unasked-101" => {
+                    b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: raw\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+                }
                 "/te-and-length" => {
                     b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
                 }
@@ -450,7 +454,7 @@ impl ScriptedUpstream {
                     let _ = reader.read_line(&mut next).await;
                     return;
                 }
-                "/stall" | "/early" => std::future::pending::<()>().await,
+                "/stall" | "/early" | "/unasked-101" => std::future::pending::<()>().await,
                 _ => {}
             }
         }
@@ -572,6 +576,30 @@ async fn no_request_waits_behind_an_upload_the_upstream_answered_early() {
     assert_eq!((answer.status, answer.body.as_str()), (200, "hello"));
     assert_eq!(upstream.connections(), 2);
     drop(uploader);
+}
+
+/// A 101 to a request that asked for no upgrade is the upstream switching
+/// the connection under the gateway: Go's `ReverseProxy` (kube's proxy)
+/// answers it 502, and so does the gateway, whose client never sees a 101
+/// it did not ask for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_101_the_client_did_not_ask_for_is_a_502() {
+    let upstream = ScriptedUpstream::start().await;
+    let gateway = TestGateway::start(&scripted_manifest(&upstream)).await;
+    let mut client = raw_request(
+        gateway.addr,
+        b"GET /unasked-101 HTTP/1.1\r\nHost: gateway\r\n\r\n",
+    )
+    .await;
+    let (head, body) = read_one_response(&mut client).await;
+    assert!(head.starts_with("HTTP/1.1 502"), "{head}\n\n{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).expect("a Status");
+    assert_eq!(status["kind"], "Status");
+    assert_eq!(status["code"], 502);
+    // The switched connection never carries another request.
+    let answer = get(&http_client(), &gateway.url("/length")).await;
+    assert_eq!((answer.status, answer.body.as_str()), (200, "hello"));
+    assert_eq!(upstream.connections(), 2);
 }
 
 /// An upstream's response framed both by chunks and by a length is framed
