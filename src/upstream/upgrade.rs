@@ -6,7 +6,8 @@
 //! client is answered `101` with the upstream's headers, and once both
 //! sides have switched, bytes are copied both ways until both sides have
 //! closed (each side's end of stream is passed on to the other), or until
-//! the shutdown closes the connections (`shutdown_delay` after it began).
+//! the shutdown closes the connections (`shutdown_delay` after it began),
+//! which also ends, with a 503, an upgrade still waiting for its answer.
 //! Any other answer of the upstream is passed on as it is.
 //!
 //! A WebSocket over HTTP/2 (RFC 8441's extended CONNECT, `:protocol =
@@ -149,11 +150,25 @@ pub(super) async fn exchange(
             .entry(header::SEC_WEBSOCKET_VERSION)
             .or_insert(HeaderValue::from_static("13"));
     }
-    let mut sender = target.connect(tls).await?;
-    let mut response = sender
-        .send_request(outgoing)
-        .await
-        .map_err(|error| ExchangeError::Exchange(error.into()))?;
+    let switching = async {
+        let mut sender = target.connect(tls).await?;
+        sender
+            .send_request(outgoing)
+            .await
+            .map_err(|error| ExchangeError::Exchange(error.into()))
+    };
+    // An upgrade is long-running, so no request timeout bounds the wait for
+    // the upstream's answer: the shutdown, which closes open tunnels, ends
+    // this wait too (a 503), or an upstream that never answers would hold
+    // the drain until `shutdown_timeout`.
+    let mut response = tokio::select! {
+        response = switching => response?,
+        () = asked.closing.cancelled() => {
+            return Err(ExchangeError::Connect(
+                "the shutdown came before the upstream switched protocols".into(),
+            ));
+        }
+    };
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
         super::headers::prepare_response_headers(response.headers_mut());
         return Ok(response.map(Body::wrap));
