@@ -14,7 +14,8 @@
 //! websocket`) goes to the upstream as the HTTP/1.1 `GET` it stands for,
 //! with a `Sec-WebSocket-Key` of the gateway's (tungstenite's), whose
 //! `Sec-WebSocket-Accept` the upstream must answer rightly (502 otherwise);
-//! the client is answered `200`, and the stream is the tunnel. This is kube's
+//! the client is answered `200`, and the stream is the tunnel. Any other 2xx
+//! of the upstream would tell the client the same, so it is a 502 too. This is kube's
 //! `UpgradeAwareHandler`
 //! (`staging/src/k8s.io/apimachinery/pkg/util/proxy/upgradeaware.go`).
 
@@ -170,6 +171,18 @@ pub(super) async fn exchange(
         }
     };
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        // Over HTTP/2 a 2xx to the extended CONNECT tells the client its
+        // tunnel is open (RFC 8441 §5): an upstream that answered the `GET`
+        // without switching must not pass as one that did.
+        if asked.websocket_key.is_some() && response.status().is_success() {
+            return Err(ExchangeError::Exchange(
+                format!(
+                    "the upstream answered a WebSocket upgrade {} without switching protocols",
+                    response.status()
+                )
+                .into(),
+            ));
+        }
         super::headers::prepare_response_headers(response.headers_mut());
         return Ok(response.map(Body::wrap));
     }

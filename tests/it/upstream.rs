@@ -371,7 +371,8 @@ async fn a_malformed_request_body_is_the_clients_fault() {
 /// `/stall` sends the head and half of its body, then nothing; `/early`
 /// answers at once without reading the request's body, then waits;
 /// `/te-and-length` is framed by its chunks and by a false `Content-Length`;
-/// `/unasked-101` switches protocols whatever was asked, then waits.
+/// `/unasked-101` switches protocols whatever was asked, then waits;
+/// `/ignores-upgrade` answers an upgrade as an ordinary GET, a 200.
 struct ScriptedUpstream {
     addr: std::net::SocketAddr,
     connections: Arc<AtomicUsize>,
@@ -429,6 +430,9 @@ impl ScriptedUpstream {
                 "/early" => b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly",
                 "/unasked-101" => {
                     b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: raw\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+                }
+                "/ignores-upgrade" => {
+                    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
                 }
                 "/te-and-length" => {
                     b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
@@ -694,4 +698,37 @@ async fn the_shutdown_ends_an_upgrade_still_waiting_for_its_101_after_shutdown_d
         "ended {lasted:?} after the shutdown began, before shutdown_delay"
     );
     holder.abort();
+}
+
+/// Over HTTP/2 a 2xx to an extended CONNECT means the tunnel is open (RFC
+/// 8441 §5): an upstream that answers the WebSocket `GET` it stands for
+/// with a 200, ignoring the upgrade, switched nothing, and the client must
+/// not be told it did: a 502 Status, as for a wrong `Sec-WebSocket-Accept`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_ignores_an_http2_websockets_upgrade_is_a_502() {
+    let upstream = ScriptedUpstream::start().await;
+    let gateway = TestGateway::start(&scripted_manifest(&upstream)).await;
+    let (mut sender, connection) = h2c_handshake(gateway.addr).await;
+    tokio::spawn(connection);
+    // One exchange first, so the gateway's SETTINGS (with
+    // ENABLE_CONNECT_PROTOCOL) have arrived.
+    let first = http::Request::get(format!("http://{}/length", gateway.addr))
+        .body(http_body_util::Empty::new())
+        .expect("a request");
+    bounded("the first answer", sender.send_request(first))
+        .await
+        .expect("an answer");
+    let mut connect = http::Request::builder()
+        .method(http::Method::CONNECT)
+        .uri(format!("http://{}/ignores-upgrade", gateway.addr))
+        .header("sec-websocket-version", "13")
+        .body(http_body_util::Empty::new())
+        .expect("a CONNECT request");
+    connect
+        .extensions_mut()
+        .insert(hyper::ext::Protocol::from_static("websocket"));
+    let response = bounded("the CONNECT's answer", sender.send_request(connect))
+        .await
+        .expect("an answer");
+    assert_eq!(response.status(), 502);
 }
