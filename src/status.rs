@@ -186,8 +186,9 @@ pub enum GatewayError {
         /// The Status message.
         message: String,
     },
-    /// The request took longer than its timeout (504).
-    #[error("{message}")]
+    /// The request took longer than its timeout (504): kube's
+    /// `NewTimeoutError`, whose message starts with "Timeout: ".
+    #[error("Timeout: {message}")]
     Timeout {
         /// The Status message.
         message: String,
@@ -251,8 +252,12 @@ impl GatewayError {
                 details: Some(details),
                 ..
             } => status = status.with_details(details),
-            // kube's not-found handler answers with empty details.
-            GatewayError::NotFound => status = status.with_details(Details::default()),
+            // kube's not-found handler answers with empty details, and
+            // `NewTimeoutError` always has them (a `retryAfterSeconds` of 0
+            // leaves them empty).
+            GatewayError::NotFound | GatewayError::Timeout { .. } => {
+                status = status.with_details(Details::default());
+            }
             GatewayError::TooManyRequests {
                 retry_after_seconds,
                 ..
@@ -272,5 +277,49 @@ impl GatewayError {
             _ => {}
         }
         status.into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each error's Status body against the one kube writes for it, from
+    //! the constructors in
+    //! `staging/src/k8s.io/apimachinery/pkg/api/errors/errors.go`.
+
+    use http_body_util::BodyExt;
+    use serde_json::json;
+
+    use super::*;
+
+    async fn body(error: GatewayError) -> (StatusCode, serde_json::Value) {
+        let response = error.into_response();
+        let code = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("a body")
+            .to_bytes();
+        (code, serde_json::from_slice(&bytes).expect("a Status"))
+    }
+
+    /// `NewTimeoutError` prefixes the message with "Timeout: " and always
+    /// has details (its `retryAfterSeconds` 0 leaves them `{}`), as kube's
+    /// timeout filter (`server/filters/timeout.go`) writes them.
+    #[tokio::test]
+    async fn a_timeout_is_kubes_timeout_status() {
+        let (code, status) = body(GatewayError::Timeout {
+            message: "request did not complete within the allotted timeout".to_owned(),
+        })
+        .await;
+        assert_eq!(code, StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(
+            status,
+            json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "Timeout: request did not complete within the allotted timeout",
+                "reason": "Timeout", "details": {}, "code": 504
+            })
+        );
     }
 }

@@ -38,7 +38,7 @@ use crate::context::{ConnectionControl, RequestContext, Terminated};
 use crate::handler::{Handler, SharedHandler};
 use crate::status::GatewayError;
 
-/// What the client is told, and what audit records, when the deadline
+/// What the client is told (after kube's "Timeout: "), and what audit records, when the deadline
 /// passes before the response head.
 pub(crate) const TIMEOUT_MESSAGE: &str = "request did not complete within the allotted timeout";
 
@@ -499,7 +499,8 @@ mod tests {
         assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
         let status = status_json(response).await;
         assert_eq!(status["reason"], "Timeout");
-        assert_eq!(status["message"], TIMEOUT_MESSAGE);
+        assert_eq!(status["message"], format!("Timeout: {TIMEOUT_MESSAGE}"));
+        assert_eq!(status["details"], serde_json::json!({}));
     }
 
     /// request_deadline.go: the client's `?timeout=` is the deadline when it

@@ -262,7 +262,11 @@ impl Interruption {
             .deadline
             .is_some_and(|deadline| Instant::now() >= deadline)
         {
-            status_record(504, "Timeout", super::timeout::TIMEOUT_MESSAGE)
+            status_record(
+                504,
+                "Timeout",
+                format!("Timeout: {}", super::timeout::TIMEOUT_MESSAGE),
+            )
         } else if self
             .connection
             .as_ref()
