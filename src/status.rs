@@ -45,8 +45,17 @@ pub struct Details {
     pub(crate) group: String,
     #[serde(skip_serializing_if = "str::is_empty")]
     pub(crate) kind: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) causes: Vec<Cause>,
     #[serde(rename = "retryAfterSeconds", skip_serializing_if = "Option::is_none")]
     pub(crate) retry_after_seconds: Option<u64>,
+}
+
+/// `metav1.StatusCause`, as far as the gateway fills it: the message
+/// (`NewInternalError` gives its error as the one cause).
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub(crate) struct Cause {
+    pub(crate) message: String,
 }
 
 impl Status {
@@ -113,8 +122,9 @@ pub enum GatewayError {
     Forbidden {
         /// Kube's message: who was refused what.
         message: String,
-        /// Details of the object refused, when there is one.
-        details: Option<Details>,
+        /// Details of the object refused, when there is one (boxed: the
+        /// error travels in `Result`s, and most are not this one).
+        details: Option<Box<Details>>,
     },
     /// A status chosen by a filter (an admission denial).
     #[error("{message}")]
@@ -251,12 +261,19 @@ impl GatewayError {
             GatewayError::Forbidden {
                 details: Some(details),
                 ..
-            } => status = status.with_details(details),
+            } => status = status.with_details(*details),
             // kube's not-found handler answers with empty details, and
             // `NewTimeoutError` always has them (a `retryAfterSeconds` of 0
             // leaves them empty).
             GatewayError::NotFound | GatewayError::Timeout { .. } => {
                 status = status.with_details(Details::default());
+            }
+            // `NewInternalError`: the error is also the details' one cause.
+            GatewayError::Internal { message } => {
+                status = status.with_details(Details {
+                    causes: vec![Cause { message }],
+                    ..Details::default()
+                });
             }
             GatewayError::TooManyRequests {
                 retry_after_seconds,
@@ -319,6 +336,23 @@ mod tests {
                 "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                 "message": "Timeout: request did not complete within the allotted timeout",
                 "reason": "Timeout", "details": {}, "code": 504
+            })
+        );
+    }
+
+    /// `NewInternalError` repeats the error as the one cause of its details.
+    #[tokio::test]
+    async fn an_internal_error_names_its_cause_as_kube_does() {
+        let (code, status) = body(GatewayError::internal("the authorization stage failed")).await;
+        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            status,
+            json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "Internal error occurred: the authorization stage failed",
+                "reason": "InternalError",
+                "details": {"causes": [{"message": "the authorization stage failed"}]},
+                "code": 500
             })
         );
     }

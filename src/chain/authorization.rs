@@ -359,11 +359,13 @@ pub(crate) fn forbidden(user: &UserInfo, info: &RequestInfo, reason: &str) -> Ga
         (false, true) => format!("{qualified} is forbidden: {cause}"),
         (false, false) => format!("{qualified} {:?} is forbidden: {cause}", info.name),
     };
-    let details = (!qualified.is_empty()).then(|| Details {
-        name: info.name.to_string(),
-        group: info.api_group.to_string(),
-        kind: info.resource.to_string(),
-        retry_after_seconds: None,
+    let details = (!qualified.is_empty()).then(|| {
+        Box::new(Details {
+            name: info.name.to_string(),
+            group: info.api_group.to_string(),
+            kind: info.resource.to_string(),
+            ..Details::default()
+        })
     });
     GatewayError::Forbidden { message, details }
 }
