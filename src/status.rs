@@ -150,7 +150,7 @@ pub enum GatewayError {
         message: String,
     },
     /// The body is over the limit (413).
-    #[error("the request body is too large: limit is {limit} bytes")]
+    #[error("Request entity too large: limit is {limit}")]
     RequestEntityTooLarge {
         /// The limit, in bytes.
         limit: u64,
@@ -353,6 +353,22 @@ mod tests {
                 "reason": "InternalError",
                 "details": {"causes": [{"message": "the authorization stage failed"}]},
                 "code": 500
+            })
+        );
+    }
+
+    /// `limitedReadBody` (`endpoints/handlers/rest.go`) refuses a body over
+    /// the limit with `NewRequestEntityTooLargeError("limit is N")`.
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_kubes_413() {
+        let (code, status) = body(GatewayError::RequestEntityTooLarge { limit: 3145728 }).await;
+        assert_eq!(code, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(
+            status,
+            json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "Request entity too large: limit is 3145728",
+                "reason": "RequestEntityTooLarge", "code": 413
             })
         );
     }
