@@ -122,7 +122,8 @@ pub enum GatewayError {
     Forbidden {
         /// Kube's message: who was refused what.
         message: String,
-        /// Details of the object refused, when there is one (boxed: the
+        /// Details of the object refused, when there is one; empty details
+        /// otherwise (boxed: the
         /// error travels in `Result`s, and most are not this one).
         details: Option<Box<Details>>,
     },
@@ -258,10 +259,11 @@ impl GatewayError {
         let (code, reason) = self.code_and_reason();
         let mut status = Status::failure(code, reason, self.to_string());
         match self {
-            GatewayError::Forbidden {
-                details: Some(details),
-                ..
-            } => status = status.with_details(*details),
+            // `NewForbidden` always has details: empty for a non-resource
+            // request (kube's 403 for `GET /` reads `"details":{}`).
+            GatewayError::Forbidden { details, .. } => {
+                status = status.with_details(details.map(|details| *details).unwrap_or_default());
+            }
             // kube's not-found handler answers with empty details, and
             // `NewTimeoutError` always has them (a `retryAfterSeconds` of 0
             // leaves them empty).
@@ -369,6 +371,26 @@ mod tests {
                 "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                 "message": "Request entity too large: limit is 3145728",
                 "reason": "RequestEntityTooLarge", "code": 413
+            })
+        );
+    }
+
+    /// `NewForbidden` always has details: a non-resource request's are
+    /// empty (`"details":{}`), as kube's 403 for `GET /` shows.
+    #[tokio::test]
+    async fn a_forbidden_path_has_empty_details() {
+        let (code, status) = body(GatewayError::Forbidden {
+            message: r#"forbidden: User "system:anonymous" cannot get path "/""#.to_owned(),
+            details: None,
+        })
+        .await;
+        assert_eq!(code, StatusCode::FORBIDDEN);
+        assert_eq!(
+            status,
+            json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": r#"forbidden: User "system:anonymous" cannot get path "/""#,
+                "reason": "Forbidden", "details": {}, "code": 403
             })
         );
     }
