@@ -49,7 +49,9 @@ impl Completer<'_> {
                     None
                 }
             };
-            if hook.command.get_ref().is_empty() {
+            // An empty program name passes as a command but cannot be
+            // spawned: a post-start hook would hold readyz back for good.
+            if hook.command.get_ref().first().is_none_or(String::is_empty) {
                 self.at(
                     &hook.command,
                     &format!("{key}.command"),
