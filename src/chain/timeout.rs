@@ -17,8 +17,9 @@
 //! (`staging/src/k8s.io/apiserver/pkg/endpoints/handlers/get.go`) spreads
 //! its watches' ends; then its body ends, cleanly, as kube's does. Every
 //! long-running body also ends when the shutdown, `shutdown_delay` after it
-//! began, closes the connections ([`ConnectionControl::closing`]): a stream
-//! does not hold the drain until `shutdown_timeout`.
+//! began, closes the connections ([`ConnectionControl::closing`]), and so
+//! does the wait for a long-running response's head (a 503): a stream does
+//! not hold the drain until `shutdown_timeout`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -103,7 +104,17 @@ impl Timeout {
             .control
             .as_ref()
             .map(|control| control.closing().clone());
-        let response = self.next.call(request).await;
+        // No deadline bounds the wait for a long-running request's head (an
+        // upstream that took a watch or an upgrade and never answers): the
+        // shutdown's closing, which ends their bodies and tunnels, ends
+        // this wait too, or it would hold the drain until `shutdown_timeout`.
+        let response = match &closing {
+            Some(closing) => tokio::select! {
+                response = self.next.call(request) => response,
+                () = closing.cancelled() => return shut_down_before_the_answer(),
+            },
+            None => self.next.call(request).await,
+        };
         if watch_ends.is_none() && closing.is_none() {
             return response;
         }
@@ -131,6 +142,15 @@ impl Timeout {
             ),
         }
     }
+}
+
+/// The answer to a long-running request whose head had not come when the
+/// shutdown closed the connections.
+fn shut_down_before_the_answer() -> Response {
+    GatewayError::ServiceUnavailable {
+        message: "the gateway shut down before the response began".to_owned(),
+    }
+    .into_response()
 }
 
 /// A long-running response's body: ends, cleanly, when its watch's time is

@@ -7,7 +7,8 @@
 //! sides have switched, bytes are copied both ways until both sides have
 //! closed (each side's end of stream is passed on to the other), or until
 //! the shutdown closes the connections (`shutdown_delay` after it began),
-//! which also ends, with a 503, an upgrade still waiting for its answer.
+//! which also ends, with a 503, an upgrade still waiting for its answer
+//! (the timeout step ends every long-running request's wait so).
 //! Any other answer of the upstream is passed on as it is.
 //!
 //! A WebSocket over HTTP/2 (RFC 8441's extended CONNECT, `:protocol =
@@ -151,25 +152,13 @@ pub(super) async fn exchange(
             .entry(header::SEC_WEBSOCKET_VERSION)
             .or_insert(HeaderValue::from_static("13"));
     }
-    let switching = async {
-        let mut sender = target.connect(tls).await?;
-        sender
-            .send_request(outgoing)
-            .await
-            .map_err(|error| ExchangeError::Exchange(error.into()))
-    };
-    // An upgrade is long-running, so no request timeout bounds the wait for
-    // the upstream's answer: the shutdown, which closes open tunnels, ends
-    // this wait too (a 503), or an upstream that never answers would hold
-    // the drain until `shutdown_timeout`.
-    let mut response = tokio::select! {
-        response = switching => response?,
-        () = asked.closing.cancelled() => {
-            return Err(ExchangeError::Connect(
-                "the shutdown came before the upstream switched protocols".into(),
-            ));
-        }
-    };
+    // The wait for the answer ends at the shutdown's closing as every
+    // long-running request's does (`chain::timeout`).
+    let mut sender = target.connect(tls).await?;
+    let mut response = sender
+        .send_request(outgoing)
+        .await
+        .map_err(|error| ExchangeError::Exchange(error.into()))?;
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
         // Over HTTP/2 a 2xx to the extended CONNECT tells the client its
         // tunnel is open (RFC 8441 §5): an upstream that answered the `GET`

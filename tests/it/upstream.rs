@@ -647,54 +647,57 @@ async fn a_response_with_transfer_encoding_and_content_length_is_framed_once() {
     assert_eq!(received.matches("HTTP/1.1 200").count(), 2, "{received}");
 }
 
-/// An upgrade whose upstream takes the request and never answers it is not
-/// yet a tunnel, but it is long-running (no request timeout bounds it): at
-/// shutdown it ends once `shutdown_delay` has passed, as an open tunnel
-/// does, rather than hold the drain until `shutdown_timeout`.
+/// A long-running request whose upstream takes it and never answers (an
+/// upgrade not yet a tunnel, a watch whose head never comes) has no request
+/// timeout to end it: at shutdown it ends once `shutdown_delay` has passed,
+/// as an open tunnel or a streaming watch does, rather than hold the drain
+/// until `shutdown_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_shutdown_ends_an_upgrade_still_waiting_for_its_101_after_shutdown_delay() {
-    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = silent.local_addr().expect("an address");
-    let (arrived, mut arrival) = tokio::sync::mpsc::channel(1);
-    let holder = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((stream, _)) = silent.accept().await {
-            held.push(stream);
-            let _ = arrived.try_send(());
-        }
-    });
-    let manifest = plaintext(&format!(
-        "[limits]\nshutdown_delay = \"1s\"\nshutdown_timeout = \"30s\"\n\n[[servers]]\nname = \"proxy\"\n\n[[servers.routes]]\nprefix = \"/\"\nupstream = \"http://{addr}\"\n"
-    ));
-    let mut gateway = TestGateway::start(&manifest).await;
-    let mut client = raw_request(
-        gateway.addr,
-        b"GET /api/v1/namespaces/default/pods/p/exec?command=sh HTTP/1.1\r\nHost: gateway\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
-    )
-    .await;
-    bounded("the upgrade at the upstream", arrival.recv()).await;
-    let started = Instant::now();
-    let shutdown = gateway.begin_shutdown();
-    // The client's connection ends with the others at shutdown_delay; if
-    // anything reaches it first, it is the 503, never a 101.
-    let answer = bounded("the connection's end", read_to_close(&mut client)).await;
-    assert!(
-        answer.is_empty() || answer.starts_with("HTTP/1.1 503"),
-        "{answer}"
-    );
-    let drained = tokio::time::timeout(Duration::from_secs(8), shutdown)
-        .await
-        .expect("the drain ends well before shutdown_timeout")
-        .expect("the shutdown");
-    let lasted = started.elapsed();
-    assert_eq!(drained, wasmgate::server::Drained::Complete);
-    assert!(
-        lasted >= Duration::from_millis(900),
-        "ended {lasted:?} after the shutdown began, before shutdown_delay"
-    );
-    holder.abort();
+async fn the_shutdown_ends_a_long_running_request_still_waiting_for_its_answer() {
+    let upgrade: &[u8] = b"GET /api/v1/namespaces/default/pods/p/exec?command=sh HTTP/1.1\r\nHost: gateway\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+    let watch: &[u8] =
+        b"GET /api/v1/namespaces/default/pods?watch=true HTTP/1.1\r\nHost: gateway\r\n\r\n";
+    for request in [upgrade, watch] {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = silent.local_addr().expect("an address");
+        let (arrived, mut arrival) = tokio::sync::mpsc::channel(1);
+        let holder = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = silent.accept().await {
+                held.push(stream);
+                let _ = arrived.try_send(());
+            }
+        });
+        let manifest = plaintext(&format!(
+            "[limits]\nshutdown_delay = \"1s\"\nshutdown_timeout = \"30s\"\n\n[[servers]]\nname = \"proxy\"\n\n[[servers.routes]]\nprefix = \"/\"\nupstream = \"http://{addr}\"\n"
+        ));
+        let mut gateway = TestGateway::start(&manifest).await;
+        let mut client = raw_request(gateway.addr, request).await;
+        bounded("the request at the upstream", arrival.recv()).await;
+        let started = Instant::now();
+        let shutdown = gateway.begin_shutdown();
+        // The client's connection ends with the others at shutdown_delay; if
+        // anything reaches it first, it is the 503, never a 101 or a 200.
+        let answer = bounded("the connection's end", read_to_close(&mut client)).await;
+        let what = String::from_utf8_lossy(request);
+        assert!(
+            answer.is_empty() || answer.starts_with("HTTP/1.1 503"),
+            "{what}: {answer}"
+        );
+        let drained = tokio::time::timeout(Duration::from_secs(8), shutdown)
+            .await
+            .expect("the drain ends well before shutdown_timeout")
+            .expect("the shutdown");
+        let lasted = started.elapsed();
+        assert_eq!(drained, wasmgate::server::Drained::Complete, "{what}");
+        assert!(
+            lasted >= Duration::from_millis(900),
+            "{what}: ended {lasted:?} after the shutdown began, before shutdown_delay"
+        );
+        holder.abort();
+    }
 }
 
 /// Over HTTP/2 a 2xx to an extended CONNECT means the tunnel is open (RFC
