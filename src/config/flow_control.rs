@@ -612,6 +612,14 @@ impl Completer<'_> {
                 );
             }
         }
+        for (field, list, what) in [
+            ("verbs", &rule.verbs, "verbs"),
+            ("api_groups", &rule.api_groups, "api groups"),
+            ("resources", &rule.resources, "resources"),
+            ("namespaces", &rule.namespaces, "namespaces"),
+        ] {
+            self.star_alone(written, &format!("{key}.{field}"), list, what);
+        }
         if !rule.cluster_scope && rule.namespaces.is_empty() {
             self.at(
                 written,
@@ -641,6 +649,18 @@ impl Completer<'_> {
                 "must not be empty (\"*\" matches all)",
             );
         }
+        self.star_alone(written, &format!("{key}.verbs"), &rule.verbs, "verbs");
+        let urls: Vec<String> = rule
+            .non_resource_urls
+            .iter()
+            .map(|url| url.get_ref().clone())
+            .collect();
+        self.star_alone(
+            written,
+            &format!("{key}.non_resource_urls"),
+            &urls,
+            "non-resource URLs",
+        );
         if rule.non_resource_urls.is_empty() {
             self.at(
                 written,
@@ -661,11 +681,21 @@ impl Completer<'_> {
         }
         NonResourceRule {
             verbs: rule.verbs.clone(),
-            non_resource_urls: rule
-                .non_resource_urls
-                .iter()
-                .map(|url| url.get_ref().clone())
-                .collect(),
+            non_resource_urls: urls,
+        }
+    }
+
+    /// kube's validation of a rule's lists
+    /// (`pkg/apis/flowcontrol/validation/validation.go`): `"*"` stands alone
+    /// in its list, where it means every value; beside others it would
+    /// silently widen them.
+    fn star_alone<T>(&mut self, written: &Spanned<T>, key: &str, list: &[String], what: &str) {
+        if list.len() > 1 && list.iter().any(|item| item == "*") {
+            self.at(
+                written,
+                key,
+                format!("if \"*\" is present, must not specify other {what}"),
+            );
         }
     }
 }
