@@ -743,12 +743,16 @@ fn review(
     }
 }
 
-/// A filter's denial as a Status; codes outside 4xx become 403.
+/// A filter's denial as a Status, its code kept as kube's webhook admission
+/// keeps a rejection's (`ToStatusErr`,
+/// `staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/errors/statuserror.go`):
+/// a code below 400 is no rejection's and becomes 400, as does one HTTP
+/// has no room for; a 5xx stays.
 fn denial(status: crate::wasm::bindings::types::Status) -> GatewayError {
     let code = StatusCode::from_u16(status.code)
         .ok()
-        .filter(StatusCode::is_client_error)
-        .unwrap_or(StatusCode::FORBIDDEN);
+        .filter(|code| code.as_u16() >= 400)
+        .unwrap_or(StatusCode::BAD_REQUEST);
     let reason = if status.reason.is_empty() {
         "Forbidden".to_owned()
     } else {
@@ -773,6 +777,33 @@ mod tests {
     /// The check refuses exactly what a parse into `serde_json::Value`
     /// refuses, and its error says the same; the parse up front is that
     /// parse.
+    /// kube's `ToStatusErr`: a rejection's code below 400 becomes 400,
+    /// any other is kept, a 5xx too; an empty reason is `Forbidden`.
+    #[test]
+    fn a_denials_code_is_kept_as_kubes_admission_keeps_it() {
+        let code = |code: u16| {
+            let status = crate::wasm::bindings::types::Status {
+                code,
+                reason: String::new(),
+                message: "no".to_owned(),
+            };
+            match denial(status) {
+                GatewayError::Denied { code, reason, .. } => {
+                    assert_eq!(reason, "Forbidden");
+                    code.as_u16()
+                }
+                other => panic!("not a denial: {other:?}"),
+            }
+        };
+        assert_eq!(code(0), 400);
+        assert_eq!(code(200), 400);
+        assert_eq!(code(399), 400);
+        assert_eq!(code(403), 403);
+        assert_eq!(code(422), 422);
+        assert_eq!(code(503), 503);
+        assert_eq!(code(1000), 400);
+    }
+
     #[test]
     fn the_body_is_checked_as_a_value_would_be_read() {
         let deep = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
