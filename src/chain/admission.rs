@@ -22,6 +22,7 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::stage::{self, Failure, Watchers};
 use crate::body::{Body, Request, Response};
+use crate::config::DEFAULT_MAX_REQUEST_BODY;
 use crate::config::stages::{Mode, ReadField};
 use crate::context::{RequestContext, UserInfo};
 use crate::decision_cache::Lookup;
@@ -229,11 +230,11 @@ impl Admission {
                 .any(|controller| controller.filter.spec.mode == Mode::Enforce)
         });
         let (text, mut draft) = read_object(&bytes, parse)?;
-        draft.limit = RequestContext::of(&parts.extensions)
-            .max_body
-            .map_or(DEFAULT_LIMIT, |limit| {
-                usize::try_from(limit.0).unwrap_or(usize::MAX)
-            });
+        draft.limit = length(
+            RequestContext::of(&parts.extensions)
+                .max_body
+                .map_or(DEFAULT_MAX_REQUEST_BODY, |limit| limit.0),
+        );
         Ok((text, draft, Object::Read(bytes)))
     }
 
@@ -541,16 +542,19 @@ struct Draft {
 /// (`staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/mutating/dispatcher.go`).
 const NO_OBJECT: &str = "the request has no object to change: a mutation is not supported for it";
 
-/// kube's request body limit, 3 MiB, for a request that reached admission
-/// without the body-limit step (none does in the chain).
-const DEFAULT_LIMIT: usize = 3 * 1024 * 1024;
+/// A byte limit as a length in memory (a request that reached admission
+/// without the body-limit step, none in the chain, is held to kube's
+/// default).
+fn length(limit: u64) -> usize {
+    usize::try_from(limit).unwrap_or(usize::MAX)
+}
 
 impl Default for Draft {
     fn default() -> Self {
         Draft {
             value: None,
             changed: false,
-            limit: DEFAULT_LIMIT,
+            limit: length(DEFAULT_MAX_REQUEST_BODY),
         }
     }
 }
@@ -774,9 +778,6 @@ mod tests {
         serde_json::from_value(operations).expect("a JSON Patch")
     }
 
-    /// The check refuses exactly what a parse into `serde_json::Value`
-    /// refuses, and its error says the same; the parse up front is that
-    /// parse.
     /// kube's `ToStatusErr`: a rejection's code below 400 becomes 400,
     /// any other is kept, a 5xx too; an empty reason is `Forbidden`.
     #[test]
@@ -804,6 +805,9 @@ mod tests {
         assert_eq!(code(1000), 400);
     }
 
+    /// The check refuses exactly what a parse into `serde_json::Value`
+    /// refuses, and its error says the same; the parse up front is that
+    /// parse.
     #[test]
     fn the_body_is_checked_as_a_value_would_be_read() {
         let deep = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));

@@ -45,6 +45,10 @@ pub(crate) const MAX_FILTER_INSTANCES: usize = 1000;
 /// bound on the memory filters keep after a burst.
 pub(crate) const DEFAULT_FILTER_MEMORY: u64 = 2 << 30;
 
+/// kube-apiserver's request body limit, 3 MiB (`--max-request-body-bytes`'s
+/// default, as its `MaxRequestBodyBytes`).
+pub(crate) const DEFAULT_MAX_REQUEST_BODY: u64 = 3 * 1024 * 1024;
+
 /// The largest `filter_memory`.
 pub(crate) const MAX_FILTER_MEMORY_TOTAL: u64 = 1 << 40;
 
@@ -56,7 +60,7 @@ impl Default for Limits {
             max_mutating_requests_in_flight: 200,
             request_timeout: Duration::from_secs(60),
             min_request_timeout: Duration::from_secs(1800),
-            max_request_body: 3 * 1024 * 1024,
+            max_request_body: DEFAULT_MAX_REQUEST_BODY,
             max_header_bytes: 1024 * 1024,
             read_header_timeout: Duration::from_secs(32),
             idle_timeout: Duration::from_secs(90),

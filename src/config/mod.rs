@@ -49,7 +49,7 @@ pub(crate) use complete::parse_duration;
 pub use error::{ConfigError, Location, Problem};
 pub(crate) use hooks::{Hook, HookPhase};
 pub use limits::Limits;
-pub(crate) use limits::{MAX_FILTER_INSTANCES, MAX_FILTER_MEMORY_TOTAL};
+pub(crate) use limits::{DEFAULT_MAX_REQUEST_BODY, MAX_FILTER_INSTANCES, MAX_FILTER_MEMORY_TOTAL};
 pub use listen::Transport;
 pub(crate) use listen::{Listen, SELF_SIGNED_FILES, TlsMaterial, TrustedProxies};
 pub(crate) use servers::{

@@ -123,9 +123,7 @@ impl Gateway {
     /// Waits until queued audit events are written (for callers that use
     /// [`Gateway::handler`] directly and then stop).
     pub async fn flush_audit(&self) {
-        if let Some(audit) = &self.snapshot.audit {
-            audit.flush(AUDIT_FLUSH_LIMIT).await;
-        }
+        self.shared.audit.flush(AUDIT_FLUSH_LIMIT).await;
     }
 
     fn build(

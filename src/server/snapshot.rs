@@ -17,7 +17,7 @@ use tokio_rustls::TlsAcceptor;
 use super::error::StartError;
 use super::tls;
 use crate::aggregator::Refresh;
-use crate::chain::audit::{AuditBackend, AuditWriters};
+use crate::chain::audit::AuditWriters;
 use crate::config::{Config, Limits, Transport};
 use crate::delegation::Targets;
 use crate::handler::SharedHandler;
@@ -35,7 +35,6 @@ pub(crate) struct Snapshot {
     pub steps: Vec<&'static str>,
     pub tls: Option<TlsAcceptor>,
     pub http: Arc<auto::Builder<TokioExecutor>>,
-    pub audit: Option<Arc<AuditBackend>>,
     /// What the status page draws of this snapshot, once it is in force.
     pub layout: Arc<crate::status_page::Layout>,
     /// The configuration's `[tracing]`, when on (the chain holds it too).
@@ -138,7 +137,6 @@ pub(crate) fn build(
         handler: chain.handler,
         steps: chain.steps,
         tls,
-        audit: chain.audit,
         layout: Arc::new(layout),
         tracer,
     })

@@ -84,7 +84,7 @@ impl AuditBackend {
     /// once in batch mode; in blocking mode written by a task of its own,
     /// after the request's write still going (`after`, so that a request's
     /// events keep their order), and counted as pending until written, so
-    /// that [`AuditBackend::flush`] waits for it too. For events made where
+    /// that [`AuditWriters::flush`] waits for it too. For events made where
     /// nothing can wait (a response body's end, a request dropped before
     /// its response), and for a request's own writes in blocking mode: the
     /// request waits for the returned task, and if it is dropped meanwhile
@@ -159,16 +159,6 @@ impl AuditBackend {
             }
         }
     }
-
-    /// Writes what is queued without waiting for batches to fill, and waits
-    /// (up to `limit`) until every queued event has been written. Called at
-    /// the end of the process: later batches are written at once too.
-    pub(crate) async fn flush(&self, limit: Duration) -> bool {
-        self.progress.hurry.cancel();
-        self.progress
-            .written_by(tokio::time::Instant::now() + limit)
-            .await
-    }
 }
 
 impl Progress {
@@ -214,9 +204,11 @@ impl AuditWriters {
         writers.push(Arc::downgrade(progress));
     }
 
-    /// [`AuditBackend::flush`] for every backend still writing, all within
-    /// the one `limit`: every writer is hurried first, so they write at
-    /// once, side by side, while the first is waited for.
+    /// Writes what every backend still writing has queued, without waiting
+    /// for batches to fill, and waits (all within the one `limit`) until
+    /// it has been written: every writer is hurried first, so they write at
+    /// once, side by side, while the first is waited for. Called at the end
+    /// of the process: later batches are written at once too.
     pub(crate) async fn flush(&self, limit: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
         let writing: Vec<Arc<Progress>> = self.writers().iter().filter_map(Weak::upgrade).collect();
