@@ -637,6 +637,14 @@ impl<K: Kind> LoadedFilter<K> {
             StoreData::new(state, memory, self.spec.memory),
         );
         store.limiter(|data| data);
+        // What the host copies out of the guest in one call (an answer, an
+        // import's arguments) is held to the filter's own memory cap, as
+        // wasmtime's hostcall fuel: within the cap an answer's bytes all fit
+        // in the guest, but list entries may all point at the same bytes, so
+        // without it a small guest could make the host copy up to
+        // wasmtime's default of 128 MiB a call. Past it the call is a trap.
+        let cap = store.data().state.memory.cap();
+        store.set_hostcall_fuel(cap);
         store.epoch_deadline_callback(|context| {
             if Instant::now() >= context.data().state.deadline {
                 Err(wasmtime::Error::new(DeadlineExceeded))

@@ -139,6 +139,11 @@ impl MemoryBudget {
     pub(crate) fn largest(&self) -> usize {
         self.largest
     }
+
+    /// The cap, in bytes.
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
+    }
 }
 
 impl wasmtime::ResourceLimiter for MemoryBudget {

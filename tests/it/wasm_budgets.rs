@@ -1,8 +1,9 @@
 //! A filter's budgets, with the real fault components: a looping filter is
 //! stopped at its `timeout` while other requests go on being served, a
 //! memory-hungry one is capped at its `memory` without the gateway's RSS
-//! growing, a `sha256` pin is enforced at load, and the compiled-component
-//! cache serves a second load from memory.
+//! growing, an answer is copied out no larger than that `memory`, a
+//! `sha256` pin is enforced at load, and the compiled-component cache
+//! serves a second load from memory.
 //!
 //! No timing assertions beyond generous upper bounds for "did not hang".
 
@@ -203,6 +204,62 @@ async fn a_memory_cap_too_tight_to_pool_is_warned_about_once() {
     .await;
     let log = gateway.log_text();
     assert_eq!(log.matches(WARNING).count(), 1, "{log}");
+}
+
+/// What the host copies out of a filter in one call is held to the filter's
+/// `memory`: an authenticator whose groups all point at the same 1 MiB of
+/// its memory (the component ABI allows it) would otherwise have the host
+/// copy a MiB a group, up to wasmtime's default of 128 MiB a call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_copied_out_of_a_filter_no_larger_than_its_memory() {
+    let upstream = Upstream::start().await;
+    let dir = new_dir();
+    let manifest = dir.path().join("gw.toml");
+    // Per-request: the aliasing guest's post-return frees the shared bytes
+    // once a group, so no instance of it is ever reused.
+    let aliasing = filter(
+        "authentication.filters",
+        "aliasing",
+        "fault-authn",
+        Some(serde_json::json!({"user": "aliased"})),
+        "memory = \"16MiB\"\nisolation = \"per-request\"\n",
+    );
+    std::fs::write(
+        &manifest,
+        plaintext(&[aliasing, tokens(), rbac(), routes(&upstream.url())].concat()),
+    )
+    .expect("write the manifest");
+    let gateway = GatewayProcess::spawn(&manifest);
+    let client = http_client();
+    let with_fault = |fault: &str| {
+        send(
+            client
+                .get(gateway.url("/open/aliased"))
+                .header("x-fault", fault)
+                .bearer_auth("alice-token"),
+        )
+    };
+    // 4 groups copy 4 MiB, within the 16 MiB: the answer is taken.
+    assert_eq!(
+        echo(&with_fault("aliased-groups-4").await)["path"],
+        "/open/aliased"
+    );
+    // 32 copy 32 MiB: the call is a trap, the request fails closed.
+    let status = with_fault("aliased-groups-32")
+        .await
+        .assert_status(500, "InternalError");
+    assert_eq!(
+        status["message"],
+        "Internal error occurred: the authentication stage failed"
+    );
+    const CAUSE: &str = "too much data is being copied between the host and the guest";
+    eventually("the trap's cause in the log", || async {
+        gateway.log_text().contains(CAUSE).then_some(())
+    })
+    .await;
+    // And the filter goes on answering.
+    echo(&with_fault("authenticated").await);
+    assert_eq!(upstream.hits(), 2);
 }
 
 async fn gateway_alloc(client: &reqwest::Client, gateway: &TestGateway) {

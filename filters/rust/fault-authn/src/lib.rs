@@ -36,15 +36,46 @@ fn word(request: &RequestView) -> &str {
 }
 
 fn answer(config: &Config, word: &str) -> AuthnResult {
-    match word {
-        "allow" | "authenticated" => AuthnResult::Authenticated(UserInfo {
+    let user = |groups| {
+        AuthnResult::Authenticated(UserInfo {
             name: config.user.clone(),
             uid: String::new(),
-            groups: config.groups.clone(),
+            groups,
             extra: Vec::new(),
-        }),
-        _ => AuthnResult::NoOpinion,
+        })
+    };
+    match word {
+        "allow" | "authenticated" => user(config.groups.clone()),
+        _ => match word
+            .strip_prefix("aliased-groups-")
+            .and_then(|count| count.parse().ok())
+        {
+            Some(count) => user(aliased_groups(count)),
+            None => AuthnResult::NoOpinion,
+        },
     }
+}
+
+/// The most groups `aliased-groups-<n>` answers with.
+const MOST_ALIASED_GROUPS: usize = 1024;
+
+/// `aliased-groups-<n>`: `n` groups (at most [`MOST_ALIASED_GROUPS`]) that
+/// are all the same 1 MiB of the guest's memory. The component ABI lets
+/// list entries share bytes, so a host that copied every entry would copy
+/// `n` MiB out of a guest holding one: the gateway must refuse the answer.
+///
+/// Hostile by design, and so not sound Rust: the strings alias one
+/// allocation, and the guest's post-return would free it once per group.
+/// The gateway refuses the answer before running the post-return, as
+/// wasmtime does when an answer cannot be lifted.
+fn aliased_groups(count: usize) -> Vec<String> {
+    let shared: &'static mut str = Box::leak("g".repeat(faults::CHUNK).into_boxed_str());
+    let (bytes, len) = (shared.as_mut_ptr(), shared.len());
+    (0..count.min(MOST_ALIASED_GROUPS))
+        // SAFETY: none, on purpose (above); `bytes` holds `len` initialised
+        // bytes of UTF-8 for as long as the instance lives.
+        .map(|_| unsafe { String::from_raw_parts(bytes, len, len) })
+        .collect()
 }
 
 impl Guest for Filter {
