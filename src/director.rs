@@ -3,15 +3,15 @@
 //! and whatever matches nothing goes to the next server of the delegation
 //! chain.
 //!
-//! A path belongs to an API root when it equals the root or continues it with
-//! `/`. The root `/apis` is special, as in kube: it takes only `/apis` and
-//! `/apis/`, so that a route for all of `/apis` does not hide the groups below.
+//! A path belongs to an API root as [`api_root_matches`] says (kube's rule,
+//! which the manifest's `api` routes are defined by).
 
 use std::collections::HashMap;
 
 use futures_util::future::BoxFuture;
 
 use crate::body::{Request, Response};
+use crate::config::api_root_matches;
 use crate::handler::{Handler, SharedHandler};
 
 pub(crate) struct Director {
@@ -105,49 +105,5 @@ impl Handler for Director {
             .route(request.uri().path())
             .unwrap_or(&self.delegate);
         handler.call(request)
-    }
-}
-
-/// kube's rule: the path is the root, or the root followed by `/`; `/apis`
-/// matches only itself and `/apis/`.
-fn api_root_matches(root: &str, path: &str) -> bool {
-    if root == "/apis" {
-        return path == "/apis" || path == "/apis/";
-    }
-    match path.strip_prefix(root) {
-        Some(rest) => rest.is_empty() || rest.starts_with('/'),
-        None => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::api_root_matches;
-
-    #[test]
-    fn api_roots_match_as_kube_does() {
-        let cases = [
-            ("/apis/demo.example.io/v1", "/apis/demo.example.io/v1", true),
-            (
-                "/apis/demo.example.io/v1",
-                "/apis/demo.example.io/v1/widgets",
-                true,
-            ),
-            (
-                "/apis/demo.example.io/v1",
-                "/apis/demo.example.io/v1beta1",
-                false,
-            ),
-            ("/apis/demo.example.io", "/apis/demo.example.io/v1/x", true),
-            ("/apis", "/apis", true),
-            ("/apis", "/apis/", true),
-            ("/apis", "/apis/apps/v1", false),
-            ("/api", "/api/v1/pods", true),
-            ("/api", "/apis", false),
-            ("/api", "/api", true),
-        ];
-        for (root, path, expected) in cases {
-            assert_eq!(api_root_matches(root, path), expected, "{root} vs {path}");
-        }
     }
 }

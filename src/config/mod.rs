@@ -54,6 +54,7 @@ pub use listen::Transport;
 pub(crate) use listen::{Listen, SELF_SIGNED_FILES, TlsMaterial, TrustedProxies};
 pub(crate) use servers::{
     EscapedSlashes, Route, RouteHandler, RouteMatch, Server, StaticResponse, Upstream,
+    api_root_matches,
 };
 pub(crate) use tracing::Tracing;
 

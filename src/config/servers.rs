@@ -126,6 +126,8 @@ impl Completer<'_> {
     fn routes(&mut self, routes: Vec<Spanned<m::Route>>, server_key: &str) -> Vec<Route> {
         let mut matchers = HashSet::new();
         let mut completed = Vec::new();
+        // Where each completed route stands in the manifest.
+        let mut places = Vec::new();
         for (index, route) in routes.into_iter().enumerate() {
             let key = format!("{server_key}.routes[{index}]");
             let span = route.span();
@@ -144,16 +146,47 @@ impl Completer<'_> {
                 );
             }
             let escaped_slashes = self.escaped_slashes(&route, &key);
-            let handler = self.route_handler(route, &key, span);
+            let handler = self.route_handler(route, &key, span.clone());
             if let (Some(matcher), Some(handler)) = (matcher, handler) {
                 completed.push(Route {
                     matcher,
                     handler,
                     escaped_slashes,
                 });
+                places.push((key, span));
             }
         }
+        self.hidden_routes(&completed, &places);
         completed
+    }
+
+    /// A route whose every path belongs to an `api` route of the same server
+    /// is never reached, wherever it stands: the director tries API roots
+    /// first.
+    fn hidden_routes(&mut self, routes: &[Route], places: &[(String, Range<usize>)]) {
+        let roots: Vec<&str> = routes
+            .iter()
+            .filter_map(|route| match &route.matcher {
+                RouteMatch::Api(root) => Some(root.as_str()),
+                _ => None,
+            })
+            .collect();
+        for (route, (key, span)) in routes.iter().zip(places) {
+            let Some(root) = roots
+                .iter()
+                .find(|root| route.matcher.hidden_by_api_root(root))
+            else {
+                continue;
+            };
+            self.problem(
+                Some(span.clone()),
+                key,
+                format!(
+                    "{} is never reached: every path it matches belongs to the route for api {root:?}, which this server tries first",
+                    describe(&route.matcher)
+                ),
+            );
+        }
     }
 
     fn route_match(
@@ -407,6 +440,39 @@ impl RouteMatch {
             RouteMatch::Api(path) | RouteMatch::Exact(path) | RouteMatch::Prefix(path) => path,
         }
     }
+
+    /// True when every path this route matches belongs to the API root
+    /// `root`, which the director tries first: the route is never reached.
+    fn hidden_by_api_root(&self, root: &str) -> bool {
+        match self {
+            RouteMatch::Api(_) => false,
+            RouteMatch::Exact(path) => api_root_matches(root, path),
+            // A prefix's paths all continue it; they all belong to the root
+            // when the prefix itself continues `<root>/`. `/apis` takes no
+            // path below `/apis/`, so it hides no prefix.
+            RouteMatch::Prefix(prefix) => {
+                root != "/apis"
+                    && prefix
+                        .strip_prefix(root)
+                        .is_some_and(|rest| rest.starts_with('/'))
+            }
+        }
+    }
+}
+
+/// Whether `path` belongs to the API root `root`, kube's rule: the path is
+/// the root, or the root followed by `/`; `/apis` takes only itself and
+/// `/apis/`, so that a route for all of `/apis` does not hide the groups
+/// below (`staging/src/k8s.io/apiserver/pkg/server/handler.go`, the
+/// director's `strings.HasPrefix(path, "/apis/")` cases).
+pub(crate) fn api_root_matches(root: &str, path: &str) -> bool {
+    if root == "/apis" {
+        return path == "/apis" || path == "/apis/";
+    }
+    match path.strip_prefix(root) {
+        Some(rest) => rest.is_empty() || rest.starts_with('/'),
+        None => false,
+    }
 }
 
 /// A route's matcher as the manifest writes it: `path "/version"`.
@@ -464,4 +530,68 @@ fn reserved_path(path: &str) -> bool {
         || ["/healthz", "/livez", "/readyz"]
             .iter()
             .any(|endpoint| path == *endpoint || path.starts_with(&format!("{endpoint}/")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{RouteMatch, api_root_matches};
+
+    #[test]
+    fn api_roots_match_as_kube_does() {
+        let cases = [
+            ("/apis/demo.example.io/v1", "/apis/demo.example.io/v1", true),
+            (
+                "/apis/demo.example.io/v1",
+                "/apis/demo.example.io/v1/widgets",
+                true,
+            ),
+            (
+                "/apis/demo.example.io/v1",
+                "/apis/demo.example.io/v1beta1",
+                false,
+            ),
+            ("/apis/demo.example.io", "/apis/demo.example.io/v1/x", true),
+            ("/apis", "/apis", true),
+            ("/apis", "/apis/", true),
+            ("/apis", "/apis/apps/v1", false),
+            ("/api", "/api/v1/pods", true),
+            ("/api", "/apis", false),
+            ("/api", "/api", true),
+        ];
+        for (root, path, expected) in cases {
+            assert_eq!(api_root_matches(root, path), expected, "{root} vs {path}");
+        }
+    }
+
+    #[test]
+    fn routes_under_an_api_root_are_hidden_by_it() {
+        let exact = |path: &str| RouteMatch::Exact(path.to_owned());
+        let prefix = |path: &str| RouteMatch::Prefix(path.to_owned());
+        let cases = [
+            (exact("/api"), "/api", true),
+            (exact("/api/v1/pods"), "/api", true),
+            (exact("/apis/"), "/apis", true),
+            (exact("/apis/apps"), "/apis", false),
+            (exact("/apix"), "/api", false),
+            (prefix("/api/"), "/api", true),
+            (prefix("/api/v1/"), "/api", true),
+            (
+                prefix("/apis/demo.example.io/v1/w"),
+                "/apis/demo.example.io",
+                true,
+            ),
+            // `/apix` and `/api-docs` are still this prefix's.
+            (prefix("/api"), "/api", false),
+            (prefix("/apis/"), "/apis", false),
+            (prefix("/apis/apps/"), "/apis", false),
+            (RouteMatch::Api("/api/v1".to_owned()), "/api", false),
+        ];
+        for (matcher, root, expected) in cases {
+            assert_eq!(
+                matcher.hidden_by_api_root(root),
+                expected,
+                "{matcher:?} under {root}"
+            );
+        }
+    }
 }
