@@ -91,7 +91,7 @@ pub async fn prepare(path: &Path, store: &Store) -> Result<Prepared, PushError> 
         .manifest()
         .await?
         .map_or(0, |current| current.revision);
-    let push = next_push(&store.history().await?);
+    let push = store.last_push().await? + 1;
     let path = path.to_owned();
     let built = tokio::task::spawn_blocking(move || validated(&path));
     let (text, components) = built
@@ -167,7 +167,8 @@ pub async fn rollback(revision: Revision, store: &Store) -> Result<Pushed, PushE
         }
         reused += 1;
     }
-    let revision = store.commit(was, next_push(&history), &entry.text).await?;
+    let push = store.last_push().await? + 1;
+    let revision = store.commit(was, push, &entry.text).await?;
     Ok(Pushed {
         revision,
         uploaded: 0,
@@ -186,10 +187,6 @@ fn kept(history: &[HistoryEntry]) -> String {
         ),
         _ => "none".to_owned(),
     }
-}
-
-fn next_push(history: &[HistoryEntry]) -> u64 {
-    history.last().map_or(1, |last| last.push + 1)
 }
 
 /// The steps `check` takes, then the manifest rewritten and its components

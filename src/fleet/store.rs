@@ -35,6 +35,12 @@ pub const HISTORY_KEPT: u64 = 100;
 /// (the manifest and its history entry), under etcd's request limit.
 pub const MANIFEST_LIMIT: usize = 512 * 1024;
 
+/// What one listing under the prefix may decode: the kept history at its
+/// largest, every manifest at the limit with room for its key and framing
+/// (a gRPC client decodes 4 MiB by default: the history passed it after a
+/// dozen pushes of a 400 KiB manifest, and every push failed from then on).
+const LISTING_LIMIT: usize = HISTORY_KEPT as usize * (MANIFEST_LIMIT + 4096);
+
 /// A manifest as etcd holds it.
 #[derive(Debug, Clone)]
 pub struct StoredManifest {
@@ -209,6 +215,29 @@ impl Store {
             .collect()
     }
 
+    /// The number of the last push, 0 before the first: read from the
+    /// newest history key alone.
+    pub async fn last_push(&self) -> Result<u64, FleetError> {
+        let prefix = format!("{}/history/", self.prefix);
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_keys_only()
+            .with_sort(SortTarget::Key, SortOrder::Descend)
+            .with_limit(1);
+        let response = self
+            .client
+            .clone()
+            .get(prefix.as_str(), Some(options))
+            .await?;
+        let Some(newest) = response.kvs().first() else {
+            return Ok(0);
+        };
+        let key = String::from_utf8_lossy(newest.key());
+        key.strip_prefix(&prefix)
+            .and_then(|number| number.parse().ok())
+            .ok_or_else(|| damaged(&key, "not a push number"))
+    }
+
     /// Writes `text` as the manifest and as push number `push` of the
     /// history, dropping the entry that falls out of the kept window, in one
     /// transaction that holds only if the manifest is still at revision
@@ -280,7 +309,8 @@ impl Store {
             .with_sort(SortTarget::Key, SortOrder::Ascend);
         let response = self
             .client
-            .clone()
+            .kv_client()
+            .max_decoding_message_size(LISTING_LIMIT)
             .get(prefix.as_str(), Some(options))
             .await?;
         response

@@ -4,7 +4,7 @@
 //! `wasmgate run --config etcd://...` processes follow the pushes under a
 //! steady load, a revision refused by push and by every gateway, etcd
 //! stopped for 10 s, two pushes racing, a component chunked past etcd's
-//! request limit. Loads are bounded in count and time.
+//! request limit, a history past what a gRPC client decodes by default. Loads are bounded in count and time.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -632,6 +632,43 @@ async fn a_component_larger_than_an_etcd_request_is_chunked_and_checked_on_read(
         .await
         .expect_err("a damaged component is refused");
     assert!(damaged.to_string().contains("damaged"), "{damaged}");
+}
+
+/// The kept history may hold 100 manifests of up to 512 KiB, far past the
+/// 4 MiB a gRPC client decodes by default: pushes and a rollback go on
+/// working when it does (twelve pushes of a 400 KiB manifest).
+#[tokio::test]
+async fn pushes_and_a_rollback_work_with_a_history_past_four_mib() {
+    let etcd = Etcd::start();
+    let dir = new_dir();
+    let manifest = dir.path().join("large.toml");
+    let padding = format!("# {}\n", "x".repeat(1024)).repeat(400);
+    std::fs::write(&manifest, format!("{padding}{}", chain("A"))).expect("write the manifest");
+    let target =
+        wasmgate::fleet::Target::parse(&etcd.url("large"), Default::default()).expect("a target");
+    let store = wasmgate::fleet::store::Store::open(&target)
+        .await
+        .expect("a store");
+    let mut revisions = Vec::new();
+    for push in 1..=12 {
+        match wasmgate::fleet::push::push(&manifest, &store).await {
+            Ok(pushed) => revisions.push(pushed.revision),
+            Err(error) => panic!("push {push}: {error}"),
+        }
+    }
+    let stored = store.manifest().await.expect("read").expect("a manifest");
+    assert!(
+        stored.text.len() > 400 * 1024,
+        "{} bytes",
+        stored.text.len()
+    );
+    let history = store.history().await.expect("the history reads");
+    assert_eq!(history.len(), 12);
+    assert_eq!(history.last().map(|entry| entry.push), Some(12));
+    let rolled = wasmgate::fleet::push::rollback(revisions[0], &store)
+        .await
+        .unwrap_or_else(|error| panic!("rollback: {error}"));
+    assert!(rolled.revision > revisions[11]);
 }
 
 /// How many calls of `method` (`Watch`, `Range`) etcd has begun, from its
