@@ -57,8 +57,15 @@ impl CanonicalTarget {
         if canonical.escaped_slashes && !self.keeps_escaped_slashes(&canonical.path) {
             return Err(TargetError::EscapedSlash.into());
         }
-        let Cow::Owned(path) = canonical.path else {
-            return Ok(None);
+        let path = match canonical.path {
+            Cow::Owned(path) => path,
+            // An absolute-form target may leave its path out
+            // (`http://host?query`): its path is `/`, written out, so that
+            // no reader of the URI as a whole (the audit event's
+            // `requestURI`, the upstream's join behind its base path) takes
+            // it for another, as Go's `URL.RequestURI` writes it.
+            Cow::Borrowed(path) if leaves_out_its_path(uri) => path.to_owned(),
+            Cow::Borrowed(_) => return Ok(None),
         };
         let path_and_query = match uri.query() {
             Some(query) => format!("{path}?{query}"),
@@ -68,6 +75,13 @@ impl CanonicalTarget {
         parts.path_and_query = Some(PathAndQuery::try_from(path_and_query).map_err(not_a_uri)?);
         Uri::from_parts(parts).map(Some).map_err(not_a_uri)
     }
+}
+
+/// Whether `uri` has a query but no path as sent: an absolute-form target
+/// such as `http://host?query`, whose `path()` alone reads `/`.
+fn leaves_out_its_path(uri: &Uri) -> bool {
+    uri.path_and_query()
+        .is_some_and(|path_and_query| path_and_query.as_str().starts_with('?'))
 }
 
 /// A canonical path is ASCII `pchar`s and escapes, which a URI always holds:

@@ -542,6 +542,31 @@ async fn escaped_slashes_pass_only_where_a_route_keeps_them() {
     assert_eq!(upstream.hits(), 2);
 }
 
+/// An absolute-form target may leave its path out (`http://gw?x=1`): its
+/// path is `/`, judged, audited (as kube's `req.URL.RequestURI()` writes
+/// it, `staging/src/k8s.io/apiserver/pkg/audit/request.go`) and forwarded
+/// behind the base path as `/` is, never as the bare base path.
+#[tokio::test]
+async fn an_absolute_target_without_a_path_is_served_as_its_root() {
+    let upstream = Upstream::start().await;
+    let manifest = plaintext(&format!(
+        "[audit]\nmode = \"blocking\"\n\n[[audit.policy]]\nlevel = \"Metadata\"\n\n{}\n\
+         [[servers]]\nname = \"gw\"\n\n[[servers.routes]]\nprefix = \"/\"\nupstream = \"{}/base\"\n",
+        audit_log_sink(),
+        upstream.url()
+    ));
+    let gateway = TestGateway::start(&manifest).await;
+    let log = gateway.dir.path().join("audit.jsonl");
+    for (target, judged) in [("http://gw?x=1", "/?x=1"), ("http://gw/?x=1", "/?x=1")] {
+        let reply = get_http1(&gateway, target, None).await;
+        assert_eq!(reply.status, 200, "{target}: {}", reply.body);
+        assert_eq!(reply.json()["path"], "/base/?x=1", "{target}");
+        let audit_id = reply.audit_id.expect("an Audit-ID");
+        let events = wait_for_events(&log, &audit_id, 2).await;
+        assert_audited(target, &events, judged, 200);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Property: the path forwarded is the path judged
 // ---------------------------------------------------------------------------
