@@ -164,7 +164,7 @@ pub(crate) struct ClientOrigin {
     /// target's authority), when it named one (HTTP/1.0 need not).
     pub host: Option<HeaderValue>,
     /// The peer is a trusted proxy: the forwarding headers it sent
-    /// (`X-Forwarded-For`, `Forwarded`, `X-Real-IP`) are believed and passed on.
+    /// (`X-Forwarded-*`, `Forwarded`, `X-Real-IP`) are believed and passed on.
     pub peer_trusted: bool,
     /// The `X-Forwarded-For` the upstream receives: a trusted peer's own
     /// `X-Forwarded-For` lines, then the peer; otherwise the peer alone.

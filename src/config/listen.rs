@@ -22,7 +22,7 @@ pub struct Listen {
     pub(crate) trusted_proxies: TrustedProxies,
 }
 
-/// The peers whose forwarding headers (`X-Forwarded-For`, `Forwarded`,
+/// The peers whose forwarding headers (`X-Forwarded-*`, `Forwarded`,
 /// `X-Real-IP`) are believed: `listen.trusted_proxies`. Empty by default:
 /// no peer is trusted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

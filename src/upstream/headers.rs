@@ -8,11 +8,11 @@
 //!   theirs once they have acted on them). [`prepare_request_headers`] is the
 //!   one place they are removed, and the place where headers the gateway
 //!   sets from the authenticated user would go.
-//! - `X-Forwarded-For`, `Forwarded` and `X-Real-IP` follow the request's
+//! - The forwarding headers follow the request's
 //!   [`ClientOrigin`](crate::context::ClientOrigin): from a trusted proxy,
-//!   `X-Forwarded-For` is appended to and the other two pass; from any
-//!   other peer `X-Forwarded-For` is the peer alone and the other two are
-//!   dropped.
+//!   `X-Forwarded-For` is appended to and `Forwarded`, `X-Real-IP` and the
+//!   other `X-Forwarded-*` (`-Port`, `-Prefix`, ...) pass; from any other
+//!   peer `X-Forwarded-For` is the peer alone and the others are dropped.
 //! - `X-Forwarded-Host` is the one checked host, `X-Forwarded-Proto` the
 //!   listener's scheme: whatever the client sent under these names is replaced.
 
@@ -24,31 +24,20 @@ use crate::context::RequestContext;
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
 /// The request's headers as the upstream receives them (`Host` aside, which
 /// the transport sets): hop-by-hop and client identity headers removed, the
 /// forwarding headers set from the request's origin.
 pub(super) fn prepare_request_headers(headers: &mut HeaderMap, extensions: &Extensions) {
-    remove_matching(headers, |name| {
-        is_hop_by_hop(name) || is_client_identity(name)
-    });
     let context = RequestContext::of(extensions);
     let origin = context.origin.as_ref();
-    match origin {
-        Some(origin) => {
-            headers.insert(X_FORWARDED_FOR, origin.forwarded_for.clone());
-            if !origin.peer_trusted {
-                headers.remove(header::FORWARDED);
-                headers.remove(X_REAL_IP);
-            }
-        }
-        // Without an origin nothing about addresses can be believed.
-        None => {
-            for name in [X_FORWARDED_FOR, header::FORWARDED, X_REAL_IP] {
-                headers.remove(name);
-            }
-        }
+    // Without an origin nothing about addresses can be believed.
+    let believed = origin.is_some_and(|origin| origin.peer_trusted);
+    remove_matching(headers, |name| {
+        is_hop_by_hop(name) || is_client_identity(name) || (!believed && is_forwarding(name))
+    });
+    if let Some(origin) = origin {
+        headers.insert(X_FORWARDED_FOR, origin.forwarded_for.clone());
     }
     match origin.and_then(|origin| origin.host.clone()) {
         Some(host) => headers.insert(X_FORWARDED_HOST, host),
@@ -94,6 +83,15 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
             | "transfer-encoding"
             | "upgrade"
     )
+}
+
+/// The headers in which a proxy tells the next hop where a request came
+/// from: `Forwarded`, `X-Real-IP` and every `X-Forwarded-*` (`-For`,
+/// `-Host`, `-Proto`, and `-Port`, `-Prefix`, `-Uri`, ... which upstreams
+/// build their links and redirects from). Only a trusted proxy's pass.
+fn is_forwarding(name: &HeaderName) -> bool {
+    let name = name.as_str();
+    name == "forwarded" || name == "x-real-ip" || name.starts_with("x-forwarded-")
 }
 
 /// kube's request-header names (`X-Remote-User`, `-Uid`, `-Group`,
@@ -170,13 +168,15 @@ mod tests {
             .collect()
     }
 
-    const FORWARDING: [(&str, &str); 6] = [
+    const FORWARDING: [(&str, &str); 8] = [
         ("x-forwarded-for", "1.1.1.1"),
         ("x-forwarded-for", "2.2.2.2, 3.3.3.3"),
         ("forwarded", "for=1.1.1.1;proto=https"),
         ("x-real-ip", "1.1.1.1"),
         ("x-forwarded-host", "evil.example"),
         ("x-forwarded-proto", "gopher"),
+        ("x-forwarded-port", "1"),
+        ("x-forwarded-prefix", "/admin"),
     ];
 
     #[test]
@@ -187,6 +187,8 @@ mod tests {
         assert!(all(&headers, "x-real-ip").is_empty());
         assert_eq!(all(&headers, "x-forwarded-host"), ["api.example:8443"]);
         assert_eq!(all(&headers, "x-forwarded-proto"), ["https"]);
+        assert!(all(&headers, "x-forwarded-port").is_empty());
+        assert!(all(&headers, "x-forwarded-prefix").is_empty());
     }
 
     #[test]
@@ -201,6 +203,8 @@ mod tests {
         // Host and scheme are what the gateway itself saw.
         assert_eq!(all(&headers, "x-forwarded-host"), ["api.example:8443"]);
         assert_eq!(all(&headers, "x-forwarded-proto"), ["https"]);
+        assert_eq!(all(&headers, "x-forwarded-port"), ["1"]);
+        assert_eq!(all(&headers, "x-forwarded-prefix"), ["/admin"]);
     }
 
     #[test]

@@ -300,7 +300,7 @@ async fn the_host_is_the_authority_over_http2_and_a_disagreeing_host_is_a_400() 
 // Forwarding headers and trusted proxies
 // ---------------------------------------------------------------------------
 
-const CLAIMS: [&str; 7] = [
+const CLAIMS: [&str; 9] = [
     "Host: gw.example",
     "X-Forwarded-For: 1.1.1.1",
     "X-Forwarded-For: 2.2.2.2, 3.3.3.3",
@@ -308,6 +308,15 @@ const CLAIMS: [&str; 7] = [
     "X-Real-IP: 4.4.4.4",
     "X-Forwarded-Host: evil.example",
     "X-Forwarded-Proto: https",
+    "X-Forwarded-Port: 8443",
+    "X-Forwarded-Prefix: /admin",
+];
+
+/// The forwarding headers the gateway does not set itself: a trusted
+/// proxy's pass, anyone else's are dropped.
+const OTHER_FORWARDING: [(&str, &str); 2] = [
+    ("x-forwarded-port", "8443"),
+    ("x-forwarded-prefix", "/admin"),
 ];
 
 fn assert_not_believed(echo: &Value) {
@@ -324,6 +333,9 @@ fn assert_not_believed(echo: &Value) {
         "{echo}"
     );
     assert_eq!(echoed_values(echo, "x-forwarded-proto"), ["http"], "{echo}");
+    for (name, _) in OTHER_FORWARDING {
+        assert!(echoed_values(echo, name).is_empty(), "{name}: {echo}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -353,6 +365,9 @@ async fn forwarding_headers_from_an_untrusted_peer_are_not_believed() {
             echoed_values(&echo, "x-forwarded-host"),
             [format!("gw.example:{}", gateway.addr.port())]
         );
+        for (name, _) in OTHER_FORWARDING {
+            assert!(echoed_values(&echo, name).is_empty(), "{name}: {echo}");
+        }
     }
 }
 
@@ -380,6 +395,9 @@ async fn forwarding_headers_from_a_trusted_proxy_are_appended_to_and_passed() {
         // Host and scheme are what the gateway itself saw.
         assert_eq!(echoed_values(&echo, "x-forwarded-host"), ["gw.example"]);
         assert_eq!(echoed_values(&echo, "x-forwarded-proto"), ["http"]);
+        for (name, value) in OTHER_FORWARDING {
+            assert_eq!(echoed_values(&echo, name), [value], "{echo}");
+        }
     }
 }
 
