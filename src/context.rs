@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::{Instant, SystemTime};
 
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use rustls_pki_types::CertificateDer;
 use tokio_util::sync::CancellationToken;
 
@@ -260,6 +260,11 @@ fn source_ips(headers: &HeaderMap, peer: IpAddr) -> Vec<String> {
     }
     ips.iter().map(ToString::to_string).collect()
 }
+
+/// The `Audit-ID` header, a name made once: a `&str` name is parsed, and
+/// copied into a new allocation, by every insert (twice a request in
+/// `chain/audit_id.rs`).
+pub(crate) const AUDIT_ID_HEADER: HeaderName = HeaderName::from_static("audit-id");
 
 /// The request's audit ID, from the client's `Audit-ID` header or generated:
 /// kept as the header value it is sent as, so that the upstream's header,

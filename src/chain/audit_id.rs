@@ -12,16 +12,12 @@
 use bytes::Bytes;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderValue};
 
 use crate::body::{Request, Response};
-use crate::context::{AuditId, RequestContext};
+use crate::context::{AUDIT_ID_HEADER, AuditId, RequestContext};
 use crate::handler::{Handler, SharedHandler};
 use crate::status::GatewayError;
-
-/// A name made once: a `&str` name is parsed, and copied into a new
-/// allocation, by every insert (twice a request here).
-pub(crate) const AUDIT_ID_HEADER: HeaderName = HeaderName::from_static("audit-id");
 
 /// kube's `maxAuditIDLength`.
 const MAX_AUDIT_ID_LENGTH: usize = 256;

@@ -19,7 +19,7 @@
 use http::header::{self, HeaderName};
 use http::{Extensions, HeaderMap, HeaderValue};
 
-use crate::context::RequestContext;
+use crate::context::{AUDIT_ID_HEADER, RequestContext};
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -105,7 +105,10 @@ fn is_client_identity(name: &HeaderName) -> bool {
 
 /// Removes every header `doomed` matches, and those the `Connection` header
 /// names (hop-by-hop too), when `doomed` matches any: most messages have
-/// nothing to remove and cost one pass over the names.
+/// nothing to remove and cost one pass over the names. `Audit-ID` stays
+/// whatever `Connection` names: the request's is the gateway's own
+/// (`chain/audit_id.rs`), the one the audit log records and the upstream
+/// must get, and a response's is replaced by it.
 fn remove_matching(headers: &mut HeaderMap, doomed: impl Fn(&HeaderName) -> bool) {
     if !headers.keys().any(&doomed) {
         return;
@@ -115,7 +118,8 @@ fn remove_matching(headers: &mut HeaderMap, doomed: impl Fn(&HeaderName) -> bool
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok());
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .filter(|name| *name != AUDIT_ID_HEADER);
     let names: Vec<HeaderName> = headers
         .keys()
         .filter(|name| doomed(name))

@@ -587,6 +587,25 @@ async fn audit_ids_are_checked_and_exactly_one_reaches_the_upstream() {
         assert_eq!(echoed_values(&answer.echo(), "audit-id"), [id]);
     }
 
+    // Named in `Connection`, it still reaches the upstream: the Audit-ID
+    // is the one the gateway sends on, the one the client gets back.
+    for lines in [
+        ["Host: gw.example", "Connection: Audit-ID"].as_slice(),
+        &[
+            "Host: gw.example",
+            "Audit-ID: my-own-id-2",
+            "Connection: audit-id",
+        ],
+    ] {
+        let answer = raw(gateway.addr, &get_with("/up/id", lines)).await;
+        let id = answer.header("audit-id").expect("an Audit-ID").to_owned();
+        assert_eq!(
+            echoed_values(&answer.echo(), "audit-id"),
+            [id.as_str()],
+            "{lines:?}"
+        );
+    }
+
     // Invalid or repeated: a 400, and nothing reaches the upstream.
     let hits = upstream.hits();
     let too_long = format!("Audit-ID: {}", "a".repeat(257));
