@@ -2,8 +2,9 @@
 //! Go's `net/http` server checks them before kube's handler chain runs
 //! (`net/http/server.go`, `readRequest`): exactly one valid host, or a 400
 //! Status (RFC 9112 §3.2); no transfer coding but one final `chunked`, or a
-//! 501 (RFC 9112 §6.1), and then no `Content-Length` beside it (§6.3); and
-//! the request's [`ClientOrigin`] (its host, and
+//! 501 (RFC 9112 §6.1), and then no `Content-Length` beside it (§6.3); no
+//! header that asks the upstream for another method or path than the
+//! request's own, or a 400; and the request's [`ClientOrigin`] (its host, and
 //! its addresses as far as `listen.trusted_proxies` lets the gateway believe
 //! them), decided here once for the upstream proxy and the audit log alike.
 
@@ -38,6 +39,7 @@ impl Handler for RequestHeaders {
 impl RequestHeaders {
     fn origin(&self, request: &Request) -> Result<ClientOrigin, GatewayError> {
         check_transfer_codings(request.headers())?;
+        check_overrides(request.headers())?;
         let host = requested_host(request)?;
         let connection = RequestContext::of(request.extensions())
             .connection
@@ -184,6 +186,32 @@ fn check_transfer_codings(headers: &HeaderMap) -> Result<(), GatewayError> {
         });
     }
     Ok(())
+}
+
+/// Headers that web frameworks take over the request's own method or path:
+/// method overrides (Rack's `Rack::MethodOverride`, Express's
+/// `method-override`, Laravel, ASP.NET) and the original-URL headers of
+/// IIS's URL rewrite and Symfony. An upstream that honours one would serve
+/// another request than the one the chain judged (a `POST` authorized as
+/// `create`, deleted as `DELETE`), so a request carrying one is refused:
+/// the gateway serves the path and method it judged, or none.
+const OVERRIDES: [&str; 5] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+    "x-original-url",
+    "x-rewrite-url",
+];
+
+fn check_overrides(headers: &HeaderMap) -> Result<(), GatewayError> {
+    match OVERRIDES.iter().find(|name| headers.contains_key(**name)) {
+        Some(name) => Err(GatewayError::BadRequest {
+            message: format!(
+                "the {name} header is refused: an upstream that honoured it would serve another method or path than the one judged"
+            ),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// RFC 9112 §6.3: `Transfer-Encoding` overrides `Content-Length`, and an

@@ -7,9 +7,10 @@
 //! Host (missing, repeated, invalid, disagreeing with `:authority`);
 //! forwarding headers from untrusted and trusted peers, and the audit
 //! event's `sourceIPs` that follows the same trust; client identity headers;
-//! `Audit-ID`; transfer codings and request smuggling (`Content-Length` with
-//! `Transfer-Encoding`, duplicated `Content-Length`); obs-fold; bare LF;
-//! oversized headers; `nosniff` on every answer.
+//! `Audit-ID`; method and path override headers; transfer codings and
+//! request smuggling (`Content-Length` with `Transfer-Encoding`, duplicated
+//! `Content-Length`); obs-fold; bare LF; oversized headers; `nosniff` on
+//! every answer.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -664,6 +665,59 @@ fn post(path: &str, headers: &[&str], body: &str) -> Vec<u8> {
     request.push_str("Connection: close\r\n\r\n");
     request.push_str(body);
     request.into_bytes()
+}
+
+/// A header that asks the upstream for another method or path than the
+/// request's own is refused before anything judges the request, over both
+/// protocols, whatever its case: an upstream honouring it would serve
+/// another request than the one authorized.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn method_and_path_override_headers_are_a_400() {
+    let upstream = Upstream::start().await;
+    let gateway = gateway(&upstream).await;
+    for header in [
+        "X-HTTP-Method-Override: DELETE",
+        "x-http-method: DELETE",
+        "X-Method-Override: PUT",
+        "X-Original-URL: /admin",
+        "X-Rewrite-URL: /admin",
+    ] {
+        let answer = raw(gateway.addr, &post("/up/create", &[header], "{}")).await;
+        let message = answer.status_message(400);
+        let name = header
+            .split(':')
+            .next()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        assert!(
+            message.starts_with(&format!("the {name} header is refused")),
+            "{message}"
+        );
+    }
+    let refused = h2(
+        gateway.addr,
+        h2_request(&format!("http://{}/up/create", gateway.addr))
+            .method("POST")
+            .header("x-http-method-override", "DELETE")
+            .body(Empty::new())
+            .expect("a request"),
+    )
+    .await;
+    let message = h2_status_message(&refused, 400);
+    assert!(
+        message.starts_with("the x-http-method-override header is refused"),
+        "{message}"
+    );
+    assert_eq!(
+        upstream.hits(),
+        0,
+        "no refused request reached the upstream"
+    );
+    // Without one the request is served as sent.
+    let echo = raw(gateway.addr, &post("/up/create", &[], "{}"))
+        .await
+        .echo();
+    assert_eq!(echo["method"], "POST");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
