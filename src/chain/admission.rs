@@ -178,6 +178,15 @@ impl Admission {
                     .timer
                     .observe(operation_name, false, started.elapsed());
             }
+            // What the mutations made is held to the request's path before
+            // the validating filters see it, as kube's registry holds it
+            // (`BeforeCreate`, `BeforeUpdate`) before validating admission.
+            if mutating
+                && draft.changed
+                && let Some(object) = &draft.value
+            {
+                where_the_path_puts_it(object, operation, info)?;
+            }
         }
         let bytes = match body {
             Object::Unread(body) => return Ok(http::Request::from_parts(parts, body)),
@@ -423,6 +432,72 @@ fn given_to(
     review.user = reads
         .includes(ReadField::User)
         .then(|| convert::user_to_wit(user));
+}
+
+/// kube's word for an object whose namespace is not its request's
+/// (`EnsureObjectNamespaceMatchesRequestNamespace`,
+/// `staging/src/k8s.io/apiserver/pkg/registry/rest/create.go`).
+const OTHER_NAMESPACE: &str =
+    "the namespace of the provided object does not match the namespace sent on the request";
+
+/// Whether an object the mutating filters changed still belongs where the
+/// request's path put it, the path authorization decided on: a 400 as
+/// kube words it when a mutation moved it out. kube checks the object of a
+/// create, an update and a patch against the request
+/// (`staging/src/k8s.io/apiserver/pkg/endpoints/handlers/create.go`,
+/// `update.go`, `patch.go`), and its registry checks the namespace again
+/// after mutating admission (`BeforeCreate`, `BeforeUpdate` in
+/// `staging/src/k8s.io/apiserver/pkg/registry/rest/`); kube's webhook
+/// admission itself checks neither.
+///
+/// The namespace, for a request in one (not a namespace itself, which
+/// belongs to none: `ExpectedNamespaceForResource`), may be absent or
+/// empty (kube then sets the request's) or the request's. The name, for
+/// an update or a patch of a named object, is the URL's (`checkName`,
+/// `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/rest.go`). A
+/// patch request's object is its patch document, which leaves out what it
+/// does not change: its fields are checked only when it sets them (a JSON
+/// Patch, an array, has none).
+fn where_the_path_puts_it(
+    object: &serde_json::Value,
+    operation: Operation,
+    info: &RequestInfo,
+) -> Result<(), GatewayError> {
+    if !matches!(operation, Operation::Create | Operation::Update) {
+        return Ok(());
+    }
+    let patch = info.verb == "patch";
+    let field = |pointer: &str| object.pointer(pointer).filter(|value| !value.is_null());
+    let namespace_itself = info.api_group.is_empty() && info.resource == "namespaces";
+    if !info.namespace.is_empty() && !namespace_itself {
+        let elsewhere = field("/metadata/namespace").is_some_and(|namespace| {
+            namespace.as_str().is_none_or(|namespace| {
+                !namespace.is_empty() && namespace != info.namespace.as_str()
+            })
+        });
+        if elsewhere {
+            return Err(GatewayError::BadRequest {
+                message: OTHER_NAMESPACE.to_owned(),
+            });
+        }
+    }
+    if matches!(info.verb.as_str(), "update" | "patch") && !info.name.is_empty() {
+        let name = match field("/metadata/name") {
+            None if patch => return Ok(()),
+            None => String::new(),
+            Some(serde_json::Value::String(name)) => name.clone(),
+            Some(other) => other.to_string(),
+        };
+        if name != info.name.as_str() {
+            return Err(GatewayError::BadRequest {
+                message: format!(
+                    "the name of the object ({name}) does not match the name on the URL ({})",
+                    info.name
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// What the object was read from: the body, or, for a connect request, the
@@ -1051,6 +1126,92 @@ mod tests {
         let fits = "x".repeat(3 * 1024 * 1024 - r#"{"spec":""}"#.len());
         assert_eq!(draft.replace(&mut text, json!({"spec": fits})), Ok(()));
         assert_eq!(text.as_ref().map(String::len), Some(3 * 1024 * 1024));
+    }
+
+    /// The object a mutation left, held to the request's path: an absent,
+    /// null or empty namespace is the request's, another (or one that is
+    /// no string) is refused; a namespace itself is in none; an update's
+    /// name is the URL's, a patch document's only when it sets one; a
+    /// create's and a delete's are not checked.
+    #[test]
+    fn a_mutated_object_is_held_to_the_requests_path() {
+        let request = |method: &str, path: &str| {
+            let method = http::Method::from_bytes(method.as_bytes()).expect("a method");
+            RequestInfo::resolve(&method, path, None)
+        };
+        let checked = |operation, info: &RequestInfo, object: serde_json::Value| {
+            where_the_path_puts_it(&object, operation, info).map_err(|error| error.to_string())
+        };
+        let create = request("POST", "/api/v1/namespaces/default/configmaps");
+        for fine in [
+            json!({"metadata": {"name": "any"}}),
+            json!({"metadata": {"namespace": null}}),
+            json!({"metadata": {"namespace": ""}}),
+            json!({"metadata": {"namespace": "default"}}),
+            json!([{"op": "add", "path": "/metadata/namespace", "value": "x"}]),
+        ] {
+            assert_eq!(checked(Operation::Create, &create, fine), Ok(()));
+        }
+        for moved in [json!("elsewhere"), json!(7), json!({"name": "default"})] {
+            let object = json!({"metadata": {"namespace": moved}});
+            assert_eq!(
+                checked(Operation::Create, &create, object),
+                Err(OTHER_NAMESPACE.to_owned())
+            );
+        }
+        let cluster = request("POST", "/apis/demo.example.io/v1/widgets");
+        let elsewhere = json!({"metadata": {"namespace": "elsewhere"}});
+        assert_eq!(
+            checked(Operation::Create, &cluster, elsewhere.clone()),
+            Ok(())
+        );
+        let namespace = request("PUT", "/api/v1/namespaces/team");
+        let team = json!({"metadata": {"name": "team", "namespace": "elsewhere"}});
+        assert_eq!(checked(Operation::Update, &namespace, team), Ok(()));
+
+        let update = request("PUT", "/api/v1/namespaces/default/configmaps/c");
+        assert_eq!(
+            checked(
+                Operation::Update,
+                &update,
+                json!({"metadata": {"name": "c"}})
+            ),
+            Ok(())
+        );
+        let renamed = |name: &str| {
+            format!("the name of the object ({name}) does not match the name on the URL (c)")
+        };
+        assert_eq!(
+            checked(
+                Operation::Update,
+                &update,
+                json!({"metadata": {"name": "d"}})
+            ),
+            Err(renamed("d"))
+        );
+        assert_eq!(
+            checked(Operation::Update, &update, json!({"metadata": {}})),
+            Err(renamed(""))
+        );
+        assert_eq!(
+            checked(Operation::Update, &update, json!({"metadata": {"name": 1}})),
+            Err(renamed("1"))
+        );
+        let patch = request("PATCH", "/api/v1/namespaces/default/configmaps/c");
+        assert_eq!(
+            checked(Operation::Update, &patch, json!({"data": {"k": "v"}})),
+            Ok(())
+        );
+        assert_eq!(
+            checked(
+                Operation::Update,
+                &patch,
+                json!({"metadata": {"name": "d"}})
+            ),
+            Err(renamed("d"))
+        );
+        let delete = request("DELETE", "/api/v1/namespaces/default/configmaps/c");
+        assert_eq!(checked(Operation::Delete, &delete, elsewhere), Ok(()));
     }
 
     #[test]

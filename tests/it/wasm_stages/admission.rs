@@ -1,7 +1,8 @@
 //! Admission: mutations reach the upstream in order before validation,
 //! only mutating filters may mutate, dry runs are seen, failure policies
 //! and monitor mode, connect requests admitted by their query's options,
-//! their bodies unread and their options not to be changed, and a pooled
+//! their bodies unread and their options not to be changed, mutations
+//! held to the request's path, and a pooled
 //! Rust filter's inputs inside and beyond its SDK's call arena.
 
 use super::*;
@@ -499,6 +500,122 @@ async fn a_connect_requests_options_cannot_be_mutated() {
     );
     echo(&send(client.post(gateway.url(&format!("{exec}?command=ls")))).await);
     assert_eq!(upstream.hits(), 1);
+}
+
+/// A mutation may not move the object out of the path authorization
+/// decided on: an object a mutating filter put in another namespace, or
+/// an updated or patched object it renamed, is kube's 400 with kube's
+/// words (`EnsureObjectNamespaceMatchesRequestNamespace` in
+/// `staging/src/k8s.io/apiserver/pkg/registry/rest/create.go`; `checkName`
+/// in `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/rest.go`), and
+/// the upstream never hears of it. A mutation that leaves both as the path
+/// has them goes on, and so does a rename on a create, whose URL names no
+/// object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutation_may_not_move_the_object_out_of_its_path() {
+    let upstream = Upstream::start().await;
+    let mutating = admission_filter("mutating", "faults", "fault-admission", None, "");
+    let gateway = core_gateway(&upstream, &mutating).await;
+    let client = http_client();
+    let configmaps = "/api/v1/namespaces/default/configmaps";
+    let object = |name: &str| json!({"metadata": {"name": name, "namespace": "default"}});
+    let write = |method: reqwest::Method, path: &str, content_type: &str, body: &Value| {
+        client
+            .request(method, gateway.url(path))
+            .header("content-type", content_type)
+            .body(body.to_string())
+    };
+    let json = "application/json";
+    let merge = "application/merge-patch+json";
+
+    let moved = [
+        (
+            reqwest::Method::POST,
+            configmaps.to_owned(),
+            json,
+            "move-namespace",
+        ),
+        (
+            reqwest::Method::PUT,
+            format!("{configmaps}/move-namespace"),
+            json,
+            "move-namespace",
+        ),
+        (
+            reqwest::Method::PATCH,
+            format!("{configmaps}/move-namespace"),
+            merge,
+            "move-namespace",
+        ),
+    ];
+    for (method, path, content_type, name) in moved {
+        let status = send(write(method.clone(), &path, content_type, &object(name)))
+            .await
+            .assert_status(400, "BadRequest");
+        assert_eq!(
+            status["message"],
+            "the namespace of the provided object does not match the namespace sent on the request",
+            "{method} {path}"
+        );
+    }
+    for (method, content_type) in [
+        (reqwest::Method::PUT, json),
+        (reqwest::Method::PATCH, merge),
+    ] {
+        let status = send(write(
+            method.clone(),
+            &format!("{configmaps}/rename"),
+            content_type,
+            &object("rename"),
+        ))
+        .await
+        .assert_status(400, "BadRequest");
+        assert_eq!(
+            status["message"],
+            "the name of the object (renamed) does not match the name on the URL (rename)",
+            "{method}"
+        );
+    }
+    assert_eq!(upstream.hits(), 0, "no moved object reached the upstream");
+
+    let created = echoed_body(&echo(
+        &send(write(
+            reqwest::Method::POST,
+            configmaps,
+            json,
+            &object("rename"),
+        ))
+        .await,
+    ));
+    assert_eq!(created["metadata"]["name"], "renamed");
+    let updated = echoed_body(&echo(
+        &send(write(
+            reqwest::Method::PUT,
+            &format!("{configmaps}/mutate"),
+            json,
+            &object("mutate"),
+        ))
+        .await,
+    ));
+    assert_eq!(updated["metadata"]["labels"]["fault-admission"], "mutated");
+    assert_eq!(
+        (
+            &updated["metadata"]["name"],
+            &updated["metadata"]["namespace"]
+        ),
+        (&json!("mutate"), &json!("default"))
+    );
+    // A namespace is in none: moving one "into" another is not checked
+    // here (kube clears the field, `ExpectedNamespaceForResource`).
+    echo(
+        &send(write(
+            reqwest::Method::PUT,
+            "/api/v1/namespaces/move-namespace",
+            json,
+            &json!({"metadata": {"name": "move-namespace"}}),
+        ))
+        .await,
+    );
 }
 
 /// A mutation that makes the object larger than the body limit is the

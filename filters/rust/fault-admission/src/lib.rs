@@ -9,6 +9,10 @@ use wasmgate_filter::types::Status;
 const NAME: &str = "fault-admission";
 /// The label `mutate` and `patch` add.
 const LABEL: &str = "fault-admission";
+/// The namespace `move-namespace` moves the object to.
+const ELSEWHERE: &str = "elsewhere";
+/// The name `rename` gives the object.
+const RENAMED: &str = "renamed";
 
 struct Filter;
 
@@ -63,6 +67,16 @@ fn answer(word: &str, object: Option<Value>, dry_run: bool, given: &str) -> Admi
         ("patch", Some(_)) => AdmissionResponse::Patched(
             serde_json::json!([{"op": "add", "path": "/metadata/annotations", "value": {LABEL: "patched"}}]).to_string(),
         ),
+        ("move-namespace", Some(_)) => AdmissionResponse::Patched(
+            serde_json::json!([{"op": "add", "path": "/metadata/namespace", "value": ELSEWHERE}])
+                .to_string(),
+        ),
+        ("rename", Some(mut object)) => {
+            if let Some(name) = object.pointer_mut("/metadata/name") {
+                *name = Value::String(RENAMED.into());
+            }
+            AdmissionResponse::Mutated(object.to_string())
+        }
         _ => AdmissionResponse::Allowed,
     }
 }
@@ -141,6 +155,22 @@ mod tests {
             answer("patch", Some(json!({"metadata": {}})), false, ""),
             AdmissionResponse::Patched(_)
         ));
+        match answer("move-namespace", Some(json!({"metadata": {}})), false, "") {
+            AdmissionResponse::Patched(patch) => assert!(patch.contains(ELSEWHERE), "{patch}"),
+            other => panic!("{other:?}"),
+        }
+        match answer(
+            "rename",
+            Some(json!({"metadata": {"name": "rename"}})),
+            false,
+            "",
+        ) {
+            AdmissionResponse::Mutated(object) => {
+                let object: Value = serde_json::from_str(&object).unwrap();
+                assert_eq!(object["metadata"]["name"], RENAMED);
+            }
+            other => panic!("{other:?}"),
+        }
         assert!(
             matches!(answer("given", None, false, "request=- user=-"), AdmissionResponse::Denied(s) if s.message == "request=- user=-")
         );
