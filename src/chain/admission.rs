@@ -292,7 +292,7 @@ impl Admission {
             Outcome::Answer(answer) => answer,
             failed => return failure(filter, &failed),
         };
-        let verdict = match verdict(answer, review.operation, mutating) {
+        let verdict = match verdict(answer, filter.name(), review.operation, mutating) {
             Ok(verdict) => verdict,
             Err(unfit) => {
                 if let Unfit::ValidatingMutated = unfit {
@@ -335,17 +335,19 @@ impl Admission {
     }
 }
 
-/// What `answer` asks of the object, or why it is the filter's failure: a
-/// change from a validating filter, or to a connect request's options, a
-/// replacement that is not JSON, a patch that is not a JSON Patch.
+/// What `answer`, from the filter named `filter`, asks of the object, or
+/// why it is the filter's failure: a change from a validating filter, or
+/// to a connect request's options, a replacement that is not JSON, a
+/// patch that is not a JSON Patch.
 fn verdict(
     answer: AdmissionResponse,
+    filter: &str,
     operation: Operation,
     mutating: bool,
 ) -> Result<Verdict, Unfit> {
     match answer {
         AdmissionResponse::Allowed => Ok(Verdict::Allow),
-        AdmissionResponse::Denied(status) => Ok(Verdict::Deny(denial(status))),
+        AdmissionResponse::Denied(status) => Ok(Verdict::Deny(denial(filter, status))),
         AdmissionResponse::Mutated(_) | AdmissionResponse::Patched(_) if !mutating => {
             Err(Unfit::ValidatingMutated)
         }
@@ -822,16 +824,27 @@ fn review(
     }
 }
 
-/// A filter's denial as a Status, its code kept as kube's webhook admission
-/// keeps a rejection's (`ToStatusErr`,
-/// `staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/errors/statuserror.go`):
-/// a code below 400 is no rejection's and becomes 400, as does one HTTP
-/// has no room for; a 5xx stays.
-fn denial(status: crate::wasm::bindings::types::Status) -> GatewayError {
+/// The denial of the filter named `filter` as a Status, made as kube's
+/// webhook admission makes a webhook's rejection (`ToStatusErr`,
+/// `staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/errors/statuserror.go`),
+/// the filter's manifest name as the webhook's: the message says who
+/// denied the request (`admission webhook "<name>" denied the request: `
+/// before the filter's message, or its reason when it wrote no message,
+/// or ` without explanation` when it wrote neither); a code below 400 is
+/// no rejection's and becomes 400, as does one HTTP has no room for; a
+/// 5xx stays.
+fn denial(filter: &str, status: crate::wasm::bindings::types::Status) -> GatewayError {
     let code = StatusCode::from_u16(status.code)
         .ok()
         .filter(|code| code.as_u16() >= 400)
         .unwrap_or(StatusCode::BAD_REQUEST);
+    // A filter's name is a DNS label: quoted as it is, as Go's %q quotes it.
+    let denied_by = format!("admission webhook \"{filter}\" denied the request");
+    let message = match (status.message.as_str(), status.reason.as_str()) {
+        ("", "") => format!("{denied_by} without explanation"),
+        ("", reason) => format!("{denied_by}: {reason}"),
+        (message, _) => format!("{denied_by}: {message}"),
+    };
     let reason = if status.reason.is_empty() {
         "Forbidden".to_owned()
     } else {
@@ -840,7 +853,7 @@ fn denial(status: crate::wasm::bindings::types::Status) -> GatewayError {
     GatewayError::Denied {
         code,
         reason,
-        message: status.message,
+        message,
     }
 }
 
@@ -863,7 +876,7 @@ mod tests {
                 reason: String::new(),
                 message: "no".to_owned(),
             };
-            match denial(status) {
+            match denial("policy", status) {
                 GatewayError::Denied { code, reason, .. } => {
                     assert_eq!(reason, "Forbidden");
                     code.as_u16()
@@ -878,6 +891,27 @@ mod tests {
         assert_eq!(code(422), 422);
         assert_eq!(code(503), 503);
         assert_eq!(code(1000), 400);
+    }
+
+    /// kube's `ToStatusErr` names the webhook before what it wrote: its
+    /// message, else its reason, else that it gave no explanation.
+    #[test]
+    fn a_denial_says_which_filter_denied_the_request() {
+        let message = |reason: &str, message: &str| {
+            let status = crate::wasm::bindings::types::Status {
+                code: 403,
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+            };
+            denial("replica-limit", status).to_string()
+        };
+        let denied_by = r#"admission webhook "replica-limit" denied the request"#;
+        assert_eq!(
+            message("Forbidden", "replicas above 10 are not allowed"),
+            format!("{denied_by}: replicas above 10 are not allowed")
+        );
+        assert_eq!(message("TooMany", ""), format!("{denied_by}: TooMany"));
+        assert_eq!(message("", ""), format!("{denied_by} without explanation"));
     }
 
     /// The check refuses exactly what a parse into `serde_json::Value`

@@ -172,6 +172,10 @@ async fn admitted(gateway: &TestGateway, name: &str) -> (u16, String) {
     (answer.status, message)
 }
 
+/// What the client reads before a denial of the filter of
+/// [`legacy_admission`], named `legacy-admission`.
+const LEGACY_DENIED: &str = r#"admission webhook "legacy-admission" denied the request: "#;
+
 /// A gateway that allows every request and admits with compat-0-2-admission
 /// (manifest settings `settings`).
 async fn legacy_admission(settings: &str) -> (TestGateway, Upstream) {
@@ -194,7 +198,10 @@ async fn a_0_2_0_admission_filter_decides_as_before() {
     assert_eq!(admitted(&gateway, "fine").await.0, 200);
     assert_eq!(
         admitted(&gateway, "deny").await,
-        (403, "compat-0-2-admission: deny requested".to_owned())
+        (
+            403,
+            format!("{LEGACY_DENIED}compat-0-2-admission: deny requested")
+        )
     );
     // Its error under the default failure policy (fail): the request fails.
     assert_eq!(admitted(&gateway, "error").await.0, 500);
@@ -202,7 +209,8 @@ async fn a_0_2_0_admission_filter_decides_as_before() {
     assert_eq!(code, 403);
     assert_eq!(
         given,
-        "verb=create api-prefix=apis api-group=demo.example.io api-version=v1 namespace=default resource=widgets parts=widgets label-selector= user=system:anonymous groups=system:unauthenticated"
+        LEGACY_DENIED.to_owned()
+            + "verb=create api-prefix=apis api-group=demo.example.io api-version=v1 namespace=default resource=widgets parts=widgets label-selector= user=system:anonymous groups=system:unauthenticated"
     );
     assert_eq!(upstream.hits(), 1, "only the allowed create went up");
     gateway.shutdown().await;
@@ -230,7 +238,7 @@ async fn a_0_2_0_admission_filter_sees_what_reads_leaves_out_as_empty() {
         let (gateway, _upstream) = legacy_admission(reads).await;
         assert_eq!(
             admitted(&gateway, "attributes").await,
-            (403, expected.to_owned()),
+            (403, format!("{LEGACY_DENIED}{expected}")),
             "{reads:?}"
         );
         gateway.shutdown().await;
@@ -302,7 +310,11 @@ async fn a_0_4_0_admission_filter_is_given_the_request_and_user_it_reads() {
         )
         .await
         .assert_status(403, "Forbidden");
-        assert_eq!(status["message"], expected, "{reads:?}");
+        assert_eq!(
+            status["message"],
+            format!(r#"admission webhook "given" denied the request: {expected}"#),
+            "{reads:?}"
+        );
         gateway.shutdown().await;
     }
 }

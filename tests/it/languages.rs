@@ -342,7 +342,7 @@ async fn javascript_schema_admission_rejects_invalid_objects() {
         let status = answer.assert_status(422, "Invalid");
         assert_eq!(
             status["message"],
-            "Widget.demo.example.io \"big\" is invalid: [spec.replicas: Invalid value: 20: must be less than or equal to 10, spec.color: Forbidden: unknown field \"color\"]",
+            "admission webhook \"schema\" denied the request: Widget.demo.example.io \"big\" is invalid: [spec.replicas: Invalid value: 20: must be less than or equal to 10, spec.color: Forbidden: unknown field \"color\"]",
             "{mode}"
         );
         let answer = send(post(
@@ -355,7 +355,7 @@ async fn javascript_schema_admission_rejects_invalid_objects() {
         let status = answer.assert_status(422, "Invalid");
         assert_eq!(
             status["message"],
-            "widgets.demo.example.io \"Bad_Name\" is invalid: [spec: Required value, metadata.name: Invalid value: \"Bad_Name\": must match the pattern '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$']",
+            "admission webhook \"schema\" denied the request: widgets.demo.example.io \"Bad_Name\" is invalid: [spec: Required value, metadata.name: Invalid value: \"Bad_Name\": must match the pattern '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$']",
             "{mode}"
         );
         // A patch document is not an object: not validated, by default.

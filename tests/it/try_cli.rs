@@ -353,7 +353,7 @@ fn try_runs_admission_on_a_body_from_a_file() {
     assert_eq!(denied["decision"], "answered");
     assert_eq!(
         denied["body"]["message"],
-        r#"admission webhook "policy-deny" denied the request: too many"#
+        r#"admission webhook "policy" denied the request: too many"#
     );
 }
 

@@ -39,7 +39,7 @@ async fn stage_metrics_count_known_traffic_under_kubes_names() {
                 "admission.validating",
                 "policy",
                 "policy-deny",
-                Some(json!({"name": "policy", "rules": [
+                Some(json!({"rules": [
                     {"pointer": "/spec/replicas", "op": "gt", "value": 10, "message": "too many"},
                 ]})),
                 "",

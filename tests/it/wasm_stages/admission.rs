@@ -54,7 +54,7 @@ async fn mutations_reach_the_upstream_in_order_before_validation() {
             "validating",
             "policy",
             "policy-deny",
-            Some(json!({"name": "policy", "rules": [
+            Some(json!({"rules": [
                 {"pointer": "/metadata/labels/tier", "op": "absent", "message": "the tier label is missing"},
                 {"pointer": "/spec/replicas", "op": "gt", "value": 10, "message": "replicas above 10 are not allowed"},
             ]})),
@@ -299,7 +299,10 @@ async fn a_filter_can_mutate_only_in_the_mutating_list() {
     let status = send(create(&client, &validating, WIDGETS, &object("deny")))
         .await
         .assert_status(403, "Forbidden");
-    assert_eq!(status["message"], "fault-admission: deny requested");
+    assert_eq!(
+        status["message"],
+        r#"admission webhook "faults" denied the request: fault-admission: deny requested"#
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -325,7 +328,7 @@ async fn admission_sees_dry_run() {
     .assert_status(403, "Forbidden");
     assert_eq!(
         status["message"],
-        "fault-admission: the request is a dry run"
+        r#"admission webhook "faults" denied the request: fault-admission: the request is a dry run"#
     );
 }
 
@@ -470,7 +473,10 @@ async fn a_connect_request_is_admitted_by_its_options_and_its_body_goes_on_unrea
     let status = send(client.post(gateway.url(&format!("{exec}?command=deny&stdin=true"))))
         .await
         .assert_status(403, "Forbidden");
-    assert_eq!(status["message"], "fault-admission: deny requested");
+    assert_eq!(
+        status["message"],
+        r#"admission webhook "faults" denied the request: fault-admission: deny requested"#
+    );
     echo(&send(client.post(gateway.url(&format!("{exec}?command=ls")))).await);
 }
 

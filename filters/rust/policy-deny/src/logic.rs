@@ -9,8 +9,6 @@ use wasmgate_filter::FilterConfig;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
-    #[serde(default)]
-    name: Option<String>,
     rules: Vec<RawRule>,
     #[serde(default)]
     patch_requests: PatchRequests,
@@ -44,7 +42,6 @@ pub enum PatchRequests {
 #[derive(Debug, Deserialize)]
 #[serde(try_from = "RawConfig")]
 pub struct Config {
-    pub name: String,
     pub rules: Vec<Rule>,
     pub patch_requests: PatchRequests,
 }
@@ -78,10 +75,6 @@ impl TryFrom<RawConfig> for Config {
     type Error = String;
 
     fn try_from(raw: RawConfig) -> Result<Config, String> {
-        let name = raw.name.unwrap_or_else(|| "policy-deny".into());
-        if name.is_empty() {
-            return Err("name is empty".into());
-        }
         let rules = raw
             .rules
             .into_iter()
@@ -89,7 +82,6 @@ impl TryFrom<RawConfig> for Config {
             .map(|(i, r)| Rule::check(r).map_err(|e| format!("rules[{i}]: {e}")))
             .collect::<Result<_, _>>()?;
         Ok(Config {
-            name,
             rules,
             patch_requests: raw.patch_requests,
         })
@@ -228,18 +220,18 @@ pub enum Outcome {
     Denied(Denial),
 }
 
-impl Config {
-    fn deny(&self, message: &str) -> Outcome {
-        Outcome::Denied(Denial {
-            code: 403,
-            reason: "Forbidden",
-            message: format!(
-                "admission webhook {:?} denied the request: {message}",
-                self.name
-            ),
-        })
-    }
+/// A denial with `message`, which the gateway shows after the filter's
+/// manifest name, as kube shows a webhook's (`admission webhook "<name>"
+/// denied the request: <message>`).
+fn deny(message: &str) -> Outcome {
+    Outcome::Denied(Denial {
+        code: 403,
+        reason: "Forbidden",
+        message: message.to_owned(),
+    })
+}
 
+impl Config {
     pub fn admit(&self, input: &Input<'_>) -> Result<Outcome, String> {
         if !matches!(input.operation, Op::Create | Op::Update) {
             return Ok(Outcome::Allowed("not a create or update".into()));
@@ -250,7 +242,7 @@ impl Config {
                     "a patch request: its body is a patch document, which the rules cannot judge"
                         .into(),
                 ),
-                PatchRequests::Deny => self.deny("patch requests are not allowed; use update"),
+                PatchRequests::Deny => deny("patch requests are not allowed; use update"),
             });
         }
         let Some(body) = input.object else {
@@ -260,7 +252,7 @@ impl Config {
             .map_err(|e| format!("policy-deny: the object is not JSON: {e}"))?;
         for rule in self.rules.iter().filter(|r| r.applies_to(input.resource)) {
             if rule.matches(&object) {
-                return Ok(self.deny(&rule.message));
+                return Ok(deny(&rule.message));
             }
         }
         Ok(Outcome::Allowed("no rule matches".into()))
@@ -384,7 +376,7 @@ mod tests {
             Outcome::Denied(Denial {
                 code: 403,
                 reason: "Forbidden",
-                message: format!("admission webhook \"policy-deny\" denied the request: {m}"),
+                message: m.to_owned(),
             })
         };
         assert_eq!(
@@ -463,9 +455,7 @@ mod tests {
                 .starts_with("policy-deny: ")
         );
 
-        let named =
-            Config::parse(r#"{"name": "replica-cap", "patch_requests": "deny", "rules": []}"#)
-                .unwrap();
+        let denying = Config::parse(r#"{"patch_requests": "deny", "rules": []}"#).unwrap();
         let patch = Input {
             operation: Op::Update,
             verb: "patch",
@@ -473,11 +463,11 @@ mod tests {
             ..input("[]")
         };
         assert_eq!(
-            named.admit(&patch).unwrap(),
+            denying.admit(&patch).unwrap(),
             Outcome::Denied(Denial {
                 code: 403,
                 reason: "Forbidden",
-                message: "admission webhook \"replica-cap\" denied the request: patch requests are not allowed; use update".into(),
+                message: "patch requests are not allowed; use update".into(),
             })
         );
     }
@@ -497,7 +487,7 @@ mod tests {
             r#"{"rules": [{"pointer": "/a", "op": "exists", "value": 1}]}"#,
             r#"{"rules": [{"pointer": "/a", "op": "exists", "message": ""}]}"#,
             r#"{"rules": [{"pointer": "/a", "op": "exists", "mesage": "typo"}]}"#,
-            r#"{"rules": [], "name": ""}"#,
+            r#"{"rules": [], "name": "policy"}"#,
             r#"{"rules": [], "patch_requests": "maybe"}"#,
         ] {
             let err = Config::parse(bad).unwrap_err();
