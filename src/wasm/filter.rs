@@ -860,6 +860,14 @@ impl LoadedFilter<Authenticator> {
                 };
                 // The WIT's own `error` case is the filter's error outcome.
                 result.map(|answer| match answer {
+                    // A user without a name is no one: no opinion, as kube's
+                    // authenticators that read a name answer when it is empty
+                    // (`CommonNameUserConversion` and `SubjectToUserConversion`
+                    // in `staging/src/k8s.io/apiserver/pkg/authentication/request/x509/x509.go`,
+                    // `requestheader.go` in `request/headerrequest/`).
+                    AuthnResult::Authenticated(user) if user.name.is_empty() => {
+                        Ok(AuthnAnswer::NoOpinion)
+                    }
                     AuthnResult::Authenticated(user) => {
                         let (user, group_added) = convert::authenticated_user(user);
                         Ok(AuthnAnswer::Authenticated { user, group_added })

@@ -1,6 +1,7 @@
 //! Authentication: authenticators are a union tried in order, kube's 401,
 //! the headers an authenticator sees, anonymous requests, credential
-//! headers kept from the upstream, mTLS client certificates and JWTs.
+//! headers kept from the upstream, mTLS client certificates and JWTs, and
+//! a user without a name taken as no opinion.
 
 use super::*;
 
@@ -88,6 +89,51 @@ async fn authenticators_are_a_union_tried_in_order() {
         .header("x-fault", "authenticated")
         .bearer_auth("alice-token");
     assert_eq!(whoami(request).await, "alice");
+}
+
+/// An authenticator's user with an empty name is no one: its answer is no
+/// opinion, as kube's x509 and request-header authenticators answer for an
+/// empty name (`staging/src/k8s.io/apiserver/pkg/authentication/request/x509/x509.go`,
+/// `request/headerrequest/requestheader.go`). The next authenticator is
+/// asked, then anonymous, else kube's 401; the request never runs as "".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authenticated_user_without_a_name_is_no_opinion() {
+    let upstream = Upstream::start().await;
+    let nameless = filter(
+        "authentication.filters",
+        "nameless",
+        "fault-authn",
+        Some(json!({"user": "", "groups": ["system:masters"]})),
+        "",
+    );
+    let client = http_client();
+    let authenticated = ("x-fault", "authenticated");
+
+    let anonymous = gateway(&[
+        "[authentication]\nanonymous = true\n",
+        &nameless,
+        &tokens(),
+        &rbac(),
+        &routes(&upstream.url()),
+    ])
+    .await;
+    let who =
+        |headers: &[(&str, &str)]| whoami(with_headers(client.get(anonymous.url(WHOAMI)), headers));
+    assert_eq!(who(&[authenticated]).await, "system:anonymous");
+    assert_eq!(
+        who(&[authenticated, ("authorization", "Bearer bob-token")]).await,
+        "bob"
+    );
+
+    let closed = gateway(&[&nameless, &rbac(), &routes(&upstream.url())]).await;
+    assert_unauthorized(
+        &send(with_headers(
+            client.get(closed.url("/open/x")),
+            &[authenticated],
+        ))
+        .await,
+    );
+    assert_eq!(upstream.hits(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
