@@ -124,6 +124,43 @@ pub struct Call<T> {
     pub fresh: bool,
 }
 
+impl<T> Call<T> {
+    /// The call with its answer, when it has one, made by `take`.
+    fn answered(self, take: impl FnOnce(T) -> T) -> Call<T> {
+        let outcome = match self.outcome {
+            Outcome::Answer(answer) => Outcome::Answer(take(answer)),
+            unanswered => unanswered,
+        };
+        Call { outcome, ..self }
+    }
+}
+
+/// The most of a filter's own words the gateway keeps, in bytes: its
+/// error's message, a decision's reason, a rejection's reason and message.
+/// They reach the log, traces, audit events, the decision cache and (a
+/// denial's) the client's Status, and a filter's memory, which may be a
+/// gigabyte, is no bound for any of them. 4 KiB: kube's bound on the
+/// warnings admission webhooks add to a response (`truncateAtTotalRunes`,
+/// `staging/src/k8s.io/apiserver/pkg/endpoints/filters/warning.go`), and
+/// what a trap's report keeps of the filter's stderr.
+const MAX_FILTER_MESSAGE: usize = 4096;
+
+/// `message`, cut after [`MAX_FILTER_MESSAGE`] bytes (at a character's
+/// start), saying how many more there were.
+fn bounded(mut message: String) -> String {
+    if message.len() <= MAX_FILTER_MESSAGE {
+        return message;
+    }
+    let mut end = MAX_FILTER_MESSAGE;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = message.len() - end;
+    message.truncate(end);
+    message.push_str(&format!("... ({cut} more bytes)"));
+    message
+}
+
 /// [`Outcome::kind`]'s words, indexed like [`Outcome::index`].
 const OUTCOME_KINDS: [&str; 5] = ["answer", "error", "trap", "timeout", "exhausted"];
 
@@ -595,7 +632,7 @@ impl<K: Kind> LoadedFilter<K> {
             }
             Ok(Err(message)) => {
                 self.checkin(instance);
-                Outcome::FilterError(message)
+                Outcome::FilterError(bounded(message))
             }
             Err(error) => match classify(error, memory_refused) {
                 // A trap's report carries what the call wrote to stderr.
@@ -964,6 +1001,11 @@ impl LoadedFilter<Authorizer> {
                 }
             })
             .await;
+        let call = call.answered(|decision| match decision {
+            Decision::Allow => Decision::Allow,
+            Decision::Deny(reason) => Decision::Deny(bounded(reason)),
+            Decision::NoOpinion(reason) => Decision::NoOpinion(bounded(reason)),
+        });
         fetched(call, limit, |decision| matches!(decision, Decision::Allow))
     }
 }
@@ -1018,7 +1060,14 @@ impl LoadedFilter<Admission> {
                 }
             })
             .await;
-        call
+        call.answered(|response| match response {
+            AdmissionResponse::Denied(status) => AdmissionResponse::Denied(types::Status {
+                reason: bounded(status.reason),
+                message: bounded(status.message),
+                ..status
+            }),
+            answer => answer,
+        })
     }
 }
 
@@ -1122,5 +1171,22 @@ impl LoadedFilter<Auditor> {
             })
             .await;
         call
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A message within the bound is kept whole; a longer one is cut at a
+    /// character's start, never inside one (`é` is two bytes, here across
+    /// the bound), and says how much was left out.
+    #[test]
+    fn a_filters_message_is_cut_at_a_characters_start() {
+        let fits = "a".repeat(MAX_FILTER_MESSAGE);
+        assert_eq!(bounded(fits.clone()), fits);
+        let long = format!("{}é{}", "a".repeat(MAX_FILTER_MESSAGE - 1), "b".repeat(10));
+        let kept = "a".repeat(MAX_FILTER_MESSAGE - 1);
+        assert_eq!(bounded(long), format!("{kept}... (12 more bytes)"));
     }
 }

@@ -1,5 +1,6 @@
 //! Authorization: the first allow or deny wins and no opinion is kube's
-//! 403, monitor mode, a filter's `match`, and `always_allow`.
+//! 403, a filter's reason held to 4 KiB, monitor mode, a filter's `match`,
+//! and `always_allow`.
 
 use super::*;
 
@@ -65,6 +66,38 @@ async fn the_first_allow_or_deny_wins_and_no_opinion_is_forbidden() {
         2,
         "only the two allowed requests reached the upstream"
     );
+}
+
+/// A filter's reason is its own words, which the gateway holds to 4 KiB
+/// (what kube holds the warnings of admission webhooks to) before the 403,
+/// the log and the decision cache see it: fault-authz's no-opinion reason
+/// quotes the path's last segment, here of 10,000 bytes; the path itself,
+/// the gateway's own words, is shown whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filters_reason_is_cut_at_4_kib() {
+    let upstream = Upstream::start().await;
+    let gateway = gateway(&[
+        &tokens(),
+        &fault_authz("faults", ""),
+        &routes(&upstream.url()),
+    ])
+    .await;
+    let word = "w".repeat(10_000);
+    let path = format!("/private/{word}");
+    let request = http_client()
+        .get(gateway.url(&path))
+        .bearer_auth("alice-token");
+    let status = send(request).await.assert_status(403, "Forbidden");
+    let reason = format!("fault-authz: no opinion on \"{word}\"");
+    assert_eq!(
+        status["message"],
+        format!(
+            "forbidden: User \"alice\" cannot get path \"{path}\": {}... ({} more bytes)",
+            &reason[..4096],
+            reason.len() - 4096
+        )
+    );
+    assert_eq!(upstream.hits(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
