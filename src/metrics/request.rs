@@ -12,8 +12,10 @@
 //! serves; a gateway forwards whatever paths its routes match, so here a
 //! resource (its group, version, resource and subresource, or a
 //! non-resource path) gets its own series once something answered it with
-//! another code than 404, for at most [`MAX_RESOURCES`] of them; every other
-//! request is counted under [`OTHER`].
+//! a success (a 1xx, 2xx or 3xx: an error such as the 401 of a client
+//! without credentials says nothing of what is served), for at most
+//! [`MAX_RESOURCES`] of them; every other request is counted under
+//! [`OTHER`].
 //!
 //! A request finds its series with two lookups, hashed with foldhash: its
 //! resource's names among the known resources, then its verb, dry run and
@@ -39,7 +41,7 @@ use crate::request_info::RequestInfo;
 pub(crate) const MAX_RESOURCES: usize = 500;
 
 /// The label value of everything folded: unknown verbs, and the resources
-/// past [`MAX_RESOURCES`] or never answered with anything but a 404.
+/// past [`MAX_RESOURCES`] or never answered with a success.
 pub(crate) const OTHER: &str = "other";
 
 /// kube's `APIServerComponent`.
@@ -313,13 +315,13 @@ impl RequestMetrics {
     }
 
     /// Records a finished request (kube's `MonitorRequest`). A resource
-    /// answered with another code than 404 gets series of its own from then
-    /// on; this request, if it was the first, is already counted under them.
+    /// [`served`] gets series of its own from then on; this request, if it
+    /// was the first, is already counted under them.
     pub(crate) fn record(&self, record: Finished) {
         let words = record.labeled.words;
         let known = match record.labeled.resource {
             Ok(known) => known,
-            Err(unknown) if record.code != 404 => self
+            Err(unknown) if served(record.code) => self
                 .resources
                 .admit(unknown)
                 .unwrap_or_else(ResourceNames::folded),
@@ -363,6 +365,16 @@ impl RequestMetrics {
             codes: RwLock::default(),
         }
     }
+}
+
+/// Whether an answer with `code` shows that its resource is served: a
+/// success (1xx, 2xx or 3xx). An error says nothing of it: a 404 is a path
+/// nothing serves, and a 401, 403, 429 or 503 the gateway (or a failing
+/// upstream) answers for any path, so a client that sends random paths
+/// would otherwise give each one series of its own until none are left
+/// for the resources served later.
+fn served(code: u16) -> bool {
+    code < 400
 }
 
 /// kube's label set of a request with `words` to `resource`.

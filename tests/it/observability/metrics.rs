@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::sample;
 use crate::support::{GatewayProcess, Upstream, bounded, get, http_client, new_dir, plaintext};
+use crate::support::{build_filters, rbac_config_reading_metrics, rbac_with, routes, send, tokens};
 
 /// A route for one API group to the upstream, and a catch-all prefix.
 fn manifest(upstream: &Upstream) -> String {
@@ -29,10 +30,11 @@ upstream = "{up}"
     ))
 }
 
-fn spawn(upstream: &Upstream) -> (tempfile::TempDir, GatewayProcess) {
+/// A gateway process run from `manifest`.
+fn spawn(manifest: &str) -> (tempfile::TempDir, GatewayProcess) {
     let dir = new_dir();
     let path = dir.path().join("gateway.toml");
-    std::fs::write(&path, manifest(upstream)).expect("write the manifest");
+    std::fs::write(&path, manifest).expect("write the manifest");
     let gateway = GatewayProcess::spawn(&path);
     (dir, gateway)
 }
@@ -61,7 +63,7 @@ const WIDGET_LABELS: &str = r#"dry_run="",group="demo.example.io",version="v1",r
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn known_traffic_is_counted_under_kubes_names_labels_and_buckets() {
     let upstream = Upstream::start().await;
-    let (_dir, gateway) = spawn(&upstream);
+    let (_dir, gateway) = spawn(&manifest(&upstream));
     let client = http_client();
     for _ in 0..3 {
         assert_eq!(get(&client, &gateway.url(WIDGETS)).await.status, 200);
@@ -202,7 +204,7 @@ async fn known_traffic_is_counted_under_kubes_names_labels_and_buckets() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_random_paths_leave_the_series_bounded() {
     let upstream = Upstream::start().await;
-    let (_dir, gateway) = spawn(&upstream);
+    let (_dir, gateway) = spawn(&manifest(&upstream));
     let client = http_client();
     let base = gateway.url("");
     // A tiny xorshift: random names without a dependency, and a failure
@@ -300,6 +302,79 @@ async fn ten_thousand_random_paths_leave_the_series_bounded() {
     assert!(verbs.len() <= 14, "{verbs:?}");
     // The whole exposition stays small enough to scrape every few seconds.
     assert!(text.len() < 8 << 20, "{} bytes of metrics", text.len());
+}
+
+/// The gateway's own refusals say nothing of what exists behind it: a
+/// client without credentials that sends more random paths than there are
+/// series to give (each answered 401 by authentication) leaves them all
+/// folded, and the widgets a user then lists get their series as before.
+/// Were a 401 enough to give a path series of its own, anyone could use
+/// them up and fold every resource served later into `other`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_paths_the_gateway_refuses_use_up_no_series() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let (_dir, gateway) = spawn(&plaintext(
+        &[
+            "[authentication]\nanonymous = false\n".to_owned(),
+            tokens(),
+            rbac_with(rbac_config_reading_metrics(
+                serde_json::json!({"users": ["alice"]}),
+            )),
+            routes(&upstream.url()),
+        ]
+        .concat(),
+    ));
+    let client = http_client();
+    // More than `request::MAX_RESOURCES`, the paths that get series.
+    let paths: Vec<String> = (0..520)
+        .map(|i| match i % 2 {
+            0 => format!("/apis/g{i}.example.io/v1/things"),
+            _ => format!("/junk/{i}"),
+        })
+        .collect();
+    bounded("the refused requests", async {
+        for chunk in paths.chunks(32) {
+            let refused = chunk.iter().map(|path| send(client.get(gateway.url(path))));
+            for answer in futures_util::future::join_all(refused).await {
+                assert_eq!(answer.status, 401, "{}", answer.body);
+            }
+        }
+    })
+    .await;
+    let listed = send(client.get(gateway.url(WIDGETS)).bearer_auth("alice-token")).await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+
+    let scrape = send(
+        client
+            .get(gateway.url("/metrics"))
+            .bearer_auth("alice-token"),
+    )
+    .await;
+    assert_eq!(scrape.status, 200, "{}", scrape.body);
+    let text = scrape.body;
+    let widgets = format!(r#"verb="LIST",{WIDGET_LABELS},code="200""#);
+    assert_eq!(
+        sample(&text, "apiserver_request_total", &widgets),
+        Some(1.0),
+        "{text}"
+    );
+    let folded = r#"dry_run="",group="other",version="other",resource="other",subresource="other",scope="cluster",component="apiserver",code="401""#;
+    assert!(
+        sample(
+            &text,
+            "apiserver_request_total",
+            &format!(r#"verb="LIST",{folded}"#)
+        ) >= Some(1.0),
+        "{text}"
+    );
+    let totals = series_of(&text, "apiserver_request_total");
+    assert!(
+        totals
+            .iter()
+            .all(|series| !series.contains("g0.example.io") && !series.contains("/junk/")),
+        "{totals:#?}"
+    );
 }
 
 /// The sum of the samples named `name` whose labels include `label`.
