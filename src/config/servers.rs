@@ -322,6 +322,25 @@ impl Completer<'_> {
         let uri = match url.parse::<http::Uri>() {
             Ok(uri)
                 if matches!(uri.scheme_str(), Some("http" | "https"))
+                    && uri
+                        .authority()
+                        .is_some_and(|authority| authority.as_str().contains('@')) =>
+            {
+                // Not sent (hyper's client drops it too), but shown wherever
+                // the URL is: /metrics, /debug/status, `check`. So the
+                // problem does not quote it either.
+                self.problem(
+                    Some(span.clone()),
+                    key,
+                    "the URL must not carry user info (\"user:password@\" before the host): \
+                     the gateway never sends it, and would show it wherever it names the \
+                     upstream; its credentials are `client_cert`, `client_key` and \
+                     `bearer_token_file`",
+                );
+                None
+            }
+            Ok(uri)
+                if matches!(uri.scheme_str(), Some("http" | "https"))
                     && uri.authority().is_some() =>
             {
                 if uri.query().is_some() {
