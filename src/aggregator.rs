@@ -14,16 +14,23 @@
 //! [`REFRESH_INTERVAL`], each answer bounded by [`FETCH_TIMEOUT`] and
 //! [`MAX_DOCUMENT`]. An answer of 404, 405 or 406 means the upstream serves
 //! no such document; any other failure keeps the last good copy and is
-//! logged (a warning naming the upstream and the document). The refresh
-//! ends when the handlers that serve its documents are dropped (a reload).
-//! Until its first round has published, those handlers wait for it, for at
-//! most [`crate::published::FIRST_PUBLICATION_WAIT`].
+//! logged (a warning naming the upstream and the document). Every upstream
+//! and API route is asked at once and on its own, as kube's aggregator asks
+//! each APIService, and the merged documents are made again as each one
+//! answers something new: one that is slow, or never answers, holds back
+//! only its own documents. The refresh ends when the handlers that serve
+//! its documents are dropped (a reload). Until its first round has
+//! published (once everyone answered, or after [`FIRST_ROUND_WAIT`]), those
+//! handlers wait for it, for at most [`FIRST_PUBLICATION_WAIT`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::FuturesUnordered;
 use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{Method, StatusCode};
 use http_body_util::{BodyExt, Limited};
@@ -36,7 +43,7 @@ use crate::director::{RouteTable, Routes};
 use crate::discovery::{Catalog, Documents, GROUPS_ROOT, LEGACY_ROOT};
 use crate::handler::SharedHandler;
 use crate::openapi::{Specs, merge_v2};
-use crate::published::Published;
+use crate::published::{FIRST_PUBLICATION_WAIT, Published};
 
 /// How often the upstreams are asked again (kube's OpenAPI controllers
 /// re-download every minute).
@@ -46,6 +53,12 @@ pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest document taken from an upstream (kube-apiserver's own v2
 /// document is about 4 MiB).
 pub(crate) const MAX_DOCUMENT: usize = 32 * 1024 * 1024;
+/// How long the first round waits for every upstream before it publishes
+/// what it has: less than [`FIRST_PUBLICATION_WAIT`], so a request waiting
+/// for the first publication is answered from the upstreams that answered,
+/// not from the placeholder, when one of them does not answer.
+const FIRST_ROUND_WAIT: Duration = Duration::from_secs(3);
+const _: () = assert!(FIRST_ROUND_WAIT.as_millis() < FIRST_PUBLICATION_WAIT.as_millis());
 
 /// The user the gateway asks as: kube's aggregator's.
 const AGGREGATOR_USER: &str = "system:aggregator";
@@ -205,10 +218,102 @@ struct Kept {
     openapi_v3: BTreeMap<String, Bytes>,
 }
 
+/// What asking an upstream for its discovery gave, document by document.
+struct DiscoveryRound {
+    versions: Fetched<Value>,
+    groups: Fetched<Value>,
+    aggregated_core: Fetched<Value>,
+    aggregated_groups: Fetched<Value>,
+}
+
+/// What asking an upstream for its OpenAPI documents gave.
+struct OpenApiRound {
+    v2: Fetched<Value>,
+    /// v3's root, as each group version it lists that the gateway routes
+    /// here (its path, its URL and what asking for it gave).
+    v3: Fetched<Vec<(String, String, Fetched<Bytes>)>>,
+}
+
+/// Which merged documents an answer changed.
+#[derive(Clone, Copy)]
+struct Changed {
+    discovery: bool,
+    openapi: bool,
+}
+
+impl Changed {
+    const BOTH: Changed = Changed {
+        discovery: true,
+        openapi: true,
+    };
+}
+
+impl Kept {
+    /// Keeps what `round` served, forgets what it found absent, and keeps
+    /// the last good copy of what failed (with a warning naming `url`);
+    /// whether anything changed.
+    fn apply_discovery(&mut self, round: DiscoveryRound, url: &str) -> bool {
+        // `|`, not `||`: every document is kept.
+        keep(&mut self.versions, round.versions, url, LEGACY_ROOT)
+            | keep(&mut self.groups, round.groups, url, GROUPS_ROOT)
+            | keep(
+                &mut self.aggregated_core,
+                round.aggregated_core,
+                url,
+                LEGACY_ROOT,
+            )
+            | keep(
+                &mut self.aggregated_groups,
+                round.aggregated_groups,
+                url,
+                GROUPS_ROOT,
+            )
+    }
+
+    /// [`Kept::apply_discovery`], for the OpenAPI documents.
+    fn apply_openapi(&mut self, round: OpenApiRound, url: &str) -> bool {
+        keep(&mut self.openapi_v2, round.v2, url, "/openapi/v2") | self.apply_v3(round.v3, url)
+    }
+
+    fn apply_v3(
+        &mut self,
+        root: Fetched<Vec<(String, String, Fetched<Bytes>)>>,
+        url: &str,
+    ) -> bool {
+        let kept = &mut self.openapi_v3;
+        let listed = match root {
+            Fetched::Served(listed) => listed,
+            Fetched::Absent => {
+                let changed = !kept.is_empty();
+                kept.clear();
+                return changed;
+            }
+            Fetched::Failed(error) => {
+                warn_kept(url, "/openapi/v3", &error);
+                return false;
+            }
+        };
+        let before = kept.len();
+        kept.retain(|path, _| listed.iter().any(|(listed, _, _)| listed == path));
+        let mut changed = kept.len() != before;
+        for (path, relative, fetched) in listed {
+            match fetched {
+                Fetched::Served(bytes) => {
+                    changed |= kept.get(&path) != Some(&bytes);
+                    kept.insert(path, bytes);
+                }
+                Fetched::Absent => changed |= kept.remove(&path).is_some(),
+                Fetched::Failed(error) => warn_kept(url, &relative, &error),
+            }
+        }
+        changed
+    }
+}
+
+/// An upstream that is asked, and the routes that lead to it.
 struct Upstream {
     source: UpstreamSource,
     routes: RouteTable<()>,
-    kept: Kept,
 }
 
 impl Upstream {
@@ -217,9 +322,32 @@ impl Upstream {
     }
 }
 
-struct Refresher {
+/// Who is asked: never changes once the refresh runs.
+struct Asked {
     upstreams: Vec<Upstream>,
-    roots: Vec<(String, Option<SharedHandler>, Option<Value>)>,
+    /// Each API route's root and the handler its resources are asked of.
+    roots: Vec<(String, Option<SharedHandler>)>,
+}
+
+/// What they answered, each in the place of its [`Asked`] entry.
+struct Known {
+    upstreams: Vec<Kept>,
+    /// Each API route's `APIResourceList`.
+    roots: Vec<Option<Value>>,
+}
+
+/// One answer of a round: an upstream's discovery or OpenAPI documents,
+/// or an API route's resources, with the index of who answered.
+enum Answer {
+    /// Boxed, as the next: the larger variants by far.
+    Discovery(usize, Box<DiscoveryRound>),
+    OpenApi(usize, Box<OpenApiRound>),
+    Root(usize, Fetched<Value>),
+}
+
+struct Refresher {
+    asked: Asked,
+    known: Known,
     discovery: Arc<Published<Documents>>,
     openapi: Arc<Published<Specs>>,
 }
@@ -230,57 +358,133 @@ impl Refresher {
         discovery: Arc<Published<Documents>>,
         openapi: Arc<Published<Specs>>,
     ) -> Self {
-        let upstreams = sources
+        let upstreams: Vec<Upstream> = sources
             .upstreams
             .into_iter()
             .map(|mut source| {
                 let routes = RouteTable::new(std::mem::take(&mut source.routes));
-                Upstream {
-                    source,
-                    routes,
-                    kept: Kept::default(),
-                }
+                Upstream { source, routes }
             })
             .collect();
-        let roots = sources
-            .roots
-            .into_iter()
-            .map(|(root, handler)| (root, handler, None))
-            .collect();
+        let known = Known {
+            upstreams: upstreams.iter().map(|_| Kept::default()).collect(),
+            roots: sources.roots.iter().map(|_| None).collect(),
+        };
         Refresher {
-            upstreams,
-            roots,
+            asked: Asked {
+                upstreams,
+                roots: sources.roots,
+            },
+            known,
             discovery,
             openapi,
         }
     }
 
     async fn run(mut self) {
+        self.refresh(Publication::First).await;
         loop {
-            self.refresh().await;
             tokio::time::sleep(REFRESH_INTERVAL).await;
+            self.refresh(Publication::Changes).await;
         }
     }
 
-    /// Asks everyone once, then publishes the merged documents.
-    async fn refresh(&mut self) {
-        let upstreams = self.upstreams.iter_mut().map(Upstream::refresh);
-        futures_util::future::join_all(upstreams).await;
-        for (root, handler, kept) in &mut self.roots {
+    /// Asks every upstream (for its discovery, and apart from it for its
+    /// OpenAPI documents, which take longer) and every API route at once,
+    /// each on its own as kube's aggregator asks each APIService, and
+    /// publishes what changed as each answers: one that is slow, or never
+    /// answers, holds back only its own documents. The first round publishes once, when all have
+    /// answered or [`FIRST_ROUND_WAIT`] has passed, so a request waiting
+    /// for the first publication sees every upstream that answered in time;
+    /// then what answers later as it comes.
+    async fn refresh(&mut self, publication: Publication) {
+        let Refresher {
+            asked,
+            known,
+            discovery,
+            openapi,
+        } = self;
+        let asked = &*asked;
+        let mut answers: FuturesUnordered<BoxFuture<'_, Answer>> = FuturesUnordered::new();
+        for (index, upstream) in asked.upstreams.iter().enumerate() {
+            answers.push(Box::pin(async move {
+                Answer::Discovery(index, Box::new(upstream.ask_discovery().await))
+            }));
+            answers.push(Box::pin(async move {
+                Answer::OpenApi(index, Box::new(upstream.ask_openapi().await))
+            }));
+        }
+        for (index, (root, handler)) in asked.roots.iter().enumerate() {
             if let Some(handler) = handler {
-                let fetched = fetch(handler, root, JSON).await.json();
-                keep(kept, fetched, "API route", root);
+                answers.push(Box::pin(async move {
+                    Answer::Root(index, fetch(handler, root, JSON).await.json())
+                }));
             }
         }
-        self.discovery.publish(Documents::new(&self.catalog()));
-        self.openapi.publish(self.specs());
+        let publish = |known: &Known, changed: Changed| {
+            if changed.discovery {
+                discovery.publish(Documents::new(&asked.catalog(known)));
+            }
+            if changed.openapi {
+                openapi.publish(asked.specs(known));
+            }
+        };
+        if publication == Publication::First {
+            let everyone = async {
+                while let Some(answer) = answers.next().await {
+                    known.take(asked, answer);
+                }
+            };
+            // Those that have not answered by then are published as they do.
+            let _ = tokio::time::timeout(FIRST_ROUND_WAIT, everyone).await;
+            publish(known, Changed::BOTH);
+        }
+        while let Some(answer) = answers.next().await {
+            let changed = known.take(asked, answer);
+            publish(known, changed);
+        }
     }
+}
 
-    fn catalog(&self) -> Catalog {
+/// What a round publishes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Publication {
+    /// Everything, once (the placeholder is replaced).
+    First,
+    /// What each answer changed.
+    Changes,
+}
+
+impl Known {
+    /// Keeps `answer`; what it changed.
+    fn take(&mut self, asked: &Asked, answer: Answer) -> Changed {
+        let url = |index: usize| asked.upstreams[index].source.url.as_str();
+        let (discovery, openapi) = match answer {
+            Answer::Discovery(index, round) => {
+                let changed = self.upstreams[index].apply_discovery(*round, url(index));
+                (changed, false)
+            }
+            Answer::OpenApi(index, round) => {
+                let changed = self.upstreams[index].apply_openapi(*round, url(index));
+                (false, changed)
+            }
+            Answer::Root(index, fetched) => {
+                let root = &asked.roots[index].0;
+                (
+                    keep(&mut self.roots[index], fetched, "API route", root),
+                    false,
+                )
+            }
+        };
+        Changed { discovery, openapi }
+    }
+}
+
+impl Asked {
+    fn catalog(&self, known: &Known) -> Catalog {
         let mut catalog = Catalog::default();
-        for upstream in &self.upstreams {
+        for (upstream, kept) in self.upstreams.iter().zip(&known.upstreams) {
             let covers = |path: &str| upstream.covers(path);
-            let kept = &upstream.kept;
             for aggregated in [&kept.aggregated_core, &kept.aggregated_groups]
                 .into_iter()
                 .flatten()
@@ -294,18 +498,19 @@ impl Refresher {
                 catalog.add_group_list(groups, covers);
             }
         }
-        for (root, _, list) in &self.roots {
+        for ((root, _), list) in self.roots.iter().zip(&known.roots) {
             catalog.add_root(root, list.as_ref());
         }
         catalog
     }
 
-    fn specs(&self) -> Specs {
+    fn specs(&self, known: &Known) -> Specs {
         let v2: Vec<Value> = self
             .upstreams
             .iter()
-            .filter_map(|upstream| {
-                let mut spec = upstream.kept.openapi_v2.clone()?;
+            .zip(&known.upstreams)
+            .filter_map(|(upstream, kept)| {
+                let mut spec = kept.openapi_v2.clone()?;
                 if let Some(paths) = spec.get_mut("paths").and_then(Value::as_object_mut) {
                     paths.retain(|path, _| upstream.covers(path));
                 }
@@ -313,8 +518,8 @@ impl Refresher {
             })
             .collect();
         let mut v3 = BTreeMap::new();
-        for upstream in &self.upstreams {
-            for (path, document) in &upstream.kept.openapi_v3 {
+        for kept in &known.upstreams {
+            for (path, document) in &kept.openapi_v3 {
                 v3.entry(path.clone()).or_insert_with(|| document.clone());
             }
         }
@@ -323,58 +528,41 @@ impl Refresher {
 }
 
 impl Upstream {
-    async fn refresh(&mut self) {
+    /// Asks for the discovery documents, one after the other.
+    async fn ask_discovery(&self) -> DiscoveryRound {
         let handler = &self.source.handler;
-        let url = &self.source.url;
-        let kept = &mut self.kept;
-        keep(
-            &mut kept.versions,
-            fetch(handler, LEGACY_ROOT, JSON).await.json(),
-            url,
-            LEGACY_ROOT,
-        );
-        keep(
-            &mut kept.groups,
-            fetch(handler, GROUPS_ROOT, JSON).await.json(),
-            url,
-            GROUPS_ROOT,
-        );
-        let core = fetch(handler, LEGACY_ROOT, AGGREGATED_DISCOVERY).await;
-        keep(
-            &mut kept.aggregated_core,
-            core.aggregated().json(),
-            url,
-            LEGACY_ROOT,
-        );
-        let groups = fetch(handler, GROUPS_ROOT, AGGREGATED_DISCOVERY).await;
-        keep(
-            &mut kept.aggregated_groups,
-            groups.aggregated().json(),
-            url,
-            GROUPS_ROOT,
-        );
-        let v2 = fetch(handler, "/openapi/v2", JSON).await.json();
-        keep(&mut kept.openapi_v2, v2, url, "/openapi/v2");
-        self.refresh_v3().await;
+        DiscoveryRound {
+            versions: fetch(handler, LEGACY_ROOT, JSON).await.json(),
+            groups: fetch(handler, GROUPS_ROOT, JSON).await.json(),
+            aggregated_core: fetch(handler, LEGACY_ROOT, AGGREGATED_DISCOVERY)
+                .await
+                .aggregated()
+                .json(),
+            aggregated_groups: fetch(handler, GROUPS_ROOT, AGGREGATED_DISCOVERY)
+                .await
+                .aggregated()
+                .json(),
+        }
+    }
+
+    /// Asks for the OpenAPI documents, one after the other.
+    async fn ask_openapi(&self) -> OpenApiRound {
+        OpenApiRound {
+            v2: fetch(&self.source.handler, "/openapi/v2", JSON)
+                .await
+                .json(),
+            v3: self.ask_v3().await,
+        }
     }
 
     /// v3's root, then each group version it lists that the gateway routes
     /// here.
-    async fn refresh_v3(&mut self) {
-        let url = self.source.url.clone();
-        let root = match fetch(&self.source.handler, "/openapi/v3", JSON)
-            .await
-            .json()
-        {
+    async fn ask_v3(&self) -> Fetched<Vec<(String, String, Fetched<Bytes>)>> {
+        let handler = &self.source.handler;
+        let root = match fetch(handler, "/openapi/v3", JSON).await.json() {
             Fetched::Served(root) => root,
-            Fetched::Absent => {
-                self.kept.openapi_v3.clear();
-                return;
-            }
-            Fetched::Failed(error) => {
-                warn_kept(&url, "/openapi/v3", &error);
-                return;
-            }
+            Fetched::Absent => return Fetched::Absent,
+            Fetched::Failed(error) => return Fetched::Failed(error),
         };
         let listed: Vec<(String, String)> = root["paths"]
             .as_object()
@@ -386,20 +574,16 @@ impl Upstream {
                 Some((path.clone(), url.to_owned()))
             })
             .collect();
-        self.kept
-            .openapi_v3
-            .retain(|path, _| listed.iter().any(|(listed, _)| listed == path));
+        let mut documents = Vec::with_capacity(listed.len());
         for (path, relative) in listed {
-            match fetch(&self.source.handler, &relative, JSON).await {
-                Fetched::Served((bytes, _)) => {
-                    self.kept.openapi_v3.insert(path, bytes);
-                }
-                Fetched::Absent => {
-                    self.kept.openapi_v3.remove(&path);
-                }
-                Fetched::Failed(error) => warn_kept(&url, &relative, &error),
-            }
+            let fetched = match fetch(handler, &relative, JSON).await {
+                Fetched::Served((bytes, _)) => Fetched::Served(bytes),
+                Fetched::Absent => Fetched::Absent,
+                Fetched::Failed(error) => Fetched::Failed(error),
+            };
+            documents.push((path, relative, fetched));
         }
+        Fetched::Served(documents)
     }
 }
 
@@ -436,12 +620,19 @@ impl Fetched<(Bytes, Option<String>)> {
 }
 
 /// Stores a served document, forgets an absent one, keeps the last good
-/// copy on a failure.
-fn keep(kept: &mut Option<Value>, fetched: Fetched<Value>, source: &str, document: &str) {
+/// copy on a failure; whether what is kept changed.
+fn keep(kept: &mut Option<Value>, fetched: Fetched<Value>, source: &str, document: &str) -> bool {
     match fetched {
-        Fetched::Served(value) => *kept = Some(value),
-        Fetched::Absent => *kept = None,
-        Fetched::Failed(error) => warn_kept(source, document, &error),
+        Fetched::Served(value) => {
+            let changed = kept.as_ref() != Some(&value);
+            *kept = Some(value);
+            changed
+        }
+        Fetched::Absent => kept.take().is_some(),
+        Fetched::Failed(error) => {
+            warn_kept(source, document, &error);
+            false
+        }
     }
 }
 
@@ -511,17 +702,16 @@ mod tests {
     #[test]
     fn a_failed_fetch_keeps_the_last_good_copy_and_an_absent_one_forgets_it() {
         let mut kept = None;
-        keep(&mut kept, Fetched::Served(json!({"a": 1})), "up", "/apis");
+        let served = || Fetched::Served(json!({"a": 1}));
+        assert!(keep(&mut kept, served(), "up", "/apis"), "a change");
         assert_eq!(kept, Some(json!({"a": 1})));
-        keep(
-            &mut kept,
-            Fetched::Failed("answered 500".to_owned()),
-            "up",
-            "/apis",
-        );
+        assert!(!keep(&mut kept, served(), "up", "/apis"), "the same");
+        let failed = Fetched::Failed("answered 500".to_owned());
+        assert!(!keep(&mut kept, failed, "up", "/apis"));
         assert_eq!(kept, Some(json!({"a": 1})));
-        keep(&mut kept, Fetched::Absent, "up", "/apis");
+        assert!(keep(&mut kept, Fetched::Absent, "up", "/apis"));
         assert_eq!(kept, None);
+        assert!(!keep(&mut kept, Fetched::Absent, "up", "/apis"));
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! (decoded here, and read by `kubectl explain --output
 //! plaintext-openapiv2`), and a v2 document gnostic refuses as JSON only;
 //! discovery merges the groups of two aggregated servers, one reached by a
-//! prefix route.
+//! prefix route, and one that never answers holds back no other's.
 
 use std::time::{Duration, Instant};
 
@@ -680,20 +680,62 @@ async fn discovery_merges_the_groups_of_every_aggregated_upstream() {
     assert!(widget_requests(&groups) > 0, "{:?}", groups.requests());
 }
 
-/// An upstream that serves only `/openapi/v2`, `spec()` at each request,
-/// and a plaintext gateway that routes the widgets API to it with
-/// `aggregate = true`.
-async fn gateway_to_a_v2_upstream(
-    spec: impl Fn() -> Value + Send + Sync + 'static,
-) -> (tokio::task::JoinHandle<()>, TestGateway) {
+/// kube's aggregator asks each APIService on its own (a worker per service,
+/// `staging/src/k8s.io/kube-aggregator/pkg/apiserver/handler_discovery.go`),
+/// so one that never answers holds back only its own groups: the first
+/// `/apis` after a start lists the groups of the upstream that answers,
+/// although the other takes every request and never writes a byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_never_answers_holds_back_only_its_own_groups() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the silent upstream");
+    let silent_addr = silent.local_addr().expect("its address");
+    let _silent = spawn_server(silent, None, |_request| std::future::pending());
+    let (_answering, answering_addr) = upstream_serving("/apis", || {
+        let group = json!({"name": "answering.example.io",
+            "versions": [{"groupVersion": "answering.example.io/v1", "version": "v1"}]});
+        json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]})
+    })
+    .await;
+    let route = |group: &str, addr: std::net::SocketAddr| {
+        format!(
+            "\n[[servers.routes]]\nprefix = \"/apis/{group}/\"\nupstream = \"http://{addr}\"\naggregate = true\n"
+        )
+    };
+    let gateway = TestGateway::start(&plaintext(&format!(
+        "[[servers]]\nname = \"gw\"\n{}{}",
+        route("silent.example.io", silent_addr),
+        route("answering.example.io", answering_addr),
+    )))
+    .await;
+    let apis = send(http_client().get(gateway.url("/apis"))).await;
+    assert_eq!(apis.status, 200, "{}", apis.body);
+    let list = apis.json();
+    let names: Vec<&str> = list["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .filter_map(|group| group["name"].as_str())
+        .collect();
+    assert!(names.contains(&"answering.example.io"), "{names:?}");
+    assert!(!names.contains(&"silent.example.io"), "{names:?}");
+}
+
+/// An upstream that serves only `path`, `document()` at each request (404
+/// elsewhere), and its address.
+async fn upstream_serving(
+    path: &'static str,
+    document: impl Fn() -> Value + Send + Sync + 'static,
+) -> (tokio::task::JoinHandle<()>, std::net::SocketAddr) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind the upstream");
     let addr = listener.local_addr().expect("its address");
-    let spec = std::sync::Arc::new(spec);
+    let document = std::sync::Arc::new(document);
     let server = spawn_server(listener, None, move |request| {
-        let answer = if request.uri().path() == "/openapi/v2" {
-            http::Response::new(full(spec().to_string()))
+        let answer = if request.uri().path() == path {
+            http::Response::new(full(document().to_string()))
         } else {
             http::Response::builder()
                 .status(404)
@@ -702,6 +744,16 @@ async fn gateway_to_a_v2_upstream(
         };
         async move { Ok::<_, std::convert::Infallible>(answer) }
     });
+    (server, addr)
+}
+
+/// An upstream that serves only `/openapi/v2`, `spec()` at each request,
+/// and a plaintext gateway that routes the widgets API to it with
+/// `aggregate = true`.
+async fn gateway_to_a_v2_upstream(
+    spec: impl Fn() -> Value + Send + Sync + 'static,
+) -> (tokio::task::JoinHandle<()>, TestGateway) {
+    let (server, addr) = upstream_serving("/openapi/v2", spec).await;
     let gateway = TestGateway::start(&plaintext(&format!(
         "[[servers]]\nname = \"gw\"\n\n[[servers.routes]]\nprefix = \"/apis/demo.example.io/\"\nupstream = \"http://{addr}\"\naggregate = true\n"
     )))
