@@ -94,9 +94,15 @@ fn span_name(request: &Request) -> String {
 
 /// otelhttp's server attributes, and kube's `http.target` and `audit-id`.
 fn request_attributes(request: &Request) -> Vec<KeyValue> {
+    // kube's `r.URL.RequestURI()`: the path and query, also of an HTTP/2
+    // request (or an absolute-form target), whose URI names scheme and host.
+    let target = request
+        .uri()
+        .path_and_query()
+        .map_or("/", http::uri::PathAndQuery::as_str);
     let mut attributes = vec![
         KeyValue::new("http.request.method", request.method().as_str().to_owned()),
-        KeyValue::new("http.target", request.uri().to_string()),
+        KeyValue::new("http.target", target.to_owned()),
         KeyValue::new(
             "network.protocol.version",
             match request.version() {

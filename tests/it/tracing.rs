@@ -165,6 +165,41 @@ async fn one_request_is_one_span_tree_under_the_clients_span() {
     gateway.shutdown().await;
 }
 
+/// kube's `http.target` is the request URI as the client wrote it on the
+/// request line, path and query (`r.URL.RequestURI()` in
+/// `staging/src/k8s.io/apiserver/pkg/endpoints/filters/traces.go`),
+/// whatever the protocol: over HTTP/2, whose request names the scheme and
+/// host apart, it is the `:path` alone, not a URL.
+#[tokio::test]
+async fn over_http2_the_requests_http_target_is_its_path_and_query() {
+    let (collector, _upstream, gateway) = traced(1_000_000).await;
+    let trace_id = "5bf92f3577b34da6a3ce929d0e0e4736";
+    let target = format!("{WIDGETS}?limit=1");
+    let answer = send(
+        h2c_client()
+            .get(gateway.url(&target))
+            .bearer_auth("alice-token")
+            .header(
+                "traceparent",
+                traceparent(trace_id, "00f067aa0ba902b7", true),
+            ),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let spans = collector.trace(trace_id, 8).await;
+    let request = one(
+        &spans,
+        "GET /apis/demo.example.io/v1/namespaces/{:namespace}/widgets",
+    );
+    assert_eq!(
+        request.attribute("network.protocol.version"),
+        Some("2"),
+        "{request:?}"
+    );
+    assert_eq!(request.attribute("http.target"), Some(target.as_str()));
+    gateway.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_pooled_filters_reused_instance_and_its_refusal_are_in_its_span() {
     let collector = Collector::start().await;
