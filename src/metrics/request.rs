@@ -304,10 +304,11 @@ impl RequestMetrics {
             .get(http::header::CONTENT_TYPE)
             .and_then(|value| value.to_str().ok())
             .unwrap_or("");
+        let query = request.uri().query();
         Labeled {
             words: Words {
-                verb: reported_verb(info, request.method(), content_type),
-                dry_run: dry_run(request.uri().query()),
+                verb: reported_verb(info, request.method(), query, content_type),
+                dry_run: dry_run(query),
                 scope: scope(info),
             },
             resource: self.resources.known(info),
@@ -457,30 +458,43 @@ impl Drop for InFlight {
     }
 }
 
-/// kube's `cleanVerb`: upper case; a list with `watch` set is a `WATCH`, a
-/// patch of `application/apply-patch+yaml` an `APPLY`; anything outside
-/// kube's `validRequestMethods` is `other`.
+/// The subresources kube reports as `CONNECT` (`validConnectRequests`).
+const CONNECT_SUBRESOURCES: [&str; 5] = ["log", "exec", "portforward", "attach", "proxy"];
+
+/// kube's verb label, as `MonitorRequest` makes it
+/// (`cleanVerb(CanonicalVerb(method, scope), ...)`): the HTTP method, a GET
+/// or HEAD of more than one object a `LIST`, a watch (`?watch=` not `0` or
+/// `false`, or kube's legacy `/watch/` paths) a `WATCH`, a patch of
+/// `application/apply-patch+yaml` an `APPLY`, a request to a connect
+/// subresource a `CONNECT`; a method outside kube's `validRequestMethods`
+/// is `other`.
 pub(crate) fn reported_verb(
     info: &RequestInfo,
     method: &Method,
+    query: Option<&str>,
     content_type: &str,
 ) -> &'static str {
-    match info.verb.as_str() {
-        "patch" if content_type.starts_with("application/apply-patch") => "APPLY",
-        "watch" => "WATCH",
-        "watchlist" => "WATCHLIST",
-        "get" => "GET",
-        "list" => "LIST",
-        "create" => "CREATE",
-        "update" => "UPDATE",
-        "patch" => "PATCH",
-        "delete" => "DELETE",
-        "deletecollection" => "DELETECOLLECTION",
-        "proxy" => "PROXY",
-        "post" => "POST",
-        "put" => "PUT",
-        "connect" => "CONNECT",
-        _ if method == Method::CONNECT => "CONNECT",
+    if info.is_resource_request && CONNECT_SUBRESOURCES.contains(&info.subresource.as_str()) {
+        return "CONNECT";
+    }
+    let watched = || {
+        query.is_some_and(|query| {
+            url::form_urlencoded::parse(query.as_bytes())
+                .find(|(key, _)| key == "watch")
+                .is_some_and(|(_, value)| !matches!(value.to_lowercase().as_str(), "0" | "false"))
+        })
+    };
+    match *method {
+        _ if info.verb == "watch" => "WATCH",
+        Method::GET if watched() => "WATCH",
+        Method::GET | Method::HEAD if matches!(scope(info), "namespace" | "cluster") => "LIST",
+        Method::GET | Method::HEAD => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH if content_type == "application/apply-patch+yaml" => "APPLY",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::CONNECT => "CONNECT",
         _ => OTHER,
     }
 }
@@ -495,12 +509,15 @@ fn dry_run(query: Option<&str>) -> &'static str {
     if asked { "All" } else { "" }
 }
 
-/// kube's `CleanScope`.
+/// kube's `CleanScope`, as its API installer scopes a route
+/// (`staging/src/k8s.io/apiserver/pkg/endpoints/installer.go`): one named
+/// object, or a create, is `resource`; then `namespace`, `cluster`, and
+/// empty for a non-resource request.
 pub(crate) fn scope(info: &RequestInfo) -> &'static str {
-    if !info.namespace.is_empty() {
-        "namespace"
-    } else if !info.name.is_empty() {
+    if !info.name.is_empty() || info.verb == "create" {
         "resource"
+    } else if !info.namespace.is_empty() {
+        "namespace"
     } else if info.is_resource_request {
         "cluster"
     } else {

@@ -84,6 +84,19 @@ async fn known_traffic_is_counted_under_kubes_names_labels_and_buckets() {
     ))
     .await;
     assert_eq!(odd.status, 200);
+    // kube's verbs are the HTTP method's (a GET of a collection a LIST), its
+    // scope `resource` for one named object and for a create; a request to
+    // a connect subresource is a CONNECT.
+    let widget = format!("{WIDGETS}/w1");
+    for (method, path) in [
+        (reqwest::Method::GET, widget.clone()),
+        (reqwest::Method::PUT, widget.clone()),
+        (reqwest::Method::DELETE, WIDGETS.to_owned()),
+        (reqwest::Method::GET, format!("{widget}/log")),
+    ] {
+        let answer = crate::support::send(client.request(method, gateway.url(&path))).await;
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+    }
     // No route: a 404 from the gateway itself, under the folded resource.
     assert_eq!(
         get(&client, &gateway.url("/apis/nowhere.example.io/v1/things"))
@@ -98,9 +111,15 @@ async fn known_traffic_is_counted_under_kubes_names_labels_and_buckets() {
         sample(&text, "apiserver_request_total", &labels)
     };
     assert_eq!(count("LIST", WIDGET_LABELS, 200), Some(3.0), "{text}");
-    assert_eq!(count("CREATE", WIDGET_LABELS, 200), Some(1.0), "{text}");
-    let dry = WIDGET_LABELS.replace(r#"dry_run="""#, r#"dry_run="All""#);
-    assert_eq!(count("CREATE", &dry, 200), Some(1.0), "{text}");
+    let one_widget = WIDGET_LABELS.replace(r#"scope="namespace""#, r#"scope="resource""#);
+    assert_eq!(count("POST", &one_widget, 200), Some(1.0), "{text}");
+    let dry = one_widget.replace(r#"dry_run="""#, r#"dry_run="All""#);
+    assert_eq!(count("POST", &dry, 200), Some(1.0), "{text}");
+    assert_eq!(count("GET", &one_widget, 200), Some(1.0), "{text}");
+    assert_eq!(count("PUT", &one_widget, 200), Some(1.0), "{text}");
+    assert_eq!(count("DELETE", WIDGET_LABELS, 200), Some(1.0), "{text}");
+    let log = one_widget.replace(r#"subresource="""#, r#"subresource="log""#);
+    assert_eq!(count("CONNECT", &log, 200), Some(1.0), "{text}");
     assert_eq!(count("other", WIDGET_LABELS, 200), Some(1.0), "{text}");
     let folded = r#"dry_run="",group="other",version="other",resource="other",subresource="other",scope="cluster",component="apiserver""#;
     assert_eq!(count("LIST", folded, 404), Some(1.0), "{text}");
@@ -135,7 +154,9 @@ async fn known_traffic_is_counted_under_kubes_names_labels_and_buckets() {
         "{text}"
     );
     // Sizes are of read requests only, as in kube.
-    let create_sizes = sized.replace("LIST", "CREATE");
+    let create_sizes = sized
+        .replace("LIST", "POST")
+        .replace(r#"scope="namespace""#, r#"scope="resource""#);
     assert_eq!(
         sample(&text, "apiserver_response_sizes_count", &create_sizes),
         None
@@ -178,7 +199,7 @@ async fn known_traffic_is_counted_under_kubes_names_labels_and_buckets() {
             "wasmgate_upstream_requests_total",
             &format!(r#"{route},code="2xx""#)
         ),
-        Some(6.0),
+        Some(10.0),
         "{text}"
     );
     assert_eq!(
@@ -187,7 +208,7 @@ async fn known_traffic_is_counted_under_kubes_names_labels_and_buckets() {
             "wasmgate_upstream_request_duration_seconds_count",
             &route
         ),
-        Some(6.0),
+        Some(10.0),
         "{text}"
     );
     assert!(

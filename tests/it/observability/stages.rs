@@ -174,7 +174,7 @@ async fn stage_metrics_count_known_traffic_under_kubes_names() {
         sample(
             &text,
             "apiserver_request_total",
-            r#"verb="CREATE",dry_run="",group="demo.example.io",version="v1",resource="widgets",subresource="",scope="namespace",component="apiserver",code="403""#
+            r#"verb="POST",dry_run="",group="demo.example.io",version="v1",resource="widgets",subresource="",scope="resource",component="apiserver",code="403""#
         ),
         Some(2.0),
         "{text}"
