@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::stages::{
-    AuditMode, FailurePolicy, FilterSpec, Isolation, Mode, RequestHeaders,
+    AuditMode, FailurePolicy, FilterSpec, Isolation, Mode, ReadField, RequestHeaders,
 };
 use crate::config::{Config, HookPhase, RouteHandler, RouteMatch, Transport};
 use crate::try_request::Trial;
@@ -59,6 +59,14 @@ pub fn summary(config: &Config, steps: &[&str]) -> String {
                 out,
                 "    note: {:?} caches by every request header (it lists no `headers`): \
                  a header that changes per request (traceparent, X-Request-Id) makes every lookup a miss",
+                filter.name.as_str()
+            );
+        }
+        if keys_cache_on_the_client_address(filter) {
+            let _ = writeln!(
+                out,
+                "    note: {:?} caches by the client's address (its `reads` gives it `remote-addr`): \
+                 each connection's first request calls the filter; `reads = []` keys by the headers alone",
                 filter.name.as_str()
             );
         }
@@ -160,6 +168,13 @@ fn stage_summary(out: &mut String, stage: &str, filters: &[FilterSpec], note: &s
 /// (`wasm::cache_key`): with no `headers` list, every one of them.
 fn keys_cache_on_every_header(filter: &FilterSpec) -> bool {
     filter.cache.is_some() && matches!(filter.headers, RequestHeaders::All)
+}
+
+/// An authenticator's decision cache keys by the fields it is given
+/// (`wasm::cache_key`): with `remote-addr` (with no `reads`, too), by the
+/// client's address and port.
+fn keys_cache_on_the_client_address(filter: &FilterSpec) -> bool {
+    filter.cache.is_some() && filter.reads.includes(ReadField::RemoteAddr)
 }
 
 /// A filter as the manifest would spell it.

@@ -1,19 +1,24 @@
 //! What a filter's decision-cache key is made of (`crate::decision_cache`).
 //!
+//! Each key holds all a filter is given, as kube's caches key by all they
+//! send their webhook (the token and its audiences, the whole
+//! SubjectAccessReview spec): two requests the filter could answer apart
+//! never share one.
+//!
 //! * An authenticator: the request headers it sees (those its `headers`
-//!   lists, or every header when it lists none) and the fingerprint of the
-//!   verified client certificate chain when there is one. Enabling `cache`
-//!   for an authenticator says its answer depends on nothing else (kube's
-//!   cached token authenticator keys by the token alone): not the method,
-//!   path, query or client address its view also carries.
+//!   lists, or every header when it lists none), the fingerprint of the
+//!   verified client certificate chain when there is one, and the method,
+//!   path, query and client address when its `reads` gives them to it (a
+//!   filter without `reads` is given every one: `reads = []` is what lets a
+//!   credential's answer serve every path and every connection).
 //! * An authorizer: the user (name, uid, groups, extra) and every request
-//!   attribute it is given (those its `reads` leaves out are not), as kube's
-//!   webhook authorizer keys by the whole SubjectAccessReview spec.
+//!   attribute it is given (those its `reads` leaves out are not).
 
 use sha2::{Digest, Sha256};
 
 use rustls::pki_types::CertificateDer;
 
+use super::convert;
 use crate::config::stages::{ReadField, Reads, RequestHeaders};
 use crate::context::RequestContext;
 use crate::decision_cache::{Key, KeyBuilder};
@@ -21,10 +26,16 @@ use crate::{context, request_info};
 
 /// An authenticator's key; None when the headers are over the 10 KB of
 /// key material a cache takes. Made from the request itself, before (and, on
-/// a hit, instead of) the view the filter would be given: the headers
-/// `selected` lets through, as sent, and the verified chain's fingerprint.
-pub fn authentication(request: &http::request::Parts, selected: &RequestHeaders) -> Option<Key> {
+/// a hit, instead of) the view the filter would be given: the fields `reads`
+/// gives it, the headers `selected` lets through, as sent, and the verified
+/// chain's fingerprint.
+pub fn authentication(
+    request: &http::request::Parts,
+    selected: &RequestHeaders,
+    reads: Reads,
+) -> Option<Key> {
     let mut key = KeyBuilder::new(b"authentication");
+    options(&mut key, reads, convert::view_options(request));
     let headers = || {
         request
             .headers
@@ -88,21 +99,21 @@ pub fn authorization(
     ] {
         key.bytes(field.as_bytes());
     }
-    // The options the filter reads (a filter is given the same ones on every
-    // call, so an absent one and an empty one never meet in one cache).
-    for (field, value) in [
-        (ReadField::ApiPrefix, &request.api_prefix),
-        (ReadField::ApiVersion, &request.api_version),
-        (ReadField::LabelSelector, &request.label_selector),
-        (ReadField::FieldSelector, &request.field_selector),
-    ] {
+    options(&mut key, reads, convert::info_options(request));
+    key.finish()
+}
+
+/// The optional fields the filter reads, as it is given them. A filter is
+/// given the same ones on every call, so an absent one and an empty one
+/// never meet in one cache.
+fn options(key: &mut KeyBuilder, reads: Reads, options: [(ReadField, &str); 4]) {
+    for (field, value) in options {
         key.bytes(if reads.includes(field) {
             value.as_bytes()
         } else {
             b""
         });
     }
-    key.finish()
 }
 
 #[cfg(test)]
@@ -124,10 +135,11 @@ mod tests {
     }
 
     #[test]
-    fn authentication_keys_are_the_credential_alone() {
+    fn authentication_keys_are_what_the_filter_is_given() {
         let only = RequestHeaders::Only(vec![http::header::AUTHORIZATION]);
+        let nothing: Reads = std::iter::empty().collect();
         let key = |token: &str, path: &str, remote: &str| {
-            authentication(&request(token, path, remote), &only)
+            authentication(&request(token, path, remote), &only, nothing)
         };
         assert_eq!(key("a", "/", "127.0.0.1:1"), key("a", "/", "127.0.0.1:1"));
         assert_ne!(key("a", "/", "127.0.0.1:1"), key("b", "/", "127.0.0.1:1"));
@@ -137,8 +149,29 @@ mod tests {
         );
         assert!(key(&"x".repeat(MAX_KEY_MATERIAL), "/", "127.0.0.1:1").is_none());
         // With every header seen, another header is another key.
-        let all = authentication(&request("a", "/", "127.0.0.1:1"), &RequestHeaders::All);
+        let all = authentication(
+            &request("a", "/", "127.0.0.1:1"),
+            &RequestHeaders::All,
+            nothing,
+        );
         assert_ne!(all, key("a", "/", "127.0.0.1:1"));
+        // A field the filter reads is in its key; one it does not is not.
+        let path: Reads = [ReadField::Path].into_iter().collect();
+        let reading = |reads, path: &str, remote: &str| {
+            authentication(&request("a", path, remote), &only, reads)
+        };
+        assert_ne!(
+            reading(path, "/elsewhere", "127.0.0.1:1"),
+            reading(path, "/", "127.0.0.1:1")
+        );
+        assert_eq!(
+            reading(path, "/", "127.0.0.1:2"),
+            reading(path, "/", "127.0.0.1:1")
+        );
+        assert_ne!(
+            reading(Reads::ALL, "/", "127.0.0.1:2"),
+            reading(Reads::ALL, "/", "127.0.0.1:1")
+        );
     }
 
     #[test]

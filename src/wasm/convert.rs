@@ -26,10 +26,12 @@ pub fn request_view(
     reads: Reads,
 ) -> types::RequestView {
     let connection = RequestContext::of(&parts.extensions).connection.as_deref();
+    let [method, path, query, remote_addr] =
+        view_options(parts).map(|(field, value)| read(reads, field, value));
     types::RequestView {
-        method: read(reads, ReadField::Method, parts.method.as_str()),
-        path: read(reads, ReadField::Path, parts.uri.path()),
-        query: read(reads, ReadField::Query, parts.uri.query().unwrap_or("")),
+        method,
+        path,
+        query,
         headers: parts
             .headers
             .iter()
@@ -39,13 +41,25 @@ pub fn request_view(
                 value: String::from_utf8_lossy(value.as_bytes()).into_owned(),
             })
             .collect(),
-        remote_addr: read(
-            reads,
+        remote_addr,
+        client_certificate: connection.and_then(client_certificate),
+    }
+}
+
+/// The request view's optional fields, each with its name in `reads`: what
+/// an authenticator is given of them, and what its cache key holds
+/// (`super::cache_key`).
+pub(crate) fn view_options(parts: &http::request::Parts) -> [(ReadField, &str); 4] {
+    let connection = RequestContext::of(&parts.extensions).connection.as_deref();
+    [
+        (ReadField::Method, parts.method.as_str()),
+        (ReadField::Path, parts.uri.path()),
+        (ReadField::Query, parts.uri.query().unwrap_or("")),
+        (
             ReadField::RemoteAddr,
             connection.map_or("", |c| &c.remote_text),
         ),
-        client_certificate: connection.and_then(client_certificate),
-    }
+    ]
 }
 
 fn client_certificate(connection: &ConnectionInfo) -> Option<types::ClientCertificate> {
@@ -68,20 +82,34 @@ fn client_certificate(connection: &ConnectionInfo) -> Option<types::ClientCertif
 /// `CompactString::to_string` would: the formatter's padding logic on every
 /// field was 60% of this function's instructions (callgrind, bench/README.md).
 pub fn request_info(info: &RequestInfo, reads: Reads) -> types::RequestInfo {
+    let [api_prefix, api_version, label_selector, field_selector] =
+        info_options(info).map(|(field, value)| read(reads, field, value));
     types::RequestInfo {
         is_resource_request: info.is_resource_request,
         path: info.path.as_str().to_owned(),
         verb: info.verb.as_str().to_owned(),
-        api_prefix: read(reads, ReadField::ApiPrefix, &info.api_prefix),
+        api_prefix,
         api_group: info.api_group.as_str().to_owned(),
-        api_version: read(reads, ReadField::ApiVersion, &info.api_version),
+        api_version,
         namespace: info.namespace.as_str().to_owned(),
         resource: info.resource.as_str().to_owned(),
         subresource: info.subresource.as_str().to_owned(),
         name: info.name.as_str().to_owned(),
-        label_selector: read(reads, ReadField::LabelSelector, &info.label_selector),
-        field_selector: read(reads, ReadField::FieldSelector, &info.field_selector),
+        label_selector,
+        field_selector,
     }
+}
+
+/// The request info's optional fields, each with its name in `reads`: what
+/// a filter is given of them, and what an authorizer's cache key holds
+/// (`super::cache_key`).
+pub(crate) fn info_options(info: &RequestInfo) -> [(ReadField, &str); 4] {
+    [
+        (ReadField::ApiPrefix, &info.api_prefix),
+        (ReadField::ApiVersion, &info.api_version),
+        (ReadField::LabelSelector, &info.label_selector),
+        (ReadField::FieldSelector, &info.field_selector),
+    ]
 }
 
 /// The user as the WIT record filters receive.

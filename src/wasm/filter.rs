@@ -832,7 +832,7 @@ impl LoadedFilter<Authenticator> {
         now: Instant,
     ) -> Result<Call<AuthnAnswer>, Ask<'_, AuthnAnswer>> {
         self.probe(
-            || cache_key::authentication(request, &self.spec.headers),
+            || cache_key::authentication(request, &self.spec.headers, self.spec.reads),
             now,
         )
     }

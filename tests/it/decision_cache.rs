@@ -25,7 +25,7 @@ fn token_authn(name: &str, config: serde_json::Value, settings: &str) -> String 
         name,
         "token-authn",
         Some(config),
-        &format!("headers = [\"authorization\"]\n{settings}"),
+        &format!("headers = [\"authorization\"]\nreads = []\n{settings}"),
     )
 }
 
@@ -272,7 +272,7 @@ async fn a_0_1_0_authenticator_is_cached_but_not_its_errors_and_concurrent_misse
         "legacy-faults",
         "compat-0-1-authn",
         None,
-        "headers = [\"x-fault\"]\ncache = true\ntimeout = \"5s\"\n",
+        "headers = [\"x-fault\"]\nreads = []\ncache = true\ntimeout = \"5s\"\n",
     );
     let manifest = plaintext(
         &[
@@ -330,6 +330,54 @@ async fn a_0_1_0_authenticator_is_cached_but_not_its_errors_and_concurrent_misse
         2,
         "100 concurrent misses made one call"
     );
+    gateway.shutdown().await;
+}
+
+/// What compat-0-2-authn names its user after (`x-compat: attributes`: the
+/// fields it is given), as the echoing upstream heard it (request-header
+/// identity), for a request `client` sends to `path`.
+async fn spelled_out_user(gateway: &TestGateway, client: &reqwest::Client, path: &str) -> String {
+    let request = client
+        .get(gateway.url(path))
+        .header("x-compat", "attributes");
+    let seen = echo(&send(request).await);
+    echoed_header(&seen, "x-remote-user").expect("the user reached the upstream")
+}
+
+/// An authenticator's key holds the request-view fields it is given (its
+/// `reads`), as kube's caches key by all they send their webhook: an answer
+/// kept for one path, or for one client's address, is not another's.
+#[tokio::test]
+async fn an_authenticators_key_holds_the_fields_it_reads() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let url = upstream.url();
+    let manifest = plaintext(&format!(
+        "{}\n[authorization]\nalways_allow = true\n\n[[servers]]\nname = \"gw\"\n\n\
+         [[servers.routes]]\nprefix = \"/open/\"\nupstream = {{ url = \"{url}\", identity = \"request-header\" }}\n",
+        filter(
+            "authentication.filters",
+            "spelled-out",
+            "compat-0-2-authn",
+            None,
+            "headers = [\"x-compat\"]\nreads = [\"path\", \"remote-addr\"]\ncache = true\n",
+        ),
+    ));
+    let gateway = TestGateway::start(&manifest).await;
+    let (one, other) = (http_client(), http_client());
+    let first = spelled_out_user(&gateway, &one, "/open/a").await;
+    assert!(first.contains("path=/open/a"), "{first}");
+    let second = spelled_out_user(&gateway, &one, "/open/b").await;
+    assert!(
+        second.contains("path=/open/b"),
+        "{second}: /open/a's answer"
+    );
+    let elsewhere = spelled_out_user(&gateway, &other, "/open/a").await;
+    assert_ne!(
+        elsewhere, first,
+        "another client's address, the first one's answer"
+    );
+    assert_eq!(local_filter_calls("spelled-out", "answer"), 3);
     gateway.shutdown().await;
 }
 

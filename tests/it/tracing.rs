@@ -276,8 +276,9 @@ async fn a_cache_hit_has_a_filter_span_marked_hit_with_no_instance() {
             "tokens",
             "token-authn",
             Some(tokens_config()),
-            // Its key is the headers it sees: every traceparent differs.
-            "headers = [\"authorization\"]\ncache = true\n"
+            // Its key is what it is given: every traceparent differs, and
+            // each request comes on a connection of its own.
+            "headers = [\"authorization\"]\nreads = []\ncache = true\n"
         ),
         filter(
             "authorization.filters",
