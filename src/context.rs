@@ -316,18 +316,53 @@ pub struct UserInfo {
 /// super-admins, exempt from flow control and from max-in-flight's 429.
 pub(crate) const SYSTEM_PRIVILEGED_GROUP: &str = "system:masters";
 
+/// kube's `user.Anonymous`, `user.AllAuthenticated` and
+/// `user.AllUnauthenticated` (the same `user.go`).
+pub(crate) const ANONYMOUS_USER: &str = "system:anonymous";
+pub(crate) const ALL_AUTHENTICATED: &str = "system:authenticated";
+pub(crate) const ALL_UNAUTHENTICATED: &str = "system:unauthenticated";
+
 impl UserInfo {
     /// Whether the user is in `system:masters`.
     pub(crate) fn is_privileged(&self) -> bool {
         self.groups.iter().any(|g| g == SYSTEM_PRIVILEGED_GROUP)
+    }
+
+    fn in_group(&self, group: &str) -> bool {
+        self.groups.iter().any(|g| g == group)
+    }
+
+    /// Puts the user in `system:authenticated` (last) where kube does, and
+    /// says whether it did: not `system:anonymous`, nor a user already in
+    /// `system:authenticated` or in `system:unauthenticated`
+    /// (`staging/src/k8s.io/apiserver/pkg/authentication/group/authenticated_group_adder.go`,
+    /// and `WithImpersonation` for an impersonated user).
+    pub(crate) fn add_authenticated_group(&mut self) -> bool {
+        let add = self.name != ANONYMOUS_USER
+            && !self.in_group(ALL_AUTHENTICATED)
+            && !self.in_group(ALL_UNAUTHENTICATED);
+        if add {
+            self.groups.push(ALL_AUTHENTICATED.to_owned());
+        }
+        add
+    }
+
+    /// Puts `system:anonymous` in `system:unauthenticated` (last) unless it
+    /// is there, as kube's `WithImpersonation` does for an impersonated
+    /// anonymous user
+    /// (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation.go`).
+    pub(crate) fn add_unauthenticated_group(&mut self) {
+        if self.name == ANONYMOUS_USER && !self.in_group(ALL_UNAUTHENTICATED) {
+            self.groups.push(ALL_UNAUTHENTICATED.to_owned());
+        }
     }
 }
 
 /// kube's anonymous user, made once.
 static ANONYMOUS: LazyLock<Arc<UserInfo>> = LazyLock::new(|| {
     Arc::new(UserInfo {
-        name: "system:anonymous".to_owned(),
-        groups: vec!["system:unauthenticated".to_owned()],
+        name: ANONYMOUS_USER.to_owned(),
+        groups: vec![ALL_UNAUTHENTICATED.to_owned()],
         ..UserInfo::default()
     })
 });

@@ -1,10 +1,13 @@
-//! Impersonation (kube's `WithImpersonation`): a request may act as another
-//! user with `Impersonate-User`, `Impersonate-Group`, `Impersonate-Uid` and
-//! `Impersonate-Extra-<key>` headers. Each requested attribute is checked
-//! through the authorization union with verb `impersonate` (on `users`,
-//! `groups`, `serviceaccounts`, `uids`, `userextras/<key>`); when all are
-//! allowed the request goes on as the impersonated user and the headers are
-//! removed. The audit event records both users.
+//! Impersonation (kube's `WithImpersonation`,
+//! `staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation.go`): a
+//! request may act as another user with `Impersonate-User`,
+//! `Impersonate-Group`, `Impersonate-Uid` and `Impersonate-Extra-<key>`
+//! headers. Each requested attribute is checked through the authorization
+//! union with verb `impersonate` (on `users`, `groups`, `serviceaccounts`,
+//! `uids`, `userextras/<key>`), as the requesting user (the union's caches
+//! key by that user); when all are allowed the request goes on as the
+//! impersonated user and the headers are removed. The audit event records
+//! both users.
 
 use std::sync::Arc;
 
@@ -182,29 +185,30 @@ fn service_account(user: &str) -> Option<(&str, &str)> {
     user.strip_prefix("system:serviceaccount:")?.split_once(':')
 }
 
-/// The user the request goes on as: kube adds `system:authenticated` to a
-/// non-anonymous impersonated user, and a service account's groups.
+/// The user the request goes on as, as kube makes it: a service account
+/// is in its groups when no group is named; then `system:authenticated` or,
+/// for `system:anonymous`, `system:unauthenticated` is added as
+/// [`UserInfo::add_authenticated_group`] and
+/// [`UserInfo::add_unauthenticated_group`] say.
 fn impersonated_user(requested: Requested) -> UserInfo {
     let mut groups = requested.groups;
-    if let Some((namespace, _)) = service_account(&requested.user) {
-        for group in [
+    if groups.is_empty()
+        && let Some((namespace, _)) = service_account(&requested.user)
+    {
+        groups = vec![
             "system:serviceaccounts".to_owned(),
             format!("system:serviceaccounts:{namespace}"),
-        ] {
-            if !groups.contains(&group) {
-                groups.push(group);
-            }
-        }
+        ];
     }
-    if requested.user != "system:anonymous" && !groups.iter().any(|g| g == "system:authenticated") {
-        groups.push("system:authenticated".to_owned());
-    }
-    UserInfo {
+    let mut user = UserInfo {
         name: requested.user,
         uid: requested.uid.unwrap_or_default(),
         groups,
         extra: requested.extra,
-    }
+    };
+    user.add_authenticated_group();
+    user.add_unauthenticated_group();
+    user
 }
 
 fn remove_impersonation_headers(headers: &mut HeaderMap) {
@@ -336,10 +340,10 @@ mod tests {
     }
 
     /// impersonation.go: a service account gets `system:serviceaccounts` and
-    /// `system:serviceaccounts:<namespace>`; the anonymous user does not get
-    /// `system:authenticated`.
+    /// `system:serviceaccounts:<namespace>`; the anonymous user gets
+    /// `system:unauthenticated`, not `system:authenticated`.
     #[tokio::test]
-    async fn service_accounts_get_their_groups_and_anonymous_stays_unauthenticated() {
+    async fn service_accounts_get_their_groups_and_anonymous_is_unauthenticated() {
         let (filter, next) = impersonation();
         filter
             .call(request(&[(
@@ -360,7 +364,10 @@ mod tests {
             .call(request(&[("impersonate-user", "system:anonymous")]))
             .await;
         let (user, _) = next.seen();
-        assert_eq!(user.map(|user| user.groups), Some(Vec::new()));
+        assert_eq!(
+            user.map(|user| user.groups),
+            Some(strings(&["system:unauthenticated"]))
+        );
     }
 
     /// impersonation.go: groups, a uid or extras without `Impersonate-User`

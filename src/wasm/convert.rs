@@ -131,26 +131,15 @@ pub fn user_to_wit(user: &UserInfo) -> types::UserInfo {
 
 /// The user an authenticator named, as the request goes on as it: in
 /// `system:authenticated`, where kube's `AuthenticatedGroupAdder` puts every
-/// authenticated user
-/// (`staging/src/k8s.io/apiserver/pkg/authentication/group/authenticated_group_adder.go`),
-/// and whether the group was added (last) here. As there, it is not added
-/// to `system:anonymous`, nor to a user already in `system:authenticated`
-/// or in `system:unauthenticated`: a user the filter calls unauthenticated
-/// is not to be granted what authenticated users are. Made once per answer, so the
-/// answer an authenticator's cache keeps is the user, shared.
+/// authenticated user ([`UserInfo::add_authenticated_group`]: not
+/// `system:anonymous`, nor a user the filter calls unauthenticated, who is
+/// not to be granted what authenticated users are), and whether the group
+/// was added (last) here. Made once per answer, so the answer an
+/// authenticator's cache keeps is the user, shared.
 pub(crate) fn authenticated_user(user: types::UserInfo) -> (Arc<UserInfo>, bool) {
-    const AUTHENTICATED: &str = "system:authenticated";
-    const UNAUTHENTICATED: &str = "system:unauthenticated";
     let mut user = user_from_wit(user);
-    let add = user.name != "system:anonymous"
-        && !user
-            .groups
-            .iter()
-            .any(|group| group == AUTHENTICATED || group == UNAUTHENTICATED);
-    if add {
-        user.groups.push(AUTHENTICATED.to_owned());
-    }
-    (Arc::new(user), add)
+    let added = user.add_authenticated_group();
+    (Arc::new(user), added)
 }
 
 fn user_from_wit(user: types::UserInfo) -> UserInfo {

@@ -444,3 +444,83 @@ async fn impersonate_mode_acts_as_the_user_with_the_gateways_client_certificate(
     );
     assert_eq!(echoed_header(&seen, "authorization"), None);
 }
+
+/// Headers a request sends, as name and value.
+type Headers<'a> = &'a [(&'a str, &'a str)];
+
+/// What reached an upstream in request-header mode, for a request by alice
+/// (who may impersonate anyone) with `headers`.
+async fn as_alice_upstream(gateway: &TestGateway, headers: Headers<'_>) -> Value {
+    let mut request = http_client()
+        .get(gateway.url("/open/rh/x"))
+        .bearer_auth("alice-token");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    echo(&send(request).await)
+}
+
+/// The impersonated user reaches the upstream as kube's `WithImpersonation`
+/// (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation.go`)
+/// makes it: `system:anonymous` in `system:unauthenticated`; a service
+/// account in its groups only when no `Impersonate-Group` names others; a
+/// user in `system:unauthenticated` not in `system:authenticated`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_impersonated_user_reaches_the_upstream_as_kube_makes_it() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let url = upstream.url();
+    let manifest = plaintext(&format!(
+        "{}{}[[servers]]\nname = \"gw\"\n\
+         [[servers.routes]]\nprefix = \"/open/rh/\"\nupstream = {{ url = \"{url}\", identity = \"request-header\" }}\n",
+        tokens_with(users()),
+        rbac_with(rbac_rules()),
+    ));
+    let gateway = TestGateway::start(&manifest).await;
+
+    let robot = "system:serviceaccount:default:robot";
+    // The headers alice sends, and the user and groups the upstream is told
+    // (system:anonymous may use /open/* through system:unauthenticated).
+    let cases: [(Headers, &str, &[&str]); 4] = [
+        (
+            &[("impersonate-user", "system:anonymous")],
+            "system:anonymous",
+            &["system:unauthenticated"],
+        ),
+        (
+            &[("impersonate-user", robot)],
+            robot,
+            &[
+                "system:serviceaccounts",
+                "system:serviceaccounts:default",
+                "system:authenticated",
+            ],
+        ),
+        (
+            &[("impersonate-user", robot), ("impersonate-group", "dev")],
+            robot,
+            &["dev", "system:authenticated"],
+        ),
+        (
+            &[
+                ("impersonate-user", "bob"),
+                ("impersonate-group", "system:unauthenticated"),
+            ],
+            "bob",
+            &["system:unauthenticated"],
+        ),
+    ];
+    for (headers, user, groups) in cases {
+        let seen = as_alice_upstream(&gateway, headers).await;
+        assert_eq!(
+            echoed_header(&seen, "x-remote-user").as_deref(),
+            Some(user),
+            "{headers:?}"
+        );
+        assert_eq!(
+            echoed_values(&seen, "x-remote-group"),
+            groups,
+            "{headers:?}"
+        );
+    }
+}
