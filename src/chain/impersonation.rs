@@ -20,7 +20,7 @@ use super::stage::Watchers;
 use crate::body::{Request, Response};
 use crate::context::{RequestContext, RequestReport, UserInfo};
 use crate::handler::{Handler, SharedHandler};
-use crate::request_info::RequestInfo;
+use crate::request_info::{RequestInfo, percent_decode_strict};
 use crate::status::GatewayError;
 
 const USER: &str = "impersonate-user";
@@ -112,17 +112,18 @@ fn requested(headers: &HeaderMap) -> Result<Option<Requested>, GatewayError> {
             .map(str::to_owned)
             .collect()
     };
-    let user = values(USER).into_iter().next();
+    // As kube's `headers.Get(...)` with `len(...) > 0`: an empty user or
+    // uid is none.
+    let first = |name: &str| values(name).into_iter().next().filter(|v| !v.is_empty());
+    let user = first(USER);
     let groups = values(GROUP);
-    let uid = values(UID).into_iter().next();
+    let uid = first(UID);
     let mut extra: Vec<(String, Vec<String>)> = Vec::new();
     for name in headers
         .keys()
         .filter(|name| name.as_str().starts_with(EXTRA_PREFIX))
     {
-        let key = name.as_str()[EXTRA_PREFIX.len()..].to_owned();
-        // kube percent-decodes extra keys (they may hold '/').
-        let key = percent_decode(&key);
+        let key = unescape_extra_key(&name.as_str()[EXTRA_PREFIX.len()..]);
         extra.push((key, values(name.as_str())));
     }
     match user {
@@ -140,13 +141,14 @@ fn requested(headers: &HeaderMap) -> Result<Option<Requested>, GatewayError> {
     }
 }
 
-/// kube's `url.PathUnescape`: `%XX` decoded, `+` kept (form decoding would
-/// make it a space, so it is escaped first).
-fn percent_decode(text: &str) -> String {
-    let text = text.replace('+', "%2B");
-    url::form_urlencoded::parse(format!("k={text}").as_bytes())
-        .next()
-        .map_or_else(|| text.to_owned(), |(_, value)| value.into_owned())
+/// kube's `unescapeExtraKey`: the key `url.PathUnescape`d (they may hold
+/// `/`), every other byte as sent (`+`, `&`, `=`); a malformed escape leaves
+/// the key as sent.
+fn unescape_extra_key(key: &str) -> String {
+    match percent_decode_strict(key) {
+        Some(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        None => key.to_owned(),
+    }
 }
 
 /// The authorization questions an impersonation asks, one per attribute.
@@ -368,6 +370,15 @@ mod tests {
             user.map(|user| user.groups),
             Some(strings(&["system:unauthenticated"]))
         );
+    }
+
+    /// impersonation.go's `unescapeExtraKey`: `url.PathUnescape`, which
+    /// keeps every byte but `%XX`, and leaves a malformed key as sent.
+    #[test]
+    fn extra_keys_are_unescaped_as_url_path_unescape_does() {
+        assert_eq!(unescape_extra_key("acme.io%2fteam"), "acme.io/team");
+        assert_eq!(unescape_extra_key("a+b&c=d"), "a+b&c=d");
+        assert_eq!(unescape_extra_key("a%2fb%zz"), "a%2fb%zz");
     }
 
     /// impersonation.go: groups, a uid or extras without `Impersonate-User`

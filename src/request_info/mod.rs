@@ -47,6 +47,7 @@ use std::fmt;
 use compact_str::CompactString;
 use http::Method;
 
+pub(crate) use path::percent_decode_strict;
 use path::{decode_path, is_valid_path_segment_name, split_path};
 use query::{ListOptionsError, decode_list_options};
 pub(crate) use query::{first_value, go_parse_query, go_query_bool};

@@ -64,8 +64,9 @@ pub(super) fn decode_path(path: &str) -> Cow<'_, str> {
     }
 }
 
-/// Decodes `%XX` escapes; `None` if any `%` is not followed by two hex digits.
-fn percent_decode_strict(s: &str) -> Option<Vec<u8>> {
+/// Decodes `%XX` escapes; `None` if any `%` is not followed by two hex digits
+/// (Go's `url.PathUnescape`, which fails there).
+pub(crate) fn percent_decode_strict(s: &str) -> Option<Vec<u8>> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

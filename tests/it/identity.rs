@@ -464,7 +464,9 @@ async fn as_alice_upstream(gateway: &TestGateway, headers: Headers<'_>) -> Value
 /// (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation.go`)
 /// makes it: `system:anonymous` in `system:unauthenticated`; a service
 /// account in its groups only when no `Impersonate-Group` names others; a
-/// user in `system:unauthenticated` not in `system:authenticated`.
+/// user in `system:unauthenticated` not in `system:authenticated`; an
+/// empty `Impersonate-User` no impersonation at all; an extra key
+/// percent-decoded as `url.PathUnescape` does (`&` is part of the key).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_impersonated_user_reaches_the_upstream_as_kube_makes_it() {
     build_filters();
@@ -481,7 +483,7 @@ async fn the_impersonated_user_reaches_the_upstream_as_kube_makes_it() {
     let robot = "system:serviceaccount:default:robot";
     // The headers alice sends, and the user and groups the upstream is told
     // (system:anonymous may use /open/* through system:unauthenticated).
-    let cases: [(Headers, &str, &[&str]); 4] = [
+    let cases: [(Headers, &str, &[&str]); 5] = [
         (
             &[("impersonate-user", "system:anonymous")],
             "system:anonymous",
@@ -509,6 +511,11 @@ async fn the_impersonated_user_reaches_the_upstream_as_kube_makes_it() {
             "bob",
             &["system:unauthenticated"],
         ),
+        (
+            &[("impersonate-user", "")],
+            "alice",
+            &["dev", "system:authenticated"],
+        ),
     ];
     for (headers, user, groups) in cases {
         let seen = as_alice_upstream(&gateway, headers).await;
@@ -523,4 +530,18 @@ async fn the_impersonated_user_reaches_the_upstream_as_kube_makes_it() {
             "{headers:?}"
         );
     }
+
+    let seen = as_alice_upstream(
+        &gateway,
+        &[
+            ("impersonate-user", "bob"),
+            ("impersonate-extra-scopes&team", "red"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        echoed_header(&seen, "x-remote-extra-scopes&team").as_deref(),
+        Some("red")
+    );
+    assert_eq!(echoed_header(&seen, "x-remote-extra-scopes"), None);
 }

@@ -25,6 +25,12 @@ async fn impersonation_is_authorized_then_the_request_runs_as_the_impersonated_u
         whoami(as_alice(WHOAMI).header("Impersonate-User", "bob")).await,
         "bob"
     );
+    // An empty Impersonate-Uid is none (kube's impersonation.go asks
+    // `len(requestedUID) > 0`): there is no uid to be allowed.
+    let request = as_alice(WHOAMI)
+        .header("Impersonate-User", "bob")
+        .header("Impersonate-Uid", "");
+    assert_eq!(whoami(request).await, "bob");
 
     // alice may not impersonate carol, nor any group.
     let status = send(as_alice("/open/x").header("Impersonate-User", "carol"))
