@@ -152,12 +152,15 @@ fn unescape_extra_key(key: &str) -> String {
 }
 
 /// The authorization questions an impersonation asks, one per attribute.
+/// Each names the version of the kind kube asks about (`v1`, of `core/v1`
+/// and `authentication.k8s.io/v1`), as kube's attributes do.
 fn checks(requested: &Requested) -> Vec<RequestInfo> {
     let check =
         |group: &str, resource: &str, subresource: &str, namespace: &str, name: &str| RequestInfo {
             is_resource_request: true,
             verb: "impersonate".into(),
             api_group: group.into(),
+            api_version: "v1".into(),
             resource: resource.into(),
             subresource: subresource.into(),
             namespace: namespace.into(),
@@ -369,6 +372,43 @@ mod tests {
         assert_eq!(
             user.map(|user| user.groups),
             Some(strings(&["system:unauthenticated"]))
+        );
+    }
+
+    /// impersonation.go: each attribute is asked about with verb
+    /// `impersonate`, on its resource (an extra's key as the subresource),
+    /// in its group and at version `v1` (`APIVersion: gvk.Version`).
+    #[test]
+    fn each_attribute_is_asked_about_as_kube_asks() {
+        let requested = Requested {
+            user: "system:serviceaccount:ci:robot".to_owned(),
+            groups: strings(&["dev"]),
+            uid: Some("1002".to_owned()),
+            extra: vec![("acme.io/team".to_owned(), strings(&["red"]))],
+        };
+        let asked: Vec<_> = checks(&requested)
+            .iter()
+            .map(|check| {
+                let fields = [
+                    &check.verb,
+                    &check.api_group,
+                    &check.api_version,
+                    &check.namespace,
+                    &check.resource,
+                    &check.subresource,
+                    &check.name,
+                ];
+                fields.map(|field| field.as_str()).join(" ")
+            })
+            .collect();
+        assert_eq!(
+            asked,
+            [
+                "impersonate  v1 ci serviceaccounts  robot",
+                "impersonate  v1  groups  dev",
+                "impersonate authentication.k8s.io v1  uids  1002",
+                "impersonate authentication.k8s.io v1  userextras acme.io/team red",
+            ]
         );
     }
 
