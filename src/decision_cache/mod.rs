@@ -10,6 +10,9 @@
 //!   to run it never are, so the next request asks the filter again.
 //! * Concurrent misses for one key make one call: the first request calls
 //!   the filter and the others wait for its outcome (kube's singleflight).
+//!   Should the calling request go away first (its client gone, its
+//!   deadline passed), the first of the others to look again calls for
+//!   the rest, as kube's shared lookup outlives the request that began it.
 //! * A lookup never waits: [`DecisionCache::lookup`] finds the answer kept,
 //!   or a [`Pending`] (wait for a concurrent call, make this one, or call
 //!   without keeping) that [`DecisionCache::fetch`] resolves; a stage whose
@@ -134,7 +137,7 @@ impl CacheMetrics {
 pub(crate) enum Pending<'a, T> {
     /// Another request is calling the filter for the key: its outcome is
     /// awaited.
-    Wait(watch::Receiver<Option<T>>),
+    Wait(Key, watch::Receiver<Option<T>>),
     /// This request calls the filter, holding the key until it answers.
     Call(Calling<'a, T>),
     /// Nothing can be kept for this request (`TooLarge`, or `Miss` when the
@@ -183,8 +186,12 @@ impl<T: Clone> DecisionCache<T> {
             }
             None => {}
         }
-        if let Some(receiver) = entries.calling.get(&key) {
-            return Err(Pending::Wait(receiver.clone()));
+        // A caller that went away has taken its key out; should its entry
+        // be left (its drop found the lock poisoned), it is called anew.
+        if let Some(receiver) = entries.calling.get(&key)
+            && receiver.has_changed().is_ok()
+        {
+            return Err(Pending::Wait(key, receiver.clone()));
         }
         self.metrics.misses.inc();
         let (sender, receiver) = watch::channel(None);
@@ -197,40 +204,41 @@ impl<T: Clone> DecisionCache<T> {
     }
 
     /// The value `pending` leads to: one shared from a concurrent call for
-    /// the same key, or got from `call` (and then kept if it says so).
+    /// the same key, or got from `call` (and then kept if it says so). A
+    /// wait whose calling request went away before its answer looks again:
+    /// the first waiter to do so calls, the others wait for it.
     pub(crate) async fn fetch(
         &self,
-        pending: Pending<'_, T>,
+        mut pending: Pending<'_, T>,
         call: impl Future<Output = Fetched<T>>,
     ) -> (T, Lookup) {
-        match pending {
-            Pending::Wait(mut receiver) => {
-                let shared = receiver
-                    .wait_for(Option::is_some)
-                    .await
-                    .ok()
-                    .and_then(|value| value.clone());
-                match shared {
-                    Some(value) => {
+        loop {
+            match pending {
+                Pending::Wait(key, mut receiver) => {
+                    let shared = receiver
+                        .wait_for(Option::is_some)
+                        .await
+                        .ok()
+                        .and_then(|value| value.clone());
+                    if let Some(value) = shared {
                         self.metrics.hits.inc();
-                        (value, Lookup::Merged)
+                        return (value, Lookup::Merged);
                     }
-                    // The calling request went away before its answer.
-                    None => {
-                        self.metrics.misses.inc();
-                        (call.await.value, Lookup::Miss)
+                    pending = match self.lookup(Some(key), Instant::now()) {
+                        Ok(value) => return (value, Lookup::Hit),
+                        Err(pending) => pending,
+                    };
+                }
+                Pending::Call(calling) => {
+                    let Fetched { value, keep } = call.await;
+                    if let Some(keep) = keep {
+                        self.keep(calling.key, value.clone(), keep);
                     }
+                    calling.answer(value.clone());
+                    return (value, Lookup::Miss);
                 }
+                Pending::Unkept(lookup) => return (call.await.value, lookup),
             }
-            Pending::Call(calling) => {
-                let Fetched { value, keep } = call.await;
-                if let Some(keep) = keep {
-                    self.keep(calling.key, value.clone(), keep);
-                }
-                calling.answer(value.clone());
-                (value, Lookup::Miss)
-            }
-            Pending::Unkept(lookup) => (call.await.value, lookup),
         }
     }
 

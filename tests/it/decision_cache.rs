@@ -260,21 +260,18 @@ async fn denials_expire_after_the_negative_ttl() {
     gateway.shutdown().await;
 }
 
-/// compat-0-1-authn is built against wasmgate:filter@0.1.0: it loads, its
-/// answers are cached (without a TTL of its own), its errors never are, and
-/// 100 concurrent requests with one credential make one call.
-#[tokio::test]
-async fn a_0_1_0_authenticator_is_cached_but_not_its_errors_and_concurrent_misses_merge() {
-    build_filters();
-    let upstream = Upstream::start().await;
+/// A manifest of compat-0-1-authn named `name`, answering as its request's
+/// `x-fault` says and cached by that header alone, anonymous requests
+/// allowed and every request authorized, routed to `upstream`.
+fn cached_faults(name: &str, upstream: &Upstream) -> String {
     let faults = filter(
         "authentication.filters",
-        "legacy-faults",
+        name,
         "compat-0-1-authn",
         None,
-        "headers = [\"x-fault\"]\nreads = []\ncache = true\ntimeout = \"5s\"\n",
+        "headers = [\"x-fault\"]\nreads = []\ncache = true\ntimeout = \"10s\"\n",
     );
-    let manifest = plaintext(
+    plaintext(
         &[
             "[authentication]\nanonymous = true\n".to_owned(),
             faults,
@@ -282,7 +279,17 @@ async fn a_0_1_0_authenticator_is_cached_but_not_its_errors_and_concurrent_misse
             routes(&upstream.url()),
         ]
         .concat(),
-    );
+    )
+}
+
+/// compat-0-1-authn is built against wasmgate:filter@0.1.0: it loads, its
+/// answers are cached (without a TTL of its own), its errors never are, and
+/// 100 concurrent requests with one credential make one call.
+#[tokio::test]
+async fn a_0_1_0_authenticator_is_cached_but_not_its_errors_and_concurrent_misses_merge() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let manifest = cached_faults("legacy-faults", &upstream);
     let gateway = TestGateway::start(&manifest).await;
     let client = http_client();
     let url = gateway.url("/open/x");
@@ -329,6 +336,59 @@ async fn a_0_1_0_authenticator_is_cached_but_not_its_errors_and_concurrent_misse
         local_filter_calls("legacy-faults", "answer"),
         2,
         "100 concurrent misses made one call"
+    );
+    gateway.shutdown().await;
+}
+
+/// A request that calls the filter for a key and goes away before the
+/// answer (its own `?timeout=` ends it) hands the call on: one of the
+/// requests waiting for it calls the filter, its answer is kept, and the
+/// others share it, as kube's singleflight call outlives the request that
+/// started it (`cached_token_authenticator.go` runs the shared lookup on a
+/// context of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_calling_request_goes_away_one_of_its_waiters_calls() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let manifest = cached_faults("handed-on", &upstream);
+    let gateway = TestGateway::start(&manifest).await;
+    let client = http_client();
+    let slow = |query: &str| {
+        let request = client
+            .get(gateway.url(&format!("/open/x{query}")))
+            .header("x-fault", "slow-3000");
+        tokio::spawn(async move { send(request).await })
+    };
+    // The others reach the cache well within the first one's 1.5 s.
+    let leader = slow("?timeout=1500ms");
+    eventually("the first request calls the filter", || async {
+        let misses = local_metric("wasmgate_decision_cache_misses_total{filter=\"handed-on\"}");
+        (misses == 1).then_some(())
+    })
+    .await;
+    let waiters: Vec<_> = (0..5).map(|_| slow("")).collect();
+    let answer = bounded("the first request", leader).await.expect("a task");
+    answer.assert_status(504, "Timeout");
+    for waiter in waiters {
+        let answer = bounded("a waiting request", waiter).await.expect("a task");
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    assert_eq!(
+        local_filter_calls("handed-on", "answer"),
+        1,
+        "one waiter called the filter for all"
+    );
+    let answer = send(
+        client
+            .get(gateway.url("/open/x"))
+            .header("x-fault", "slow-3000"),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(
+        local_filter_calls("handed-on", "answer"),
+        1,
+        "its answer was kept"
     );
     gateway.shutdown().await;
 }
