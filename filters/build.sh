@@ -352,6 +352,24 @@ ensure_rust_lock() {
         die "cargo update --workspace failed: cannot record ${missing[*]} in filters/Cargo.lock"
 }
 
+# Other checkouts of the repo build into the same target dir, and cargo
+# tells a workspace crate's builds apart by its path within the workspace,
+# not by the checkout: after another checkout's build, this one's crates
+# count as built (from the other's sources) and it would install the other's
+# components. So when another checkout built last, the workspace's crates $@
+# (the filters and the libraries they share; crates.io dependencies stay)
+# are cleaned first, and this checkout is recorded as the one they are of.
+claim_rust_outputs() {
+    local owner="$TARGET_DIR/$RUST_TARGET/release/.wasmgate-checkout" crate packages=()
+    [[ "$(cat "$owner" 2>/dev/null)" == "$FILTERS_DIR" ]] && return 0
+    for crate in "$@"; do packages+=(-p "$crate"); done
+    (cd "$FILTERS_DIR" && cargo clean --release --target "$RUST_TARGET" \
+        --target-dir "$TARGET_DIR" "${packages[@]}" >&2 2>/dev/null) ||
+        die "cargo clean of the Rust filters failed"
+    mkdir -p "$(dirname "$owner")"
+    printf '%s\n' "$FILTERS_DIR" >"$owner"
+}
+
 build_rust() {
     need_tools cargo rustc
     ensure_rust_target "$RUST_TARGET"
@@ -371,6 +389,9 @@ build_rust() {
             packages=(--workspace)
         fi
         log "building the Rust filters (cargo target dir $TARGET_DIR)"
+        local crates
+        mapfile -t crates < <(rust_crates)
+        claim_rust_outputs "${crates[@]}"
         (cd "$FILTERS_DIR" && cargo build --locked --release "${packages[@]}" \
             --target "$RUST_TARGET" --target-dir "$TARGET_DIR" >&2) ||
             die "cargo build of the Rust filters failed"

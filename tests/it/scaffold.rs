@@ -13,6 +13,8 @@
 //! and runs the exact commands `new-filter` printed, from there: a Rust
 //! crate (which `filters/build.sh` records in the copy's `Cargo.lock`) and a
 //! C filter.
+//! Another builds one Rust filter in two copies of the checkout, which share
+//! `filters/build.sh`'s cargo cache: each installs its own component.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -290,6 +292,50 @@ fn in_a_checkout_the_printed_commands_build_and_try_the_new_filter() {
         stderr.contains("a filter named \"team-guard\" exists already"),
         "{stderr}"
     );
+}
+
+/// Two checkouts share `filters/build.sh`'s cargo cache, and each installs
+/// its own build of a Rust filter: cargo tells a workspace crate's builds
+/// apart by its path within the workspace, so `b`'s build counted `a`'s as
+/// its own and installed it.
+#[test]
+fn two_checkouts_sharing_the_cargo_cache_each_install_their_own_component() {
+    let dir = new_dir();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    for copy in [&a, &b] {
+        copy_tree(&checkout().join("filters"), &copy.join("filters"));
+        copy_tree(&checkout().join("wit"), &copy.join("wit"));
+    }
+    // b's fault-authn names itself differently in its messages.
+    let source = b.join("filters/rust/fault-authn/src/lib.rs");
+    let text = std::fs::read_to_string(&source).expect("read fault-authn");
+    let renamed = text.replacen(
+        "const NAME: &str = \"fault-authn\";",
+        "const NAME: &str = \"fault-authn-of-checkout-b\";",
+        1,
+    );
+    assert_ne!(
+        renamed, text,
+        "fault-authn's NAME is where this test expects"
+    );
+    std::fs::write(&source, renamed).expect("write fault-authn");
+    let build = "filters/build.sh filters/rust/fault-authn";
+    let marked = |copy: &Path| {
+        let component = std::fs::read(copy.join("filters/dist/fault-authn.wasm"))
+            .expect("read the installed component");
+        component
+            .windows(b"of-checkout-b".len())
+            .any(|window| window == b"of-checkout-b")
+    };
+    for (copy, is_b) in [(&a, false), (&b, true), (&a, false)] {
+        run(copy, build);
+        assert_eq!(
+            marked(copy),
+            is_b,
+            "{} installed the other checkout's component",
+            copy.display()
+        );
+    }
 }
 
 /// Runs `command` (a build) with bash in `cwd`, expecting it to fail;
