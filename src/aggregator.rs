@@ -393,10 +393,10 @@ impl Refresher {
     /// OpenAPI documents, which take longer) and every API route at once,
     /// each on its own as kube's aggregator asks each APIService, and
     /// publishes what changed as each answers: one that is slow, or never
-    /// answers, holds back only its own documents. The first round publishes once, when all have
-    /// answered or [`FIRST_ROUND_WAIT`] has passed, so a request waiting
-    /// for the first publication sees every upstream that answered in time;
-    /// then what answers later as it comes.
+    /// answers, holds back only its own documents. The first round
+    /// publishes once, when all have answered or [`FIRST_ROUND_WAIT`] has
+    /// passed, so a request waiting for the first publication sees every
+    /// upstream that answered in time; then what answers later as it comes.
     async fn refresh(&mut self, publication: Publication) {
         let Refresher {
             asked,

@@ -325,7 +325,7 @@ pub(crate) const ALL_UNAUTHENTICATED: &str = "system:unauthenticated";
 impl UserInfo {
     /// Whether the user is in `system:masters`.
     pub(crate) fn is_privileged(&self) -> bool {
-        self.groups.iter().any(|g| g == SYSTEM_PRIVILEGED_GROUP)
+        self.in_group(SYSTEM_PRIVILEGED_GROUP)
     }
 
     fn in_group(&self, group: &str) -> bool {

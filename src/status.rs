@@ -123,8 +123,8 @@ pub enum GatewayError {
         /// Kube's message: who was refused what.
         message: String,
         /// Details of the object refused, when there is one; empty details
-        /// otherwise (boxed: the
-        /// error travels in `Result`s, and most are not this one).
+        /// otherwise (boxed: the error travels in `Result`s, and most are
+        /// not this one).
         details: Option<Box<Details>>,
     },
     /// A status chosen by a filter (an admission denial).

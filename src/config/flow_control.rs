@@ -844,8 +844,8 @@ fn catch_all_schema(level: usize) -> FlowSchema {
         level,
         Some(Distinguisher::ByUser),
         vec![
-            group("system:unauthenticated"),
-            group("system:authenticated"),
+            group(crate::context::ALL_UNAUTHENTICATED),
+            group(crate::context::ALL_AUTHENTICATED),
         ],
     )
 }
@@ -890,8 +890,8 @@ fn suggested() -> (Vec<PriorityLevel>, Vec<FlowSchema>) {
     let by_namespace = Some(Distinguisher::ByNamespace);
     let everyone = || {
         vec![
-            group("system:unauthenticated"),
-            group("system:authenticated"),
+            group(crate::context::ALL_UNAUTHENTICATED),
+            group(crate::context::ALL_AUTHENTICATED),
         ]
     };
     let leases = |subjects| PolicyRules {
