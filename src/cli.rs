@@ -34,7 +34,7 @@ pub fn summary(config: &Config, steps: &[&str]) -> String {
     if let Some(tracing) = &config.tracing {
         let _ = writeln!(
             out,
-            "tracing: OTLP/gRPC to {}, {} per million sampled (a client's sampled traceparent is followed)",
+            "tracing: OTLP/gRPC to {}, {} per million sampled (a client's traceparent followed for system:masters and system:monitoring, else linked)",
             tracing.endpoint, tracing.sampling_rate_per_million
         );
     }

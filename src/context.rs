@@ -328,7 +328,7 @@ impl UserInfo {
         self.in_group(SYSTEM_PRIVILEGED_GROUP)
     }
 
-    fn in_group(&self, group: &str) -> bool {
+    pub(crate) fn in_group(&self, group: &str) -> bool {
         self.groups.iter().any(|g| g == group)
     }
 
@@ -388,6 +388,9 @@ struct Reported {
     /// The impersonated user's name.
     impersonated: OnceLock<String>,
     answered: OnceLock<RouteAnswered>,
+    /// The trace of a request whose own trace was decided after
+    /// authentication (it named one in its `traceparent`).
+    trace_id: OnceLock<String>,
 }
 
 impl RequestReport {
@@ -420,6 +423,17 @@ impl RequestReport {
     /// The server and route that took the request, if one did.
     pub(crate) fn answered(&self) -> Option<&RouteAnswered> {
         self.0.answered.get()
+    }
+
+    /// Called by tracing when it decides, after authentication, the trace
+    /// of a request that named one.
+    pub(crate) fn traced(&self, trace_id: String) {
+        let _ = self.0.trace_id.set(trace_id);
+    }
+
+    /// The trace tracing reported, if it decided one after authentication.
+    pub(crate) fn trace_id(&self) -> Option<&str> {
+        self.0.trace_id.get().map(String::as_str)
     }
 }
 

@@ -19,8 +19,8 @@ use std::time::{Duration, SystemTime};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{
-    Span as _, SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags,
-    TraceId, TraceState, TracerProvider as _,
+    Link, Span as _, SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt,
+    TraceFlags, TraceId, TraceState, TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::WithExportConfig;
@@ -89,23 +89,22 @@ impl Tracer {
     }
 
     /// The request's context, and its server span when the trace is
-    /// sampled: a child of the client's `traceparent` when it sent a valid
-    /// one, else a new trace's root. The sampler is asked before any span
-    /// is made; a request it drops (99 in 100 at kube's 1%) gets no SDK
-    /// span, only a context of its own (the trace ID, a span ID of the
-    /// gateway's, not sampled) so the upstream is still told the trace. The
-    /// span's name and attributes are the caller's to set (the sampler
-    /// reads neither).
+    /// sampled: made where `origin` says (a new trace's root, or a child
+    /// of the client's span). The sampler is asked before any span is
+    /// made; a request it drops (99 in 100 at kube's 1%) gets no SDK span,
+    /// only a context of its own (the trace ID, a span ID of the gateway's,
+    /// not sampled) so the upstream is still told the trace. The span's
+    /// name and attributes are the caller's to set (the sampler reads
+    /// neither).
     pub(crate) fn request_span(
         &self,
-        headers: &HeaderMap,
+        origin: Origin,
         start: SystemTime,
     ) -> (TraceContext, Option<Span>) {
-        // The propagator reads nothing else: no `traceparent`, no parent.
-        let parent = match headers.get(TRACEPARENT) {
-            Some(_) => TraceContextPropagator::new()
-                .extract_with_context(&Context::new(), &HeaderReader(headers)),
-            None => Context::new(),
+        let (parent, link) = match origin {
+            Origin::New => (Context::new(), None),
+            Origin::ChildOf(client) => (Context::new().with_remote_span_context(client), None),
+            Origin::LinkedTo(client) => (Context::new(), Some(Link::with_context(client))),
         };
         let remote = parent.span().span_context().trace_id();
         let drawn =
@@ -136,6 +135,7 @@ impl Tracer {
         let span = SpanBuilder::from_name("")
             .with_kind(SpanKind::Server)
             .with_start_time(start)
+            .with_links(link.into_iter().collect())
             .start_with_context(&self.0.tracer, &parent);
         DRAWN.set(None);
         let context = TraceContext {
@@ -144,6 +144,29 @@ impl Tracer {
         };
         (context, Some(span))
     }
+}
+
+/// Where a request's span goes in the traces.
+pub(crate) enum Origin {
+    /// The root of a new trace: the client named none.
+    New,
+    /// Under the client's span, in the client's trace: kube follows the
+    /// `traceparent` of a privileged client.
+    ChildOf(SpanContext),
+    /// The root of a new trace, linked to the client's span: kube's
+    /// *public endpoint*, for every other client.
+    LinkedTo(SpanContext),
+}
+
+/// The span the client names in its `traceparent` (with its
+/// `tracestate`), when it sent a valid one.
+pub(crate) fn client_span(headers: &HeaderMap) -> Option<SpanContext> {
+    // The propagator reads nothing else: no `traceparent`, no parent.
+    headers.get(TRACEPARENT)?;
+    let context =
+        TraceContextPropagator::new().extract_with_context(&Context::new(), &HeaderReader(headers));
+    let span = context.span().span_context().clone();
+    span.is_valid().then_some(span)
 }
 
 impl Tracer {
@@ -198,6 +221,11 @@ impl TraceContext {
     /// worth making (an unsampled request makes none).
     pub(crate) fn sampled(&self) -> bool {
         self.span.is_sampled()
+    }
+
+    /// The trace's ID, in hex (32 digits).
+    pub(crate) fn trace_id(&self) -> String {
+        self.span.trace_id().to_string()
     }
 
     /// A span under this one, started at `start` (now when `None`).
@@ -329,9 +357,7 @@ pub(crate) fn upstream_answered<B, E: std::fmt::Display>(
 /// (32 digits), when the gateway traces it: for a log line to name the
 /// trace its request is in.
 pub(crate) fn trace_id(extensions: &http::Extensions) -> Option<String> {
-    extensions
-        .get::<TraceContext>()
-        .map(|context| context.span.trace_id().to_string())
+    extensions.get::<TraceContext>().map(TraceContext::trace_id)
 }
 
 thread_local! {
@@ -391,7 +417,7 @@ mod tests {
         let judge = Sampler::TraceIdRatioBased(0.5);
         let mut recorded = 0;
         for _ in 0..200 {
-            let (context, span) = tracer.request_span(&HeaderMap::new(), SystemTime::now());
+            let (context, span) = tracer.request_span(Origin::New, SystemTime::now());
             let trace_id = context.span.trace_id();
             let judged = judge
                 .should_sample(None, trace_id, "", &SpanKind::Server, &[], &[])

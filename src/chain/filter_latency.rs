@@ -12,14 +12,16 @@
 //! sampled request and the next `Track` (or `Close`) ends it, as kube's
 //! `filterlatency` does both ([`super::tracing::StepSpan`]): whether the
 //! request is sampled is read once, when its clock starts, so an unsampled
-//! request pays one extension look-up for its steps' spans in all.
+//! request pays one extension look-up for its steps' spans in all (two
+//! when its `traceparent` makes its trace wait for its user: read again
+//! at the step after authentication).
 
 use std::time::Instant;
 
 use futures_util::future::BoxFuture;
 use prometheus_client::metrics::histogram::Histogram;
 
-use super::tracing::StepSpan;
+use super::tracing::{Sampling, StepSpan};
 use crate::body::{Request, Response};
 use crate::handler::{Handler, SharedHandler};
 
@@ -29,9 +31,10 @@ use crate::handler::{Handler, SharedHandler};
 #[derive(Clone)]
 struct Clock {
     open: Option<Open>,
-    /// The request is traced and sampled: known from the first timed step
-    /// on, which runs inside the tracing step.
-    sampled: bool,
+    /// Whether the request is traced and sampled: known from the first
+    /// timed step on, which runs inside the tracing step, unless its trace
+    /// waits for its user.
+    sampling: Sampling,
 }
 
 #[derive(Clone)]
@@ -86,22 +89,32 @@ impl Handler for Track {
             since: now,
             span: None,
         };
-        let (previous, sampled) = match request.extensions_mut().get_mut::<Clock>() {
-            Some(clock) => (clock.open.replace(opened), clock.sampled),
+        let (previous, sampling) = match request.extensions_mut().get_mut::<Clock>() {
+            Some(clock) => (clock.open.replace(opened), clock.sampling),
             None => {
-                let sampled = self.traced && StepSpan::sampled(&request);
                 let clock = Clock {
                     open: Some(opened),
-                    sampled,
+                    sampling: self.sampling(&request),
                 };
+                let sampling = clock.sampling;
                 request.extensions_mut().insert(clock);
-                (None, sampled)
+                (None, sampling)
             }
         };
         if let Some(previous) = previous {
             previous.close(now, &mut request);
         }
-        if !sampled {
+        let sampling = match sampling {
+            Sampling::AwaitingUser => {
+                let decided = self.sampling(&request);
+                if let Some(clock) = request.extensions_mut().get_mut::<Clock>() {
+                    clock.sampling = decided;
+                }
+                decided
+            }
+            known => known,
+        };
+        if sampling != Sampling::Sampled {
             return self.next.call(request);
         }
         // Opened once the step before has given back the request's span.
@@ -120,6 +133,18 @@ impl Handler for Track {
             span.end();
             response
         })
+    }
+}
+
+impl Track {
+    /// Whether the request's steps get spans, asked of the request when
+    /// the chain is traced.
+    fn sampling(&self, request: &Request) -> Sampling {
+        if self.traced {
+            StepSpan::sampling(request)
+        } else {
+            Sampling::NotSampled
+        }
     }
 }
 

@@ -111,16 +111,19 @@ fn write_line(seen: &Seen, report: &RequestReport, code: u16, bytes_out: u64, cu
         latency_us = u64::try_from(seen.started.elapsed().as_micros()).unwrap_or(u64::MAX),
         server,
         route,
-        trace_id = seen.trace_id,
+        trace_id = report.trace_id().unwrap_or(&seen.trace_id),
         cut,
         "request"
     );
 }
 
-/// The trace ID the line carries: the trace of the request's span when the
-/// gateway traces requests (`[tracing]`; a `traceparent` it followed has the
-/// same ID), else the one of the W3C `traceparent` header the request came
-/// with (`00-<32 hex trace ID>-<16 hex parent ID>-<2 hex flags>`), when valid.
+/// The trace ID the line carries, as far as known when the request comes:
+/// the trace of the request's span when the gateway traces requests
+/// (`[tracing]`), else the one of the W3C `traceparent` header the request
+/// came with (`00-<32 hex trace ID>-<16 hex parent ID>-<2 hex flags>`), when
+/// valid. When the gateway traces requests and the request named a trace,
+/// its trace is decided after authentication, which reports it (the
+/// client's for a privileged client, a new one for any other).
 fn trace_id(request: &Request) -> Option<String> {
     crate::traces::trace_id(request.extensions())
         .or_else(|| traceparent_trace_id(request.headers()).map(str::to_owned))

@@ -178,6 +178,14 @@ pub(crate) fn build(
             policy: audit_policy.policy.clone(),
             backend: backend.clone(),
         });
+    // kube's WithTracing sits just inside authentication, so that a
+    // privileged client's traceparent is followed and anyone else's only
+    // linked: the step that decides the trace of a request that names one.
+    if tracer.is_some() {
+        chain.wrap("client-trace", |next| {
+            Arc::new(tracing::ClientTrace { next })
+        });
+    }
     chain.wrap_timed("authentication", "authentication", |next| {
         Arc::new(authentication::Authentication {
             filters: stages.authenticators,
@@ -226,8 +234,9 @@ pub(crate) fn build(
             next,
         })
     });
-    // kube's WithTracing sits outside the HTTP log, inside request info
-    // (the span is named from it), when [tracing] is set.
+    // The span of a request that names no trace starts outside the HTTP
+    // log, inside request info (the span is named from it), when [tracing]
+    // is set: its authentication is in its trace.
     if let Some(tracer) = tracer {
         chain.wrap("tracing", |next| {
             Arc::new(tracing::Tracing { tracer, next })

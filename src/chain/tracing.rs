@@ -1,26 +1,40 @@
 //! The request's span (kube's `WithTracing`,
 //! `staging/src/k8s.io/apiserver/pkg/endpoints/filters/traces.go`): named
-//! and attributed as kube names it, a child of the client's `traceparent`,
-//! installed only when the manifest has `[tracing]`. And the spans of the
-//! steps that matter, kube's `filterlatency.TrackStarted` and
-//! `TrackCompleted` around a filter: a step's span runs from when the step
-//! receives the request to when it hands it on (or answers it); filter
-//! latency's `Track`, which times the same steps, opens and closes them.
+//! and attributed as kube names it, installed only when the manifest has
+//! `[tracing]`. A client's `traceparent` is followed only for a privileged
+//! user, found by authentication: kube's chain puts `WithTracing` after
+//! authentication "so we can allow authenticated clients to influence
+//! sampling" (`staging/src/k8s.io/apiserver/pkg/server/config.go`) and
+//! treats everyone outside `system:masters` and `system:monitoring` as a
+//! public endpoint (`notSystemPrivilegedGroup`), whose span is linked, not
+//! made the parent. So [`Tracing`], before authentication, makes the span
+//! of a request that names no trace (kube's sampler would make it a new
+//! trace's root wherever it asked, and its authentication is then in its
+//! trace), and a request that names one waits for [`ClientTrace`], just
+//! inside authentication, where kube's `WithTracing` is.
+//!
+//! And the spans of the steps that matter, kube's
+//! `filterlatency.TrackStarted` and `TrackCompleted` around a filter: a
+//! step's span runs from when the step receives the request to when it
+//! hands it on (or answers it); filter latency's `Track`, which times the
+//! same steps, opens and closes them.
 
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use futures_util::future::BoxFuture;
 use opentelemetry::KeyValue;
-use opentelemetry::trace::{Span as _, SpanKind, Status};
+use opentelemetry::trace::{Span as _, SpanContext, SpanKind, Status};
 
 use crate::body::{Request, Response};
-use crate::context::RequestContext;
+use crate::context::{RequestContext, RequestReport, UserInfo};
 use crate::handler::{Handler, SharedHandler};
-use crate::traces::{Span, TraceContext, Tracer};
+use crate::traces::{self, Origin, Span, TraceContext, Tracer};
 
-/// kube's `WithTracing`: the request's server span, in which every later
-/// step, filter call and the upstream call make theirs.
+/// kube's `WithTracing` for a request that names no trace: its server
+/// span, in which every later step, filter call and the upstream call
+/// make theirs. A request that names one is left to [`ClientTrace`], and
+/// its span, if it gets one, is ended here all the same.
 pub(crate) struct Tracing {
     pub tracer: Tracer,
     pub next: SharedHandler,
@@ -33,30 +47,125 @@ impl Handler for Tracing {
         let start = RequestContext::of(request.extensions())
             .received
             .map_or_else(SystemTime::now, |received| received.wall);
-        let (context, span) = self.tracer.request_span(request.headers(), start);
-        request.extensions_mut().insert(context);
-        // Not sampled: no span, and nothing more to do here.
-        let Some(mut span) = span else {
-            return self.next.call(request);
+        let span = match traces::client_span(request.headers()) {
+            None => {
+                let (context, span) = self.tracer.request_span(Origin::New, start);
+                request.extensions_mut().insert(context);
+                // Not sampled: no span, and nothing more to do here.
+                let Some(span) = span else {
+                    return self.next.call(request);
+                };
+                RequestSpan::holding(span, &request)
+            }
+            Some(client) => {
+                let pending = PendingTrace {
+                    tracer: self.tracer.clone(),
+                    client,
+                    start,
+                    span: RequestSpan::default(),
+                };
+                let span = pending.span.clone();
+                request.extensions_mut().insert(pending);
+                span
+            }
         };
-        span.update_name(span_name(&request));
-        span.set_attributes(request_attributes(&request));
         Box::pin(async move {
             let response = self.next.call(request).await;
-            let code = response.status();
-            span.set_attribute(KeyValue::new(
-                "http.response.status_code",
-                i64::from(code.as_u16()),
-            ));
-            // otelhttp's server spans: a 5xx is the server's error.
-            if code.is_server_error() {
-                span.set_status(Status::error(""));
-            }
-            span.end();
+            span.end(response.status());
             response
         })
     }
 }
+
+/// The request's server span, once made: ended by [`Tracing`] with the
+/// answer the client gets.
+#[derive(Clone, Default)]
+struct RequestSpan(Arc<Mutex<Option<Span>>>);
+
+impl RequestSpan {
+    /// A made span, named and attributed from `request`.
+    fn holding(span: Span, request: &Request) -> RequestSpan {
+        let holder = RequestSpan::default();
+        holder.hold(span, request);
+        holder
+    }
+
+    fn hold(&self, mut span: Span, request: &Request) {
+        span.update_name(span_name(request));
+        span.set_attributes(request_attributes(request));
+        if let Ok(mut held) = self.0.lock() {
+            *held = Some(span);
+        }
+    }
+
+    /// Ends the span, if one was made, with the answer's `code`.
+    fn end(&self, code: http::StatusCode) {
+        let Some(mut span) = self.0.lock().ok().and_then(|mut held| held.take()) else {
+            return;
+        };
+        span.set_attribute(KeyValue::new(
+            "http.response.status_code",
+            i64::from(code.as_u16()),
+        ));
+        // otelhttp's server spans: a 5xx is the server's error.
+        if code.is_server_error() {
+            span.set_status(Status::error(""));
+        }
+        span.end();
+    }
+}
+
+/// A request whose `traceparent` names a trace, until authentication has
+/// found who sent it.
+#[derive(Clone)]
+pub(crate) struct PendingTrace {
+    tracer: Tracer,
+    client: SpanContext,
+    start: SystemTime,
+    span: RequestSpan,
+}
+
+/// kube's `WithTracing` where kube puts it, just inside authentication, for
+/// a request that names a trace: a privileged client's is followed (the
+/// request's span is its span's child, sampled as the client says); any
+/// other's is a new trace's root, sampled at the configured rate, linked
+/// to the client's span.
+pub(crate) struct ClientTrace {
+    pub next: SharedHandler,
+}
+
+impl Handler for ClientTrace {
+    fn call(&self, mut request: Request) -> BoxFuture<'_, Response> {
+        let Some(pending) = request.extensions_mut().remove::<PendingTrace>() else {
+            return self.next.call(request);
+        };
+        let context = RequestContext::of(request.extensions());
+        let origin = if context.user.as_deref().is_some_and(steers_traces) {
+            Origin::ChildOf(pending.client)
+        } else {
+            Origin::LinkedTo(pending.client)
+        };
+        let (context, span) = pending.tracer.request_span(origin, pending.start);
+        if let Some(report) = request.extensions().get::<RequestReport>() {
+            report.traced(context.trace_id());
+        }
+        request.extensions_mut().insert(context);
+        if let Some(span) = span {
+            pending.span.hold(span, &request);
+        }
+        self.next.call(request)
+    }
+}
+
+/// kube's `notSystemPrivilegedGroup`, negated: the groups whose
+/// `traceparent` kube follows.
+fn steers_traces(user: &UserInfo) -> bool {
+    user.is_privileged() || user.in_group(MONITORING_GROUP)
+}
+
+/// kube's `user.MonitoringGroup`
+/// (`staging/src/k8s.io/apiserver/pkg/authentication/user/user.go`).
+const MONITORING_GROUP: &str = "system:monitoring";
 
 /// kube's span names: `GET /api/v1/namespaces/{:namespace}/pods/{:name}`
 /// for a resource request, the method alone otherwise (a path is not a
@@ -140,12 +249,20 @@ pub(crate) struct StepSpan {
 }
 
 impl StepSpan {
-    /// True when the request is traced and sampled: its steps get spans.
-    pub(crate) fn sampled(request: &Request) -> bool {
-        request
+    /// Whether the request's steps get spans.
+    pub(crate) fn sampling(request: &Request) -> Sampling {
+        if request.extensions().get::<PendingTrace>().is_some() {
+            return Sampling::AwaitingUser;
+        }
+        let sampled = request
             .extensions()
             .get::<TraceContext>()
-            .is_some_and(TraceContext::sampled)
+            .is_some_and(TraceContext::sampled);
+        if sampled {
+            Sampling::Sampled
+        } else {
+            Sampling::NotSampled
+        }
     }
 
     /// Opens `step`'s span when the request is sampled, under the span the
@@ -178,4 +295,14 @@ impl StepSpan {
             span.end();
         }
     }
+}
+
+/// Whether a request's steps get spans.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sampling {
+    Sampled,
+    NotSampled,
+    /// Its trace waits for its user ([`ClientTrace`]): asked again at the
+    /// next step.
+    AwaitingUser,
 }

@@ -35,6 +35,8 @@ pub struct ReceivedSpan {
     /// Nanoseconds since the epoch.
     pub start: u64,
     pub end: u64,
+    /// The spans it links to, as (trace ID, span ID).
+    pub links: Vec<(String, String)>,
 }
 
 impl ReceivedSpan {
@@ -77,6 +79,11 @@ impl TraceService for Received {
                     status: span.status.map_or(0, |status| status.code),
                     start: span.start_time_unix_nano,
                     end: span.end_time_unix_nano,
+                    links: span
+                        .links
+                        .iter()
+                        .map(|link| (hex::encode(&link.trace_id), hex::encode(&link.span_id)))
+                        .collect(),
                     attributes: span
                         .attributes
                         .into_iter()
@@ -157,6 +164,24 @@ impl Collector {
             std::future::ready((spans.len() >= count).then_some(spans))
         })
         .await
+    }
+}
+
+impl Collector {
+    /// The spans of the trace one of whose spans links to trace
+    /// `linked_trace` (a new trace made for a client's `traceparent`), once
+    /// at least `count` have arrived.
+    pub async fn linking_to(&self, linked_trace: &str, count: usize) -> Vec<ReceivedSpan> {
+        let trace_id = eventually(&format!("a trace linked to {linked_trace}"), || {
+            let found = self
+                .spans()
+                .into_iter()
+                .find(|span| span.links.iter().any(|(trace, _)| trace == linked_trace))
+                .map(|span| span.trace_id);
+            std::future::ready(found)
+        })
+        .await;
+        self.trace(&trace_id, count).await
     }
 }
 
