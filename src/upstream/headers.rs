@@ -15,6 +15,13 @@
 //!   peer `X-Forwarded-For` is the peer alone and the others are dropped.
 //! - `X-Forwarded-Host` is the one checked host, `X-Forwarded-Proto` the
 //!   listener's scheme: whatever the client sent under these names is replaced.
+//!
+//! Names are compared with `_` read as `-` ([`dashed`]): a server that
+//! reads headers as CGI variables (Rack, PHP, WSGI) makes `X_Remote_User`
+//! and `X-Remote-User` one `HTTP_X_REMOTE_USER`, and the one it reads last
+//! wins, so a client could otherwise stand in for a header the gateway owns.
+
+use std::borrow::Cow;
 
 use http::header::{self, HeaderName};
 use http::{Extensions, HeaderMap, HeaderValue};
@@ -34,7 +41,14 @@ pub(super) fn prepare_request_headers(headers: &mut HeaderMap, extensions: &Exte
     // Without an origin nothing about addresses can be believed.
     let believed = origin.is_some_and(|origin| origin.peer_trusted);
     remove_matching(headers, |name| {
-        is_hop_by_hop(name) || is_client_identity(name) || (!believed && is_forwarding(name))
+        let dashed = dashed(name.as_str());
+        // A name spelled with `_` is nobody's to send: a trusted proxy
+        // sends the one it means, and `Audit-ID` is the gateway's.
+        let underscored = matches!(dashed, Cow::Owned(_));
+        is_hop_by_hop(&dashed)
+            || is_client_identity(&dashed)
+            || ((underscored || !believed) && is_forwarding(&dashed))
+            || (underscored && dashed == AUDIT_ID_HEADER.as_str())
     });
     if let Some(origin) = origin {
         headers.insert(X_FORWARDED_FOR, origin.forwarded_for.clone());
@@ -63,16 +77,39 @@ pub(super) fn prepare_response_headers(headers: &mut HeaderMap) {
     if headers.contains_key(header::TRANSFER_ENCODING) {
         headers.remove(header::CONTENT_LENGTH);
     }
-    remove_matching(headers, is_hop_by_hop);
+    remove_matching(headers, |name| is_hop_by_hop(name.as_str()));
+}
+
+/// `name` with every `_` read as `-`, as a server that reads headers as CGI
+/// variables tells names apart.
+pub(super) fn dashed(name: &str) -> Cow<'_, str> {
+    if name.contains('_') {
+        Cow::Owned(name.replace('_', "-"))
+    } else {
+        Cow::Borrowed(name)
+    }
+}
+
+/// Removes every header whose name, `_` read as `-` ([`dashed`]), `doomed`
+/// matches.
+pub(super) fn remove_dashed(headers: &mut HeaderMap, doomed: impl Fn(&str) -> bool) {
+    let names: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| doomed(&dashed(name.as_str())))
+        .cloned()
+        .collect();
+    for name in names {
+        headers.remove(name);
+    }
 }
 
 /// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1),
 /// and `Upgrade`, which is not proxied. Names are lower-case in a `HeaderMap`,
 /// and a match on the string is the cheapest test of every name of every
 /// message.
-fn is_hop_by_hop(name: &HeaderName) -> bool {
+fn is_hop_by_hop(name: &str) -> bool {
     matches!(
-        name.as_str(),
+        name,
         "connection"
             | "keep-alive"
             | "proxy-connection"
@@ -89,8 +126,7 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 /// from: `Forwarded`, `X-Real-IP` and every `X-Forwarded-*` (`-For`,
 /// `-Host`, `-Proto`, and `-Port`, `-Prefix`, `-Uri`, ... which upstreams
 /// build their links and redirects from). Only a trusted proxy's pass.
-fn is_forwarding(name: &HeaderName) -> bool {
-    let name = name.as_str();
+fn is_forwarding(name: &str) -> bool {
     name == "forwarded" || name == "x-real-ip" || name.starts_with("x-forwarded-")
 }
 
@@ -98,8 +134,7 @@ fn is_forwarding(name: &HeaderName) -> bool {
 /// `-Extra-*`) and impersonation names (`Impersonate-User`, `-Uid`,
 /// `-Group`, `-Extra-*`), and any other name under the same prefixes: an
 /// upstream that trusts one must only ever get it from the gateway.
-fn is_client_identity(name: &HeaderName) -> bool {
-    let name = name.as_str();
+fn is_client_identity(name: &str) -> bool {
     name.starts_with("x-remote-") || name.starts_with("impersonate-")
 }
 

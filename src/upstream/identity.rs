@@ -8,7 +8,8 @@
 //! authenticated, as kube does), every header an authenticator reads (its
 //! `headers` list: an API key in `X-Api-Key`), and the upstream's own
 //! request-header names; the `X-Remote-*` and `Impersonate-*` prefixes are
-//! removed with the hop-by-hop headers (`super::headers`). A route with
+//! removed with the hop-by-hop headers (`super::headers`). Each name is
+//! matched with `_` read as `-`, as `super::headers` matches them. A route with
 //! `forward_credentials = true` passes the credentials (never the identity
 //! headers): `Authorization` as the client sent it, and the authenticators'
 //! headers.
@@ -27,6 +28,7 @@ use http::header::AUTHORIZATION;
 use http::{Extensions, HeaderMap, HeaderName, HeaderValue};
 
 use super::credentials::Watched;
+use super::headers::{dashed, remove_dashed};
 use crate::config::Upstream;
 use crate::config::identity::{Identity, RequestHeaderNames, load_bearer_token};
 use crate::context::{ClientCredentials, RequestContext, UserInfo};
@@ -40,8 +42,9 @@ const IMPERSONATE_EXTRA_PREFIX: &str = "impersonate-extra-";
 /// One upstream's identity headers and the credentials it is sent.
 pub(super) struct IdentityHeaders {
     identity: Identity,
-    /// The headers every authenticator reads (their `headers` lists).
-    credential_headers: Vec<HeaderName>,
+    /// The headers every authenticator reads (their `headers` lists),
+    /// `_` read as `-`.
+    credential_headers: Vec<String>,
     forward_credentials: bool,
     bearer_token: Option<Watched<String>>,
 }
@@ -57,7 +60,10 @@ impl IdentityHeaders {
         };
         Ok(IdentityHeaders {
             identity: upstream.identity.clone(),
-            credential_headers: credential_headers.to_vec(),
+            credential_headers: credential_headers
+                .iter()
+                .map(|name| dashed(name.as_str()).into_owned())
+                .collect(),
             forward_credentials: upstream.forward_credentials,
             bearer_token,
         })
@@ -77,8 +83,10 @@ impl IdentityHeaders {
             restore_authorization(headers, extensions);
         } else {
             headers.remove(AUTHORIZATION);
-            for name in &self.credential_headers {
-                headers.remove(name);
+            if !self.credential_headers.is_empty() {
+                remove_dashed(headers, |name| {
+                    self.credential_headers.iter().any(|listed| listed == name)
+                });
             }
         }
         let user = || RequestContext::of(extensions).user_or_anonymous();
@@ -108,17 +116,11 @@ fn read_token(paths: &[PathBuf]) -> Result<String, String> {
 /// The upstream's own request-header names, which may lie outside the
 /// `X-Remote-` prefix the hop-by-hop pass removes.
 fn remove_request_headers(headers: &mut HeaderMap, names: &RequestHeaderNames) {
-    for name in [&names.user, &names.uid, &names.group] {
-        headers.remove(name);
-    }
-    let extras: Vec<HeaderName> = headers
-        .keys()
-        .filter(|name| name.as_str().starts_with(&names.extra_prefix))
-        .cloned()
-        .collect();
-    for name in extras {
-        headers.remove(name);
-    }
+    let own = [&names.user, &names.uid, &names.group].map(|name| dashed(name.as_str()));
+    let extra_prefix = dashed(&names.extra_prefix);
+    remove_dashed(headers, |name| {
+        own.iter().any(|own| own == name) || name.starts_with(&*extra_prefix)
+    });
 }
 
 /// The `Authorization` values the authentication stage took off the request.

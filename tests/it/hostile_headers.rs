@@ -555,6 +555,41 @@ async fn identity_headers_never_reach_the_upstream_after_impersonation() {
     assert!(echoed_values(&echo, "authorization").is_empty(), "{echo}");
 }
 
+/// A server that reads headers as CGI variables (Rack, PHP, WSGI) sees `_`
+/// as `-`: `X_Remote_User` is its `HTTP_X_REMOTE_USER` as `X-Remote-User`
+/// is, and the one it reads last wins. So a name the gateway owns, spelled
+/// with `_`, never reaches the upstream either; other names with `_` pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_and_forwarding_headers_spelled_with_underscores_never_pass() {
+    let upstream = Upstream::start().await;
+    let gateway = gateway(&upstream).await;
+    let lines = [
+        "Host: gw.example",
+        "X_Remote_User: admin",
+        "X-Remote_Group: system:masters",
+        "x_remote_extra_scopes: everything",
+        "Impersonate_User: admin",
+        "X_Forwarded_For: 6.6.6.6",
+        "X_Forwarded_Host: evil.example",
+        "X_Forwarded_Proto: https",
+        "X_Real_IP: 6.6.6.6",
+        "Audit_ID: forged",
+        "Proxy_Authorization: Basic Zm9vOmJhcg==",
+        "X_Kept: yes",
+        "X-Kept: yes",
+    ];
+    let answer = raw(gateway.addr, &get_with("/up/id", &lines)).await;
+    let echo = answer.echo();
+    let names: Vec<&String> = echo["headers"]
+        .as_object()
+        .expect("echoed headers")
+        .keys()
+        .filter(|name| name.contains('_'))
+        .collect();
+    assert_eq!(names, ["x_kept"], "{echo}");
+    assert_eq!(echoed_values(&echo, "x-forwarded-for"), ["127.0.0.1"]);
+}
+
 // ---------------------------------------------------------------------------
 // Audit-ID
 // ---------------------------------------------------------------------------

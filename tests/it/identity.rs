@@ -88,6 +88,9 @@ async fn request_header_mode_names_the_user_and_strips_the_clients_credentials()
             .header("x-api-key", "secret")
             .header("x-remote-user", "admin")
             .header("x-remote-group", "system:masters")
+            // The same names as a CGI server (Rack, PHP, WSGI) reads them.
+            .header("x_api_key", "secret")
+            .header("x_remote_user", "admin")
     };
 
     let seen = echo(&send(hostile("/open/rh/x")).await);
@@ -105,11 +108,14 @@ async fn request_header_mode_names_the_user_and_strips_the_clients_credentials()
     );
     assert_eq!(echoed_header(&seen, "authorization"), None);
     assert_eq!(echoed_header(&seen, "x-api-key"), None);
+    assert_absent(&seen, &["x_api_key", "x_remote_user"]);
 
     let seen = echo(&send(hostile("/open/none/x")).await);
     assert_absent(
         &seen,
         &[
+            "x_api_key",
+            "x_remote_user",
             "x-remote-user",
             "x-remote-group",
             "authorization",
@@ -166,7 +172,9 @@ async fn request_header_mode_names_the_user_and_strips_the_clients_credentials()
             hostile("/open/named/x")
                 .header("x-forwarded-user", "admin")
                 .header("x-forwarded-groups", "system:masters")
-                .header("x-forwarded-extra-scopes", "everything"),
+                .header("x-forwarded-extra-scopes", "everything")
+                .header("x_forwarded_user", "admin")
+                .header("x_forwarded_extra_scopes", "everything"),
         )
         .await,
     );
@@ -188,8 +196,12 @@ async fn request_header_mode_names_the_user_and_strips_the_clients_credentials()
             "x-remote-user",
             "x-remote-group",
             "x-forwarded-extra-scopes",
+            "x_forwarded_user",
+            "x_forwarded_extra_scopes",
             "authorization",
             "x-api-key",
+            "x_api_key",
+            "x_remote_user",
         ],
     );
 }
