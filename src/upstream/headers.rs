@@ -40,6 +40,15 @@ pub(super) fn prepare_request_headers(headers: &mut HeaderMap, extensions: &Exte
     let origin = context.origin.as_ref();
     // Without an origin nothing about addresses can be believed.
     let believed = origin.is_some_and(|origin| origin.peer_trusted);
+    // Go's `ReverseProxy` (kube's proxy) keeps `TE: trailers`, the one
+    // token of `TE` a proxy passes on: a server may send trailers only to a
+    // client that takes them.
+    let takes_trailers = headers
+        .get_all(header::TE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|coding| coding.trim().eq_ignore_ascii_case("trailers"));
     remove_matching(headers, |name| {
         let dashed = dashed(name.as_str());
         // A name spelled with `_` is nobody's to send: a trusted proxy
@@ -50,6 +59,9 @@ pub(super) fn prepare_request_headers(headers: &mut HeaderMap, extensions: &Exte
             || ((underscored || !believed) && is_forwarding(&dashed))
             || (underscored && dashed == AUDIT_ID_HEADER.as_str())
     });
+    if takes_trailers {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
     if let Some(origin) = origin {
         headers.insert(X_FORWARDED_FOR, origin.forwarded_for.clone());
     }
@@ -104,7 +116,10 @@ pub(super) fn remove_dashed(headers: &mut HeaderMap, doomed: impl Fn(&str) -> bo
 }
 
 /// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1),
-/// and `Upgrade`, which is not proxied. Names are lower-case in a `HeaderMap`,
+/// and `Upgrade`, which is not proxied. `Trailer` is not among them (RFC
+/// 9110 §6.6.2): it announces the trailer fields that follow the body, and
+/// a client is sent them only when announced (Go's `ReverseProxy`
+/// announces the upstream's too). Names are lower-case in a `HeaderMap`,
 /// and a match on the string is the cheapest test of every name of every
 /// message.
 fn is_hop_by_hop(name: &str) -> bool {
@@ -116,7 +131,6 @@ fn is_hop_by_hop(name: &str) -> bool {
             | "proxy-authenticate"
             | "proxy-authorization"
             | "te"
-            | "trailer"
             | "transfer-encoding"
             | "upgrade"
     )

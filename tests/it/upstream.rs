@@ -50,7 +50,7 @@ async fn request_headers_are_forwarded_without_hop_by_hop_ones() {
          Keep-Alive: timeout=5\r\n\
          Proxy-Authorization: Basic c2VjcmV0\r\n\
          Proxy-Connection: keep-alive\r\n\
-         TE: trailers\r\n\
+         TE: gzip, trailers\r\n\
          X-Forwarded-For: 10.1.2.3\r\n\
          X-Forwarded-For: 10.4.5.6, 10.7.8.9\r\n\
          \r\n";
@@ -69,13 +69,14 @@ async fn request_headers_are_forwarded_without_hop_by_hop_ones() {
         "keep-alive",
         "proxy-authorization",
         "proxy-connection",
-        "te",
     ] {
         assert!(
             headers.get(dropped).is_none(),
             "{dropped} reached the upstream: {headers}"
         );
     }
+    // Only the `trailers` of `TE` passes, as Go's `ReverseProxy` passes it.
+    assert_eq!(headers["te"], serde_json::json!(["trailers"]));
     if let Some(connection) = headers.get("connection") {
         let text = connection.to_string();
         assert!(
@@ -141,11 +142,13 @@ async fn hop_by_hop_response_headers_are_dropped() {
             Some("yes"),
             "an end-to-end header is kept"
         );
+        // Not hop-by-hop (RFC 9110 §6.6.2): Go's `ReverseProxy` announces
+        // the upstream's trailers too.
+        assert_eq!(answer.header("trailer"), Some("x-trailer"));
         for dropped in [
             "x-hop-response",
             "keep-alive",
             "proxy-authenticate",
-            "trailer",
             "connection",
         ] {
             assert!(
@@ -731,4 +734,52 @@ async fn an_upstream_that_ignores_an_http2_websockets_upgrade_is_a_502() {
         .await
         .expect("an answer");
     assert_eq!(response.status(), 502);
+}
+
+/// Trailers pass as Go's `ReverseProxy` (kube's proxy) passes them: the
+/// client's `TE: trailers` reaches the upstream (a server may send trailers
+/// only to a client that says it takes them, hyper's among them), and the
+/// upstream's `Trailer` announcement reaches the client with the trailer
+/// fields after the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trailers_reach_a_client_that_takes_them() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("an address");
+    let _upstream = spawn_server(listener, None, |request| async move {
+        let te = request
+            .headers()
+            .get("te")
+            .map(|value| value.to_str().unwrap_or_default().to_owned())
+            .unwrap_or_default();
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-checksum", http::HeaderValue::from_static("abc123"));
+        let frames = [
+            Ok(hyper::body::Frame::data(Bytes::from(format!("te={te}\n")))),
+            Ok(hyper::body::Frame::trailers(trailers)),
+        ];
+        let body = http_body_util::StreamBody::new(futures_util::stream::iter(frames));
+        let response = http::Response::builder()
+            .header("trailer", "x-checksum")
+            .body(http_body_util::BodyExt::boxed_unsync(body))
+            .expect("a response");
+        Ok::<_, std::convert::Infallible>(response)
+    });
+    let gateway = TestGateway::start(&plaintext(&format!(
+        "[[servers]]\nname = \"proxy\"\n\n[[servers.routes]]\nprefix = \"/\"\nupstream = \"http://{addr}\"\n"
+    )))
+    .await;
+    let answer = raw_exchange(
+        gateway.addr,
+        b"GET /t HTTP/1.1\r\nHost: gateway\r\nTE: trailers\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .to_ascii_lowercase();
+    assert!(answer.contains("te=trailers\n"), "{answer}");
+    assert!(answer.contains("\r\ntrailer: x-checksum\r\n"), "{answer}");
+    assert!(
+        answer.ends_with("\r\n0\r\nx-checksum: abc123\r\n\r\n"),
+        "{answer}"
+    );
 }
