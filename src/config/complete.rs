@@ -23,6 +23,8 @@ pub(super) struct Completer<'a> {
     pub(super) source: &'a str,
     base_dir: PathBuf,
     pub(super) problems: Vec<Problem>,
+    /// Every file read while completing ([`Completer::read_file`]).
+    read: Vec<PathBuf>,
 }
 
 pub(super) fn complete(
@@ -35,6 +37,7 @@ pub(super) fn complete(
         source,
         base_dir,
         problems: Vec::new(),
+        read: Vec::new(),
     };
     let listen = c.listen(manifest.listen);
     let limits = c.limits(&manifest.limits);
@@ -72,6 +75,7 @@ pub(super) fn complete(
             flow_control,
             tracing,
             servers,
+            files_read: c.read,
         }),
         _ => Err(c.problems),
     }
@@ -102,7 +106,10 @@ impl Completer<'_> {
     pub(super) fn read_file(&mut self, file: &Spanned<String>, key: &str) -> Option<Vec<u8>> {
         let path = self.resolve(file.get_ref());
         match files::read_limited(&path, bounds::PEM_FILE) {
-            Ok(bytes) => Some(bytes),
+            Ok(bytes) => {
+                self.read.push(path);
+                Some(bytes)
+            }
             Err(error) => {
                 self.at(
                     file,

@@ -87,6 +87,11 @@ pub struct Config {
     pub(crate) tracing: Option<Tracing>,
     /// The delegation chain, in order: never empty.
     pub(crate) servers: Vec<Server>,
+    /// The files the manifest names that were read into it: the listener's
+    /// certificate, key and client CA, upstreams' CAs, filters'
+    /// `config_files`. A change to one is a change of the configuration
+    /// (the reloader watches them).
+    pub(crate) files_read: Vec<PathBuf>,
 }
 
 /// A name that is a DNS-1123 label: lower-case letters, digits and `-`,

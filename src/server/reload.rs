@@ -1,4 +1,4 @@
-//! Hot reload: the manifest (or a component it names) changes, and the
+//! Hot reload: the manifest (or a component or file it names) changes, and the
 //! chain is rebuilt beside the running one, validated, and swapped in with
 //! one pointer swap ([`super::snapshot`]). A bad edit changes nothing: the
 //! running chain keeps serving and the problems are logged with their
@@ -278,8 +278,8 @@ fn restart_required(bound: &Bound, new: &Config) -> Vec<String> {
     changed
 }
 
-/// Watches the manifest and the components the configuration in force names,
-/// requesting a reload when one of them changes. Folders are watched, not
+/// Watches the manifest, the components the configuration in force names
+/// and the files read into it, requesting a reload when one of them changes. Folders are watched, not
 /// files, so that replacing a file by rename (editors) or swapping a symlink
 /// (ConfigMaps) is seen. One watcher serves the reloader's whole life: what
 /// it watches follows each new configuration, and no change is lost between
@@ -335,13 +335,15 @@ impl FileWatch {
         })
     }
 
-    /// Watches the manifest and the components `config` names, and where
-    /// those of them that are symlinks point (best effort).
+    /// Watches the manifest, the components `config` names and the files
+    /// read into it (certificates, CAs, `config_files`), and where those of
+    /// them that are symlinks point (best effort).
     fn follow(&mut self, config: &Config) -> notify::Result<()> {
         let mut files: HashSet<PathBuf> = config
             .stages
             .all_filters()
             .map(|f| f.component.clone())
+            .chain(config.files_read.iter().cloned())
             .collect();
         files = files
             .into_iter()

@@ -859,6 +859,54 @@ async fn a_changed_transport_needs_a_restart_and_is_not_applied() {
     gateway.shutdown().await;
 }
 
+/// Writes a Secret volume's version folder `version` holding `server`'s
+/// certificate and key, and points `..data` at it as kubelet does
+/// (`..data_tmp` renamed over it); the folder it replaced is removed.
+fn swap_secret_version(volume: &std::path::Path, version: &str, server: &CertAndKey) {
+    let folder = volume.join(version);
+    std::fs::create_dir(&folder).expect("create the version folder");
+    std::fs::write(folder.join("tls.crt"), &server.cert_pem).expect("write tls.crt");
+    std::fs::write(folder.join("tls.key"), &server.key_pem).expect("write tls.key");
+    let old = std::fs::read_link(volume.join("..data")).ok();
+    std::os::unix::fs::symlink(version, volume.join("..data_tmp")).expect("link ..data_tmp");
+    std::fs::rename(volume.join("..data_tmp"), volume.join("..data")).expect("rename ..data_tmp");
+    if let Some(old) = old {
+        std::fs::remove_dir_all(volume.join(old)).expect("remove the old version");
+    }
+}
+
+/// The serving certificate and key are files the manifest names, as
+/// kube-apiserver's `--tls-cert-file` and `--tls-private-key-file` are, and
+/// kube serves a rotated pair without a restart (it watches the files:
+/// `server/dynamiccertificates/dynamic_serving_content.go`). Rotated the way
+/// cert-manager and kubelet rotate a Secret volume, in a folder of its own,
+/// the new certificate is served with nothing else asked of the gateway.
+#[tokio::test]
+async fn a_rotated_serving_certificate_is_served_without_a_reload_request() {
+    let dir = crate::support::new_dir();
+    let volume = dir.path().join("tls");
+    std::fs::create_dir(&volume).expect("create the volume");
+    let first = Ca::new("first CA");
+    swap_secret_version(&volume, "..v1", &first.server_cert());
+    for file in ["tls.crt", "tls.key"] {
+        std::os::unix::fs::symlink(format!("..data/{file}"), volume.join(file))
+            .expect("link the file");
+    }
+    let path = dir.path().join("gateway.toml");
+    let manifest = tls_chain("A")
+        .replace("server.crt", "tls/tls.crt")
+        .replace("server.key", "tls/tls.key");
+    std::fs::write(&path, manifest).expect("write the manifest");
+    let gateway = ReloadGateway::start_from(dir, path).await;
+    let https = format!("https://localhost:{}/which", gateway.addr.port());
+    assert!(served(&tls_client(&first.cert_pem), &https).await.is("A"));
+
+    let second = Ca::new("second CA");
+    swap_secret_version(&volume, "..v2", &second.server_cert());
+    wait_until_served(&tls_client(&second.cert_pem), &https, "A").await;
+    gateway.shutdown().await;
+}
+
 // ---------------------------------------------------------------------------
 // `wasmgate check` and a reload agree
 // ---------------------------------------------------------------------------
