@@ -9,7 +9,10 @@
 //!
 //! When etcd goes away the watch fails; the gateway serves on, tries again
 //! with a growing pause ([`BACKOFF`]), and resumes the watch just after the
-//! last revision it saw, so no revision is missed and none is applied twice.
+//! last revision it applied or refused, so no revision is missed and none is
+//! applied twice. A revision whose components could not be fetched (etcd
+//! went away meanwhile, the state folder could not be written) is neither:
+//! the watch fails there, and resumes from that revision.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -106,22 +109,30 @@ impl Member {
         let state = StateDir::open(&options.state_dir)?;
         let store = Store::open(&options.target).await?;
         let url = options.target.url();
-        let (first, from, refused) = match store.manifest().await {
+        let current = match store.manifest().await {
             Ok(Some(manifest)) => match fetch(&store, &state, &manifest).await {
-                Ok(candidate) => (candidate, AppliedFrom::Etcd, None),
-                Err(problems) => {
-                    let refusal = Refusal {
-                        revision: manifest.revision,
-                        error: problems,
-                    };
-                    tracing::error!(
-                        revision = refusal.revision,
-                        "the fleet's revision is refused, starting from the disk copy:\n{}",
-                        refusal.error
-                    );
-                    (from_disk(&state, &url)?, AppliedFrom::Disk, Some(refusal))
-                }
+                Ok(candidate) => Ok(Some(Ok(candidate))),
+                Err(Unfetched::Refused(problems)) => Ok(Some(Err(Refusal {
+                    revision: manifest.revision,
+                    error: problems,
+                }))),
+                // Not the revision's fault: it is fetched again once the
+                // watch is back, as when etcd was away from the start.
+                Err(Unfetched::Failed(error)) => Err(error),
             },
+            Ok(None) => Ok(None),
+            Err(error) => Err(error),
+        };
+        let (first, from, refused) = match current {
+            Ok(Some(Ok(candidate))) => (candidate, AppliedFrom::Etcd, None),
+            Ok(Some(Err(refusal))) => {
+                tracing::error!(
+                    revision = refusal.revision,
+                    "the fleet's revision is refused, starting from the disk copy:\n{}",
+                    refusal.error
+                );
+                (from_disk(&state, &url)?, AppliedFrom::Disk, Some(refusal))
+            }
             Ok(None) => {
                 return Err(FleetError::Missing(format!(
                     "{url}/manifest (push one with `wasmgate push --to {url}`)"
@@ -243,7 +254,9 @@ impl Member {
 
     /// One watch: returns when it ends (etcd compacted past `seen`: the
     /// current revision is applied first, and `seen` moves up to the
-    /// compaction), fails when etcd does.
+    /// compaction), fails when etcd does, or when a revision's components
+    /// cannot be fetched (`seen` stays before it: the next watch brings it
+    /// again).
     async fn watch_from(
         &mut self,
         seen: &mut Revision,
@@ -271,8 +284,9 @@ impl Member {
                     if let Some(current) =
                         self.store.manifest().await?.filter(|m| m.revision > *seen)
                     {
-                        *seen = current.revision;
-                        self.apply(current, trigger).await;
+                        let revision = current.revision;
+                        self.apply(current, trigger).await?;
+                        *seen = revision;
                     }
                     // The next watch starts where etcd's history does now:
                     // from `seen + 1` it would be cancelled again, at once,
@@ -304,23 +318,36 @@ impl Member {
                 );
             }
             if let Some(kv) = last {
-                *seen = kv.mod_revision();
                 let manifest = StoredManifest {
                     revision: kv.mod_revision(),
                     text: String::from_utf8_lossy(kv.value()).into_owned(),
                 };
-                self.apply(manifest, trigger).await;
+                self.apply(manifest, trigger).await?;
+                *seen = kv.mod_revision();
             }
         }
         Ok(())
     }
 
-    /// Applies one revision, or refuses it and keeps the last good one.
-    async fn apply(&mut self, manifest: StoredManifest, trigger: &ReloadTrigger) {
+    /// Applies one revision, or refuses it and keeps the last good one;
+    /// fails, keeping the last good one, when its components cannot be
+    /// fetched.
+    async fn apply(
+        &mut self,
+        manifest: StoredManifest,
+        trigger: &ReloadTrigger,
+    ) -> Result<(), FleetError> {
         let revision = manifest.revision;
         let candidate = match fetch(&self.store, &self.state, &manifest).await {
             Ok(candidate) => candidate,
-            Err(problems) => return self.refuse(revision, problems),
+            Err(Unfetched::Refused(problems)) => {
+                self.refuse(revision, problems);
+                return Ok(());
+            }
+            Err(Unfetched::Failed(error)) => {
+                tracing::warn!(revision, %error, "cannot fetch the components of the fleet's revision: it is fetched again once etcd answers");
+                return Err(error);
+            }
         };
         self.source.set(candidate.clone());
         match trigger.reload().await {
@@ -338,6 +365,7 @@ impl Member {
             Some(ReloadOutcome::Rejected(problems)) => self.refuse(revision, problems),
             None => self.refuse(revision, "the reloader is not running".to_owned()),
         }
+        Ok(())
     }
 
     fn refuse(&mut self, revision: Revision, error: String) {
@@ -369,20 +397,30 @@ impl Following {
     }
 }
 
+/// Why a revision could not be made a candidate.
+enum Unfetched {
+    /// The revision itself: it does not parse or validate, or names a
+    /// component etcd does not hold whole. Refused for good.
+    Refused(String),
+    /// etcd or the state folder failed on the way: the revision is fetched
+    /// again.
+    Failed(FleetError),
+}
+
 /// The candidate for `manifest`, its components fetched into the state
-/// folder; or the problems that refuse it.
+/// folder; or why it is not.
 async fn fetch(
     store: &Store,
     state: &StateDir,
     manifest: &StoredManifest,
-) -> Result<Candidate, String> {
+) -> Result<Candidate, Unfetched> {
     let candidate = Candidate {
         revision: manifest.revision,
         path: state.manifest_path(manifest.revision),
         text: manifest.text.clone(),
     };
-    let config =
-        config::parse(&candidate.path, &candidate.text).map_err(|error| error.to_string())?;
+    let config = config::parse(&candidate.path, &candidate.text)
+        .map_err(|error| Unfetched::Refused(error.to_string()))?;
     for filter in config.stages.all_filters() {
         let Some(digest) = filter.sha256 else {
             continue;
@@ -394,10 +432,15 @@ async fn fetch(
         let bytes = store
             .component(&digest)
             .await
-            .map_err(|error| format!("filter {:?}: {error}", filter.name.as_str()))?;
+            .map_err(|error| match error {
+                FleetError::Missing(_) | FleetError::Damaged { .. } => {
+                    Unfetched::Refused(format!("filter {:?}: {error}", filter.name.as_str()))
+                }
+                error => Unfetched::Failed(error),
+            })?;
         state
             .keep_component(&digest, &bytes)
-            .map_err(|error| error.to_string())?;
+            .map_err(Unfetched::Failed)?;
     }
     Ok(candidate)
 }

@@ -742,3 +742,73 @@ async fn a_gateway_joining_after_a_compaction_watches_quietly_and_follows_the_ne
         Ok("B")
     );
 }
+
+/// `component` with a custom section of `padding` zero bytes appended, at
+/// `to`: the same filter under another digest, `padding` more to fetch.
+fn padded_component(component: &Path, padding: usize, to: &Path) {
+    fn leb128(mut value: usize) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        loop {
+            let low = (value & 0x7f) as u8;
+            value >>= 7;
+            if value == 0 {
+                bytes.push(low);
+                return bytes;
+            }
+            bytes.push(low | 0x80);
+        }
+    }
+    let mut bytes = std::fs::read(component).expect("read the component");
+    let name = b"padding";
+    let mut section = leb128(name.len());
+    section.extend_from_slice(name);
+    section.resize(section.len() + padding, 0);
+    bytes.push(0); // a custom section
+    bytes.extend(leb128(section.len()));
+    bytes.extend(section);
+    std::fs::write(to, bytes).expect("write the padded component");
+}
+
+/// etcd hangs (SIGSTOP) just after a push, while the gateway fetches the
+/// revision's new component: the fetch fails, and the revision is fetched
+/// again once etcd answers. It was refused for good (`filter "tokens":
+/// etcd: ...`): the watch went on past it, and the gateway served the
+/// revision before until the next push.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_whose_components_etcd_failed_to_hand_over_is_fetched_again() {
+    let etcd = Etcd::start();
+    let url = etcd.url("hung");
+    let dir = new_dir();
+    let (a, _) = write_chains(dir.path());
+    let first = push(&a, &url);
+    let members = [join(&url, &dir.path().join("gw"), "gw", free_port())];
+    let client = http_client();
+    all_apply(&client, &members, first, BOUND).await;
+
+    // Chain B with a token-authn of 64 more chunks, which the gateway has
+    // not fetched yet.
+    let tokens = component_path("token-authn");
+    let padded = dir.path().join("token-authn-padded.wasm");
+    padded_component(&tokens, 64 * wasmgate::fleet::store::CHUNK, &padded);
+    let b = dir.path().join("b-padded.toml");
+    let manifest = chain("B").replace(&tokens.display().to_string(), &padded.display().to_string());
+    std::fs::write(&b, manifest).expect("write chain B");
+    let target = wasmgate::fleet::Target::parse(&url, Default::default()).expect("a target");
+    let store = wasmgate::fleet::store::Store::open(&target)
+        .await
+        .expect("a store");
+    let pushed = wasmgate::fleet::push::push(&b, &store)
+        .await
+        .unwrap_or_else(|error| panic!("push: {error}"));
+    etcd.freeze();
+    // Past the gateway's etcd request timeout (5 s): its fetch fails.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    etcd.thaw();
+    all_apply(&client, &members, pushed.revision, BOUND).await;
+    assert_eq!(
+        ask(&client, &members[0].process.url(""), "after-the-hang")
+            .await
+            .as_deref(),
+        Ok("B")
+    );
+}

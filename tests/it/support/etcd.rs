@@ -44,6 +44,23 @@ impl Etcd {
         }
     }
 
+    /// Stops the member where it is (SIGSTOP): its connections stay open
+    /// and answer nothing, as a hung or partitioned etcd's do.
+    pub fn freeze(&self) {
+        self.process
+            .as_ref()
+            .expect("etcd is running")
+            .signal(libc::SIGSTOP);
+    }
+
+    /// Lets a frozen member go on (SIGCONT).
+    pub fn thaw(&self) {
+        self.process
+            .as_ref()
+            .expect("etcd is running")
+            .signal(libc::SIGCONT);
+    }
+
     /// Starts the member (again) on its ports and data, and waits until it
     /// answers.
     pub fn resume(&mut self) {
