@@ -131,6 +131,12 @@ pub struct ConnectionInfo {
     /// The client's certificate chain, leaf first, when the listener verified
     /// one (mTLS).
     pub client_chain: Option<Arc<Vec<CertificateDer<'static>>>>,
+    /// The connection's handshake verified a client certificate that does
+    /// not verify any more (it expired, or a reload took its CA out of
+    /// `listen.tls.client_ca`): `client_chain` is `None`, and the request
+    /// counts as one whose credentials were refused, as kube's x509
+    /// authenticator's error makes it.
+    pub client_chain_refused: bool,
 }
 
 impl ConnectionInfo {
@@ -149,6 +155,7 @@ impl ConnectionInfo {
             remote_text: remote_addr.to_string().into(),
             tls,
             client_chain,
+            client_chain_refused: false,
         }
     }
 }

@@ -7,7 +7,9 @@
 //! to the next. When none recognises the request it is `system:anonymous`
 //! if the manifest allows anonymous requests, else a 401 Status. As in kube
 //! (anonymous is added with fail-on-error), a request that carried a bearer
-//! token nobody accepted, or that an authenticator failed on, is a 401 even
+//! token nobody accepted, or a client certificate that no longer verifies
+//! (kube's x509 authenticator verifies it for every request), or that an
+//! authenticator failed on, is a 401 even
 //! when anonymous requests are allowed. With no authenticator configured at
 //! all, every request is anonymous. A refused request is audited here (kube's
 //! `WithFailedAuthenticationAudit`): it never reaches the audit stage.
@@ -66,7 +68,7 @@ impl Authentication {
         info: &RequestInfo,
         watchers: &Watchers,
     ) -> Identifying<'_> {
-        let rejected = has_bearer_token(&request.headers);
+        let rejected = has_bearer_token(&request.headers) || has_refused_certificate(request);
         self.weigh_kept(0, rejected, request, info, watchers)
     }
 
@@ -233,6 +235,15 @@ impl Identified {
 fn request_info(request: &http::request::Parts) -> Result<&RequestInfo, GatewayError> {
     (RequestContext::of(&request.extensions).info.as_ref())
         .ok_or_else(|| GatewayError::internal("request info missing"))
+}
+
+/// The request's connection presented a client certificate that no longer
+/// verifies: kube's x509 authenticator fails on it.
+fn has_refused_certificate(request: &http::request::Parts) -> bool {
+    RequestContext::of(&request.extensions)
+        .connection
+        .as_ref()
+        .is_some_and(|connection| connection.client_chain_refused)
 }
 
 fn has_bearer_token(headers: &HeaderMap) -> bool {

@@ -4,7 +4,8 @@
 //! the current [`Snapshot`](super::snapshot::Snapshot): taken per connection
 //! for TLS and limits, per request for the chain. It enforces the
 //! connection-level limits: header bytes (431), read-header timeout
-//! ([`super::header_deadline`]), idle timeout; it closes
+//! ([`super::header_deadline`]), idle timeout; it verifies a connection's
+//! client certificate again for each request ([`ClientChain`]); it closes
 //! an HTTP/1.x connection whose response passed its deadline (the timeout
 //! filter asks, through [`ConnectionControl`]); and it drains: once
 //! shutdown began every response tells its client to go (`Connection:
@@ -15,9 +16,9 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
@@ -26,6 +27,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use rustls_pki_types::{CertificateDer, UnixTime};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
@@ -35,7 +37,7 @@ use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use super::header_deadline::{HeaderClock, HeaderDeadlineIo};
-use super::snapshot::{HYPER_MIN_HEADER_BUFFER, Live};
+use super::snapshot::{HYPER_MIN_HEADER_BUFFER, Live, Snapshot};
 use crate::body::Body;
 use crate::context::{ConnectionControl, ConnectionInfo, RequestContext};
 use crate::health::Flag;
@@ -101,20 +103,25 @@ impl Listener {
                 drain: drain.clone(),
             };
             let tls = snapshot.tls.clone();
+            let generation = snapshot.generation;
             let handshake_timeout = limits.read_header_timeout;
             let closing = drain.close_connections.clone();
             drain.connections.spawn(async move {
                 match tls {
                     None => {
-                        connection
-                            .serve(stream, ConnectionInfo::new(remote_addr, false, None))
-                            .await
+                        let info = ConnectionInfo::new(remote_addr, false, None);
+                        connection.serve(stream, info, None).await
                     }
-                    Some(acceptor) => {
-                        let handshake =
-                            handshake(acceptor, stream, remote_addr, handshake_timeout, &closing);
+                    Some(tls) => {
+                        let handshake = handshake(
+                            tls.acceptor,
+                            stream,
+                            remote_addr,
+                            handshake_timeout,
+                            &closing,
+                        );
                         if let Some(stream) = handshake.await {
-                            let client_chain =
+                            let client_chain: Option<Arc<Vec<_>>> =
                                 stream.get_ref().1.peer_certificates().map(|chain| {
                                     Arc::new(
                                         chain
@@ -123,8 +130,11 @@ impl Listener {
                                             .collect(),
                                     )
                                 });
+                            let check = client_chain
+                                .as_ref()
+                                .map(|chain| ClientChain::verified(chain, generation));
                             let info = ConnectionInfo::new(remote_addr, true, client_chain);
-                            connection.serve(stream, info).await;
+                            connection.serve(stream, info, check).await;
                         }
                     }
                 }
@@ -239,8 +249,118 @@ impl Drop for ActiveRequest {
     }
 }
 
+/// The client certificate chain a connection's handshake verified, verified
+/// again for its requests as kube's x509 authenticator verifies the chain of
+/// each request (`AuthenticateRequest` in
+/// `staging/src/k8s.io/apiserver/pkg/authentication/request/x509/x509.go`,
+/// by `dynamiccertificates.WithChainsVerification`): at the request's time,
+/// against the client CAs of the snapshot it is served on. A connection
+/// outlives its certificate (HTTP/2 clients keep theirs for hours) and the
+/// configuration it was made under. The chain is verified again only when
+/// the snapshot changed or the first of its certificates ends.
+struct ClientChain {
+    state: Mutex<ChainState>,
+}
+
+#[derive(Clone, Copy)]
+enum ChainState {
+    /// Verified with the client CAs of the snapshot of this generation, and
+    /// good until the earliest end of validity in the chain.
+    Good { generation: u64, until: SystemTime },
+    /// Refused by that snapshot's client CAs, until another snapshot is in
+    /// force (time does not make a chain good again).
+    Refused { generation: u64 },
+    /// That snapshot verifies no client certificates: the chain is ignored,
+    /// as kube's authenticator ignores it with an empty CA bundle.
+    Ignored { generation: u64 },
+}
+
+impl ClientChain {
+    /// The chain the handshake of a connection accepted under the snapshot
+    /// of `generation` just verified.
+    fn verified(chain: &[CertificateDer<'static>], generation: u64) -> Self {
+        ClientChain {
+            state: Mutex::new(ChainState::Good {
+                generation,
+                until: valid_until(chain),
+            }),
+        }
+    }
+
+    /// What the connection's requests served on `snapshot` say of the client.
+    fn info(&self, connection: &Arc<ConnectionInfo>, snapshot: &Snapshot) -> Arc<ConnectionInfo> {
+        let Some(chain) = connection.client_chain.as_deref() else {
+            return connection.clone();
+        };
+        let now = SystemTime::now();
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = match *state {
+            ChainState::Good { generation, until }
+                if generation == snapshot.generation && now < until =>
+            {
+                *state
+            }
+            ChainState::Refused { generation } | ChainState::Ignored { generation }
+                if generation == snapshot.generation =>
+            {
+                *state
+            }
+            _ => {
+                *state = verify_again(chain, snapshot, now);
+                *state
+            }
+        };
+        drop(state);
+        match current {
+            ChainState::Good { .. } => connection.clone(),
+            ChainState::Refused { .. } => Arc::new(ConnectionInfo {
+                client_chain: None,
+                client_chain_refused: true,
+                ..ConnectionInfo::clone(connection)
+            }),
+            ChainState::Ignored { .. } => Arc::new(ConnectionInfo {
+                client_chain: None,
+                ..ConnectionInfo::clone(connection)
+            }),
+        }
+    }
+}
+
+/// `chain` verified at `now` by the client CAs of `snapshot`.
+fn verify_again(chain: &[CertificateDer<'_>], snapshot: &Snapshot, now: SystemTime) -> ChainState {
+    let generation = snapshot.generation;
+    let verifier = snapshot
+        .tls
+        .as_ref()
+        .and_then(|tls| tls.client_verifier.as_ref());
+    let (Some(verifier), Some((leaf, intermediates))) = (verifier, chain.split_first()) else {
+        return ChainState::Ignored { generation };
+    };
+    let at = UnixTime::since_unix_epoch(now.duration_since(UNIX_EPOCH).unwrap_or_default());
+    match verifier.verify_client_cert(leaf, intermediates, at) {
+        Ok(_) => ChainState::Good {
+            generation,
+            until: valid_until(chain),
+        },
+        Err(error) => {
+            tracing::debug!(%error, "the connection's client certificate no longer verifies");
+            ChainState::Refused { generation }
+        }
+    }
+}
+
+/// The earliest end of validity of the certificates of `chain`; one that
+/// cannot be read is checked again at once.
+fn valid_until(chain: &[CertificateDer<'_>]) -> SystemTime {
+    chain
+        .iter()
+        .map(|cert| super::tls::not_after(cert).unwrap_or(UNIX_EPOCH))
+        .min()
+        .unwrap_or(UNIX_EPOCH)
+}
+
 impl Connection {
-    async fn serve<IO>(self, io: IO, info: ConnectionInfo)
+    async fn serve<IO>(self, io: IO, info: ConnectionInfo, client_chain: Option<ClientChain>)
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -257,6 +377,7 @@ impl Connection {
         let requests = Arc::new(Requests {
             live: self.live.clone(),
             info: Arc::new(info),
+            client_chain,
             activity: Arc::new(Activity::new()),
             clock: Arc::new(HeaderClock::new(self.read_header_timeout)),
             http1_control: control(Some(cut.clone())),
@@ -332,6 +453,8 @@ enum Signal {
 struct Requests {
     live: Live,
     info: Arc<ConnectionInfo>,
+    /// The client certificate of a TLS connection that presented one.
+    client_chain: Option<ClientChain>,
     activity: Arc<Activity>,
     clock: Arc<HeaderClock>,
     /// Cancelled by a request to close the connection now (HTTP/1.x: the
@@ -380,8 +503,12 @@ impl Requests {
             } else {
                 &self.http2_control
             };
+            let connection = match &self.client_chain {
+                Some(client_chain) => client_chain.info(&self.info, &snapshot),
+                None => self.info.clone(),
+            };
             request.extensions_mut().insert(RequestContext {
-                connection: Some(self.info.clone()),
+                connection: Some(connection),
                 control: Some(control.clone()),
                 ..RequestContext::default()
             });

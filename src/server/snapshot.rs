@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arc_swap::ArcSwap;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
+use rustls::server::danger::ClientCertVerifier;
 use tokio_rustls::TlsAcceptor;
 
 use super::error::StartError;
@@ -33,12 +34,22 @@ pub(crate) struct Snapshot {
     pub handler: SharedHandler,
     /// The steps of the chain, outermost first ([`crate::chain::Chain::steps`]).
     pub steps: Vec<&'static str>,
-    pub tls: Option<TlsAcceptor>,
+    pub tls: Option<Tls>,
     pub http: Arc<auto::Builder<TokioExecutor>>,
     /// What the status page draws of this snapshot, once it is in force.
     pub layout: Arc<crate::status_page::Layout>,
     /// The configuration's `[tracing]`, when on (the chain holds it too).
     pub tracer: Option<Tracer>,
+}
+
+/// What the listener does TLS with.
+#[derive(Clone)]
+pub(crate) struct Tls {
+    pub acceptor: TlsAcceptor,
+    /// What verifies the client certificates of the acceptor's handshakes
+    /// (`listen.tls.client_ca`): each request of a connection has its
+    /// certificate verified by it again (`listener::ClientChain`).
+    pub client_verifier: Option<Arc<dyn ClientCertVerifier>>,
 }
 
 /// The snapshot in force, shared by the listener and the reloader.
@@ -142,8 +153,8 @@ pub(crate) fn build(
     })
 }
 
-fn tls_acceptor(config: &Config, purpose: Purpose) -> Result<Option<TlsAcceptor>, StartError> {
-    let server_config = match (&config.listen.transport, purpose) {
+fn tls_acceptor(config: &Config, purpose: Purpose) -> Result<Option<Tls>, StartError> {
+    let (server_config, client_verifier) = match (&config.listen.transport, purpose) {
         (Transport::Plaintext, _) | (Transport::SelfSigned { .. }, Purpose::Check) => {
             return Ok(None);
         }
@@ -152,7 +163,10 @@ fn tls_acceptor(config: &Config, purpose: Purpose) -> Result<Option<TlsAcceptor>
             tls::server_config(&tls::self_signed(cert_dir, config.listen.address)?)?
         }
     };
-    Ok(Some(TlsAcceptor::from(server_config)))
+    Ok(Some(Tls {
+        acceptor: TlsAcceptor::from(server_config),
+        client_verifier,
+    }))
 }
 
 /// hyper's smallest HTTP/1.1 read buffer: header limits below it are ours

@@ -14,6 +14,7 @@ use rcgen::{
 
 use rustls::ServerConfig;
 use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::ClientCertVerifier;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -37,25 +38,36 @@ pub enum TlsError {
     },
 }
 
-/// The rustls server configuration for loaded material.
-pub(crate) fn server_config(material: &TlsMaterial) -> Result<Arc<ServerConfig>, TlsError> {
+/// The rustls server configuration for loaded material, and the verifier
+/// of client certificates it holds, when `client_ca` asks for one.
+pub(crate) fn server_config(material: &TlsMaterial) -> Result<ServerTls, TlsError> {
     let builder = ServerConfig::builder_with_provider(crate::crypto::provider())
         .with_safe_default_protocol_versions()?;
-    let builder = match &material.client_ca {
+    let (builder, client_verifier) = match &material.client_ca {
         // Client certificates are optional, as in kube: a request without one
         // goes on to the other authenticators.
-        Some(roots) => builder.with_client_cert_verifier(
-            WebPkiClientVerifier::builder_with_provider(roots.clone(), crate::crypto::provider())
-                .allow_unauthenticated()
-                .build()?,
-        ),
-        None => builder.with_no_client_auth(),
+        Some(roots) => {
+            let verifier = WebPkiClientVerifier::builder_with_provider(
+                roots.clone(),
+                crate::crypto::provider(),
+            )
+            .allow_unauthenticated()
+            .build()?;
+            (
+                builder.with_client_cert_verifier(verifier.clone()),
+                Some(verifier),
+            )
+        }
+        None => (builder.with_no_client_auth(), None),
     };
     let mut config =
         builder.with_single_cert(material.cert_chain.clone(), material.key.clone_key())?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    Ok((Arc::new(config), client_verifier))
 }
+
+/// A server configuration and its verifier of client certificates.
+pub(crate) type ServerTls = (Arc<ServerConfig>, Option<Arc<dyn ClientCertVerifier>>);
 
 const CERT_FILE: &str = SELF_SIGNED_FILES[0];
 const KEY_FILE: &str = SELF_SIGNED_FILES[1];
@@ -139,7 +151,7 @@ fn kept(cert_path: &Path, key_path: &Path) -> Kept {
 }
 
 /// When a certificate stops being valid.
-fn not_after(der: &CertificateDer<'_>) -> Option<SystemTime> {
+pub(crate) fn not_after(der: &CertificateDer<'_>) -> Option<SystemTime> {
     let (_, certificate) = x509_parser::parse_x509_certificate(der).ok()?;
     let seconds = certificate.validity().not_after.timestamp();
     Some(UNIX_EPOCH + Duration::from_secs(u64::try_from(seconds).unwrap_or(0)))

@@ -271,3 +271,147 @@ async fn plaintext_serves_http1_and_h2c_with_prior_knowledge() {
     let who = get(&http_client(), &gateway.url("/whoami")).await;
     assert_eq!(who.body, "tls=false client-certs=0");
 }
+
+/// A gateway whose users are the client certificates `client_ca` (a file in
+/// the manifest's folder) verifies, anonymous requests allowed, `/up/` sent
+/// to `upstream` with the user's name in `X-Remote-User`; `/generation`
+/// answers `generation`.
+fn x509_manifest(client_ca: &str, upstream: &Upstream, generation: &str) -> String {
+    let x509 = filter("authentication.filters", "certs", "x509-authn", None, "");
+    format!(
+        "[listen]\naddress = \"127.0.0.1:0\"\n\n[listen.tls]\ncert = \"server.crt\"\nkey = \"server.key\"\nclient_ca = \"{client_ca}\"\n\n\
+         [authentication]\nanonymous = true\n{x509}\n[authorization]\nalways_allow = true\n\n\
+         [[servers]]\nname = \"x509\"\n\
+         [[servers.routes]]\npath = \"/generation\"\nstatic = {{ body = \"{generation}\" }}\n\
+         [[servers.routes]]\nprefix = \"/up/\"\nupstream = {{ url = \"{}\", identity = \"request-header\" }}\n",
+        upstream.url(),
+    )
+}
+
+/// A gateway started from [`x509_manifest`] trusting the clients of a CA of
+/// its own, with `others.crt` (another CA) beside it for a reload: the
+/// manifest's path, the gateway, the server's CA, the clients' CA, and a
+/// client without a certificate (served as `system:anonymous`).
+struct X509Gateway {
+    path: std::path::PathBuf,
+    upstream: Upstream,
+    gateway: GatewayProcess,
+    server_ca: Ca,
+    clients: Ca,
+    anonymous: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+impl X509Gateway {
+    async fn start() -> X509Gateway {
+        build_filters();
+        let upstream = Upstream::start().await;
+        let dir = new_dir();
+        let server_ca = write_server_pki(dir.path());
+        let clients = Ca::new("clients CA");
+        let others = Ca::new("other clients CA");
+        std::fs::write(dir.path().join("clients.crt"), &clients.cert_pem).expect("write");
+        std::fs::write(dir.path().join("others.crt"), &others.cert_pem).expect("write");
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(&path, x509_manifest("clients.crt", &upstream, "1")).expect("write");
+        let gateway = GatewayProcess::spawn(&path);
+        let anonymous = tls_client(&server_ca.cert_pem);
+        let started = X509Gateway {
+            path,
+            upstream,
+            gateway,
+            server_ca,
+            clients,
+            anonymous,
+            _dir: dir,
+        };
+        assert_eq!(
+            started.user_seen(&started.anonymous).await,
+            (200, Some("system:anonymous".to_owned()))
+        );
+        started
+    }
+
+    /// The status and the user the upstream was told of, for a request on
+    /// `client`'s connection.
+    async fn user_seen(&self, client: &reqwest::Client) -> (u16, Option<String>) {
+        let answer = get(client, &self.gateway.url("/up/who")).await;
+        let user = (answer.status == 200)
+            .then(|| echoed_header(&echo(&answer), "x-remote-user"))
+            .flatten();
+        (answer.status, user)
+    }
+
+    /// A client presenting `identity`; it keeps its connection (HTTP/2).
+    fn client(&self, identity: &CertAndKey) -> reqwest::Client {
+        tls_client_with_identity(&self.server_ca.cert_pem, identity)
+    }
+}
+
+// kube's x509 authenticator verifies the client's chain on every request,
+// at the request's time and against the CA bundle in force then
+// (`AuthenticateRequest` in
+// `staging/src/k8s.io/apiserver/pkg/authentication/request/x509/x509.go`,
+// through `dynamiccertificates.WithChainsVerification`), and an error there
+// is a 401 even with anonymous requests allowed (anonymous is added with
+// `union.NewFailOnError`). A connection opened while its certificate was
+// good does not keep it good.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_that_expired_on_an_open_connection_counts_no_more() {
+    let x509 = X509Gateway::start().await;
+    // Alice's certificate ends in three seconds; her connection outlives it.
+    let not_after = unix_now() + 3;
+    let alice = x509.clients.client_cert_until("alice", not_after);
+    let as_alice = x509.client(&alice);
+    assert_eq!(
+        x509.user_seen(&as_alice).await,
+        (200, Some("alice".to_owned()))
+    );
+    while unix_now() <= not_after + 1 {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert_eq!(
+        x509.user_seen(&as_alice).await,
+        (401, None),
+        "a request on a connection whose client certificate expired"
+    );
+    let new_connection = x509
+        .client(&alice)
+        .get(x509.gateway.url("/up/who"))
+        .send()
+        .await;
+    assert!(
+        new_connection.is_err(),
+        "a new connection with the expired certificate fails its handshake"
+    );
+    assert_eq!(
+        x509.user_seen(&x509.anonymous).await,
+        (200, Some("system:anonymous".to_owned()))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_whose_ca_a_reload_removed_counts_no_more() {
+    let x509 = X509Gateway::start().await;
+    let as_bob = x509.client(&x509.clients.client_cert("bob"));
+    assert_eq!(x509.user_seen(&as_bob).await, (200, Some("bob".to_owned())));
+    write_atomically(
+        &x509.path,
+        &x509_manifest("others.crt", &x509.upstream, "2"),
+    );
+    eventually("the reload", || async {
+        let answer = get(&x509.anonymous, &x509.gateway.url("/generation")).await;
+        (answer.body == "2").then_some(())
+    })
+    .await;
+    assert_eq!(
+        x509.user_seen(&as_bob).await,
+        (401, None),
+        "a request on a connection whose client certificate's CA is no longer trusted"
+    );
+    assert_eq!(
+        x509.user_seen(&x509.anonymous).await,
+        (200, Some("system:anonymous".to_owned()))
+    );
+}

@@ -62,7 +62,9 @@ fn attempted_credentials(request: &Request) -> String {
     let x509 = RequestContext::of(request.extensions())
         .connection
         .as_ref()
-        .is_some_and(|connection| connection.client_chain.is_some());
+        .is_some_and(|connection| {
+            connection.client_chain.is_some() || connection.client_chain_refused
+        });
     let methods: Vec<&str> = [
         (scheme.as_deref() == Some("basic"), "basic"),
         (scheme.as_deref() == Some("bearer"), "bearer"),

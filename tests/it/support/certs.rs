@@ -71,6 +71,16 @@ impl Ca {
         )
     }
 
+    /// A client certificate for user `name` that stops being valid at
+    /// `not_after` (unix seconds).
+    pub fn client_cert_until(&self, name: &str, not_after: i64) -> CertAndKey {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("certificate params");
+        params.not_before =
+            time::OffsetDateTime::from_unix_timestamp(unix_now() - DAY).expect("a date");
+        params.not_after = time::OffsetDateTime::from_unix_timestamp(not_after).expect("a date");
+        self.sign_with(params, name, &[], ExtendedKeyUsagePurpose::ClientAuth)
+    }
+
     fn sign(
         &self,
         names: Vec<String>,
@@ -78,7 +88,17 @@ impl Ca {
         organizations: &[&str],
         usage: ExtendedKeyUsagePurpose,
     ) -> CertAndKey {
-        let mut params = CertificateParams::new(names).expect("certificate params");
+        let params = CertificateParams::new(names).expect("certificate params");
+        self.sign_with(params, common_name, organizations, usage)
+    }
+
+    fn sign_with(
+        &self,
+        mut params: CertificateParams,
+        common_name: &str,
+        organizations: &[&str],
+        usage: ExtendedKeyUsagePurpose,
+    ) -> CertAndKey {
         params
             .distinguished_name
             .push(DnType::CommonName, common_name);
