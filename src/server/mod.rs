@@ -316,11 +316,21 @@ impl RunningGateway {
         tracing::info!("shutting down: readyz now fails");
         systemd::stopping();
         self.shutting_down.set();
-        lifecycle::run_pre_shutdown_hooks(&self.pre_shutdown, self.local_addr).await;
-        if !limits.shutdown_delay.is_zero() {
-            tracing::info!(delay = ?limits.shutdown_delay, "waiting shutdown_delay before closing the listener");
-            tokio::time::sleep(limits.shutdown_delay).await;
-        }
+        // The pre-shutdown hooks and the delay start together, and the
+        // listener closes once both are over: kube's RunWithContext runs
+        // its pre-shutdown hooks as the shutdown delay begins and stops its
+        // HTTP server when the delay has passed and the hooks have returned
+        // (staging/src/k8s.io/apiserver/pkg/server/genericapiserver.go).
+        let delay = async {
+            if !limits.shutdown_delay.is_zero() {
+                tracing::info!(delay = ?limits.shutdown_delay, "waiting shutdown_delay before closing the listener");
+                tokio::time::sleep(limits.shutdown_delay).await;
+            }
+        };
+        tokio::join!(
+            lifecycle::run_pre_shutdown_hooks(&self.pre_shutdown, self.local_addr),
+            delay
+        );
         self.drain.stop_accepting.cancel();
         let _ = self.accepting.await;
         self.drain.connections.close();

@@ -1,7 +1,8 @@
 //! The real binary's lifecycle, as a child process: graceful drain on
 //! SIGTERM (the request in flight completes, new connections are refused,
-//! exit 0), pre-shutdown hooks running while the listener is still open, and
-//! `shutdown_delay` serving on while readyz fails; in process: the drain of
+//! exit 0), pre-shutdown hooks running while the listener is still open and
+//! while `shutdown_delay` passes, and `shutdown_delay` serving on while
+//! readyz fails; in process: the drain of
 //! HTTP/1.1 and HTTP/2 streams, the shutdown timeout, a connection that
 //! sent nothing closed at once, and the responses of the shutdown delay
 //! sending their clients away (`Connection: close`, GOAWAY).
@@ -11,6 +12,16 @@ use std::time::Duration;
 use crate::support::*;
 
 const EXIT_BOUND: Duration = Duration::from_secs(20);
+
+/// Waits for the gateway to exit, and checks it exited 0.
+fn exited_cleanly(gateway: &mut GatewayProcess) {
+    let exit = gateway.child.wait_exit(EXIT_BOUND);
+    assert!(
+        exit.success(),
+        "exit status {exit:?}; log:\n{}",
+        gateway.log_text()
+    );
+}
 
 fn write_manifest(dir: &tempfile::TempDir, manifest: &str) -> std::path::PathBuf {
     let path = dir.path().join("gateway.toml");
@@ -87,12 +98,7 @@ async fn sigterm_drains(args: &[&str]) {
     assert_eq!(body.len(), 16 * 4096, "the whole body arrived");
     assert!(body.iter().all(|b| *b == b'x'));
 
-    let exit = gateway.child.wait_exit(EXIT_BOUND);
-    assert!(
-        exit.success(),
-        "exit status {exit:?}; log:\n{}",
-        gateway.log_text()
-    );
+    exited_cleanly(&mut gateway);
     let log = gateway.log_text();
     assert!(log.contains("stop requested"), "{log}");
     assert!(log.contains("all connections drained"), "{log}");
@@ -121,12 +127,7 @@ async fn pre_shutdown_hooks_run_before_the_listener_closes() {
     assert!(!out.exists(), "the hook must not run before shutdown");
 
     gateway.child.signal(libc::SIGTERM);
-    let exit = gateway.child.wait_exit(EXIT_BOUND);
-    assert!(
-        exit.success(),
-        "exit status {exit:?}; log:\n{}",
-        gateway.log_text()
-    );
+    exited_cleanly(&mut gateway);
     let log = gateway.log_text();
     assert_eq!(
         std::fs::read_to_string(&code).expect("the hook ran").trim(),
@@ -138,6 +139,47 @@ async fn pre_shutdown_hooks_run_before_the_listener_closes() {
         "[+]ping ok\n[+]log ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n"
     );
     assert!(log.contains("pre-shutdown hook finished"), "{log}");
+}
+
+/// kube runs its pre-shutdown hooks as the shutdown delay begins, and stops
+/// its HTTP server once the delay has passed and the hooks have returned
+/// (`RunWithContext` in `staging/src/k8s.io/apiserver/pkg/server/genericapiserver.go`):
+/// the delay is not added after the hooks. The hook here waits for a file
+/// the test writes only once the gateway says its delay has begun.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shutdown_delay_runs_while_the_pre_shutdown_hooks_do() {
+    let dir = new_dir();
+    let go = dir.path().join("go");
+    let script = format!(
+        "for i in $(seq 200); do [ -e '{}' ] && exit 0; sleep 0.1; done; exit 1",
+        go.display()
+    );
+    let manifest = plaintext(&format!(
+        "[limits]\nshutdown_delay = \"1s\"\n\n\
+         [[hooks]]\nname = \"wait-for-go\"\nphase = \"pre-shutdown\"\ncommand = [\"sh\", \"-c\", {script:?}]\n\n\
+         [[servers]]\nname = \"hooks\"\n"
+    ));
+    let mut gateway = GatewayProcess::spawn(&write_manifest(&dir, &manifest));
+    wait_until_serving(&gateway).await;
+
+    gateway.child.signal(libc::SIGTERM);
+    eventually("the shutdown delay to begin while the hook runs", || {
+        let log = gateway.log_text();
+        std::future::ready(log.contains("waiting shutdown_delay").then_some(()))
+    })
+    .await;
+    assert!(
+        !gateway.log_text().contains("pre-shutdown hook"),
+        "the hook is still waiting: {}",
+        gateway.log_text()
+    );
+    std::fs::write(&go, "").expect("write the file the hook waits for");
+    exited_cleanly(&mut gateway);
+    assert!(
+        gateway.log_text().contains("pre-shutdown hook finished"),
+        "{}",
+        gateway.log_text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,12 +214,7 @@ async fn shutdown_delay_keeps_serving_while_readyz_fails() {
     assert_eq!((served.status, served.body.as_str()), (200, "still here"));
     assert_eq!(get(&http_client(), &gateway.url("/livez")).await.body, "ok");
 
-    let exit = gateway.child.wait_exit(EXIT_BOUND);
-    assert!(
-        exit.success(),
-        "exit status {exit:?}; log:\n{}",
-        gateway.log_text()
-    );
+    exited_cleanly(&mut gateway);
     let log = gateway.log_text();
     assert!(log.contains("waiting shutdown_delay"), "{log}");
     let refused = tokio::net::TcpStream::connect(gateway.addr).await;
@@ -191,12 +228,7 @@ async fn sigint_stops_the_binary_too() {
     let mut gateway = GatewayProcess::spawn(&write_manifest(&dir, &manifest));
     wait_until_serving(&gateway).await;
     gateway.child.signal(libc::SIGINT);
-    let exit = gateway.child.wait_exit(EXIT_BOUND);
-    assert!(
-        exit.success(),
-        "exit status {exit:?}; log:\n{}",
-        gateway.log_text()
-    );
+    exited_cleanly(&mut gateway);
     assert!(
         gateway.log_text().contains("SIGINT"),
         "{}",
