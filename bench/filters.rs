@@ -332,11 +332,7 @@ impl Inputs {
                 source_ips: Some(SourceIps::Peer(http::HeaderValue::from_static("127.0.0.1"))),
                 user_agent: Some(http::HeaderValue::from_static("bench")),
                 object_ref: None,
-                response_status: Some(ResponseStatus {
-                    code: 201,
-                    reason: "",
-                    message: "".into(),
-                }),
+                response_status: Some(ResponseStatus::code_only(201)),
                 request_object: None,
                 response_object: None,
                 request_received: std::time::UNIX_EPOCH + Duration::from_secs(1_767_225_600),

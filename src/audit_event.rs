@@ -29,6 +29,7 @@ use sonic_rs::LazyValue;
 use crate::config::stages::{AuditLevel, AuditStage};
 use crate::context::{AuditId, SourceIps, UserInfo};
 use crate::request_info::RequestInfo;
+use crate::status::{Details, Status};
 
 /// One audit event of a request, at one stage.
 #[derive(Debug, Clone)]
@@ -101,16 +102,49 @@ impl ObjectReference {
     }
 }
 
-/// The `responseStatus` audit records: a plain success's code, or an
-/// error's reason and message too.
+/// The `responseStatus` audit records: the code of a response that is not
+/// a Status (an upstream's), or the bounded fields of the Status the
+/// gateway answered with, as kube's `LogResponseObject` copies them from
+/// the Status it writes (`staging/src/k8s.io/apiserver/pkg/audit/request.go`,
+/// `context.go`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResponseStatus {
     /// The HTTP status code.
     pub code: u16,
+    /// kube's `status`, `Failure` or `Success`; empty for a response that
+    /// is not a Status.
+    pub outcome: &'static str,
     /// kube's reason (`Forbidden`), empty for a plain success.
-    pub reason: &'static str,
+    pub reason: Cow<'static, str>,
     /// What went wrong, empty for a plain success.
     pub message: Cow<'static, str>,
+    /// The Status's details, when it has them.
+    pub details: Option<Box<Details>>,
+}
+
+impl ResponseStatus {
+    /// A response that is not a Status: its code only, as kube's audit
+    /// response writer records it.
+    pub fn code_only(code: u16) -> Self {
+        ResponseStatus {
+            code,
+            outcome: "",
+            reason: Cow::Borrowed(""),
+            message: Cow::Borrowed(""),
+            details: None,
+        }
+    }
+
+    /// The Status the gateway answered with.
+    pub fn of(status: &Status) -> Self {
+        ResponseStatus {
+            code: status.code,
+            outcome: status.status,
+            reason: Cow::Owned(status.reason.clone()),
+            message: Cow::Owned(status.message.clone()),
+            details: status.details.clone().map(Box::new),
+        }
+    }
 }
 
 /// An event's annotations as kube's audit context keeps them
@@ -348,17 +382,19 @@ impl<'a> From<&'a ObjectReference> for KubeObjectReference<'a> {
 #[derive(Serialize)]
 struct EmptyMeta {}
 
-/// meta/v1 `Status`, as audit records it: code only for a plain success,
-/// `Failure` with the reason and message for an error.
+/// meta/v1 `Status`, as audit records it: the code only for a response
+/// that was not a Status, the Status's bounded fields for one that was.
 #[derive(Serialize)]
 struct KubeStatus<'a> {
     metadata: EmptyMeta,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<&'static str>,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    status: &'static str,
     #[serde(skip_serializing_if = "str::is_empty")]
     message: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
     reason: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<&'a Details>,
     #[serde(skip_serializing_if = "is_zero")]
     code: u16,
 }
@@ -369,18 +405,12 @@ fn is_zero(code: &u16) -> bool {
 
 impl<'a> From<&'a ResponseStatus> for KubeStatus<'a> {
     fn from(status: &'a ResponseStatus) -> Self {
-        let outcome = if status.code >= 400 {
-            Some("Failure")
-        } else if !status.message.is_empty() || !status.reason.is_empty() {
-            Some("Success")
-        } else {
-            None
-        };
         KubeStatus {
             metadata: EmptyMeta {},
-            status: outcome,
+            status: status.outcome,
             message: &status.message,
-            reason: status.reason,
+            reason: &status.reason,
+            details: status.details.as_deref(),
             code: status.code,
         }
     }
@@ -535,11 +565,7 @@ pub(crate) mod tests {
                 api_version: "v1".into(),
                 ..ObjectReference::default()
             }),
-            response_status: Some(ResponseStatus {
-                code: 201,
-                reason: "",
-                message: Cow::Borrowed(""),
-            }),
+            response_status: Some(ResponseStatus::code_only(201)),
             request_object: Some(
                 r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p"}}"#.into(),
             ),
@@ -650,11 +676,17 @@ pub(crate) mod tests {
                 groups: vec!["ops".into()],
                 ..user("bob")
             })),
-            response_status: Some(ResponseStatus {
-                code: 403,
-                reason: "Forbidden",
-                message: "pods is forbidden".into(),
-            }),
+            response_status: Some(ResponseStatus::of(
+                &Status::failure(
+                    http::StatusCode::FORBIDDEN,
+                    "Forbidden",
+                    "pods is forbidden",
+                )
+                .with_details(Details {
+                    kind: "pods".into(),
+                    ..Details::default()
+                }),
+            )),
             source_ips: Some(SourceIps::Believed(Arc::from(vec![
                 "1.1.1.1".to_owned(),
                 "10.0.0.1".to_owned(),
@@ -668,7 +700,7 @@ pub(crate) mod tests {
         );
         assert_eq!(
             panicked["responseStatus"],
-            json!({"metadata": {}, "status": "Failure", "message": "pods is forbidden", "reason": "Forbidden", "code": 403})
+            json!({"metadata": {}, "status": "Failure", "message": "pods is forbidden", "reason": "Forbidden", "details": {"kind": "pods"}, "code": 403})
         );
         assert_eq!(panicked["sourceIPs"], json!(["1.1.1.1", "10.0.0.1"]));
         let started = value(&AuditEvent {

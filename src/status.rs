@@ -86,7 +86,9 @@ impl Status {
         self
     }
 
-    /// The Status as a JSON response with its own code.
+    /// The Status as a JSON response with its own code. The Status goes in
+    /// the response's extensions too, for audit to record as kube's
+    /// `WriteObjectNegotiated` hands it to `audit.LogResponseObject`.
     pub fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         // Serialising a struct of strings and integers cannot fail; fall back
@@ -100,6 +102,7 @@ impl Status {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        response.extensions_mut().insert(self);
         response
     }
 }

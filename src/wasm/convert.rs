@@ -199,7 +199,7 @@ pub fn audit_event(event: &AuditEvent) -> auditor::Event {
             }),
         response_status: event.response_status.as_ref().map(|status| types::Status {
             code: status.code,
-            reason: text(status.reason),
+            reason: text(&status.reason),
             message: text(&status.message),
         }),
         request_received_timestamp: text(micro_time(event.request_received).as_str()),

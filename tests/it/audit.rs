@@ -399,6 +399,50 @@ async fn impersonation_is_recorded_beside_the_requesting_user() {
     );
 }
 
+/// A Status the gateway answers with is recorded as kube's
+/// `LogResponseObject` records the Status `WriteObjectNegotiated` writes
+/// (`audit/request.go`, `audit/context.go`): its status, message, reason,
+/// details and code, at level Metadata too; an upstream's response, not a
+/// Status kube wrote, by its code alone (kube's audit response writer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateways_own_status_is_recorded_whole() {
+    let upstream = Upstream::start().await;
+    let (gateway, log) = audited_gateway(&upstream, "blocking").await;
+    let client = http_client();
+
+    // bob deletes a widget (rule 4, Metadata): RBAC forbids him.
+    let answer = send(
+        client
+            .delete(gateway.url(&format!("{WIDGETS}/w1")))
+            .bearer_auth("bob-token"),
+    )
+    .await;
+    answer.assert_status(403, "Forbidden");
+    let mut recorded = answer.json();
+    let object = recorded.as_object_mut().expect("a Status");
+    object.remove("kind");
+    object.remove("apiVersion");
+    let events = events_of(&log, &audit_id(&answer));
+    assert_eq!(stages_of(&events), ["RequestReceived", "ResponseComplete"]);
+    assert_eq!(events[1]["level"], "Metadata");
+    assert_eq!(events[1]["responseStatus"], recorded, "{}", events[1]);
+    assert!(
+        recorded["message"].as_str().is_some_and(
+            |message| message.starts_with("widgets.demo.example.io \"w1\" is forbidden")
+        ),
+        "{recorded}"
+    );
+
+    // The upstream's 200, not a Status the gateway wrote: the code only.
+    let answer = send(client.get(gateway.url(WIDGETS)).bearer_auth("bob-token")).await;
+    echo(&answer);
+    let events = events_of(&log, &audit_id(&answer));
+    assert_eq!(
+        events[1]["responseStatus"],
+        json!({"metadata": {}, "code": 200})
+    );
+}
+
 /// kube's resource matching (`policy/checker.go`): `widgets` is the
 /// resource only, never its subresources (kube's audit docs: "Resource
 /// "pods" doesn't match requests to any subresource of pods"); `*/scale` is

@@ -14,6 +14,7 @@ use crate::audit_event::{Annotations, AuditEvent, ObjectReference, ResponseStatu
 use crate::body::{Body, Request, Response};
 use crate::config::stages::{AuditLevel, AuditStage};
 use crate::context::{RequestContext, UserInfo};
+use crate::status::Status;
 
 /// Filled in by the stages inside audit (authorization's decision, the
 /// impersonated user) and read when the later events are made.
@@ -100,6 +101,8 @@ pub(super) fn stamp(event: &mut AuditEvent, stage: AuditStage, context: &AuditCo
     context.apply(event);
 }
 
+/// A Status audit makes itself (a panic, a request cut short, a failed
+/// authentication), as kube's audit filters write it.
 pub(super) fn status_record(
     code: u16,
     reason: &'static str,
@@ -107,8 +110,20 @@ pub(super) fn status_record(
 ) -> ResponseStatus {
     ResponseStatus {
         code,
-        reason,
+        outcome: if code >= 400 { "Failure" } else { "Success" },
+        reason: Cow::Borrowed(reason),
         message: message.into(),
+        details: None,
+    }
+}
+
+/// What the event records of `response`: the Status the gateway answered
+/// with, when it did (kube's `LogResponseObject`, called by
+/// `WriteObjectNegotiated` for every Status kube writes), else its code.
+pub(super) fn response_status(response: &Response) -> ResponseStatus {
+    match response.extensions().get::<Status>() {
+        Some(status) => ResponseStatus::of(status),
+        None => ResponseStatus::code_only(response.status().as_u16()),
     }
 }
 

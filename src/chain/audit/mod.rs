@@ -47,7 +47,8 @@ use crate::context::{ConnectionControl, RequestContext};
 use crate::handler::{Handler, SharedHandler};
 
 use event::{
-    base_event, buffer_request_object, buffer_response_object, stamp, stamped, status_record,
+    base_event, buffer_request_object, buffer_response_object, response_status, stamp, stamped,
+    status_record,
 };
 use policy::policy_level;
 
@@ -119,7 +120,7 @@ impl Handler for Audit {
                     std::panic::resume_unwind(panic);
                 }
             };
-            let status = status_record(response.status().as_u16(), "", "");
+            let status = response_status(&response);
             if long_running {
                 completion.answered(status, None);
                 if emits(AuditStage::ResponseStarted) {
