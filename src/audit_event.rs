@@ -52,7 +52,8 @@ pub struct AuditEvent {
     pub impersonated_user: Option<Arc<UserInfo>>,
     /// kube's `sourceIPs`, as the request's origin believes them.
     pub source_ips: Option<SourceIps>,
-    /// Recorded when it is visible ASCII, as kube's `userAgent` reads it.
+    /// Recorded when it is visible ASCII, as kube's `userAgent` reads it,
+    /// and bounded ([`bounded_user_agent`]).
     pub user_agent: Option<HeaderValue>,
     /// The object of a resource request.
     pub object_ref: Option<ObjectReference>,
@@ -221,6 +222,25 @@ impl AuditEvent {
     pub fn request_uri(&self) -> &str {
         self.request_uri.as_ref().map_or("", PathAndQuery::as_str)
     }
+}
+
+/// kube's `maxUserAgentLength`, in bytes.
+const MAX_USER_AGENT: usize = 1024;
+
+/// The user agent an event records: kube's `maybeTruncateUserAgent`
+/// (`staging/src/k8s.io/apiserver/pkg/audit/request.go`) keeps its first
+/// 1024 bytes and adds `...TRUNCATED`; a shorter one is shared, not copied.
+pub(crate) fn bounded_user_agent(agent: &HeaderValue) -> HeaderValue {
+    let bytes = agent.as_bytes();
+    if bytes.len() <= MAX_USER_AGENT {
+        return agent.clone();
+    }
+    let mut truncated = Vec::with_capacity(MAX_USER_AGENT + 12);
+    truncated.extend_from_slice(&bytes[..MAX_USER_AGENT]);
+    truncated.extend_from_slice(b"...TRUNCATED");
+    // A header value's prefix and ASCII are a header value; were it not,
+    // the value would be left out rather than recorded whole.
+    HeaderValue::from_bytes(&truncated).unwrap_or(HeaderValue::from_static(""))
 }
 
 /// kube's level names.

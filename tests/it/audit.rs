@@ -443,6 +443,40 @@ async fn the_gateways_own_status_is_recorded_whole() {
     );
 }
 
+/// kube's `maybeTruncateUserAgent` (`audit/request.go`): a user agent
+/// longer than 1024 bytes is recorded as its first 1024 and
+/// `...TRUNCATED`, in every event of the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_user_agent_is_truncated_as_kube_does() {
+    let upstream = Upstream::start().await;
+    let (gateway, log) = audited_gateway(&upstream, "blocking").await;
+    let client = http_client();
+    let agent = format!("{}{}", "a".repeat(1000), "b".repeat(1000));
+    let request = client
+        .get(gateway.url(WIDGETS))
+        .bearer_auth("bob-token")
+        .header("user-agent", &agent);
+    let answer = send(request).await;
+    echo(&answer);
+    let events = events_of(&log, &audit_id(&answer));
+    assert_eq!(stages_of(&events), ["RequestReceived", "ResponseComplete"]);
+    let truncated = format!("{}...TRUNCATED", &agent[..1024]);
+    for event in &events {
+        assert_eq!(event["userAgent"], truncated.as_str());
+    }
+    // One of exactly 1024 bytes is recorded whole.
+    let answer = send(
+        client
+            .get(gateway.url(WIDGETS))
+            .bearer_auth("bob-token")
+            .header("user-agent", &agent[..1024]),
+    )
+    .await;
+    echo(&answer);
+    let events = events_of(&log, &audit_id(&answer));
+    assert_eq!(events[1]["userAgent"], &agent[..1024]);
+}
+
 /// kube's resource matching (`policy/checker.go`): `widgets` is the
 /// resource only, never its subresources (kube's audit docs: "Resource
 /// "pods" doesn't match requests to any subresource of pods"); `*/scale` is

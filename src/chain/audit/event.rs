@@ -10,7 +10,9 @@ use std::time::SystemTime;
 
 use http_body_util::BodyExt;
 
-use crate::audit_event::{Annotations, AuditEvent, ObjectReference, ResponseStatus};
+use crate::audit_event::{
+    Annotations, AuditEvent, ObjectReference, ResponseStatus, bounded_user_agent,
+};
 use crate::body::{Body, Request, Response};
 use crate::config::stages::{AuditLevel, AuditStage};
 use crate::context::{RequestContext, UserInfo};
@@ -70,7 +72,10 @@ pub(super) fn base_event(request: &Request, level: AuditLevel) -> AuditEvent {
             .origin
             .as_ref()
             .map(|origin| origin.source_ips().clone()),
-        user_agent: request.headers().get(http::header::USER_AGENT).cloned(),
+        user_agent: request
+            .headers()
+            .get(http::header::USER_AGENT)
+            .map(bounded_user_agent),
         object_ref: info
             .filter(|info| info.is_resource_request)
             .map(ObjectReference::of),
