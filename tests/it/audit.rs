@@ -477,6 +477,27 @@ async fn a_long_user_agent_is_truncated_as_kube_does() {
     assert_eq!(events[1]["userAgent"], &agent[..1024]);
 }
 
+/// kube's `ProcessEventStage` (`audit/context.go`): a RequestReceived
+/// event's stageTimestamp is its requestReceivedTimestamp; the later
+/// stages' are when they were reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_received_is_stamped_when_the_request_was_received() {
+    let upstream = Upstream::start().await;
+    let (gateway, log) = audited_gateway(&upstream, "blocking").await;
+    let client = http_client();
+    for _ in 0..5 {
+        let answer = send(client.get(gateway.url(WIDGETS)).bearer_auth("bob-token")).await;
+        echo(&answer);
+        let events = events_of(&log, &audit_id(&answer));
+        assert_eq!(stages_of(&events), ["RequestReceived", "ResponseComplete"]);
+        let received = &events[0];
+        assert_eq!(
+            received["stageTimestamp"], received["requestReceivedTimestamp"],
+            "{received}"
+        );
+    }
+}
+
 /// kube's resource matching (`policy/checker.go`): `widgets` is the
 /// resource only, never its subresources (kube's audit docs: "Resource
 /// "pods" doesn't match requests to any subresource of pods"); `*/scale` is

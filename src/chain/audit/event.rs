@@ -99,10 +99,15 @@ pub(super) fn stamped(
 
 /// Makes `event` the one of `stage`, now: its stage, time, annotations and
 /// impersonated user, each set whole, so an event stamped for one stage is
-/// stamped again for the next with nothing left of the first.
+/// stamped again for the next with nothing left of the first. A
+/// RequestReceived's time is when the request was received, as kube's
+/// `ProcessEventStage` stamps it (`staging/src/k8s.io/apiserver/pkg/audit/context.go`).
 pub(super) fn stamp(event: &mut AuditEvent, stage: AuditStage, context: &AuditContext) {
     event.stage = stage;
-    event.stage_time = SystemTime::now();
+    event.stage_time = match stage {
+        AuditStage::RequestReceived => event.request_received,
+        _ => SystemTime::now(),
+    };
     context.apply(event);
 }
 
