@@ -1,7 +1,7 @@
 //! The listener: accepts TCP connections, does the TLS handshake when the
 //! transport is TLS, and serves HTTP/1.1 and HTTP/2 on each connection
 //! (ALPN over TLS, prior-knowledge h2c on plaintext) through the handler of
-//! the current [`Snapshot`](super::snapshot::Snapshot): taken per connection
+//! the current [`Snapshot`]: taken per connection
 //! for TLS and limits, per request for the chain. It enforces the
 //! connection-level limits: header bytes (431), read-header timeout
 //! ([`super::header_deadline`]), idle timeout; it verifies a connection's

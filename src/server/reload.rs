@@ -1,5 +1,5 @@
-//! Hot reload: the manifest (or a component or file it names) changes, and the
-//! chain is rebuilt beside the running one, validated, and swapped in with
+//! Hot reload: the manifest (or a component or file it names) changes, and
+//! the chain is rebuilt beside the running one, validated, and swapped in with
 //! one pointer swap ([`super::snapshot`]). A bad edit changes nothing: the
 //! running chain keeps serving and the problems are logged with their
 //! file:line:column. Triggers: the file watcher (editors' atomic renames and
@@ -279,11 +279,12 @@ fn restart_required(bound: &Bound, new: &Config) -> Vec<String> {
 }
 
 /// Watches the manifest, the components the configuration in force names
-/// and the files read into it, requesting a reload when one of them changes. Folders are watched, not
-/// files, so that replacing a file by rename (editors) or swapping a symlink
-/// (ConfigMaps) is seen. One watcher serves the reloader's whole life: what
-/// it watches follows each new configuration, and no change is lost between
-/// two of them. Watching stops when it is dropped.
+/// and the files read into it, requesting a reload when one of them
+/// changes. Folders are watched, not files, so that replacing a file by
+/// rename (editors) or swapping a symlink (ConfigMaps) is seen. One watcher
+/// serves the reloader's whole life: what it watches follows each new
+/// configuration, and no change is lost between two of them. Watching stops
+/// when it is dropped.
 struct FileWatch {
     watcher: notify::RecommendedWatcher,
     manifest: PathBuf,
