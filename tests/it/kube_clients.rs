@@ -4,7 +4,9 @@
 //! by request headers) and serves `/apis`, `/api` (legacy and aggregated),
 //! `/openapi/v2` and `/openapi/v3` merged from what the server answers its
 //! background refresh. `get`, `create -f`, `apply -f` (twice),
-//! `explain`, `get -w`, `auth can-i` and `auth whoami` work, and so do the
+//! `explain`, `get -w`, `auth can-i`, `auth whoami`, `exec` (over
+//! WebSocket, `v5.channel.k8s.io`) and `logs -f` (past the request
+//! timeout) work, and so do the
 //! Python client's `VersionApi`, `CoreV1Api` and `CustomObjectsApi` calls;
 //! the OpenAPI documents answer with kube-openapi's caching headers and are
 //! authorized as non-resource URLs; v2 is served as gnostic's protobuf too
@@ -26,6 +28,7 @@ fn rbac() -> Value {
             {"name": "editor", "rules": [
                 {"verbs": ["*"], "apiGroups": [""], "resources": ["configmaps"]},
                 {"verbs": ["*"], "apiGroups": ["demo.example.io"], "resources": ["widgets"]},
+                {"verbs": ["get"], "apiGroups": [""], "resources": ["pods", "pods/log", "pods/exec"]},
             ]},
             {"name": "basic-user", "rules": [
                 {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},
@@ -45,6 +48,11 @@ fn rbac() -> Value {
 }
 
 fn manifest(kube: &str) -> String {
+    manifest_with(kube, "")
+}
+
+/// [`manifest`] with `limits`, the `[limits]` table's keys.
+fn manifest_with(kube: &str, limits: &str) -> String {
     format!(
         r#"[listen]
 address = "127.0.0.1:0"
@@ -52,6 +60,9 @@ address = "127.0.0.1:0"
 [listen.tls]
 cert = "server.crt"
 key = "server.key"
+
+[limits]
+{limits}
 {}{}
 [[servers]]
 name = "gw"
@@ -82,12 +93,17 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
+    setup_with("").await
+}
+
+/// [`setup`] with `limits`, the `[limits]` table's keys.
+async fn setup_with(limits: &str) -> Setup {
     build_filters();
     let dir = new_dir();
     let ca = write_server_pki(dir.path());
     let kube = KubeApi::start(&ca.server_cert()).await;
     let path = dir.path().join("gateway.toml");
-    std::fs::write(&path, manifest(&kube.url())).expect("write the manifest");
+    std::fs::write(&path, manifest_with(&kube.url(), limits)).expect("write the manifest");
     let gateway = GatewayProcess::spawn(&path);
     let server = format!("https://localhost:{}", gateway.addr.port());
     let ca_file = dir.path().join("ca.crt");
@@ -448,6 +464,55 @@ async fn kubectl_get_watch_sees_a_change_made_while_it_watches() {
     drop(watch);
 }
 
+/// kubectl's exec and followed log through the gateway, as against kube.
+/// kubectl 1.32 execs over WebSocket, offering `v5.channel.k8s.io` first
+/// (SPDY only when the upgrade fails): the pod's choice of protocol comes
+/// back in the 101, and its stdout and exit Status reach kubectl, which
+/// prints the one and exits 0 on the other. `logs -f`, long-running in
+/// kube (`BasicLongRunningRequestCheck`'s `log`,
+/// `staging/src/k8s.io/apiserver/pkg/server/filters/longrunning.go`), shows
+/// each line as the pod writes it, for longer than `request_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_exec_and_logs_follow_work_through_the_gateway() {
+    const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+    let setup = setup_with("request_timeout = \"2s\"").await;
+    let alice = &setup.alice;
+    let out = alice
+        .ok(&[
+            "exec", "p", "--", "echo", "hello", "through", "the", "gateway",
+        ])
+        .await;
+    assert_eq!(out, "hello through the gateway\n");
+    let requests = setup.kube.requests();
+    let exec = |method: &str| {
+        requests.iter().any(|request| {
+            request.starts_with(&format!(
+                "alice {method} /api/v1/namespaces/default/pods/p/exec"
+            ))
+        })
+    };
+    assert!(
+        exec("GET") && !exec("POST"),
+        "over WebSocket, no SPDY fallback: {requests:?}"
+    );
+
+    let mut follow = alice.spawn(&["logs", "-f", "p"]);
+    let stdout = follow.stdout.take().expect("kubectl's stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let started = Instant::now();
+    let mut expected = 0;
+    while started.elapsed() < REQUEST_TIMEOUT * 2 {
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("a log line within 10 s")
+            .expect("kubectl's stdout")
+            .unwrap_or_else(|| panic!("kubectl logs -f ended after {expected} lines"));
+        expected += 1;
+        assert_eq!(line, format!("line {expected}"));
+    }
+    drop(follow);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openapi_and_aggregated_discovery_answer_as_kube_does() {
     let setup = setup().await;
@@ -660,7 +725,7 @@ async fn discovery_merges_the_groups_of_every_aggregated_upstream() {
         .iter()
         .filter_map(|resource| resource["resource"].as_str())
         .collect();
-    assert_eq!(resources, ["configmaps"]);
+    assert_eq!(resources, ["configmaps", "pods"]);
 
     let listed = alice
         .ok(&["api-resources", "--no-headers", "-o", "name"])

@@ -4,7 +4,10 @@
 //! (`demo.example.io/v1`, as a custom resource), with create, get, list,
 //! update, delete, patch (JSON merge and strategic merge, which for these
 //! types' maps are the same) and watch (a stream of JSON events); its
-//! discovery, legacy and aggregated; its OpenAPI v2 and v3 documents,
+//! discovery, legacy and aggregated; one running pod, `p` (container
+//! `app`), whose log is streamed with `follow` and which execs over
+//! WebSocket as kubelet does (`v5.channel.k8s.io`: echoes the command's
+//! arguments on stdout); its OpenAPI v2 and v3 documents,
 //! written from kube's own schemas for these fields
 //! (`api/openapi-spec/v3/api__v1_openapi.json`), trimmed to them.
 
@@ -191,6 +194,7 @@ async fn answer(state: Arc<State>, request: http::Request<Incoming>) -> Result<A
         "/openapi/v2" if accepts_json(&accept) => json_answer(StatusCode::OK, &openapi_v2()),
         "/openapi/v2" => status(StatusCode::NOT_ACCEPTABLE, "NotAcceptable", "only JSON"),
         "/openapi/v3" => json_answer(StatusCode::OK, &openapi_v3_root()),
+        _ if pod_path(&path).is_some() => pod(request, &path),
         _ => match path.strip_prefix("/openapi/v3") {
             Some(group_version) => match KINDS.iter().find(|kind| kind.root() == group_version) {
                 Some(kind) => json_answer(StatusCode::OK, &openapi_v3(kind)),
@@ -200,6 +204,143 @@ async fn answer(state: Arc<State>, request: http::Request<Incoming>) -> Result<A
         },
     };
     Ok(response)
+}
+
+/// The pod `p` and its subresources: the namespace and what follows
+/// `/pods/p` (empty for the pod itself).
+fn pod_path(path: &str) -> Option<(&str, &str)> {
+    let rest = path.strip_prefix("/api/v1/namespaces/")?;
+    let (namespace, rest) = rest.split_once("/pods/p")?;
+    (rest.is_empty() || rest.starts_with('/')).then_some((namespace, rest))
+}
+
+/// The pod `p`, its log (streamed, a line every 100 ms, with `follow`)
+/// and its exec over WebSocket.
+fn pod(mut request: http::Request<Incoming>, path: &str) -> Answer {
+    let Some((namespace, subresource)) = pod_path(path) else {
+        return not_found("the server could not find the requested resource");
+    };
+    let query: Vec<(String, String)> =
+        url::form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes())
+            .into_owned()
+            .collect();
+    match (subresource, request.method().as_str()) {
+        ("", "GET") => json_answer(
+            StatusCode::OK,
+            &json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": namespace, "uid": "7f1c6e0a-0000-4000-8000-000000000001", "resourceVersion": "1", "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"containers": [{"name": "app", "image": "app:1"}]},
+                "status": {"phase": "Running"}}),
+        ),
+        ("/log", "GET") => {
+            let follow = query
+                .iter()
+                .any(|(key, value)| key == "follow" && value == "true");
+            let (sender, receiver) = mpsc::channel(16);
+            tokio::spawn(async move {
+                let lines = async {
+                    for line in 1.. {
+                        if !follow && line > 3 {
+                            return;
+                        }
+                        if sender
+                            .send(Bytes::from(format!("line {line}\n")))
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                        if follow {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                };
+                let _ = tokio::time::timeout(MAX_WATCH, lines).await;
+            });
+            let mut response = http::Response::new(channel_body(receiver));
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("text/plain"),
+            );
+            response
+        }
+        ("/exec", "GET") => {
+            let offered = header(&request, http::header::SEC_WEBSOCKET_PROTOCOL);
+            if !offered
+                .split(',')
+                .any(|protocol| protocol.trim() == "v5.channel.k8s.io")
+            {
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    "v5.channel.k8s.io only",
+                );
+            }
+            let key = header(&request, http::header::SEC_WEBSOCKET_KEY);
+            let command: Vec<String> = query
+                .into_iter()
+                .filter(|(key, _)| key == "command")
+                .map(|(_, value)| value)
+                .collect();
+            let upgraded = hyper::upgrade::on(&mut request);
+            tokio::spawn(async move {
+                use futures_util::SinkExt;
+                use tokio_tungstenite::tungstenite::Message;
+                let Ok(upgraded) = upgraded.await else { return };
+                let mut socket = tokio_tungstenite::WebSocketStream::from_raw_socket(
+                    hyper_util::rt::TokioIo::new(upgraded),
+                    tokio_tungstenite::tungstenite::protocol::Role::Server,
+                    None,
+                )
+                .await;
+                // Channel 1 is stdout, channel 3 the Status the command
+                // ended with (`remotecommand`'s v4 and v5).
+                let mut stdout = vec![1u8];
+                stdout.extend_from_slice(command.get(1..).unwrap_or_default().join(" ").as_bytes());
+                stdout.push(b'\n');
+                let mut ended = vec![3u8];
+                ended.extend_from_slice(br#"{"metadata":{},"status":"Success"}"#);
+                for frame in [stdout, ended] {
+                    if socket.send(Message::binary(frame)).await.is_err() {
+                        return;
+                    }
+                }
+                // A normal closure, as kubelet's: gorilla's reader in
+                // kubectl takes any other (1005, no code) for an error.
+                let normal = tokio_tungstenite::tungstenite::protocol::CloseFrame {
+                    code:
+                        tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode::Normal,
+                    reason: "".into(),
+                };
+                let _ = socket.close(Some(normal)).await;
+            });
+            let accept =
+                tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+            let mut response = http::Response::new(full(""));
+            *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+            let headers = response.headers_mut();
+            for (name, value) in [
+                (http::header::CONNECTION, "Upgrade".to_owned()),
+                (http::header::UPGRADE, "websocket".to_owned()),
+                (http::header::SEC_WEBSOCKET_ACCEPT, accept),
+                (
+                    http::header::SEC_WEBSOCKET_PROTOCOL,
+                    "v5.channel.k8s.io".to_owned(),
+                ),
+            ] {
+                headers.insert(
+                    name,
+                    http::HeaderValue::from_str(&value).expect("a header value"),
+                );
+            }
+            response
+        }
+        _ => status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        ),
+    }
 }
 
 fn header(request: &http::Request<Incoming>, name: http::header::HeaderName) -> String {
@@ -544,18 +685,26 @@ const VERBS: [&str; 8] = [
 ];
 
 fn resource_list(kind: &Kind) -> Value {
+    let mut resources = vec![json!({
+        "name": kind.plural,
+        "singularName": kind.singular,
+        "namespaced": true,
+        "kind": kind.kind,
+        "verbs": VERBS,
+        "shortNames": kind.short_names,
+    })];
+    if kind.group.is_empty() {
+        resources.extend([
+            json!({"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod", "verbs": ["get"], "shortNames": ["po"]}),
+            json!({"name": "pods/exec", "singularName": "", "namespaced": true, "kind": "PodExecOptions", "verbs": ["create", "get"]}),
+            json!({"name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"]}),
+        ]);
+    }
     json!({
         "kind": "APIResourceList",
         "apiVersion": "v1",
         "groupVersion": kind.api_version(),
-        "resources": [{
-            "name": kind.plural,
-            "singularName": kind.singular,
-            "namespaced": true,
-            "kind": kind.kind,
-            "verbs": VERBS,
-            "shortNames": kind.short_names,
-        }],
+        "resources": resources,
     })
 }
 
@@ -569,16 +718,31 @@ fn aggregated_discovery(core: bool) -> Answer {
             if !core {
                 metadata["name"] = json!(kind.group);
             }
+            let mut resources = vec![json!({
+                "resource": kind.plural,
+                "responseKind": {"group": kind.group, "version": kind.version, "kind": kind.kind},
+                "scope": "Namespaced",
+                "singularResource": kind.singular,
+                "verbs": VERBS,
+                "shortNames": kind.short_names,
+            })];
+            if core {
+                resources.push(json!({
+                    "resource": "pods",
+                    "responseKind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "scope": "Namespaced",
+                    "singularResource": "pod",
+                    "verbs": ["get"],
+                    "shortNames": ["po"],
+                    "subresources": [
+                        {"subresource": "exec", "responseKind": {"group": "", "version": "v1", "kind": "PodExecOptions"}, "verbs": ["create", "get"]},
+                        {"subresource": "log", "responseKind": {"group": "", "version": "v1", "kind": "Pod"}, "verbs": ["get"]},
+                    ],
+                }));
+            }
             json!({"metadata": metadata, "versions": [{
                 "version": kind.version,
-                "resources": [{
-                    "resource": kind.plural,
-                    "responseKind": {"group": kind.group, "version": kind.version, "kind": kind.kind},
-                    "scope": "Namespaced",
-                    "singularResource": kind.singular,
-                    "verbs": VERBS,
-                    "shortNames": kind.short_names,
-                }],
+                "resources": resources,
                 "freshness": "Current",
             }]})
         })

@@ -219,13 +219,13 @@ where
                 let _ = match tls {
                     None => {
                         builder
-                            .serve_connection(TokioIo::new(stream), service)
+                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
                             .await
                     }
                     Some(acceptor) => match acceptor.accept(stream).await {
                         Ok(stream) => {
                             builder
-                                .serve_connection(TokioIo::new(stream), service)
+                                .serve_connection_with_upgrades(TokioIo::new(stream), service)
                                 .await
                         }
                         Err(_) => Ok(()),
