@@ -5,9 +5,14 @@
 //! `.../pkg/apiserver/handler_discovery.go`): each upstream whose routes
 //! reach `/api` or `/apis` is asked for its discovery (legacy and
 //! aggregated) and its OpenAPI v2 and v3 documents, and every API route for
-//! its `APIResourceList`; what they answer, kept to the paths the gateway
-//! routes to them, is merged into the documents [`crate::discovery`] and
-//! [`crate::openapi`] serve.
+//! its `APIResourceList`; what they answer, kept to the paths the
+//! delegation chain sends them (the directors' own routing,
+//! [`ChainTable`], asked for each path: what is listed is what is served,
+//! as kube's aggregator lists the APIServices it proxies to,
+//! `.../pkg/apiserver/handler_apis.go`), is merged into the documents
+//! [`crate::discovery`] and [`crate::openapi`] serve. The chain's routes are
+//! the manifest's and the gateway's own API routes (the self-subject
+//! reviews); its other endpoints take no group version's path.
 //!
 //! The gateway asks as kube's aggregator does, as user `system:aggregator`
 //! (the upstream's `identity` mode says how it is told), every
@@ -39,7 +44,7 @@ use serde_json::Value;
 use crate::body::Body;
 use crate::config::RouteMatch;
 use crate::context::{RequestContext, UserInfo};
-use crate::director::{RouteTable, Routes};
+use crate::director::{ChainTable, Routes};
 use crate::discovery::{Catalog, Documents, GROUPS_ROOT, LEGACY_ROOT};
 use crate::handler::SharedHandler;
 use crate::openapi::{Specs, merge_v2};
@@ -66,28 +71,75 @@ const JSON: &str = "application/json";
 /// kube's aggregated discovery, both versions client-go asks for.
 const AGGREGATED_DISCOVERY: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
-/// Who is asked, gathered while the routes are built.
-#[derive(Default)]
+/// A route of the delegation chain: its server's place in the chain, and
+/// its own among that server's routes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct RouteId {
+    server: usize,
+    route: usize,
+}
+
+/// Who is asked, and where the chain sends each path, gathered while the
+/// routes are built: one server's, then (appended) those after it.
 pub(crate) struct Sources {
+    server: usize,
+    /// This server's routes, each leading to its [`RouteId`].
+    routes: Routes<RouteId>,
+    added: usize,
+    /// The routes of the servers after it, in delegation order.
+    later: Vec<Routes<RouteId>>,
     upstreams: Vec<UpstreamSource>,
-    /// Each API route's root and the handler its resources are asked of
-    /// (none for an upstream that is not aggregated), in manifest order.
-    roots: Vec<(String, Option<SharedHandler>)>,
+    /// Each API route's root, the route, and the handler its resources are
+    /// asked of (none for an upstream that is not aggregated).
+    roots: Vec<Root>,
+}
+
+struct Root {
+    path: String,
+    route: RouteId,
+    handler: Option<SharedHandler>,
 }
 
 struct UpstreamSource {
     url: String,
     handler: SharedHandler,
-    /// The routes that lead to it, to keep what it lists to what the
-    /// gateway sends it.
-    routes: Routes<()>,
+    /// The routes that lead to it: what it lists is kept to the paths the
+    /// chain sends to one of them.
+    routes: Vec<RouteId>,
 }
 
 impl Sources {
-    /// An upstream reached by `matcher`; asked only when the route reaches
-    /// some of `/api` or `/apis`. Routes to one URL are one upstream.
+    /// The sources of server `server` of the delegation chain.
+    pub(crate) fn new(server: usize) -> Self {
+        Sources {
+            server,
+            routes: Routes::default(),
+            added: 0,
+            later: Vec::new(),
+            upstreams: Vec::new(),
+            roots: Vec::new(),
+        }
+    }
+
+    /// A route of this server, in the order the server tries them or not
+    /// (every route, whatever it leads to: it may take a path from another
+    /// server's upstream); its id.
+    pub(crate) fn add_route(&mut self, matcher: &RouteMatch) -> RouteId {
+        let id = RouteId {
+            server: self.server,
+            route: self.added,
+        };
+        self.added += 1;
+        self.routes.add(matcher, id);
+        id
+    }
+
+    /// An upstream reached by `route`, whose matcher is `matcher`; asked
+    /// only when the route reaches some of `/api` or `/apis`. Routes to one
+    /// URL are one upstream.
     pub(crate) fn add_upstream(
         &mut self,
+        route: RouteId,
         url: &str,
         handler: &SharedHandler,
         matcher: &RouteMatch,
@@ -103,48 +155,42 @@ impl Sources {
         if !reaches_apis {
             return;
         }
-        let index = match self.upstreams.iter().position(|known| known.url == url) {
-            Some(index) => index,
-            None => {
-                self.upstreams.push(UpstreamSource {
-                    url: url.to_owned(),
-                    handler: Arc::clone(handler),
-                    routes: Routes::default(),
-                });
-                self.upstreams.len() - 1
-            }
-        };
-        let routes = &mut self.upstreams[index].routes;
-        match matcher {
-            RouteMatch::Api(root) => routes.api.push((root.clone(), ())),
-            RouteMatch::Exact(path) => routes.exact.push((path.clone(), ())),
-            RouteMatch::Prefix(prefix) => routes.prefixes.push((prefix.clone(), ())),
+        match self.upstreams.iter_mut().find(|known| known.url == url) {
+            Some(known) => known.routes.push(route),
+            None => self.upstreams.push(UpstreamSource {
+                url: url.to_owned(),
+                handler: Arc::clone(handler),
+                routes: vec![route],
+            }),
         }
     }
 
     /// Adds `later`'s sources after these (a server further down the
     /// delegation chain).
     pub(crate) fn append(&mut self, later: Sources) {
+        self.later.push(later.routes);
+        self.later.extend(later.later);
         for upstream in later.upstreams {
             match self
                 .upstreams
                 .iter_mut()
                 .find(|known| known.url == upstream.url)
             {
-                Some(known) => {
-                    known.routes.api.extend(upstream.routes.api);
-                    known.routes.exact.extend(upstream.routes.exact);
-                    known.routes.prefixes.extend(upstream.routes.prefixes);
-                }
+                Some(known) => known.routes.extend(upstream.routes),
                 None => self.upstreams.push(upstream),
             }
         }
         self.roots.extend(later.roots);
     }
 
-    /// An API route: listed in discovery, its resources asked of `handler`.
-    pub(crate) fn add_root(&mut self, root: &str, handler: Option<SharedHandler>) {
-        self.roots.push((root.to_owned(), handler));
+    /// An API route, `route`: listed in discovery when the chain sends its
+    /// root to it, its resources asked of `handler`.
+    pub(crate) fn add_root(&mut self, route: RouteId, root: &str, handler: Option<SharedHandler>) {
+        self.roots.push(Root {
+            path: root.to_owned(),
+            route,
+            handler,
+        });
     }
 }
 
@@ -179,18 +225,19 @@ impl Drop for RefreshTask {
 
 /// The documents as the API routes alone describe them, then, with
 /// [`Refresh::Background`], kept current by a task on the current runtime.
-pub(crate) fn start(mut sources: Sources, refresh: Refresh) -> Aggregated {
-    // The gateway's own groups in name order, after the upstreams'.
-    sources.roots.sort_by(|(a, _), (b, _)| a.cmp(b));
-    let mut catalog = Catalog::default();
-    for (root, _) in &sources.roots {
-        catalog.add_root(root, None);
-    }
-    let discovery = Arc::new(Published::new(Documents::new(&catalog)));
+pub(crate) fn start(sources: Sources, refresh: Refresh) -> Aggregated {
+    let asked = Asked::new(sources);
+    let known = Known::new(&asked);
+    let discovery = Arc::new(Published::new(Documents::new(&asked.catalog(&known))));
     let openapi = Arc::new(Published::new(Specs::empty()));
     let task = match tokio::runtime::Handle::try_current() {
         Ok(runtime) if refresh == Refresh::Background => {
-            let refresher = Refresher::new(sources, Arc::clone(&discovery), Arc::clone(&openapi));
+            let refresher = Refresher {
+                asked,
+                known,
+                discovery: Arc::clone(&discovery),
+                openapi: Arc::clone(&openapi),
+            };
             Some(runtime.spawn(refresher.run()).abort_handle())
         }
         _ => {
@@ -310,23 +357,41 @@ impl Kept {
     }
 }
 
-/// An upstream that is asked, and the routes that lead to it.
-struct Upstream {
-    source: UpstreamSource,
-    routes: RouteTable<()>,
+/// Who is asked, and where the chain sends each path: never changes once
+/// the refresh runs.
+struct Asked {
+    chain: ChainTable<RouteId>,
+    upstreams: Vec<UpstreamSource>,
+    /// Each API route's root, in name order (after the upstreams' groups).
+    roots: Vec<Root>,
 }
 
-impl Upstream {
-    fn covers(&self, path: &str) -> bool {
-        self.routes.route(path).is_some()
+impl Asked {
+    fn new(sources: Sources) -> Self {
+        let Sources {
+            routes,
+            later,
+            upstreams,
+            mut roots,
+            ..
+        } = sources;
+        roots.sort_by(|a, b| a.path.cmp(&b.path));
+        Asked {
+            chain: ChainTable::new(std::iter::once(routes).chain(later)),
+            upstreams,
+            roots,
+        }
     }
 }
 
-/// Who is asked: never changes once the refresh runs.
-struct Asked {
-    upstreams: Vec<Upstream>,
-    /// Each API route's root and the handler its resources are asked of.
-    roots: Vec<(String, Option<SharedHandler>)>,
+impl UpstreamSource {
+    /// Whether the chain sends `path` here: what the upstream lists of
+    /// other paths is served by someone else, or by no one.
+    fn serves(&self, chain: &ChainTable<RouteId>, path: &str) -> bool {
+        chain
+            .route(path)
+            .is_some_and(|route| self.routes.contains(route))
+    }
 }
 
 /// What they answered, each in the place of its [`Asked`] entry.
@@ -353,34 +418,6 @@ struct Refresher {
 }
 
 impl Refresher {
-    fn new(
-        sources: Sources,
-        discovery: Arc<Published<Documents>>,
-        openapi: Arc<Published<Specs>>,
-    ) -> Self {
-        let upstreams: Vec<Upstream> = sources
-            .upstreams
-            .into_iter()
-            .map(|mut source| {
-                let routes = RouteTable::new(std::mem::take(&mut source.routes));
-                Upstream { source, routes }
-            })
-            .collect();
-        let known = Known {
-            upstreams: upstreams.iter().map(|_| Kept::default()).collect(),
-            roots: sources.roots.iter().map(|_| None).collect(),
-        };
-        Refresher {
-            asked: Asked {
-                upstreams,
-                roots: sources.roots,
-            },
-            known,
-            discovery,
-            openapi,
-        }
-    }
-
     async fn run(mut self) {
         self.refresh(Publication::First).await;
         loop {
@@ -411,13 +448,14 @@ impl Refresher {
                 Answer::Discovery(index, Box::new(upstream.ask_discovery().await))
             }));
             answers.push(Box::pin(async move {
-                Answer::OpenApi(index, Box::new(upstream.ask_openapi().await))
+                let round = upstream.ask_openapi(&asked.chain).await;
+                Answer::OpenApi(index, Box::new(round))
             }));
         }
-        for (index, (root, handler)) in asked.roots.iter().enumerate() {
-            if let Some(handler) = handler {
+        for (index, root) in asked.roots.iter().enumerate() {
+            if let Some(handler) = &root.handler {
                 answers.push(Box::pin(async move {
-                    Answer::Root(index, fetch(handler, root, JSON).await.json())
+                    Answer::Root(index, fetch(handler, &root.path, JSON).await.json())
                 }));
             }
         }
@@ -456,9 +494,17 @@ enum Publication {
 }
 
 impl Known {
+    /// Nothing known yet.
+    fn new(asked: &Asked) -> Self {
+        Known {
+            upstreams: asked.upstreams.iter().map(|_| Kept::default()).collect(),
+            roots: asked.roots.iter().map(|_| None).collect(),
+        }
+    }
+
     /// Keeps `answer`; what it changed.
     fn take(&mut self, asked: &Asked, answer: Answer) -> Changed {
-        let url = |index: usize| asked.upstreams[index].source.url.as_str();
+        let url = |index: usize| asked.upstreams[index].url.as_str();
         let (discovery, openapi) = match answer {
             Answer::Discovery(index, round) => {
                 let changed = self.upstreams[index].apply_discovery(*round, url(index));
@@ -469,7 +515,7 @@ impl Known {
                 (false, changed)
             }
             Answer::Root(index, fetched) => {
-                let root = &asked.roots[index].0;
+                let root = &asked.roots[index].path;
                 (
                     keep(&mut self.roots[index], fetched, "API route", root),
                     false,
@@ -484,7 +530,7 @@ impl Asked {
     fn catalog(&self, known: &Known) -> Catalog {
         let mut catalog = Catalog::default();
         for (upstream, kept) in self.upstreams.iter().zip(&known.upstreams) {
-            let covers = |path: &str| upstream.covers(path);
+            let covers = |path: &str| upstream.serves(&self.chain, path);
             for aggregated in [&kept.aggregated_core, &kept.aggregated_groups]
                 .into_iter()
                 .flatten()
@@ -498,8 +544,11 @@ impl Asked {
                 catalog.add_group_list(groups, covers);
             }
         }
-        for ((root, _), list) in self.roots.iter().zip(&known.roots) {
-            catalog.add_root(root, list.as_ref());
+        for (root, list) in self.roots.iter().zip(&known.roots) {
+            // An API route another takes the root from serves nothing.
+            if self.chain.route(&root.path) == Some(&root.route) {
+                catalog.add_root(&root.path, list.as_ref());
+            }
         }
         catalog
     }
@@ -512,7 +561,7 @@ impl Asked {
             .filter_map(|(upstream, kept)| {
                 let mut spec = kept.openapi_v2.clone()?;
                 if let Some(paths) = spec.get_mut("paths").and_then(Value::as_object_mut) {
-                    paths.retain(|path, _| upstream.covers(path));
+                    paths.retain(|path, _| upstream.serves(&self.chain, path));
                 }
                 Some(spec)
             })
@@ -527,10 +576,10 @@ impl Asked {
     }
 }
 
-impl Upstream {
+impl UpstreamSource {
     /// Asks for the discovery documents, one after the other.
     async fn ask_discovery(&self) -> DiscoveryRound {
-        let handler = &self.source.handler;
+        let handler = &self.handler;
         DiscoveryRound {
             versions: fetch(handler, LEGACY_ROOT, JSON).await.json(),
             groups: fetch(handler, GROUPS_ROOT, JSON).await.json(),
@@ -546,19 +595,20 @@ impl Upstream {
     }
 
     /// Asks for the OpenAPI documents, one after the other.
-    async fn ask_openapi(&self) -> OpenApiRound {
+    async fn ask_openapi(&self, chain: &ChainTable<RouteId>) -> OpenApiRound {
         OpenApiRound {
-            v2: fetch(&self.source.handler, "/openapi/v2", JSON)
-                .await
-                .json(),
-            v3: self.ask_v3().await,
+            v2: fetch(&self.handler, "/openapi/v2", JSON).await.json(),
+            v3: self.ask_v3(chain).await,
         }
     }
 
-    /// v3's root, then each group version it lists that the gateway routes
+    /// v3's root, then each group version it lists that the chain sends
     /// here.
-    async fn ask_v3(&self) -> Fetched<Vec<(String, String, Fetched<Bytes>)>> {
-        let handler = &self.source.handler;
+    async fn ask_v3(
+        &self,
+        chain: &ChainTable<RouteId>,
+    ) -> Fetched<Vec<(String, String, Fetched<Bytes>)>> {
+        let handler = &self.handler;
         let root = match fetch(handler, "/openapi/v3", JSON).await.json() {
             Fetched::Served(root) => root,
             Fetched::Absent => return Fetched::Absent,
@@ -568,7 +618,7 @@ impl Upstream {
             .as_object()
             .into_iter()
             .flatten()
-            .filter(|(path, _)| self.covers(&format!("/{path}")))
+            .filter(|(path, _)| self.serves(chain, &format!("/{path}")))
             .filter_map(|(path, entry)| {
                 let url = entry["serverRelativeURL"].as_str()?;
                 Some((path.clone(), url.to_owned()))

@@ -20,7 +20,7 @@ use crate::body::{Request, Response};
 use crate::config::stages::RequestHeaders;
 use crate::config::{AccessLog, Config, RouteHandler, RouteMatch, Server};
 use crate::context::{RequestReport, RouteAnswered};
-use crate::director::{Director, RouteTable, Routes};
+use crate::director::{ChainTable, Director, Routes};
 use crate::discovery::Discovery;
 use crate::flow_control::Controller;
 use crate::handler::{Handler, SharedHandler};
@@ -66,13 +66,14 @@ pub(crate) fn build(
     let mut next: SharedHandler = Arc::new(NotFound);
     let credential_headers = credential_headers(config);
     // Built back to front: each server's sources go before the later ones'.
-    let mut sources = Sources::default();
+    let mut later: Option<Sources> = None;
     for (index, server) in config.servers.iter().enumerate().rev() {
         let report = config.access_log != AccessLog::Off;
-        let (mut routes, mut server_sources) =
-            server_routes(server, targets, &credential_headers, report)?;
-        server_sources.append(std::mem::take(&mut sources));
-        sources = server_sources;
+        let (mut routes, mut sources) =
+            server_routes(index, server, targets, &credential_headers, report)?;
+        if let Some(later) = later.take() {
+            sources.append(later);
+        }
         if index == 0 {
             let builtin = Builtin {
                 health,
@@ -83,12 +84,14 @@ pub(crate) fn build(
                     Refresh::Never
                 },
             };
-            add_builtin_routes(&mut routes, config, &builtin, std::mem::take(&mut sources));
+            add_builtin_routes(&mut routes, config, &builtin, sources);
             if let Some(controller) = flow_control {
                 routes
                     .exact
                     .extend(crate::flow_control::debug::endpoints(controller));
             }
+        } else {
+            later = Some(sources);
         }
         next = Arc::new(Director::new(routes, next));
     }
@@ -113,18 +116,21 @@ fn credential_headers(config: &Config) -> Vec<http::HeaderName> {
     names
 }
 
-/// One server's routes, and the upstreams and API routes among them that
-/// the aggregator asks what they serve; `report` (the access log is on)
-/// has each route report itself to the requests the log writes.
+/// The routes of server `index`, and what the aggregator learns of them
+/// (where each path goes, and the upstreams and API routes it asks what
+/// they serve); `report` (the access log is on) has each route report
+/// itself to the requests the log writes.
 fn server_routes(
+    index: usize,
     server: &Server,
     targets: Targets,
     credential_headers: &[http::HeaderName],
     report: bool,
 ) -> Result<(Routes, Sources), UpstreamError> {
     let mut routes = Routes::default();
-    let mut sources = Sources::default();
+    let mut sources = Sources::new(index);
     for route in &server.routes {
+        let id = sources.add_route(&route.matcher);
         let mut handler: SharedHandler = match (&route.handler, targets) {
             (_, Targets::Report) => Arc::new(RouteReport::new(server, route)),
             (RouteHandler::Upstream(upstream), Targets::Live) => {
@@ -137,14 +143,14 @@ fn server_routes(
         // declares kube API servers; any other service is not asked.
         let asked = match &route.handler {
             RouteHandler::Upstream(upstream) if upstream.aggregate => {
-                sources.add_upstream(&upstream.url.to_string(), &handler, &route.matcher);
+                sources.add_upstream(id, &upstream.url.to_string(), &handler, &route.matcher);
                 true
             }
             RouteHandler::Upstream(_) => false,
             RouteHandler::Static(_) => true,
         };
         if let RouteMatch::Api(root) = &route.matcher {
-            sources.add_root(root, asked.then(|| Arc::clone(&handler)));
+            sources.add_root(id, root, asked.then(|| Arc::clone(&handler)));
         }
         if report {
             handler = Arc::new(ReportRoute {
@@ -155,11 +161,7 @@ fn server_routes(
                 next: handler,
             });
         }
-        match &route.matcher {
-            RouteMatch::Api(root) => routes.api.push((root.clone(), handler)),
-            RouteMatch::Exact(path) => routes.exact.push((path.clone(), handler)),
-            RouteMatch::Prefix(prefix) => routes.prefixes.push((prefix.clone(), handler)),
-        }
+        routes.add(&route.matcher, handler);
     }
     Ok((routes, sources))
 }
@@ -281,7 +283,8 @@ fn add_builtin_routes(
             continue;
         }
         let reviews: SharedHandler = Arc::new(SelfReviews);
-        sources.add_root(&root, Some(Arc::clone(&reviews)));
+        let id = sources.add_route(&RouteMatch::Api(root.clone()));
+        sources.add_root(id, &root, Some(Arc::clone(&reviews)));
         routes.api.push((root, reviews));
     }
     let aggregated = crate::aggregator::start(sources, refresh);
@@ -308,25 +311,20 @@ fn add_builtin_routes(
 /// Every path some route of the delegation chain takes: a built-in endpoint
 /// that kube's servers behind the gateway would serve themselves stands
 /// aside for it.
-struct ClaimedPaths(Vec<RouteTable<()>>);
+struct ClaimedPaths(ChainTable<()>);
 
 impl ClaimedPaths {
     fn new(config: &Config) -> Self {
-        let tables = config.servers.iter().map(|server| {
+        ClaimedPaths(ChainTable::new(config.servers.iter().map(|server| {
             let mut routes = Routes::default();
             for route in &server.routes {
-                match &route.matcher {
-                    RouteMatch::Api(root) => routes.api.push((root.clone(), ())),
-                    RouteMatch::Exact(path) => routes.exact.push((path.clone(), ())),
-                    RouteMatch::Prefix(prefix) => routes.prefixes.push((prefix.clone(), ())),
-                }
+                routes.add(&route.matcher, ());
             }
-            RouteTable::new(routes)
-        });
-        ClaimedPaths(tables.collect())
+            routes
+        })))
     }
 
     fn contains(&self, path: &str) -> bool {
-        self.0.iter().any(|table| table.route(path).is_some())
+        self.0.route(path).is_some()
     }
 }

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use futures_util::future::BoxFuture;
 
 use crate::body::{Request, Response};
-use crate::config::api_root_matches;
+use crate::config::{RouteMatch, api_root_matches};
 use crate::handler::{Handler, SharedHandler};
 
 pub(crate) struct Director {
@@ -25,6 +25,17 @@ pub(crate) struct Routes<T = SharedHandler> {
     pub api: Vec<(String, T)>,
     pub exact: Vec<(String, T)>,
     pub prefixes: Vec<(String, T)>,
+}
+
+impl<T> Routes<T> {
+    /// A route of the manifest's kind, leading to `target`.
+    pub(crate) fn add(&mut self, matcher: &RouteMatch, target: T) {
+        match matcher {
+            RouteMatch::Api(root) => self.api.push((root.clone(), target)),
+            RouteMatch::Exact(path) => self.exact.push((path.clone(), target)),
+            RouteMatch::Prefix(prefix) => self.prefixes.push((prefix.clone(), target)),
+        }
+    }
 }
 
 impl<T> Default for Routes<T> {
@@ -86,6 +97,24 @@ impl<T> RouteTable<T> {
             .iter()
             .find(|(prefix, _)| path.starts_with(prefix.as_str()))
             .map(|(_, target)| target)
+    }
+}
+
+/// The routes of every server of the delegation chain, in its order: a
+/// path is taken by the route of the first server with one for it, as each
+/// director hands what it does not take to the next. What asks where the
+/// chain sends a path (the canonical target, discovery, the built-in
+/// endpoints that stand aside) asks here.
+pub(crate) struct ChainTable<T>(Vec<RouteTable<T>>);
+
+impl<T> ChainTable<T> {
+    pub(crate) fn new(servers: impl IntoIterator<Item = Routes<T>>) -> Self {
+        ChainTable(servers.into_iter().map(RouteTable::new).collect())
+    }
+
+    /// What the route the chain sends `path` to leads to, if any takes it.
+    pub(crate) fn route(&self, path: &str) -> Option<&T> {
+        self.0.iter().find_map(|table| table.route(path))
     }
 }
 

@@ -6,8 +6,9 @@
 //! the upstream's to answer.
 //!
 //! What is listed is a [`Catalog`]: the groups of every upstream that serves
-//! discovery and of every API route, as kube's aggregator lists its
-//! APIServices'. Groups keep the order they are met in (the upstreams', in
+//! discovery and of every API route, each group version only where the
+//! delegation chain sends its path ([`crate::aggregator`] decides), as
+//! kube's aggregator lists the APIServices it proxies to. Groups keep the order they are met in (the upstreams', in
 //! delegation order, keep their own, which for a kube-apiserver is kube's
 //! priority order; then the API routes', in manifest order); a group's
 //! versions are in kube's version priority.

@@ -10,16 +10,16 @@ use http::Uri;
 use http::uri::PathAndQuery;
 
 use crate::body::{Request, Response};
-use crate::config::{EscapedSlashes, RouteMatch, Server};
-use crate::director::{RouteTable, Routes};
+use crate::config::{EscapedSlashes, Server};
+use crate::director::{ChainTable, Routes};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_target::{TargetError, canonicalize, check_query};
 use crate::status::GatewayError;
 
 pub(crate) struct CanonicalTarget {
-    /// Each server's routes that keep escaped slashes, in delegation order;
-    /// `None` when no route does (every escaped slash is refused).
-    keeps_escaped_slashes: Option<Vec<RouteTable<EscapedSlashes>>>,
+    /// Whether the route each path reaches keeps escaped slashes; `None`
+    /// when no route does (every escaped slash is refused).
+    keeps_escaped_slashes: Option<ChainTable<EscapedSlashes>>,
     pub next: SharedHandler,
 }
 
@@ -29,7 +29,15 @@ impl CanonicalTarget {
             .iter()
             .flat_map(|server| &server.routes)
             .any(|route| route.escaped_slashes == EscapedSlashes::Keep);
-        let keeps_escaped_slashes = any_keeps.then(|| servers.iter().map(route_table).collect());
+        let keeps_escaped_slashes = any_keeps.then(|| {
+            ChainTable::new(servers.iter().map(|server| {
+                let mut routes = Routes::default();
+                for route in &server.routes {
+                    routes.add(&route.matcher, route.escaped_slashes);
+                }
+                routes
+            }))
+        });
         CanonicalTarget {
             keeps_escaped_slashes,
             next,
@@ -39,12 +47,10 @@ impl CanonicalTarget {
     /// Whether the route `path` reaches keeps escaped slashes: the first
     /// server with a route for it decides, as the delegation chain does.
     fn keeps_escaped_slashes(&self, path: &str) -> bool {
-        self.keeps_escaped_slashes.as_ref().is_some_and(|servers| {
-            servers
-                .iter()
-                .find_map(|routes| routes.route(path))
-                .is_some_and(|keep| *keep == EscapedSlashes::Keep)
-        })
+        self.keeps_escaped_slashes
+            .as_ref()
+            .and_then(|chain| chain.route(path))
+            .is_some_and(|keep| *keep == EscapedSlashes::Keep)
     }
 
     /// The request's URI in canonical form (`None`: it already is), or why
@@ -88,20 +94,6 @@ fn leaves_out_its_path(uri: &Uri) -> bool {
 /// failing to build one would be a bug, answered rather than forwarded.
 fn not_a_uri<E>(_: E) -> GatewayError {
     GatewayError::internal("the canonical request target is not a URI")
-}
-
-/// A server's routes, each leading to whether it keeps escaped slashes.
-fn route_table(server: &Server) -> RouteTable<EscapedSlashes> {
-    let mut routes = Routes::default();
-    for route in &server.routes {
-        let keep = route.escaped_slashes;
-        match &route.matcher {
-            RouteMatch::Api(root) => routes.api.push((root.clone(), keep)),
-            RouteMatch::Exact(path) => routes.exact.push((path.clone(), keep)),
-            RouteMatch::Prefix(prefix) => routes.prefixes.push((prefix.clone(), keep)),
-        }
-    }
-    RouteTable::new(routes)
 }
 
 impl Handler for CanonicalTarget {

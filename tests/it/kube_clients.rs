@@ -146,6 +146,16 @@ const SERVED_GROUPS: [&str; 3] = [
     "authorization.k8s.io",
 ];
 
+/// The group names of an `APIGroupList`, in order.
+fn legacy_group_names(list: &Value) -> Vec<&str> {
+    list["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .filter_map(|group| group["name"].as_str())
+        .collect()
+}
+
 /// The group names of an `APIGroupDiscoveryList`, in order.
 fn group_names(list: &Value) -> Vec<&str> {
     list["items"]
@@ -777,12 +787,7 @@ async fn an_upstream_that_never_answers_holds_back_only_its_own_groups() {
     let apis = send(http_client().get(gateway.url("/apis"))).await;
     assert_eq!(apis.status, 200, "{}", apis.body);
     let list = apis.json();
-    let names: Vec<&str> = list["groups"]
-        .as_array()
-        .expect("groups")
-        .iter()
-        .filter_map(|group| group["name"].as_str())
-        .collect();
+    let names = legacy_group_names(&list);
     assert!(names.contains(&"answering.example.io"), "{names:?}");
     assert!(!names.contains(&"silent.example.io"), "{names:?}");
 }
@@ -793,23 +798,125 @@ async fn upstream_serving(
     path: &'static str,
     document: impl Fn() -> Value + Send + Sync + 'static,
 ) -> (tokio::task::JoinHandle<()>, std::net::SocketAddr) {
+    upstream_of_documents(move |asked| (asked == path).then(&document)).await
+}
+
+/// An upstream that serves `documents(path)` as JSON, 404 where it gives
+/// none, and its address.
+async fn upstream_of_documents(
+    documents: impl Fn(&str) -> Option<Value> + Send + Sync + 'static,
+) -> (tokio::task::JoinHandle<()>, std::net::SocketAddr) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind the upstream");
     let addr = listener.local_addr().expect("its address");
-    let document = std::sync::Arc::new(document);
+    let documents = std::sync::Arc::new(documents);
     let server = spawn_server(listener, None, move |request| {
-        let answer = if request.uri().path() == path {
-            http::Response::new(full(document().to_string()))
-        } else {
-            http::Response::builder()
+        let answer = match documents(request.uri().path()) {
+            Some(document) => http::Response::new(full(document.to_string())),
+            None => http::Response::builder()
                 .status(404)
                 .body(full(""))
-                .expect("a 404")
+                .expect("a 404"),
         };
         async move { Ok::<_, std::convert::Infallible>(answer) }
     });
     (server, addr)
+}
+
+/// kube's aggregator lists the APIServices it proxies to, each for the
+/// group version it is sent
+/// (`staging/src/k8s.io/kube-aggregator/pkg/apiserver/handler_apis.go`,
+/// `handler_discovery.go`); the gateway lists what the delegation chain
+/// sends each upstream. Upstream `a` takes all of `/apis/` (a catch-all
+/// prefix of the first server) and lists `a.example.io` and
+/// `x.example.io`, whose `api` route of the same server goes to `b`; `b`
+/// also has `/apis/y.example.io/v1` as a route of the second server,
+/// which never gets it (the first server's prefix takes it). `/apis` lists
+/// `a.example.io` (from `a`) and `x.example.io` (`b`'s route), not
+/// `y.example.io`; OpenAPI v3 and v2 hold `a`'s documents for `a.example.io`
+/// and `b`'s for `x.example.io`, nothing of `y.example.io`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_and_openapi_list_what_the_chain_sends_each_upstream() {
+    fn documents(
+        name: &'static str,
+        groups: &'static [&'static str],
+    ) -> impl Fn(&str) -> Option<Value> {
+        move |path| {
+            let group_list = json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups
+                .iter()
+                .map(|group| json!({"name": group, "versions": [{"groupVersion": format!("{group}/v1"), "version": "v1"}]}))
+                .collect::<Vec<_>>()});
+            let v3_root = json!({"paths": groups
+                .iter()
+                .map(|group| (format!("apis/{group}/v1"), json!({"serverRelativeURL": format!("/openapi/v3/apis/{group}/v1?hash=1")})))
+                .collect::<serde_json::Map<_, _>>()});
+            let v2 = json!({"swagger": "2.0", "info": {"title": name, "version": "v1"}, "paths": groups
+                .iter()
+                .map(|group| (format!("/apis/{group}/v1/{name}s"), json!({})))
+                .collect::<serde_json::Map<_, _>>()});
+            match path {
+                "/apis" => Some(group_list),
+                "/openapi/v3" => Some(v3_root),
+                "/openapi/v2" => Some(v2),
+                _ => {
+                    if let Some(group) = path.strip_prefix("/openapi/v3/apis/") {
+                        return Some(
+                            json!({"openapi": "3.0.0", "info": {"title": format!("{name}: {group}"), "version": "v1"}, "paths": {}}),
+                        );
+                    }
+                    let group = path.strip_prefix("/apis/")?.strip_suffix("/v1")?;
+                    groups.contains(&group).then_some(())?;
+                    Some(
+                        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/v1"),
+                        "resources": [{"name": format!("{name}s"), "singularName": name, "namespaced": true, "kind": name, "verbs": ["get", "list"]}]}),
+                    )
+                }
+            }
+        }
+    }
+    let (_a, a) = upstream_of_documents(documents("a", &["a.example.io", "x.example.io"])).await;
+    let (_b, b) = upstream_of_documents(documents("b", &["x.example.io", "y.example.io"])).await;
+    let route = |kind: &str, path: &str, addr: std::net::SocketAddr| {
+        format!(
+            "\n[[servers.routes]]\n{kind} = \"{path}\"\nupstream = \"http://{addr}\"\naggregate = true\n"
+        )
+    };
+    let gateway = TestGateway::start(&plaintext(&format!(
+        "[[servers]]\nname = \"one\"\n{}{}\n[[servers]]\nname = \"two\"\n{}",
+        route("prefix", "/apis/", a),
+        route("api", "/apis/x.example.io/v1", b),
+        route("api", "/apis/y.example.io/v1", b),
+    )))
+    .await;
+    let client = http_client();
+
+    let apis = send(client.get(gateway.url("/apis"))).await.json();
+    assert_eq!(legacy_group_names(&apis), ["a.example.io", "x.example.io"]);
+    let x = send(client.get(gateway.url("/apis/x.example.io/v1"))).await;
+    assert_eq!(x.json()["resources"][0]["name"], "bs", "{}", x.body);
+    let y = send(client.get(gateway.url("/apis/y.example.io/v1"))).await;
+    assert_eq!(y.status, 404, "a takes it: {}", y.body);
+
+    let v3 = send(client.get(gateway.url("/openapi/v3"))).await.json();
+    let listed: Vec<&String> = v3["paths"].as_object().expect("paths").keys().collect();
+    assert_eq!(listed, ["apis/a.example.io/v1", "apis/x.example.io/v1"]);
+    for (group, served_by) in [("a.example.io", "a"), ("x.example.io", "b")] {
+        let url = v3["paths"][format!("apis/{group}/v1")]["serverRelativeURL"]
+            .as_str()
+            .expect("a URL");
+        let document = send(client.get(gateway.url(url))).await.json();
+        assert_eq!(
+            document["info"]["title"],
+            format!("{served_by}: {group}/v1")
+        );
+    }
+    let v2 = send(client.get(gateway.url("/openapi/v2"))).await.json();
+    let paths: Vec<&String> = v2["paths"].as_object().expect("paths").keys().collect();
+    assert_eq!(
+        paths,
+        ["/apis/a.example.io/v1/as", "/apis/x.example.io/v1/bs"]
+    );
 }
 
 /// An upstream that serves only `/openapi/v2`, `spec()` at each request,
