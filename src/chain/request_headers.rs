@@ -7,9 +7,14 @@
 //! request's own, or a 400; and the request's [`ClientOrigin`] (its host, and
 //! its addresses as far as `listen.trusted_proxies` lets the gateway believe
 //! them), decided here once for the upstream proxy and the audit log alike.
+//! An HTTP/2 request's `Cookie` fields, which a client may split (RFC 9113
+//! §8.2.3), are joined with `"; "` into one, as Go's HTTP/2 server joins
+//! them before kube's handlers see the request
+//! (`vendor/golang.org/x/net/http2/server.go`, `newWriterAndRequestNoBody`):
+//! the filters read one, and an HTTP/1.1 upstream gets one.
 
 use futures_util::future::BoxFuture;
-use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
+use http::header::{CONTENT_LENGTH, COOKIE, HOST, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderValue, Version};
 
 use crate::body::{Request, Response};
@@ -28,6 +33,9 @@ impl Handler for RequestHeaders {
         match self.origin(&request) {
             Ok(origin) => {
                 drop_overridden_length(request.headers_mut());
+                if request.version() == Version::HTTP_2 {
+                    join_cookies(request.headers_mut());
+                }
                 RequestContext::learn(request.extensions_mut()).origin = Some(origin);
                 self.next.call(request)
             }
@@ -91,6 +99,26 @@ fn requested_host(request: &Request) -> Result<Option<HeaderValue>, GatewayError
         return Err(bad_host("malformed Host header"));
     }
     Ok(Some(host))
+}
+
+/// Several `Cookie` fields made one, joined with `"; "` (RFC 9113
+/// §8.2.3).
+fn join_cookies(headers: &mut HeaderMap) {
+    let mut fields = headers.get_all(COOKIE).iter();
+    let Some(first) = fields.next() else {
+        return;
+    };
+    let mut joined = first.as_bytes().to_vec();
+    let mut several = false;
+    for field in fields {
+        several = true;
+        joined.extend_from_slice(b"; ");
+        joined.extend_from_slice(field.as_bytes());
+    }
+    // Valid fields joined by "; " are a valid field.
+    if several && let Ok(joined) = HeaderValue::from_bytes(&joined) {
+        headers.insert(COOKIE, joined);
+    }
 }
 
 fn bad_host(message: &str) -> GatewayError {

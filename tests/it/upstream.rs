@@ -129,6 +129,37 @@ async fn forwarded_headers_over_http2_and_a_base_path() {
     );
 }
 
+/// Over HTTP/2 a client may split `Cookie` into several fields (RFC 9113
+/// §8.2.3); they are joined with `"; "` into the one an HTTP/1.1 upstream
+/// takes, as Go's HTTP/2 server joins them before kube's handlers see the
+/// request (`vendor/golang.org/x/net/http2/server.go`,
+/// `newWriterAndRequestNoBody`). Over HTTP/1.1 the fields pass as sent, as
+/// Go's HTTP/1 server leaves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_cookie_fields_reach_the_upstream_as_one() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, "")).await;
+    let with_cookies = |client: &reqwest::Client| {
+        client
+            .get(gateway.url("/up/cookies"))
+            .header("cookie", "a=1")
+            .header("cookie", "b=2; c=3")
+            .header("cookie", "d=4")
+    };
+    let answer = send(with_cookies(&h2c_client())).await;
+    assert_eq!(answer.version, http::Version::HTTP_2);
+    assert_eq!(
+        echoed_values(&echo(&answer), "cookie"),
+        ["a=1; b=2; c=3; d=4"]
+    );
+    let answer = send(with_cookies(&http_client())).await;
+    assert_eq!(answer.version, http::Version::HTTP_11);
+    assert_eq!(
+        echoed_values(&echo(&answer), "cookie"),
+        ["a=1", "b=2; c=3", "d=4"]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hop_by_hop_response_headers_are_dropped() {
     let upstream = Upstream::start().await;
