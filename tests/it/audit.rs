@@ -477,6 +477,117 @@ async fn a_long_user_agent_is_truncated_as_kube_does() {
     assert_eq!(events[1]["userAgent"], &agent[..1024]);
 }
 
+/// The most of a response audit records (the gateway's
+/// `MAX_RECORDED_RESPONSE`, kube's 3 MiB request body limit).
+const MAX_RECORDED_RESPONSE: usize = 3 * 1024 * 1024;
+
+/// alice creating a widget (RequestResponse), the upstream answering
+/// `held-json:<kib>`.
+fn create_answered_with(
+    client: &reqwest::Client,
+    gateway: &TestGateway,
+    kib: usize,
+) -> reqwest::RequestBuilder {
+    client
+        .post(gateway.url(WIDGETS))
+        .bearer_auth("alice-token")
+        .header(MODE, format!("held-json:{kib}"))
+        .header("content-type", "application/json")
+        .body(json!({"kind": "Widget", "metadata": {"name": "w1"}}).to_string())
+}
+
+/// kube's truncate backend (`plugin/pkg/audit/truncate/truncate.go`): a
+/// response too large to record streams to the client as it comes, every
+/// byte once and in order, and its event has neither object and is
+/// annotated `audit.k8s.io/truncated: "true"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_too_large_to_record_streams_and_its_event_is_truncated() {
+    let upstream = Upstream::start().await;
+    let (gateway, log) = audited_gateway(&upstream, "blocking").await;
+    let client = http_client();
+    let kib = MAX_RECORDED_RESPONSE / 1024 + 1024;
+    let prefix = format!("{{\"pad\":\"{}", "x".repeat(kib * 1024));
+    let mut response = bounded(
+        "the response's head while the upstream holds its end",
+        client.execute(
+            create_answered_with(&client, &gateway, kib)
+                .build()
+                .expect("a request"),
+        ),
+    )
+    .await
+    .expect("a response");
+    assert_eq!(response.status(), 200);
+    let id = response
+        .headers()
+        .get("audit-id")
+        .and_then(|id| id.to_str().ok())
+        .expect("an Audit-ID")
+        .to_owned();
+    // All the upstream sent reaches the client before the upstream ends.
+    let mut received = Vec::new();
+    while received.len() < prefix.len() {
+        let chunk = bounded("the bytes sent so far", response.chunk())
+            .await
+            .expect("the body")
+            .expect("more bytes before the end");
+        received.extend_from_slice(&chunk);
+    }
+    upstream.release(1);
+    while let Some(chunk) = bounded("the rest", response.chunk())
+        .await
+        .expect("the body")
+    {
+        received.extend_from_slice(&chunk);
+    }
+    assert!(
+        received == format!("{prefix}\"}}").as_bytes(),
+        "the client got {} bytes, not the {} the upstream sent",
+        received.len(),
+        prefix.len() + 2
+    );
+    let events = wait_for_events(&log, &id, 2).await;
+    assert_eq!(stages_of(&events), ["RequestReceived", "ResponseComplete"]);
+    let complete = &events[1];
+    assert_eq!(complete["level"], "RequestResponse");
+    assert_eq!(complete["responseStatus"]["code"], 200);
+    assert!(
+        complete.get("responseObject").is_none() && complete.get("requestObject").is_none(),
+        "{}",
+        complete.get("responseObject").is_some()
+    );
+    assert_eq!(annotations(complete)["audit.k8s.io/truncated"], "true");
+}
+
+/// A response within the bound is recorded whole, and not annotated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_within_the_bound_is_recorded_whole() {
+    let upstream = Upstream::start().await;
+    let (gateway, log) = audited_gateway(&upstream, "blocking").await;
+    let client = http_client();
+    upstream.release(1);
+    let kib = MAX_RECORDED_RESPONSE / 1024 - 64;
+    let answer = send(create_answered_with(&client, &gateway, kib)).await;
+    assert_eq!(answer.status, 200);
+    let body = answer.json();
+    assert_eq!(body["pad"].as_str().map(str::len), Some(kib * 1024));
+    let events = events_of(&log, &audit_id(&answer));
+    assert_eq!(stages_of(&events), ["RequestReceived", "ResponseComplete"]);
+    let complete = &events[1];
+    assert!(
+        complete["responseObject"] == body,
+        "the response, recorded whole"
+    );
+    assert_eq!(complete["requestObject"]["metadata"]["name"], "w1");
+    assert!(
+        annotations(complete)
+            .get("audit.k8s.io/truncated")
+            .is_none(),
+        "{}",
+        annotations(complete)
+    );
+}
+
 /// kube's `ProcessEventStage` (`audit/context.go`): a RequestReceived
 /// event's stageTimestamp is its requestReceivedTimestamp; the later
 /// stages' are when they were reached.

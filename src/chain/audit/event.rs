@@ -5,6 +5,7 @@
 //! `staging/src/k8s.io/apiserver/pkg/audit/context.go`).
 
 use std::borrow::Cow;
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -156,19 +157,65 @@ pub(super) async fn buffer_request_object(request: Request) -> (Request, Option<
     }
 }
 
-pub(super) async fn buffer_response_object(response: Response) -> (Response, Option<String>) {
-    let (parts, body) = response.into_parts();
-    match body.collect().await {
-        Ok(collected) => {
-            let bytes = collected.to_bytes();
-            let object = json_text(&bytes);
-            (http::Response::from_parts(parts, Body::full(bytes)), object)
+/// The most of a response body audit holds to record it as the
+/// responseObject (level RequestResponse): 3 MiB, kube's request body limit
+/// (`MaxRequestBodyBytes`, `staging/src/k8s.io/apiserver/pkg/server/config.go`),
+/// so any object kube would store is recorded whole and only a larger list
+/// is not. Past it the response streams on and its event is truncated, as
+/// kube's truncate backend truncates an event too large
+/// (`staging/src/k8s.io/apiserver/plugin/pkg/audit/truncate/truncate.go`).
+pub(super) const MAX_RECORDED_RESPONSE: usize = 3 * 1024 * 1024;
+
+/// The annotation of an event whose objects were left out, kube's truncate
+/// backend's.
+pub(super) const TRUNCATED_ANNOTATION: &str = "audit.k8s.io/truncated";
+
+/// What audit makes of a response body at level RequestResponse.
+pub(super) enum ResponseObject {
+    /// The body ended within [`MAX_RECORDED_RESPONSE`]: this object, when it
+    /// is JSON (none when it is not, or when the body failed).
+    Recorded(Option<String>),
+    /// The body passed [`MAX_RECORDED_RESPONSE`]: not recorded, and the
+    /// response completes when its body ends.
+    Truncated,
+}
+
+/// Reads the response body to record it, up to [`MAX_RECORDED_RESPONSE`],
+/// and puts it back: the response sends what was read, then whatever is
+/// left of the body as it comes, every byte once and in order.
+pub(super) async fn buffer_response_object(response: Response) -> (Response, ResponseObject) {
+    let (parts, mut body) = response.into_parts();
+    let mut held = VecDeque::new();
+    let mut size = 0;
+    let (rest, object) = loop {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                size += frame.data_ref().map_or(0, bytes::Bytes::len);
+                held.push_back(frame);
+                if size > MAX_RECORDED_RESPONSE {
+                    break (body, ResponseObject::Truncated);
+                }
+            }
+            None => {
+                let bytes: Vec<u8> = held
+                    .iter()
+                    .filter_map(http_body::Frame::data_ref)
+                    .flat_map(|data| data.iter().copied())
+                    .collect();
+                break (Body::empty(), ResponseObject::Recorded(json_text(&bytes)));
+            }
+            // The body failed: the client gets what came before, then the
+            // error; audit records no object.
+            Some(Err(error)) => {
+                break (
+                    Body::wrap(FailedBody(Some(error))),
+                    ResponseObject::Recorded(None),
+                );
+            }
         }
-        Err(error) => (
-            http::Response::from_parts(parts, Body::wrap(FailedBody(Some(error)))),
-            None,
-        ),
-    }
+    };
+    let body = Body::wrap(Resumed { held, rest });
+    (http::Response::from_parts(parts, body), object)
 }
 
 fn json_text(bytes: &[u8]) -> Option<String> {
@@ -188,5 +235,46 @@ impl http_body::Body for FailedBody {
         _cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
         std::task::Poll::Ready(self.0.take().map(Err))
+    }
+}
+
+/// The frames read already, then the rest of the body.
+struct Resumed {
+    held: VecDeque<http_body::Frame<bytes::Bytes>>,
+    rest: Body,
+}
+
+impl http_body::Body for Resumed {
+    type Data = bytes::Bytes;
+    type Error = crate::body::BodyError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        match self.held.pop_front() {
+            Some(frame) => std::task::Poll::Ready(Some(Ok(frame))),
+            None => std::pin::Pin::new(&mut self.rest).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.held.is_empty() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        let held: u64 = self
+            .held
+            .iter()
+            .filter_map(http_body::Frame::data_ref)
+            .map(|data| data.len() as u64)
+            .sum();
+        let rest = self.rest.size_hint();
+        let mut hint = http_body::SizeHint::new();
+        hint.set_lower(rest.lower().saturating_add(held));
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper.saturating_add(held));
+        }
+        hint
     }
 }

@@ -47,8 +47,8 @@ use crate::context::{ConnectionControl, RequestContext};
 use crate::handler::{Handler, SharedHandler};
 
 use event::{
-    base_event, buffer_request_object, buffer_response_object, response_status, stamp, stamped,
-    status_record,
+    ResponseObject, TRUNCATED_ANNOTATION, base_event, buffer_request_object,
+    buffer_response_object, response_status, stamp, stamped, status_record,
 };
 use policy::policy_level;
 
@@ -132,11 +132,22 @@ impl Handler for Audit {
             let (response, response_object) = if level == AuditLevel::RequestResponse {
                 Box::pin(buffer_response_object(response)).await
             } else {
-                (response, None)
+                (response, ResponseObject::Recorded(None))
             };
-            completion.answered(status, response_object);
-            completion.write().await;
-            response
+            match response_object {
+                ResponseObject::Recorded(object) => {
+                    completion.answered(status, object);
+                    completion.write().await;
+                    response
+                }
+                // Too large to record: the rest streams, and the response
+                // completes when its body ends, as a long-running one.
+                ResponseObject::Truncated => {
+                    completion.answered(status, None);
+                    completion.truncated();
+                    crate::body::keep_until_done(response, completion)
+                }
+            }
         })
     }
 }
@@ -181,6 +192,17 @@ impl Completion {
             event.response_status = Some(status);
             event.response_object = object;
         }
+    }
+
+    /// The response was too large to record: the event keeps neither
+    /// object and says so, as kube's truncate backend truncates an event
+    /// (`staging/src/k8s.io/apiserver/plugin/pkg/audit/truncate/truncate.go`).
+    fn truncated(&mut self) {
+        if let Some(event) = &mut self.event {
+            event.request_object = None;
+            event.response_object = None;
+        }
+        self.context.annotate(TRUNCATED_ANNOTATION, "true");
     }
 
     /// Emits the event as it stands at `stage` (RequestReceived,

@@ -35,6 +35,9 @@ use super::clients::Answer;
 ///   spread over `<ms>`;
 /// - `large:<MiB>`: answers at once, then sends `<MiB>` MiB of `x` as fast
 ///   as it is read, and stops when the reader goes away;
+/// - `held-json:<KiB>`: answers at once with a JSON object whose `pad` is
+///   `<KiB>` KiB of `x`, sent in 64 KiB chunks, and sends its closing `"}`
+///   only after [`Upstream::release`];
 /// - `cache`: the echo with its own `Cache-Control: max-age=60`;
 /// - `hop`: the echo with hop-by-hop response headers;
 /// - `chunks`: reads the request body chunk by chunk, reporting each to
@@ -303,6 +306,28 @@ async fn upstream_answer(
                 }
             });
             http::Response::new(channel_body(receiver))
+        }
+        "held-json" => {
+            let (sender, receiver) = mpsc::channel(1);
+            tokio::spawn(async move {
+                let _ = sender.send(Bytes::from_static(b"{\"pad\":\"")).await;
+                let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+                for _ in 0..amount / 64 {
+                    if sender.send(chunk.clone()).await.is_err() {
+                        return;
+                    }
+                }
+                if let Ok(permit) = state.release.acquire().await {
+                    permit.forget();
+                }
+                let _ = sender.send(Bytes::from_static(b"\"}")).await;
+            });
+            let mut response = http::Response::new(channel_body(receiver));
+            response.headers_mut().insert(
+                "content-type",
+                http::HeaderValue::from_static("application/json"),
+            );
+            response
         }
         "slow-body" => {
             let (sender, receiver) = mpsc::channel(4);
