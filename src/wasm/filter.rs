@@ -596,7 +596,8 @@ impl<K: Kind> LoadedFilter<K> {
             Ok(instance) => instance,
             Err(unanswered) => return (self.uninstantiated(started, unanswered), None),
         };
-        let result = invoke(&mut instance.store, &instance.exports).await;
+        let deadline = instance.store.data().state.deadline;
+        let result = within(deadline, invoke(&mut instance.store, &instance.exports)).await;
         let limit = instance.store.data().state.ttl_limit;
         let outcome = self.finish(instance, result);
         (self.record(started, outcome), limit)
@@ -693,7 +694,8 @@ impl<K: Kind> LoadedFilter<K> {
         });
         store.data_mut().state.deadline = Instant::now() + self.spec.timeout;
         store.set_epoch_deadline(1);
-        match K::instantiate(&self.pre, &mut store).await {
+        let deadline = store.data().state.deadline;
+        match within(deadline, K::instantiate(&self.pre, &mut store)).await {
             Ok(exports) => Ok(Instance {
                 store,
                 exports,
@@ -753,6 +755,22 @@ impl<K: Kind> LoadedFilter<K> {
             self.metrics.idle.set(idle.len() as i64);
         }
     }
+}
+
+/// `work`'s result, or [`DeadlineExceeded`] once `deadline` passed. The
+/// epoch stops guest code only: a guest waiting in the host (a WASI clock's
+/// pollable, `std::thread::sleep`, a stream) runs none, so the wait is cut
+/// here, its future dropped; the caller then drops the instance with it, as
+/// after any timeout. A tick later than the deadline, so that a guest
+/// running its own code is stopped by the epoch as ever.
+async fn within<T>(
+    deadline: Instant,
+    work: impl Future<Output = wasmtime::Result<T>>,
+) -> wasmtime::Result<T> {
+    let cut = tokio::time::Instant::from_std(deadline) + super::epoch::EPOCH_TICK;
+    tokio::time::timeout_at(cut, work)
+        .await
+        .unwrap_or_else(|_| Err(wasmtime::Error::new(DeadlineExceeded)))
 }
 
 /// Why a call failed: its deadline, the filter memory's cap (a growth was

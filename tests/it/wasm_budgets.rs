@@ -34,6 +34,11 @@ async fn fault_gateway(upstream: &Upstream, settings: &str) -> TestGateway {
     TestGateway::start(&fault_manifest(upstream, settings)).await
 }
 
+/// alice's `GET` of `url`.
+async fn alice_gets(client: &reqwest::Client, url: impl reqwest::IntoUrl) -> Answer {
+    send(client.get(url).bearer_auth("alice-token")).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_looping_filter_is_stopped_while_other_requests_are_served() {
     let upstream = Upstream::start().await;
@@ -42,12 +47,7 @@ async fn a_looping_filter_is_stopped_while_other_requests_are_served() {
 
     // One looping request, alone: stopped at its timeout with a 503.
     let started = Instant::now();
-    let answer = send(
-        client
-            .get(gateway.url("/fault/loop"))
-            .bearer_auth("alice-token"),
-    )
-    .await;
+    let answer = alice_gets(&client, gateway.url("/fault/loop")).await;
     answer.assert_status(503, "ServiceUnavailable");
     assert!(
         started.elapsed() < Duration::from_secs(10),
@@ -67,7 +67,7 @@ async fn a_looping_filter_is_stopped_while_other_requests_are_served() {
         loopers.spawn(async move {
             while !stop.load(Ordering::SeqCst) {
                 in_flight.fetch_add(1, Ordering::SeqCst);
-                let answer = send(client.get(&url).bearer_auth("alice-token")).await;
+                let answer = alice_gets(&client, &url).await;
                 in_flight.fetch_sub(1, Ordering::SeqCst);
                 answer.assert_status(503, "ServiceUnavailable");
                 loops_done.fetch_add(1, Ordering::SeqCst);
@@ -88,7 +88,7 @@ async fn a_looping_filter_is_stopped_while_other_requests_are_served() {
             "/healthz".to_owned()
         };
         let started = Instant::now();
-        let answer = send(client.get(gateway.url(&path)).bearer_auth("alice-token")).await;
+        let answer = alice_gets(&client, gateway.url(&path)).await;
         assert_eq!(answer.status, 200, "{path}: {}", answer.body);
         assert!(
             started.elapsed() < Duration::from_secs(5),
@@ -112,14 +112,44 @@ async fn a_looping_filter_is_stopped_while_other_requests_are_served() {
         "every looping request was answered"
     );
     // And the filter still answers normally afterwards.
-    echo(
-        &send(
-            client
-                .get(gateway.url("/fault/allow"))
-                .bearer_auth("alice-token"),
-        )
-        .await,
+    echo(&alice_gets(&client, gateway.url("/fault/allow")).await);
+}
+
+/// A filter that waits in the host (`std::thread::sleep`: a WASI clock the
+/// host waits on, where no guest code runs for the epoch to stop) is
+/// stopped at its `timeout` all the same, its instance dropped, in both
+/// isolations; it used to hold its turn and the request for the whole sleep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_sleeping_in_a_host_call_is_stopped_at_its_timeout() {
+    let upstream = Upstream::start().await;
+    for isolation in ["pooled", "per-request"] {
+        let settings = format!("timeout = \"100ms\"\nisolation = \"{isolation}\"\n");
+        let gateway = fault_gateway(&upstream, &settings).await;
+        for _ in 0..2 {
+            let stopped = (503, "ServiceUnavailable");
+            stopped_then_served(&gateway, "/fault/sleep-20000", stopped, isolation).await;
+        }
+    }
+}
+
+/// `path` is answered `status` well within the 20 s a client waits, and
+/// the filter then answers `/fault/allow` as ever.
+async fn stopped_then_served(
+    gateway: &TestGateway,
+    path: &str,
+    (code, reason): (u16, &str),
+    isolation: &str,
+) {
+    let client = http_client();
+    let started = Instant::now();
+    let answer = alice_gets(&client, gateway.url(path)).await;
+    answer.assert_status(code, reason);
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{isolation}: {path} not stopped: {:?}",
+        started.elapsed()
     );
+    echo(&alice_gets(&client, gateway.url("/fault/allow")).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,7 +167,7 @@ async fn a_memory_hungry_filter_is_capped_and_rss_stays_bounded() {
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..50 {
         let (client, url) = (client.clone(), gateway.url("/fault/alloc"));
-        tasks.spawn(async move { send(client.get(url).bearer_auth("alice-token")).await });
+        tasks.spawn(async move { alice_gets(&client, url).await });
     }
     while let Some(done) = bounded("concurrent alloc requests", tasks.join_next()).await {
         done.expect("an alloc task")
@@ -154,14 +184,7 @@ async fn a_memory_hungry_filter_is_capped_and_rss_stays_bounded() {
     );
     assert!(after / 1024 < 2048, "RSS is {} MiB", after / 1024);
     // The filter still answers normally afterwards.
-    echo(
-        &send(
-            client
-                .get(gateway.url("/fault/allow"))
-                .bearer_auth("alice-token"),
-        )
-        .await,
-    );
+    echo(&alice_gets(&client, gateway.url("/fault/allow")).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -178,7 +201,7 @@ async fn a_pooled_instance_that_keeps_growing_is_retired_before_its_cap() {
 /// Sends `calls` requests to `url`, one at a time; each must be answered.
 async fn every_call_answers(client: &reqwest::Client, url: &str, calls: usize) {
     for call in 1..=calls {
-        let answer = send(client.get(url).bearer_auth("alice-token")).await;
+        let answer = alice_gets(client, url).await;
         assert_eq!(answer.status, 200, "call {call}: {}", answer.body);
     }
 }
@@ -263,12 +286,7 @@ async fn an_answer_is_copied_out_of_a_filter_no_larger_than_its_memory() {
 }
 
 async fn gateway_alloc(client: &reqwest::Client, gateway: &TestGateway) {
-    let answer = send(
-        client
-            .get(gateway.url("/fault/alloc"))
-            .bearer_auth("alice-token"),
-    )
-    .await;
+    let answer = alice_gets(client, gateway.url("/fault/alloc")).await;
     // A trap (allocation failed at the cap), not a timeout.
     let status = answer.assert_status(500, "InternalError");
     assert_eq!(
@@ -465,29 +483,8 @@ async fn the_request_timeout_can_cut_a_filter_call_short() {
             .concat(),
         );
         let gateway = TestGateway::start(&manifest).await;
-        let client = http_client();
         for _ in 0..3 {
-            let started = Instant::now();
-            let answer = send(
-                client
-                    .get(gateway.url("/fault/loop"))
-                    .bearer_auth("alice-token"),
-            )
-            .await;
-            answer.assert_status(504, "Timeout");
-            assert!(
-                started.elapsed() < Duration::from_secs(8),
-                "{isolation}: {:?}",
-                started.elapsed()
-            );
-            echo(
-                &send(
-                    client
-                        .get(gateway.url("/fault/allow"))
-                        .bearer_auth("alice-token"),
-                )
-                .await,
-            );
+            stopped_then_served(&gateway, "/fault/loop", (504, "Timeout"), isolation).await;
         }
     }
 }

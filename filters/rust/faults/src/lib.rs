@@ -39,6 +39,11 @@ pub enum Burden {
     /// `leak-<kib>`: allocate that many KiB, touch them, and never free
     /// them: a pooled instance's memory grows with every such call.
     Leak(usize),
+    /// `sleep-<ms>`: sleep that long (`std::thread::sleep`, a WASI
+    /// monotonic-clock pollable the host waits on): the guest runs no code
+    /// meanwhile, so only a deadline the host keeps outside the guest
+    /// stops it.
+    Sleep(u64),
 }
 
 /// What `word` asks for.
@@ -56,6 +61,8 @@ pub fn parse(word: &str) -> Fault<'_> {
                 Fault::Burden(Burden::Work(millions))
             } else if let Some(kib) = number("leak-") {
                 Fault::Burden(Burden::Leak(usize::try_from(kib).unwrap_or(usize::MAX)))
+            } else if let Some(ms) = number("sleep-") {
+                Fault::Burden(Burden::Sleep(ms))
             } else {
                 Fault::Answer(word)
             }
@@ -96,6 +103,7 @@ pub fn bear(burden: Burden) {
         Burden::Slow(millis) => busy_wait(millis),
         Burden::Work(millions) => work(millions),
         Burden::Leak(kib) => leak(kib),
+        Burden::Sleep(millis) => std::thread::sleep(Duration::from_millis(millis)),
     }
 }
 
@@ -143,6 +151,7 @@ mod tests {
         assert_eq!(parse("slow-250"), Fault::Burden(Burden::Slow(250)));
         assert_eq!(parse("work-40"), Fault::Burden(Burden::Work(40)));
         assert_eq!(parse("leak-64"), Fault::Burden(Burden::Leak(64)));
+        assert_eq!(parse("sleep-5000"), Fault::Burden(Burden::Sleep(5000)));
         assert_eq!(parse("leak-x"), Fault::Answer("leak-x"));
         assert_eq!(parse("slow-x"), Fault::Answer("slow-x"));
         assert_eq!(parse("allow"), Fault::Answer("allow"));
