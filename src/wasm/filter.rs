@@ -136,7 +136,8 @@ impl<T> Call<T> {
 }
 
 /// The most of a filter's own words the gateway keeps, in bytes: its
-/// error's message, a decision's reason, a rejection's reason and message.
+/// error's message, a decision's reason, a rejection's reason and message,
+/// a line it logs.
 /// They reach the log, traces, audit events, the decision cache and (a
 /// denial's) the client's Status, and a filter's memory, which may be a
 /// gigabyte, is no bound for any of them. 4 KiB: kube's bound on the
@@ -147,7 +148,7 @@ const MAX_FILTER_MESSAGE: usize = 4096;
 
 /// `message`, cut after [`MAX_FILTER_MESSAGE`] bytes (at a character's
 /// start), saying how many more there were.
-fn bounded(mut message: String) -> String {
+pub(super) fn bounded(mut message: String) -> String {
     if message.len() <= MAX_FILTER_MESSAGE {
         return message;
     }

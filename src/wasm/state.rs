@@ -24,6 +24,7 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::{cache, host, sink, types, v0_1, v0_2, v0_3};
+use super::filter::bounded;
 use crate::config::stages::{Sink, WasiGrants};
 
 /// Who a filter is, shared by all its instances.
@@ -433,7 +434,10 @@ impl host::Host for FilterState {
         }
     }
 
+    /// The line is held to the bound of the filter's other words
+    /// ([`bounded`]): a filter's memory is no bound for a log line.
     fn log(&mut self, level: types::LogLevel, message: String) {
+        let message = bounded(message);
         let filter = self.identity.name.as_str();
         match level {
             types::LogLevel::Trace => {

@@ -152,6 +152,36 @@ async fn stopped_then_served(
     echo(&alice_gets(&client, gateway.url("/fault/allow")).await);
 }
 
+/// A line a filter logs is held to 4 KiB, as its other words are: a line
+/// of 1 MiB reached the gateway's log whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filters_log_line_is_held_to_4_kib() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let dir = new_dir();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, fault_manifest(&upstream, "")).expect("write the manifest");
+    let gateway = GatewayProcess::spawn(&path);
+    let client = http_client();
+    echo(&alice_gets(&client, gateway.url("/fault/log-1024")).await);
+    let line = eventually("the filter's log line", || {
+        let log = gateway.log_text();
+        async move {
+            log.lines()
+                .find(|line| line.contains("fault-authz: lll"))
+                .map(str::to_owned)
+        }
+    })
+    .await;
+    assert!(
+        line.len() < 8 * 1024,
+        "a line of {} bytes: {}...",
+        line.len(),
+        &line[..200]
+    );
+    assert!(line.contains("... (1044493 more bytes)"), "{line}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_hungry_filter_is_capped_and_rss_stays_bounded() {
     let upstream = Upstream::start().await;
