@@ -7,8 +7,9 @@
 //!
 //! What is listed is a [`Catalog`]: the groups of every upstream that serves
 //! discovery and of every API route, each group version only where the
-//! delegation chain sends its path ([`crate::aggregator`] decides), as
-//! kube's aggregator lists the APIServices it proxies to. Groups keep the order they are met in (the upstreams', in
+//! delegation chain sends its path (the aggregator, which builds the
+//! catalog, asks the directors), as kube's aggregator lists the APIServices
+//! it proxies to. Groups keep the order they are met in (the upstreams', in
 //! delegation order, keep their own, which for a kube-apiserver is kube's
 //! priority order; then the API routes', in manifest order); a group's
 //! versions are in kube's version priority.

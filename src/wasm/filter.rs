@@ -40,7 +40,7 @@ use super::convert;
 use super::engine::{LoadError, WasmHost};
 use super::epoch::EpochTicker;
 use super::legacy::{v0_1 as v0_1_of, v0_2 as v0_2_of, v0_3 as v0_3_of};
-use super::state::{FilterIdentity, FilterState, SinkWriter};
+use super::state::{FilterIdentity, FilterState, SinkWriter, bounded};
 use crate::decision_cache::{DecisionCache, Fetched, Keep, Lookup, Pending};
 pub use admission::exports::wasmgate::filter::admission::{
     AdmissionRequest, AdmissionResponse, Operation,
@@ -133,33 +133,6 @@ impl<T> Call<T> {
         };
         Call { outcome, ..self }
     }
-}
-
-/// The most of a filter's own words the gateway keeps, in bytes: its
-/// error's message, a decision's reason, a rejection's reason and message,
-/// a line it logs.
-/// They reach the log, traces, audit events, the decision cache and (a
-/// denial's) the client's Status, and a filter's memory, which may be a
-/// gigabyte, is no bound for any of them. 4 KiB: kube's bound on the
-/// warnings admission webhooks add to a response (`truncateAtTotalRunes`,
-/// `staging/src/k8s.io/apiserver/pkg/endpoints/filters/warning.go`), and
-/// what a trap's report keeps of the filter's stderr.
-const MAX_FILTER_MESSAGE: usize = 4096;
-
-/// `message`, cut after [`MAX_FILTER_MESSAGE`] bytes (at a character's
-/// start), saying how many more there were.
-pub(super) fn bounded(mut message: String) -> String {
-    if message.len() <= MAX_FILTER_MESSAGE {
-        return message;
-    }
-    let mut end = MAX_FILTER_MESSAGE;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    let cut = message.len() - end;
-    message.truncate(end);
-    message.push_str(&format!("... ({cut} more bytes)"));
-    message
 }
 
 /// [`Outcome::kind`]'s words, indexed like [`Outcome::index`].
@@ -1196,6 +1169,7 @@ impl LoadedFilter<Auditor> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wasm::state::MAX_FILTER_MESSAGE;
 
     /// A message within the bound is kept whole; a longer one is cut at a
     /// character's start, never inside one (`é` is two bytes, here across

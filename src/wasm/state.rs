@@ -24,8 +24,34 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::{cache, host, sink, types, v0_1, v0_2, v0_3};
-use super::filter::bounded;
 use crate::config::stages::{Sink, WasiGrants};
+
+/// The most of a filter's own words the gateway keeps, in bytes: its
+/// error's message, a decision's reason, a rejection's reason and message,
+/// a line it logs.
+/// They reach the log, traces, audit events, the decision cache and (a
+/// denial's) the client's Status, and a filter's memory, which may be a
+/// gigabyte, is no bound for any of them. 4 KiB: kube's bound on the
+/// warnings admission webhooks add to a response (`truncateAtTotalRunes`,
+/// `staging/src/k8s.io/apiserver/pkg/endpoints/filters/warning.go`), and
+/// what a trap's report keeps of the filter's stderr.
+pub(super) const MAX_FILTER_MESSAGE: usize = 4096;
+
+/// `message`, cut after [`MAX_FILTER_MESSAGE`] bytes (at a character's
+/// start), saying how many more there were.
+pub(super) fn bounded(mut message: String) -> String {
+    if message.len() <= MAX_FILTER_MESSAGE {
+        return message;
+    }
+    let mut end = MAX_FILTER_MESSAGE;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = message.len() - end;
+    message.truncate(end);
+    message.push_str(&format!("... ({cut} more bytes)"));
+    message
+}
 
 /// Who a filter is, shared by all its instances.
 #[derive(Debug)]
