@@ -58,6 +58,16 @@ pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest document taken from an upstream (kube-apiserver's own v2
 /// document is about 4 MiB).
 pub(crate) const MAX_DOCUMENT: usize = 32 * 1024 * 1024;
+/// The most group versions taken from one upstream's `/openapi/v3` index
+/// (of those the chain sends it), each a document of up to
+/// [`MAX_DOCUMENT`] fetched every round and held: kube-apiserver lists
+/// about 30 of its own, and a cluster with large CRD sets a few hundred,
+/// so a thousand leaves room for any real cluster while an index that
+/// lists 100,000 (broken or hostile) cannot have the gateway fetch and hold
+/// them all. The first ones listed are taken, the rest dropped with a
+/// warning and counted (`wasmgate_openapi_v3_group_versions_dropped`, and
+/// the upstream's routes on the status page).
+pub(crate) const MAX_V3_GROUP_VERSIONS: usize = 1000;
 /// How long the first round waits for every upstream before it publishes
 /// what it has: less than [`FIRST_PUBLICATION_WAIT`], so a request waiting
 /// for the first publication is answered from the upstreams that answered,
@@ -614,7 +624,7 @@ impl UpstreamSource {
             Fetched::Absent => return Fetched::Absent,
             Fetched::Failed(error) => return Fetched::Failed(error),
         };
-        let listed: Vec<(String, String)> = root["paths"]
+        let mut listed: Vec<(String, String)> = root["paths"]
             .as_object()
             .into_iter()
             .flatten()
@@ -624,6 +634,20 @@ impl UpstreamSource {
                 Some((path.clone(), url.to_owned()))
             })
             .collect();
+        let dropped = listed.len().saturating_sub(MAX_V3_GROUP_VERSIONS);
+        if dropped > 0 {
+            tracing::warn!(
+                upstream = self.url,
+                listed = listed.len(),
+                taken = MAX_V3_GROUP_VERSIONS,
+                "the upstream's /openapi/v3 lists more group versions than the gateway takes; the first are served, the rest dropped"
+            );
+            listed.truncate(MAX_V3_GROUP_VERSIONS);
+        }
+        crate::metrics::metrics()
+            .gateway
+            .openapi_v3_dropped(&self.url)
+            .set(i64::try_from(dropped).unwrap_or(i64::MAX));
         let mut documents = Vec::with_capacity(listed.len());
         for (path, relative) in listed {
             let fetched = match fetch(handler, &relative, JSON).await {

@@ -3,7 +3,8 @@
 //! connections opened and idle in the pool; TLS handshakes by result; the
 //! chain's generation; each pooled filter's idle instances and retirements;
 //! each filter's decision cache (hits, misses, evictions, entries); the
-//! audit batches written. Every label value comes from the manifest or is
+//! audit batches written; the OpenAPI v3 group versions an aggregated
+//! upstream lists past the most the gateway takes. Every label value comes from the manifest or is
 //! one of a few fixed words, so the series are bounded by the
 //! configuration.
 
@@ -97,6 +98,7 @@ pub(crate) struct GatewayMetrics {
     pub cache_evictions: Family<FilterLabel, Counter>,
     pub cache_entries: Family<FilterLabel, Gauge>,
     pub audit_batches: Counter,
+    openapi_v3_dropped: Family<UpstreamLabel, Gauge>,
 }
 
 fn upstream_histogram() -> Histogram {
@@ -121,6 +123,7 @@ impl GatewayMetrics {
             cache_evictions: Family::default(),
             cache_entries: Family::default(),
             audit_batches: Counter::default(),
+            openapi_v3_dropped: Family::default(),
         };
         registry.register(
             "upstream_requests",
@@ -192,7 +195,22 @@ impl GatewayMetrics {
             "Batches of audit events handed to the audit filters (one per event in blocking mode)",
             metrics.audit_batches.clone(),
         );
+        registry.register(
+            "openapi_v3_group_versions_dropped",
+            "Group versions of an aggregated upstream's /openapi/v3 index past the most the gateway takes, at its last refresh",
+            metrics.openapi_v3_dropped.clone(),
+        );
         metrics
+    }
+
+    /// The group versions of `upstream`'s OpenAPI v3 index the aggregator
+    /// dropped at its last refresh.
+    pub(crate) fn openapi_v3_dropped(&self, upstream: &str) -> Gauge {
+        self.openapi_v3_dropped
+            .get_or_create(&UpstreamLabel {
+                upstream: Arc::from(upstream),
+            })
+            .clone()
     }
 
     /// One route's handles, fetched when the route is built.

@@ -244,11 +244,16 @@ impl RouteLayout {
             })
             .collect();
         let latency = "wasmgate_upstream_request_duration_seconds";
+        let dropped = samples.sum(
+            "wasmgate_openapi_v3_group_versions_dropped",
+            &[("upstream", upstream.as_str())],
+        );
         json!({
             "route": self.route,
             "upstream": upstream,
             "responses": by_class,
             "errors": errors,
+            "openapi_v3_dropped": dropped,
             "p50_seconds": samples.quantile(latency, &labels, 0.5),
             "p99_seconds": samples.quantile(latency, &labels, 0.99),
         })

@@ -919,6 +919,81 @@ async fn discovery_and_openapi_list_what_the_chain_sends_each_upstream() {
     );
 }
 
+/// An upstream's `/openapi/v3` index is bounded as each document is: of
+/// an index that lists 1,005 group versions, the gateway fetches and serves
+/// the first 1,000 (`MAX_V3_GROUP_VERSIONS`, docs/deploy.md) and counts the
+/// 5 it dropped, which the status page shows on the upstream's route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openapi_v3_index_is_taken_up_to_its_bound() {
+    const LISTED: usize = 1005;
+    const TAKEN: usize = 1000;
+    let fetched = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&fetched);
+    let (_server, addr) = upstream_of_documents(move |path| {
+        if path == "/openapi/v3" {
+            let paths: serde_json::Map<String, Value> = (0..LISTED)
+                .map(|n| {
+                    let url = format!("/openapi/v3/apis/g{n:04}.example.io/v1?hash=1");
+                    (
+                        format!("apis/g{n:04}.example.io/v1"),
+                        json!({"serverRelativeURL": url}),
+                    )
+                })
+                .collect();
+            return Some(json!({"paths": paths}));
+        }
+        let group = path.strip_prefix("/openapi/v3/apis/")?;
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(json!({"openapi": "3.0.0", "info": {"title": group, "version": "v1"}, "paths": {}}))
+    })
+    .await;
+    // A process of its own: the status page and the metrics are the
+    // process's.
+    let dir = new_dir();
+    let path = dir.path().join("gateway.toml");
+    let manifest = plaintext(&format!(
+        "[[servers]]\nname = \"gw\"\n\n[[servers.routes]]\nprefix = \"/apis/\"\nupstream = \"http://{addr}\"\naggregate = true\n"
+    ));
+    std::fs::write(&path, manifest).expect("write the manifest");
+    let gateway = GatewayProcess::spawn(&path);
+    let url = |path: &str| format!("http://{}{path}", gateway.addr);
+    let client = http_client();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let listed = loop {
+        let root = send(client.get(url("/openapi/v3"))).await;
+        if root.status == 200 {
+            break root.json()["paths"]
+                .as_object()
+                .expect("paths")
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>();
+        }
+        assert!(Instant::now() < deadline, "no v3 index: {}", root.body);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let expected: Vec<String> = (0..TAKEN)
+        .map(|n| format!("apis/g{n:04}.example.io/v1"))
+        .collect();
+    assert_eq!(
+        (listed.len(), listed.last()),
+        (TAKEN, expected.last()),
+        "the first {TAKEN} listed"
+    );
+    assert!(listed == expected, "the first {TAKEN} listed, in order");
+    assert_eq!(fetched.load(std::sync::atomic::Ordering::SeqCst), TAKEN);
+    let status = send(client.get(url("/debug/status"))).await.json();
+    let route = &status["servers"][0]["routes"][0];
+    assert_eq!(route["route"], "/apis/", "{status}");
+    assert_eq!(route["openapi_v3_dropped"], 5.0, "{status}");
+    let log = gateway.log.lock().expect("the log").join("\n");
+    assert!(
+        log.contains("lists more group versions than the gateway takes")
+            && log.contains(&addr.to_string()),
+        "{log}"
+    );
+}
+
 /// An upstream that serves only `/openapi/v2`, `spec()` at each request,
 /// and a plaintext gateway that routes the widgets API to it with
 /// `aggregate = true`.

@@ -73,7 +73,10 @@ function drawServers(status) {
         el("td", {}, route.route),
         el("td", {}, route.upstream),
         el("td", { class: "responses" }, Object.entries(route.responses).filter(([, n]) => n > 0).map(([c, n]) => `${c} ${n}`).join(", ") || "none"),
-        el("td", { class: errors > 0 ? "failing" : "healthy" }, errors > 0 ? `${errors} errors` : "healthy"),
+        el("td", { class: errors > 0 || route.openapi_v3_dropped > 0 ? "failing" : "healthy" },
+          [errors > 0 ? `${errors} errors` : "healthy",
+            route.openapi_v3_dropped > 0 ? `${route.openapi_v3_dropped} OpenAPI v3 group versions dropped` : null]
+            .filter((note) => note !== null).join("; ")),
         el("td", {}, `p50 ${ms(route.p50_seconds)}`),
         el("td", {}, `p99 ${ms(route.p99_seconds)}`)));
     }
