@@ -95,6 +95,9 @@ pub(crate) const IDENTITY_HEADER_NAME: usize = 256;
 /// A Wasm component (an interpreter built in, as the Python filters have,
 /// is tens of MiB).
 pub(crate) const COMPONENT_FILE: u64 = 256 * MIB;
+/// A compiled component in the disk cache (native code is a few times its
+/// component's size).
+pub(crate) const COMPILED_COMPONENT_FILE: u64 = 4 * COMPONENT_FILE;
 
 /// `16MiB`, `64KiB`, `1GiB`, `1TiB`, or a number of bytes: a size as the manifest
 /// writes it.

@@ -18,7 +18,7 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 use super::capacity::StoreData;
 use super::epoch::EpochTicker;
 use super::state::FilterState;
-use crate::config::bounds::COMPONENT_FILE;
+use crate::config::bounds::{COMPILED_COMPONENT_FILE, COMPONENT_FILE};
 use crate::config::files::read_limited;
 
 /// Pool sizing: the most component instances alive at once, in every
@@ -34,6 +34,10 @@ const POOL_MAX_MEMORY: usize = crate::config::stages::MAX_FILTER_MEMORY as usize
 /// ever loaded leaves an entry (a filter rebuilt is a new one), so past
 /// this the entries used longest ago are removed as a new one is written.
 const DISK_CACHE_BYTES: u64 = 2 << 30;
+
+/// A disk cache entry ends in this many bytes: the SHA-256 of the compiled
+/// code before them ([`seal`], [`unseal`]).
+const SEAL_BYTES: usize = 32;
 
 /// Why a component could not be made ready.
 #[derive(Debug, thiserror::Error)]
@@ -209,7 +213,7 @@ impl WasmHost {
             let written = file
                 .parent()
                 .map_or(Ok(()), std::fs::create_dir_all)
-                .and_then(|()| std::fs::write(&partial, &serialized));
+                .and_then(|()| std::fs::write(&partial, seal(&serialized)));
             match written.and_then(|()| std::fs::rename(&partial, &file)) {
                 Ok(()) => {
                     if let Some(dir) = file.parent() {
@@ -226,24 +230,41 @@ impl WasmHost {
         unsafe { Component::deserialize(&self.engine, &serialized) }.map_err(compile_error)
     }
 
+    /// The entry of the disk cache for `digest`, when there is one and it
+    /// is whole: read into memory (a file mapped could be cut or changed
+    /// under the running code) and checked against its seal first, so that
+    /// an entry changed or cut short since it was written (a disk fault, a
+    /// crash before the data reached the disk, another program) is compiled
+    /// again rather than run. Wasmtime checks only an artifact's header: run
+    /// as code, a changed artifact does whatever its bytes say.
     fn load_from_disk(&self, digest: &[u8; 32]) -> Option<Component> {
         let file = self.disk_path(digest)?;
         if !file.exists() {
             return None;
         }
-        // SAFETY: the cache folder holds only files this host wrote with
-        // `precompile_component`, named by the component's hash and the
-        // engine's compatibility hash; wasmtime checks the header and refuses
-        // artifacts of another version or configuration.
-        match unsafe { Component::deserialize_file(&self.engine, &file) } {
+        let unusable = |error: &dyn std::fmt::Display| {
+            tracing::warn!(file = %file.display(), %error, "ignoring an unusable compiled-component cache entry");
+            None
+        };
+        let entry = match read_limited(&file, COMPILED_COMPONENT_FILE) {
+            Ok(entry) => entry,
+            Err(error) => return unusable(&error),
+        };
+        let Some(artifact) = unseal(&entry) else {
+            return unusable(
+                &"its digest does not match: changed or cut short since it was written",
+            );
+        };
+        // SAFETY: these bytes are what `precompile_component` of an engine
+        // with this compatibility hash (the file's name) produced: their
+        // SHA-256, written after them, matches. Wasmtime refuses artifacts
+        // of another version or configuration.
+        match unsafe { Component::deserialize(&self.engine, artifact) } {
             Ok(component) => {
                 mark_used(&file);
                 Some(component)
             }
-            Err(error) => {
-                tracing::warn!(file = %file.display(), %error, "ignoring an unusable compiled-component cache entry");
-                None
-            }
+            Err(error) => unusable(&error),
         }
     }
 
@@ -294,6 +315,20 @@ fn engine_config(pooling: bool) -> Config {
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     config
+}
+
+/// A disk cache entry: the compiled code `artifact`, then its SHA-256.
+fn seal(artifact: &[u8]) -> Vec<u8> {
+    let mut entry = Vec::with_capacity(artifact.len() + SEAL_BYTES);
+    entry.extend_from_slice(artifact);
+    entry.extend_from_slice(&Sha256::digest(artifact));
+    entry
+}
+
+/// The compiled code of a disk cache `entry`, when its SHA-256 matches.
+fn unseal(entry: &[u8]) -> Option<&[u8]> {
+    let (artifact, digest) = entry.split_at(entry.len().checked_sub(SEAL_BYTES)?);
+    (Sha256::digest(artifact).as_slice() == digest).then_some(artifact)
 }
 
 /// Marks a disk cache entry as used now (its modification time), so the
@@ -407,6 +442,23 @@ mod tests {
         assert!(newest.exists() && recent.exists(), "the two used last fit");
         assert!(!old.exists() && !oldest.exists(), "the rest are removed");
         assert!(other.exists(), "only cache entries are touched");
+    }
+
+    #[test]
+    fn an_entry_is_run_only_as_it_was_sealed() {
+        let artifact = b"compiled code".to_vec();
+        let entry = seal(&artifact);
+        assert_eq!(unseal(&entry), Some(&artifact[..]));
+        let mut changed = entry.clone();
+        changed[0] ^= 1;
+        assert_eq!(unseal(&changed), None, "a byte changed");
+        assert_eq!(unseal(&entry[..entry.len() - 1]), None, "cut short");
+        assert_eq!(
+            unseal(&entry[..SEAL_BYTES - 1]),
+            None,
+            "shorter than a seal"
+        );
+        assert_eq!(unseal(&artifact), None, "never sealed");
     }
 
     #[test]

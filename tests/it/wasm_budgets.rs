@@ -437,6 +437,72 @@ fn the_second_load_of_a_config_compiles_nothing() {
     );
 }
 
+/// A compiled component the disk cache holds is run only as the gateway
+/// wrote it: an entry whose code was changed since (here fault-authz's
+/// denial reworded) or cut short is compiled again. Wasmtime checks an
+/// artifact's header only, so the changed code ran: the denial came back
+/// reworded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compiled_component_changed_on_disk_is_compiled_again_not_run() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let dir = new_dir();
+    let cache = dir.path().join("cache");
+    let manifest = dir.path().join("gateway.toml");
+    std::fs::write(&manifest, fault_manifest(&upstream, "")).expect("write the manifest");
+    let checked = std::process::Command::new(binary())
+        .args(["check", "--config"])
+        .arg(&manifest)
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .expect("run wasmgate check");
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let component = std::fs::read(component_path("fault-authz")).expect("the component");
+    let digest = hex::encode(Sha256::digest(&component));
+    let compiled = cache.join("wasmgate").join("compiled");
+    let entry = std::fs::read_dir(&compiled)
+        .expect("the disk cache")
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .find(|path| path.to_string_lossy().contains(&digest))
+        .expect("fault-authz's entry");
+    let client = http_client();
+    let cache_env = [("XDG_CACHE_HOME", cache.to_str().expect("UTF-8"))];
+
+    // The reason's bytes changed in place, as a disk fault or another
+    // program could; then the entry (written again) cut short.
+    let reworded = |mut bytes: Vec<u8>| {
+        let at = bytes
+            .windows(14)
+            .position(|window| window == b"deny requested")
+            .expect("the reason in the compiled code");
+        bytes[at..at + 14].copy_from_slice(b"DENY REQUESTED");
+        bytes
+    };
+    let cut_short = |bytes: Vec<u8>| bytes[..bytes.len() / 2].to_vec();
+    for (damage, damaged) in [
+        ("reworded", reworded as fn(_) -> _),
+        ("cut short", cut_short),
+    ] {
+        let bytes = std::fs::read(&entry).expect("the entry");
+        std::fs::write(&entry, damaged(bytes)).expect("damage the entry");
+        let gateway = GatewayProcess::spawn_with_env(&manifest, &cache_env);
+        let answer = alice_gets(&client, gateway.url("/fault/deny")).await;
+        answer.assert_status(403, "Forbidden");
+        assert!(
+            answer.body.contains("fault-authz: deny requested"),
+            "{damage}: the changed code ran: {}",
+            answer.body
+        );
+        let log = gateway.log_text();
+        assert!(log.contains("compiled component"), "{damage}: {log}");
+    }
+}
+
 /// Each call's outcome is counted per filter at `/metrics`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_outcome_is_counted_in_the_metrics() {
