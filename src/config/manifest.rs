@@ -64,6 +64,11 @@ pub(crate) struct Audit {
     pub max_batch_size: Option<Spanned<i64>>,
     /// Batch mode: how long a batch waits for more events after its first.
     pub max_batch_wait: Option<Spanned<String>>,
+    /// The policy's `omitStages`: stages no request emits, whatever its rule.
+    #[serde(default)]
+    pub omit_stages: Vec<Spanned<String>>,
+    /// The policy's `omitManagedFields`, for rules that do not say.
+    pub omit_managed_fields: Option<bool>,
     #[serde(default)]
     pub policy: Vec<Spanned<AuditRule>>,
     #[serde(default)]
@@ -89,6 +94,7 @@ pub(crate) struct AuditRule {
     pub non_resource_urls: Vec<String>,
     #[serde(default)]
     pub omit_stages: Vec<Spanned<String>>,
+    pub omit_managed_fields: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -98,6 +104,8 @@ pub(crate) struct AuditResources {
     pub group: String,
     #[serde(default)]
     pub resources: Vec<String>,
+    #[serde(default)]
+    pub resource_names: Vec<String>,
 }
 
 /// One Wasm filter of any stage.

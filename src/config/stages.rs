@@ -13,6 +13,7 @@ use super::bounds;
 use super::complete::Completer;
 use super::error::Location;
 use super::manifest as m;
+use crate::request_info::is_dns1123_subdomain;
 
 /// Every stage's filters, in manifest order.
 #[derive(Debug, Default)]
@@ -110,19 +111,46 @@ pub enum AuditStage {
     Panic,
 }
 
-/// One rule of the audit policy; empty lists match everything.
+/// One rule of the audit policy, completed with the policy's own
+/// `omit_stages` and `omit_managed_fields` (kube's `NewChecker` folds them
+/// into every rule); empty lists match everything.
 #[derive(Debug, Clone)]
 pub(crate) struct AuditRule {
     pub level: AuditLevel,
     pub users: Vec<String>,
     pub groups: Vec<String>,
     pub verbs: Vec<String>,
-    /// `(group, resources)`; empty resources means every resource of the group.
-    pub resources: Vec<(String, Vec<String>)>,
+    pub resources: Vec<AuditResources>,
     pub namespaces: Vec<String>,
     /// Exact paths, or prefixes ending in `*`.
     pub non_resource_urls: Vec<String>,
+    /// The rule's stages and the policy's.
     pub omit_stages: Vec<AuditStage>,
+    /// What the recorded objects keep of their metadata.
+    pub managed_fields: ManagedFields,
+}
+
+/// Whether the objects an audit event records keep their
+/// `metadata.managedFields` (kube's `omitManagedFields`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ManagedFields {
+    /// Recorded as they came.
+    Kept,
+    /// Left out of the object, of each item of a list, of each row's object
+    /// of a Table.
+    Omitted,
+}
+
+/// The resources of one API group an audit rule is about (kube's
+/// `GroupResources`).
+#[derive(Debug, Clone)]
+pub(crate) struct AuditResources {
+    /// The API group, `""` for the core group.
+    pub group: String,
+    /// Resource patterns; empty means every resource of the group.
+    pub resources: Vec<String>,
+    /// Object names; empty means every object.
+    pub resource_names: Vec<String>,
 }
 
 /// One Wasm filter, as configured.
@@ -511,11 +539,13 @@ impl Completer<'_> {
             DEFAULT_AUDIT_BATCH_WAIT,
             bounds::AUDIT_BATCH_WAIT,
         );
+        let policy_omits = self.omit_stages(&audit.omit_stages, "audit.omit_stages");
+        let managed_fields = managed_fields(audit.omit_managed_fields, ManagedFields::Kept);
         let policy = audit
             .policy
             .iter()
             .enumerate()
-            .filter_map(|(i, rule)| self.audit_rule(rule, i))
+            .filter_map(|(i, rule)| self.audit_rule(rule, i, &policy_omits, managed_fields))
             .collect();
         let filters: Vec<FilterSpec> =
             self.filters(&audit.filters, "audit.filters", StageKind::Audit);
@@ -532,9 +562,18 @@ impl Completer<'_> {
         }
     }
 
-    fn audit_rule(&mut self, rule: &Spanned<m::AuditRule>, index: usize) -> Option<AuditRule> {
+    /// A rule, with the policy's omitted stages and `omit_managed_fields`
+    /// where it says nothing of its own; validated as kube's
+    /// `validatePolicyRule` (`staging/src/k8s.io/apiserver/pkg/apis/audit/validation/validation.go`).
+    fn audit_rule(
+        &mut self,
+        spanned: &Spanned<m::AuditRule>,
+        index: usize,
+        policy_omits: &[AuditStage],
+        policy_managed_fields: ManagedFields,
+    ) -> Option<AuditRule> {
         let key = format!("audit.policy[{index}]");
-        let rule = rule.get_ref();
+        let rule = spanned.get_ref();
         let level = match rule.level.get_ref().as_str() {
             "None" => AuditLevel::None,
             "Metadata" => AuditLevel::Metadata,
@@ -547,31 +586,104 @@ impl Completer<'_> {
                 return None;
             }
         };
-        let mut omit_stages = Vec::new();
-        for stage in &rule.omit_stages {
-            match parse_stage(stage.get_ref()) {
-                Some(stage) => omit_stages.push(stage),
-                None => self.at(
-                    stage,
-                    &format!("{key}.omit_stages"),
-                    format!("{:?} is not one of RequestReceived, ResponseStarted, ResponseComplete, Panic", stage.get_ref()),
-                ),
+        let mut omit_stages = policy_omits.to_vec();
+        for stage in self.omit_stages(&rule.omit_stages, &format!("{key}.omit_stages")) {
+            if !omit_stages.contains(&stage) {
+                omit_stages.push(stage);
             }
         }
+        self.audit_rule_urls(spanned, &key);
+        let resources = rule
+            .resources
+            .iter()
+            .enumerate()
+            .map(|(i, resources)| {
+                self.audit_resources(spanned, &format!("{key}.resources[{i}]"), resources)
+            })
+            .collect();
         Some(AuditRule {
             level,
             users: rule.users.clone(),
             groups: rule.groups.clone(),
             verbs: rule.verbs.clone(),
-            resources: rule
-                .resources
-                .iter()
-                .map(|r| (r.group.clone(), r.resources.clone()))
-                .collect(),
+            resources,
             namespaces: rule.namespaces.clone(),
             non_resource_urls: rule.non_resource_urls.clone(),
             omit_stages,
+            managed_fields: managed_fields(rule.omit_managed_fields, policy_managed_fields),
         })
+    }
+
+    /// kube's `validateNonResourceURLs`, and a rule is about resources or
+    /// about non-resource URLs, never both.
+    fn audit_rule_urls(&mut self, spanned: &Spanned<m::AuditRule>, key: &str) {
+        let rule = spanned.get_ref();
+        for (i, url) in rule.non_resource_urls.iter().enumerate() {
+            let key = format!("{key}.non_resource_urls[{i}]");
+            if url == "*" {
+                continue;
+            }
+            if !url.starts_with('/') {
+                self.at(
+                    spanned,
+                    &key,
+                    format!("{url:?}: non-resource URL rules must begin with a '/' character"),
+                );
+            }
+            if url.strip_suffix('*').unwrap_or(url).contains('*') {
+                self.at(spanned, &key, format!("{url:?}: non-resource URL wildcards '*' must be the final character of the rule"));
+            }
+        }
+        if !rule.non_resource_urls.is_empty()
+            && (!rule.resources.is_empty() || !rule.namespaces.is_empty())
+        {
+            self.at(
+                spanned,
+                &format!("{key}.non_resource_urls"),
+                "rules cannot apply to both regular resources and non-resource URLs",
+            );
+        }
+    }
+
+    /// kube's `validateResources`: a group is a DNS subdomain, and names
+    /// need resources.
+    fn audit_resources(
+        &mut self,
+        spanned: &Spanned<m::AuditRule>,
+        key: &str,
+        resources: &m::AuditResources,
+    ) -> AuditResources {
+        let group = &resources.group;
+        if !group.is_empty() && !is_dns1123_subdomain(group) {
+            self.at(spanned, &format!("{key}.group"), format!("{group:?} is not an API group: a lower-case DNS subdomain (\"apps\", \"demo.example.io\"), without a version"));
+        }
+        if !resources.resource_names.is_empty() && resources.resources.is_empty() {
+            self.at(
+                spanned,
+                &format!("{key}.resource_names"),
+                "using resource_names requires at least one resource",
+            );
+        }
+        AuditResources {
+            group: group.clone(),
+            resources: resources.resources.clone(),
+            resource_names: resources.resource_names.clone(),
+        }
+    }
+
+    fn omit_stages(&mut self, stages: &[Spanned<String>], key: &str) -> Vec<AuditStage> {
+        let mut parsed = Vec::new();
+        for stage in stages {
+            match parse_stage(stage.get_ref()) {
+                Some(stage) => parsed.push(stage),
+                None => self.at(
+                    stage,
+                    key,
+                    format!("{:?} is not one of RequestReceived, ResponseStarted, ResponseComplete, Panic", stage.get_ref()),
+                ),
+            }
+        }
+        parsed
     }
 
     fn filters(
@@ -940,6 +1052,15 @@ impl Completer<'_> {
                 default
             }
         }
+    }
+}
+
+/// `omit_managed_fields` as written, or `otherwise` when it is not.
+fn managed_fields(omit: Option<bool>, otherwise: ManagedFields) -> ManagedFields {
+    match omit {
+        Some(true) => ManagedFields::Omitted,
+        Some(false) => ManagedFields::Kept,
+        None => otherwise,
     }
 }
 

@@ -392,7 +392,7 @@ fn is_valid_label_value(value: &str) -> bool {
 
 /// `validation.IsDNS1123Subdomain`: at most 253 bytes of dot-separated labels made
 /// of `[a-z0-9-]`, each starting and ending with `[a-z0-9]`.
-fn is_dns1123_subdomain(value: &str) -> bool {
+pub(crate) fn is_dns1123_subdomain(value: &str) -> bool {
     value.len() <= 253
         && value.split('.').all(|label| {
             let b = label.as_bytes();

@@ -10,12 +10,13 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use http_body_util::BodyExt;
+use serde_json::Value;
 
 use crate::audit_event::{
     Annotations, AuditEvent, ObjectReference, ResponseStatus, bounded_user_agent,
 };
 use crate::body::{Body, Request, Response};
-use crate::config::stages::{AuditLevel, AuditStage};
+use crate::config::stages::{AuditLevel, AuditStage, ManagedFields};
 use crate::context::{RequestContext, UserInfo};
 use crate::status::Status;
 
@@ -140,12 +141,15 @@ pub(super) fn response_status(response: &Response) -> ResponseStatus {
 
 /// Reads the request body to record it (levels Request and above), and puts
 /// it back. A body that is not JSON is forwarded but not recorded.
-pub(super) async fn buffer_request_object(request: Request) -> (Request, Option<String>) {
+pub(super) async fn buffer_request_object(
+    request: Request,
+    managed_fields: ManagedFields,
+) -> (Request, Option<String>) {
     let (parts, body) = request.into_parts();
     match body.collect().await {
         Ok(collected) => {
             let bytes = collected.to_bytes();
-            let object = json_text(&bytes);
+            let object = json_text(&bytes, managed_fields);
             (http::Request::from_parts(parts, Body::full(bytes)), object)
         }
         // The body failed (too large, client gone): the handler will meet
@@ -183,7 +187,10 @@ pub(super) enum ResponseObject {
 /// Reads the response body to record it, up to [`MAX_RECORDED_RESPONSE`],
 /// and puts it back: the response sends what was read, then whatever is
 /// left of the body as it comes, every byte once and in order.
-pub(super) async fn buffer_response_object(response: Response) -> (Response, ResponseObject) {
+pub(super) async fn buffer_response_object(
+    response: Response,
+    managed_fields: ManagedFields,
+) -> (Response, ResponseObject) {
     let (parts, mut body) = response.into_parts();
     let mut held = VecDeque::new();
     let mut size = 0;
@@ -202,7 +209,8 @@ pub(super) async fn buffer_response_object(response: Response) -> (Response, Res
                     .filter_map(http_body::Frame::data_ref)
                     .flat_map(|data| data.iter().copied())
                     .collect();
-                break (Body::empty(), ResponseObject::Recorded(json_text(&bytes)));
+                let object = json_text(&bytes, managed_fields);
+                break (Body::empty(), ResponseObject::Recorded(object));
             }
             // The body failed: the client gets what came before, then the
             // error; audit records no object.
@@ -218,9 +226,44 @@ pub(super) async fn buffer_response_object(response: Response) -> (Response, Res
     (http::Response::from_parts(parts, body), object)
 }
 
-fn json_text(bytes: &[u8]) -> Option<String> {
-    serde_json::from_slice::<serde_json::Value>(bytes).ok()?;
+/// The body as the event records it: its text when it is JSON, without
+/// managed fields when the rule omits them.
+fn json_text(bytes: &[u8], managed_fields: ManagedFields) -> Option<String> {
+    let mut object = serde_json::from_slice::<Value>(bytes).ok()?;
+    if managed_fields == ManagedFields::Omitted && remove_managed_fields(&mut object) {
+        return serde_json::to_string(&object).ok();
+    }
     String::from_utf8(bytes.to_vec()).ok()
+}
+
+/// kube's `copyWithoutManagedFields` (`staging/src/k8s.io/apiserver/pkg/audit/request.go`):
+/// removes `metadata.managedFields` from the object, from each item of a
+/// list and from each row's object of a Table; true when it removed any.
+fn remove_managed_fields(object: &mut Value) -> bool {
+    let mut removed = remove_own_managed_fields(object);
+    if let Some(items) = object.get_mut("items").and_then(Value::as_array_mut) {
+        for item in items {
+            removed |= remove_own_managed_fields(item);
+        }
+    }
+    if object.get("kind").and_then(Value::as_str) == Some("Table")
+        && let Some(rows) = object.get_mut("rows").and_then(Value::as_array_mut)
+    {
+        for row in rows {
+            if let Some(row_object) = row.get_mut("object") {
+                removed |= remove_own_managed_fields(row_object);
+            }
+        }
+    }
+    removed
+}
+
+fn remove_own_managed_fields(object: &mut Value) -> bool {
+    object
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .and_then(|metadata| metadata.shift_remove("managedFields"))
+        .is_some()
 }
 
 /// A body that ends with the error its original ended with.

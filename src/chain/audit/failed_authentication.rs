@@ -10,7 +10,7 @@ use crate::context::RequestContext;
 
 use super::backend::AuditBackend;
 use super::event::{AuditContext, base_event, stamped, status_record};
-use super::policy::policy_level;
+use super::policy::matching_rule;
 
 /// kube's `WithFailedAuthenticationAudit`: a request that authentication
 /// refused never reaches the audit stage, and is audited here, at the level
@@ -28,13 +28,13 @@ impl FailedAuthenticationAudit {
         let Some(info) = &RequestContext::of(request.extensions()).info else {
             return;
         };
-        let Some((level, omitted)) = policy_level(&self.policy, None, info) else {
+        let Some(rule) = matching_rule(&self.policy, None, info) else {
             return;
         };
-        if omitted.contains(&AuditStage::ResponseStarted) {
+        if rule.omit_stages.contains(&AuditStage::ResponseStarted) {
             return;
         }
-        let mut event = base_event(&request, level);
+        let mut event = base_event(&request, rule.level);
         event.response_status = Some(status_record(
             status.as_u16(),
             "",

@@ -50,7 +50,7 @@ use event::{
     ResponseObject, TRUNCATED_ANNOTATION, base_event, buffer_request_object,
     buffer_response_object, response_status, stamp, stamped, status_record,
 };
-use policy::policy_level;
+use policy::matching_rule;
 
 pub(crate) struct Audit {
     pub policy: Vec<AuditRule>,
@@ -61,16 +61,17 @@ pub(crate) struct Audit {
 impl Handler for Audit {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
         Box::pin(async move {
-            let level = {
+            let rule = {
                 let context = RequestContext::of(request.extensions());
                 context
                     .info
                     .as_ref()
-                    .and_then(|info| policy_level(&self.policy, context.user.as_deref(), info))
+                    .and_then(|info| matching_rule(&self.policy, context.user.as_deref(), info))
             };
-            let Some((level, omitted)) = level else {
+            let Some(rule) = rule else {
                 return self.next.call(request).await;
             };
+            let (level, omitted) = (rule.level, rule.omit_stages.as_slice());
             let mut request = request;
             let context = AuditContext::default();
             request.extensions_mut().insert(context.clone());
@@ -101,7 +102,8 @@ impl Handler for Audit {
             // would be in every audited request's future.
             if level >= AuditLevel::Request {
                 let object;
-                (request, object) = Box::pin(buffer_request_object(request)).await;
+                (request, object) =
+                    Box::pin(buffer_request_object(request, rule.managed_fields)).await;
                 completion.recorded(object);
             }
             let response = match AssertUnwindSafe(self.next.call(request))
@@ -130,7 +132,7 @@ impl Handler for Audit {
                 return crate::body::keep_until_done(response, completion);
             }
             let (response, response_object) = if level == AuditLevel::RequestResponse {
-                Box::pin(buffer_response_object(response)).await
+                Box::pin(buffer_response_object(response, rule.managed_fields)).await
             } else {
                 (response, ResponseObject::Recorded(None))
             };

@@ -2,20 +2,20 @@
 //! policy that matches it (kube's `policyRuleEvaluator`, in
 //! `staging/src/k8s.io/apiserver/pkg/audit/policy/checker.go`).
 
-use crate::config::stages::{AuditLevel, AuditRule, AuditStage};
+use crate::config::stages::{AuditLevel, AuditRule};
 use crate::context::UserInfo;
 use crate::request_info::RequestInfo;
 
-/// The level of the first rule of `policy` matching the request, and that
-/// rule's omitted stages; None when not audited. `user` is None when
-/// authentication failed.
-pub(super) fn policy_level<'p>(
+/// The first rule of `policy` matching the request, when its level audits
+/// it: the rule says the level, the stages left out and whether managed
+/// fields are. `user` is None when authentication failed.
+pub(super) fn matching_rule<'p>(
     policy: &'p [AuditRule],
     user: Option<&UserInfo>,
     info: &RequestInfo,
-) -> Option<(AuditLevel, &'p [AuditStage])> {
+) -> Option<&'p AuditRule> {
     let rule = policy.iter().find(|rule| rule_matches(rule, user, info))?;
-    (rule.level > AuditLevel::None).then_some((rule.level, rule.omit_stages.as_slice()))
+    (rule.level > AuditLevel::None).then_some(rule)
 }
 
 /// kube's `policyRuleEvaluator`: every non-empty list must match.
@@ -40,12 +40,14 @@ fn rule_matches(rule: &AuditRule, user: Option<&UserInfo>, info: &RequestInfo) -
         }
         let namespaces = any(&rule.namespaces, &info.namespace);
         let resources = rule.resources.is_empty()
-            || rule.resources.iter().any(|(group, resources)| {
-                group == info.api_group.as_str()
-                    && (resources.is_empty()
-                        || resources
-                            .iter()
-                            .any(|pattern| resource_matches(pattern, info)))
+            || rule.resources.iter().any(|resources| {
+                resources.group == info.api_group.as_str()
+                    && (resources.resources.is_empty()
+                        || (any(&resources.resource_names, &info.name)
+                            && resources
+                                .resources
+                                .iter()
+                                .any(|pattern| resource_matches(pattern, info))))
             });
         namespaces && resources
     } else {

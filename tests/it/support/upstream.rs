@@ -41,7 +41,8 @@ use super::clients::Answer;
 /// - `cache`: the echo with its own `Cache-Control: max-age=60`;
 /// - `hop`: the echo with hop-by-hop response headers;
 /// - `chunks`: reads the request body chunk by chunk, reporting each to
-///   [`Upstream::next_body_bytes`], then the echo.
+///   [`Upstream::next_body_bytes`], then the echo;
+/// - `reflect`: answers the request body itself, as `application/json`.
 pub const MODE: &str = "x-upstream-mode";
 
 pub type UpstreamBody = UnsyncBoxBody<Bytes, Infallible>;
@@ -363,6 +364,14 @@ async fn upstream_answer(
                         break;
                     }
                 }
+            }
+            if mode == "reflect" {
+                let mut response = http::Response::new(full(received));
+                response.headers_mut().insert(
+                    "content-type",
+                    http::HeaderValue::from_static("application/json"),
+                );
+                return Ok(response);
             }
             let mut headers: BTreeMap<String, Vec<String>> = BTreeMap::new();
             for (name, value) in &parts.headers {
