@@ -153,6 +153,16 @@ pub enum GatewayError {
         /// The Status message: the media types that are served.
         message: String,
     },
+    /// The body is in a media type that is not read (415): kube's
+    /// `NewUnsupportedMediaTypeError`
+    /// (`staging/src/k8s.io/apiserver/pkg/endpoints/handlers/negotiation/errors.go`).
+    #[error(
+        "the body of the request was in an unknown format - accepted media types include: {accepted}"
+    )]
+    UnsupportedMediaType {
+        /// The media types that are read, as kube lists them: joined with ", ".
+        accepted: &'static str,
+    },
     /// The body is over the limit (413).
     #[error("Request entity too large: limit is {limit}")]
     RequestEntityTooLarge {
@@ -240,6 +250,9 @@ impl GatewayError {
             GatewayError::NotAcceptable { .. } => (StatusCode::NOT_ACCEPTABLE, "NotAcceptable"),
             GatewayError::RequestEntityTooLarge { .. } => {
                 (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge")
+            }
+            GatewayError::UnsupportedMediaType { .. } => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaType")
             }
             GatewayError::Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "Invalid"),
             GatewayError::Internal { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),

@@ -156,8 +156,8 @@ impl Admission {
         // Checked before the body is read: without a requester there is
         // nothing to judge, and the body would be read for nothing.
         let (user, info) = RequestContext::of(&parts.extensions).requester("admission")?;
-        let (text, mut draft, body) = self.object(&parts, body, operation).await?;
-        let mut review = review(&parts, operation, text);
+        let (text, mut draft, body, format) = self.object(&parts, body, operation).await?;
+        let mut review = review(&parts, operation, text, format);
         let watchers = Watchers::of(&parts.extensions);
         // kube's step metric: each phase's time, and whether it rejected.
         let operation_name = operation_label(operation);
@@ -192,7 +192,12 @@ impl Admission {
             Object::Unread(body) => return Ok(http::Request::from_parts(parts, body)),
             Object::Read(bytes) => bytes,
         };
-        let body = match review.object.take().filter(|_| draft.changed) {
+        // A YAML body goes upstream as the JSON the filters judged, changed
+        // or not: what the upstream decodes is then what was judged, and no
+        // corner where two YAML readers differ (a tag, a merge key, a
+        // repeated key) lets it read another object.
+        let resent = draft.changed || format != Format::Json;
+        let body = match review.object.take().filter(|_| resent) {
             // Sent as the text the validating filters were given: the last
             // mutation's, made once.
             Some(text) => {
@@ -200,6 +205,11 @@ impl Admission {
                 parts
                     .headers
                     .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+                if let Some(media_type) = format.resent_as() {
+                    parts
+                        .headers
+                        .insert(CONTENT_TYPE, HeaderValue::from_static(media_type));
+                }
                 bytes
             }
             None => bytes,
@@ -207,15 +217,15 @@ impl Admission {
         Ok(http::Request::from_parts(parts, Body::full(body)))
     }
 
-    /// The object the filters are given, as text, its [`Draft`], and what
-    /// it was read from: the body, or a connect request's query (its body
-    /// left unread, for the upstream).
+    /// The object the filters are given, as text, its [`Draft`], what it
+    /// was read from (the body, or a connect request's query, its body left
+    /// unread, for the upstream) and the body's [`Format`].
     async fn object(
         &self,
         parts: &http::request::Parts,
         body: Body,
         operation: Operation,
-    ) -> Result<(Option<String>, Draft, Object), GatewayError> {
+    ) -> Result<(Option<String>, Draft, Object, Format), GatewayError> {
         let info = RequestContext::of(&parts.extensions).info.as_ref();
         if operation == Operation::Connect {
             let options = info
@@ -227,9 +237,16 @@ impl Admission {
                 .map(serialized)
                 .transpose()
                 .map_err(GatewayError::internal)?;
-            return Ok((text, Draft::default(), Object::Unread(body)));
+            return Ok((text, Draft::default(), Object::Unread(body), Format::Json));
         }
         let bytes = read_body(parts, body).await?;
+        // A request without a body has no format to read: it passes as it
+        // did, whatever its Content-Type.
+        let format = if bytes.is_empty() {
+            Format::Json
+        } else {
+            Format::of(parts, info)?
+        };
         // A patch needs the value: parsed at once when a filter that may
         // answer one (a mutating one, enforced) is to be asked, and then
         // the parse is the body's check.
@@ -238,13 +255,17 @@ impl Admission {
                 .selected(info)
                 .any(|controller| controller.filter.spec.mode == Mode::Enforce)
         });
-        let (text, mut draft) = read_object(&bytes, parse)?;
-        draft.limit = length(
+        let limit = length(
             RequestContext::of(&parts.extensions)
                 .max_body
                 .map_or(DEFAULT_MAX_REQUEST_BODY, |limit| limit.0),
         );
-        Ok((text, draft, Object::Read(bytes)))
+        let (text, mut draft) = match format {
+            Format::Json => read_object(&bytes, parse)?,
+            Format::Yaml | Format::ApplyYaml => read_yaml_apart(bytes.clone(), limit).await?,
+        };
+        draft.limit = limit;
+        Ok((text, draft, Object::Read(bytes), format))
     }
 
     /// One filter's call, timed per filter (kube's per-controller metric).
@@ -596,6 +617,290 @@ impl<'de> Visitor<'de> for Checked {
     }
 }
 
+/// How a body is read for the filters, chosen by its `Content-Type` as
+/// kube's handlers choose their decoder: create, update and delete
+/// negotiate one of the serializer's media types, JSON when none is named
+/// (`NegotiateInputSerializer`,
+/// `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/negotiation/negotiate.go`);
+/// a patch must name one of the patch types (`PatchResource`,
+/// `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go`). Any
+/// other is kube's 415. Protobuf, which kube reads for its built-in types
+/// with their schemas, is one the gateway cannot read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// `application/json` (or no `Content-Type`), or a patch's JSON types.
+    Json,
+    /// `application/yaml`: read as YAML, sent on as its JSON
+    /// (`application/json`).
+    Yaml,
+    /// `application/apply-patch+yaml`, server-side apply's: read as YAML,
+    /// sent on as its JSON under its own type (JSON is YAML; kubectl sends
+    /// its applies so).
+    ApplyYaml,
+}
+
+/// The media types a create, an update or a delete's body is read in, as
+/// kube's 415 lists its serializer's.
+const SERIALIZER_TYPES: &str = "application/json, application/yaml";
+
+/// The patch types, as kube's API installer lists them
+/// (`staging/src/k8s.io/apiserver/pkg/endpoints/installer.go`).
+const PATCH_TYPES: &str = "application/json-patch+json, application/merge-patch+json, \
+                           application/strategic-merge-patch+json, application/apply-patch+yaml";
+
+impl Format {
+    /// The format of a request's body, or kube's 415 for one it does not read.
+    fn of(parts: &http::request::Parts, info: Option<&RequestInfo>) -> Result<Self, GatewayError> {
+        let header = match parts.headers.get(CONTENT_TYPE) {
+            None => "",
+            Some(value) => value.to_str().unwrap_or("\u{fffd}"),
+        };
+        if info.is_some_and(|info| info.verb == "patch") {
+            // kube's patch handler cuts at a `;` past the start, and
+            // compares the rest as it is.
+            let media_type = match header.find(';') {
+                Some(at) if at > 0 => &header[..at],
+                _ => header,
+            };
+            return match media_type {
+                "application/json-patch+json"
+                | "application/merge-patch+json"
+                | "application/strategic-merge-patch+json" => Ok(Format::Json),
+                "application/apply-patch+yaml" => Ok(Format::ApplyYaml),
+                _ => Err(GatewayError::UnsupportedMediaType {
+                    accepted: PATCH_TYPES,
+                }),
+            };
+        }
+        // Go's mime.ParseMediaType: the type before its parameters, trimmed
+        // and in lower case; none is the first serializer's, JSON.
+        let media_type = header
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        match media_type.as_str() {
+            _ if header.is_empty() => Ok(Format::Json),
+            "application/json" => Ok(Format::Json),
+            "application/yaml" => Ok(Format::Yaml),
+            _ => Err(GatewayError::UnsupportedMediaType {
+                accepted: SERIALIZER_TYPES,
+            }),
+        }
+    }
+
+    /// The `Content-Type` the object goes upstream with when it is not the
+    /// client's: a YAML body's JSON is `application/json`.
+    fn resent_as(self) -> Option<&'static str> {
+        match self {
+            Format::Yaml => Some("application/json"),
+            Format::Json | Format::ApplyYaml => None,
+        }
+    }
+}
+
+/// The deepest a YAML body may nest: as deep as a JSON body may
+/// (serde_json's limit), so its JSON is read back as any JSON body is.
+const YAML_DEPTH: usize = 128;
+
+/// The stack of the thread a YAML body is read on. serde-saphyr reads a
+/// nested value by recursion, some tens of KiB a level in a debug build:
+/// [`YAML_DEPTH`] levels would overflow a runtime worker's 2 MiB, and a
+/// stack overflow aborts the process. Only what is used is committed.
+const YAML_STACK: usize = 16 * 1024 * 1024;
+
+/// [`read_yaml`] on a thread of its own, with a stack for the deepest body
+/// ([`YAML_STACK`]); at most one a request in flight, and a YAML body only.
+async fn read_yaml_apart(
+    bytes: Bytes,
+    limit: usize,
+) -> Result<(Option<String>, Draft), GatewayError> {
+    let (send, receive) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("wasmgate-yaml".to_owned())
+        .stack_size(YAML_STACK)
+        .spawn(move || {
+            // The request may have gone: then there is no one to tell.
+            let _ = send.send(read_yaml(&bytes, limit));
+        })
+        .map_err(|error| {
+            GatewayError::internal(format!("cannot start the YAML reader: {error}"))
+        })?;
+    receive
+        .await
+        .map_err(|_| GatewayError::internal("the YAML reader ended without an answer"))?
+}
+
+/// A YAML body's object as JSON text, for the filters, and its [`Draft`]
+/// with the value parsed. Read as kube's YAML serializer reads it
+/// (`sigs.k8s.io/yaml` over go-yaml v2, YAML 1.1: `yes`, `no`, `on` and
+/// `off` are booleans, `0755` octal, `1_000` a thousand; merge keys
+/// merged; of a repeated key the last), a document's keys that are not
+/// strings written as strings. Bounded against a hostile body: one
+/// document only (kube decodes one object), nested at most [`YAML_DEPTH`]
+/// deep, and what its aliases expand to held to `limit`, the body limit,
+/// as the object is built ([`Bounded`]), so a few bytes of nested aliases
+/// cannot fill memory.
+fn read_yaml(bytes: &[u8], limit: usize) -> Result<(Option<String>, Draft), GatewayError> {
+    let refused = |error: &dyn std::fmt::Display| GatewayError::BadRequest {
+        message: format!("the request body is not valid YAML: {error}"),
+    };
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_depth = YAML_DEPTH;
+    budget.max_documents = 1;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options.with_snippet = false;
+    options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::LastWins;
+    options.legacy_octal_numbers = true;
+    let room = std::cell::Cell::new(limit);
+    let value = serde_saphyr::with_deserializer_from_slice_with_options(bytes, options, |de| {
+        de::DeserializeSeed::deserialize(Bounded { room: &room, limit }, de)
+    })
+    .map_err(|error| refused(&error))?;
+    let text = serialized(&value).map_err(|error| refused(&error))?;
+    Ok((
+        Some(text),
+        Draft {
+            value: Some(value),
+            ..Draft::default()
+        },
+    ))
+}
+
+/// A YAML value built as JSON's, each node charged against the room left
+/// (`room`, of `limit` bytes) at the least its JSON text takes: two bytes a
+/// node (itself and a separator), and a string's or a key's length. Past
+/// the limit the read stops, however few bytes the aliases that expand to
+/// it were.
+#[derive(Clone, Copy)]
+struct Bounded<'a> {
+    room: &'a std::cell::Cell<usize>,
+    limit: usize,
+}
+
+impl Bounded<'_> {
+    fn spend<E: de::Error>(self, bytes: usize) -> Result<(), E> {
+        let left = self.room.get().checked_sub(bytes.saturating_add(2));
+        match left {
+            Some(left) => {
+                self.room.set(left);
+                Ok(())
+            }
+            None => Err(E::custom(format_args!(
+                "its object is over the request body limit of {} bytes",
+                self.limit
+            ))),
+        }
+    }
+}
+
+impl<'de> de::DeserializeSeed<'de> for Bounded<'_> {
+    type Value = serde_json::Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Bounded<'_> {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("a value JSON can hold")
+    }
+    fn visit_bool<E: de::Error>(self, value: bool) -> Result<Self::Value, E> {
+        self.spend(0)?;
+        Ok(value.into())
+    }
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<Self::Value, E> {
+        self.spend(0)?;
+        Ok(value.into())
+    }
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<Self::Value, E> {
+        self.spend(0)?;
+        Ok(value.into())
+    }
+    fn visit_f64<E: de::Error>(self, value: f64) -> Result<Self::Value, E> {
+        self.spend(0)?;
+        serde_json::Number::from_f64(value)
+            .map(serde_json::Value::Number)
+            .ok_or_else(|| E::custom(format_args!("{value} is not a number JSON can hold")))
+    }
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Self::Value, E> {
+        self.spend(value.len())?;
+        Ok(value.into())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        self.spend(0)?;
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        self.visit_unit()
+    }
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Self::Value, A::Error> {
+        self.spend(0)?;
+        let mut values = Vec::new();
+        while let Some(value) = items.next_element_seed(self)? {
+            values.push(value);
+        }
+        Ok(serde_json::Value::Array(values))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut members: A) -> Result<Self::Value, A::Error> {
+        self.spend(0)?;
+        let mut object = serde_json::Map::new();
+        while let Some(key) = members.next_key_seed(Key(self))? {
+            let value = members.next_value_seed(self)?;
+            object.insert(key, value);
+        }
+        Ok(serde_json::Value::Object(object))
+    }
+}
+
+/// A YAML key as JSON's: a string, or a number's or a boolean's text, as
+/// `sigs.k8s.io/yaml` writes keys that are not strings; a null, a sequence
+/// or a mapping is no key JSON has.
+struct Key<'a>(Bounded<'a>);
+
+impl<'de> de::DeserializeSeed<'de> for Key<'_> {
+    type Value = String;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<String, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key<'_> {
+    type Value = String;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("a string, a number or a boolean as a mapping's key")
+    }
+    fn visit_bool<E: de::Error>(self, value: bool) -> Result<String, E> {
+        self.visit_string(value.to_string())
+    }
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<String, E> {
+        self.visit_string(value.to_string())
+    }
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<String, E> {
+        self.visit_string(value.to_string())
+    }
+    fn visit_f64<E: de::Error>(self, value: f64) -> Result<String, E> {
+        self.visit_string(value.to_string())
+    }
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<String, E> {
+        self.visit_string(value.to_owned())
+    }
+    fn visit_string<E: de::Error>(self, value: String) -> Result<String, E> {
+        self.0.spend(value.len())?;
+        Ok(value)
+    }
+}
+
 /// The object as the mutating filters leave it. Its text is the review's
 /// (what each filter is given, and what goes upstream once changed); its
 /// value, parsed once (up front, or when a patch first needs it), is
@@ -801,6 +1106,7 @@ fn review(
     parts: &http::request::Parts,
     operation: Operation,
     object: Option<String>,
+    format: Format,
 ) -> AdmissionRequest {
     let extensions = &parts.extensions;
     let dry_run = url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
@@ -814,10 +1120,11 @@ fn review(
         request: None,
         user: None,
         object,
-        content_type: parts
-            .headers
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
+        // The type of the object as it goes upstream: a YAML body's is
+        // given, and sent on, as JSON.
+        content_type: format
+            .resent_as()
+            .or_else(|| parts.headers.get(CONTENT_TYPE)?.to_str().ok())
             .unwrap_or("")
             .to_owned(),
         dry_run,
@@ -975,6 +1282,189 @@ mod tests {
                 }
             ))
         ));
+    }
+
+    /// YAML is read as kube's go-yaml v2 reads it (YAML 1.1 booleans and
+    /// octals, merge keys, the last of a repeated key, keys that are not
+    /// strings written as strings), into the JSON the filters are given.
+    #[test]
+    fn a_yaml_body_is_read_as_kube_reads_it() {
+        let body = b"---\nkind: Widget\nbase: &base {replicas: 2, paused: no}\nspec:\n  <<: *base\n  enabled: yes\n  mode: 0755\n  count: 1_000\n  quoted: \"yes\"\n  1: one\n  true: t\n  name: a\n  name: b\n";
+        let (text, draft) = read_yaml(body, 3 * 1024 * 1024).expect("read");
+        let expected = json!({
+            "kind": "Widget",
+            "base": {"replicas": 2, "paused": false},
+            "spec": {
+                "replicas": 2, "paused": false, "enabled": true, "mode": 493, "count": 1000,
+                "quoted": "yes", "1": "one", "true": "t", "name": "b",
+            },
+        });
+        assert_eq!(draft.value.as_ref(), Some(&expected));
+        assert!(!draft.changed);
+        let text = text.expect("a text");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&text).expect("JSON"),
+            expected
+        );
+    }
+
+    /// kube decodes one object: a body of two documents is refused, not
+    /// judged by its first.
+    #[test]
+    fn a_yaml_body_of_several_documents_is_refused() {
+        for body in [
+            &b"kind: A\n---\nkind: B\n"[..],
+            b"---\nkind: A\n...\n---\nkind: B\n",
+        ] {
+            match read_yaml(body, 1024) {
+                Err(GatewayError::BadRequest { message }) => assert!(
+                    message.starts_with("the request body is not valid YAML: "),
+                    "{message}"
+                ),
+                other => panic!("{:?}", other.map(|(text, _)| text)),
+            }
+        }
+    }
+
+    /// A few hundred bytes of aliases, each of a list of ten of the last,
+    /// expand to a billion strings: the read stops at the body limit, at
+    /// once, with a 400.
+    #[test]
+    fn nested_yaml_aliases_are_held_to_the_body_limit() {
+        let mut body = String::from(
+            "a0: &a0 [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+        );
+        for level in 1..10 {
+            let previous = format!("*a{}", level - 1);
+            let items = [previous.as_str(); 10].join(",");
+            body.push_str(&format!("a{level}: &a{level} [{items}]\n"));
+        }
+        let started = Instant::now();
+        match read_yaml(body.as_bytes(), 3 * 1024 * 1024) {
+            Err(GatewayError::BadRequest { message }) => {
+                assert!(
+                    message.starts_with("the request body is not valid YAML: "),
+                    "{message}"
+                );
+            }
+            other => panic!("{:?}", other.map(|(text, _)| text.map(|text| text.len()))),
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        // Aliases that expand within the limit are read.
+        let small = "a: &a [p, q]\nb: [*a, *a]\n";
+        let (_, draft) = read_yaml(small.as_bytes(), 1024).expect("within the limit");
+        assert_eq!(
+            draft.value,
+            Some(json!({"a": ["p", "q"], "b": [["p", "q"], ["p", "q"]]}))
+        );
+        // Each string counts: a long one aliased past the limit is refused.
+        let long = format!("a: &a {}\nb: [*a, *a, *a, *a]\n", "x".repeat(300));
+        assert!(read_yaml(long.as_bytes(), 1024).is_err());
+    }
+
+    /// As deep as a JSON body may nest, and no deeper, read on its own thread, whose stack holds the deepest (a runtime
+    /// worker's does not: read there, a body nested 48 deep overflowed a
+    /// 1 MiB stack in a debug build, and the process aborted).
+    #[tokio::test]
+    async fn a_yaml_body_nests_as_deep_as_json_on_a_stack_that_holds_it() {
+        let deep = |depth: usize| {
+            let flow = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            let block: String = (0..depth)
+                .map(|level| format!("{}a:\n", "  ".repeat(level)))
+                .collect();
+            [
+                Bytes::from(flow),
+                Bytes::from(block + &"  ".repeat(depth) + "x\n"),
+            ]
+        };
+        for body in deep(YAML_DEPTH) {
+            assert!(read_yaml_apart(body, 1 << 20).await.is_ok());
+        }
+        for body in deep(YAML_DEPTH + 1) {
+            assert!(read_yaml_apart(body, 1 << 20).await.is_err());
+        }
+        assert!(read_yaml(b"a: .inf\n", 1024).is_err());
+        assert!(read_yaml(b"a: [\n", 1024).is_err());
+        assert!(read_yaml(b"a: \xff\n", 1024).is_err());
+    }
+
+    /// kube's decoder choice: a patch by its patch types, as they are
+    /// spelled; anything else by the serializer's types, JSON when none is
+    /// named; any other is a 415 listing them.
+    #[test]
+    fn a_bodys_format_is_chosen_by_its_content_type_as_kube_chooses_it() {
+        let format = |method: &str, path: &str, content_type: Option<&str>| {
+            let mut request = http::Request::builder().method(method).uri(path);
+            if let Some(content_type) = content_type {
+                request = request.header(CONTENT_TYPE, content_type);
+            }
+            let (parts, ()) = request.body(()).expect("a request").into_parts();
+            let method = http::Method::from_bytes(method.as_bytes()).expect("a method");
+            let info = RequestInfo::resolve(&method, path, None);
+            Format::of(&parts, Some(&info)).map_err(|error| error.to_string())
+        };
+        let create = "/api/v1/namespaces/default/configmaps";
+        let named = "/api/v1/namespaces/default/configmaps/c";
+        let serializer = format!(
+            "the body of the request was in an unknown format - accepted media types include: {SERIALIZER_TYPES}"
+        );
+        let patches = format!(
+            "the body of the request was in an unknown format - accepted media types include: {PATCH_TYPES}"
+        );
+        for (method, path, content_type, expected) in [
+            ("POST", create, None, Format::Json),
+            ("POST", create, Some("application/json"), Format::Json),
+            (
+                "PUT",
+                named,
+                Some(" Application/JSON ; charset=utf-8"),
+                Format::Json,
+            ),
+            ("POST", create, Some("application/yaml"), Format::Yaml),
+            ("DELETE", named, Some("application/yaml"), Format::Yaml),
+        ] {
+            assert_eq!(
+                format(method, path, content_type),
+                Ok(expected),
+                "{method} {content_type:?}"
+            );
+        }
+        for unread in [
+            "application/vnd.kubernetes.protobuf",
+            "application/cbor",
+            "text/plain",
+            "application/merge-patch+json",
+        ] {
+            assert_eq!(
+                format("POST", create, Some(unread)),
+                Err(serializer.clone()),
+                "{unread}"
+            );
+        }
+        for (patch, expected) in [
+            ("application/json-patch+json", Format::Json),
+            ("application/merge-patch+json", Format::Json),
+            (
+                "application/strategic-merge-patch+json; charset=utf-8",
+                Format::Json,
+            ),
+            ("application/apply-patch+yaml", Format::ApplyYaml),
+        ] {
+            assert_eq!(format("PATCH", named, Some(patch)), Ok(expected), "{patch}");
+        }
+        for unread in [
+            None,
+            Some("application/json"),
+            Some("application/yaml"),
+            Some("Application/merge-patch+json"),
+            Some("application/vnd.kubernetes.protobuf"),
+        ] {
+            assert_eq!(
+                format("PATCH", named, unread),
+                Err(patches.clone()),
+                "{unread:?}"
+            );
+        }
     }
 
     #[test]

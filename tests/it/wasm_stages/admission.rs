@@ -674,3 +674,174 @@ async fn a_mutation_over_the_body_limit_is_the_filters_failure() {
         Some(object.to_string().len().to_string())
     );
 }
+
+/// kube decodes a YAML body (`application/yaml`, and server-side apply's
+/// `application/apply-patch+yaml`) before admission, as it decodes JSON:
+/// the filters judge its object, given as JSON, and the upstream gets
+/// exactly what they judged, that JSON (a create's as `application/json`,
+/// an apply's under its own type). A body in a type the gateway cannot
+/// read (protobuf, which kube reads for its built-in types with their
+/// schemas) is kube's 415 `UnsupportedMediaType`, a patch's as kube's
+/// patch handler words it; a request without a body passes as it did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_yaml_body_is_admitted_as_kube_decodes_it_and_an_unread_one_is_415() {
+    let upstream = Upstream::start().await;
+    let mutating = admission_filter("mutating", "faults", "fault-admission", None, "");
+    let gateway = core_gateway(&upstream, &mutating).await;
+    let client = http_client();
+    let configmaps = "/api/v1/namespaces/default/configmaps";
+    let yaml = |name: &str| {
+        format!(
+            "---\n# a comment\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata: {{k: \"v\", on: \"yes\"}}\n"
+        )
+    };
+    let write = |method: reqwest::Method, path: &str, content_type: &str, body: String| {
+        client
+            .request(method, gateway.url(path))
+            .header("content-type", content_type)
+            .body(body)
+    };
+    let post = |content_type: &str, body: String| {
+        write(reqwest::Method::POST, configmaps, content_type, body)
+    };
+
+    // The filter reads the YAML's name: `deny` is its denial.
+    let status = send(post("application/yaml", yaml("deny")))
+        .await
+        .assert_status(403, "Forbidden");
+    assert_eq!(
+        status["message"],
+        r#"admission webhook "faults" denied the request: fault-admission: deny requested"#
+    );
+    let object = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v", "true": "yes"}});
+    // Allowed, unchanged: the upstream gets its JSON, as JSON.
+    let allowed = echo(&send(post("application/yaml; charset=utf-8", yaml("allow"))).await);
+    assert_eq!(echoed_body(&allowed), object("allow"));
+    assert_eq!(
+        echoed_header(&allowed, "content-type").as_deref(),
+        Some("application/json")
+    );
+    let length = allowed["body"].as_str().expect("a body").len();
+    assert_eq!(
+        echoed_header(&allowed, "content-length"),
+        Some(length.to_string())
+    );
+    // Mutated: the filter's change, as JSON.
+    let mutated = echo(&send(post("application/yaml", yaml("mutate"))).await);
+    let mut expected = object("mutate");
+    expected["metadata"]["labels"] = json!({"fault-admission": "mutated"});
+    assert_eq!(echoed_body(&mutated), expected);
+    assert_eq!(
+        echoed_header(&mutated, "content-type").as_deref(),
+        Some("application/json")
+    );
+    // Server-side apply: its JSON under its own type, which kube reads.
+    let apply = "application/apply-patch+yaml";
+    let applied = echo(
+        &send(write(
+            reqwest::Method::PATCH,
+            &format!("{configmaps}/allow?fieldManager=t"),
+            apply,
+            yaml("allow"),
+        ))
+        .await,
+    );
+    assert_eq!(echoed_body(&applied), object("allow"));
+    assert_eq!(
+        echoed_header(&applied, "content-type").as_deref(),
+        Some(apply)
+    );
+    let status = send(write(
+        reqwest::Method::PATCH,
+        &format!("{configmaps}/deny"),
+        apply,
+        yaml("deny"),
+    ))
+    .await
+    .assert_status(403, "Forbidden");
+    assert!(
+        status["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("deny requested"))
+    );
+    let hits = upstream.hits();
+
+    // kube's 415 for what it (or the gateway) has no decoder for.
+    let serializer = "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml";
+    for content_type in ["application/vnd.kubernetes.protobuf", "text/plain"] {
+        let status = send(post(content_type, "k8s\0\n\u{2}v1".to_owned()))
+            .await
+            .assert_status(415, "UnsupportedMediaType");
+        assert_eq!(status["message"], serializer, "{content_type}");
+    }
+    let patches = "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml";
+    let status = send(write(
+        reqwest::Method::PATCH,
+        &format!("{configmaps}/allow"),
+        "application/json",
+        object("allow").to_string(),
+    ))
+    .await
+    .assert_status(415, "UnsupportedMediaType");
+    assert_eq!(status["message"], patches);
+    assert_eq!(upstream.hits(), hits, "no unread body reached the upstream");
+    // A delete without a body has nothing to read, whatever its type.
+    echo(
+        &send(
+            client
+                .delete(gateway.url(&format!("{configmaps}/allow")))
+                .header("content-type", "application/vnd.kubernetes.protobuf"),
+        )
+        .await,
+    );
+}
+
+/// A hostile YAML body gets a clear 400, at once, and the gateway goes
+/// on: a few hundred bytes of nested aliases that expand to a billion
+/// strings (held to the body limit as they are read), two documents
+/// (kube decodes one object), and nesting deeper than a JSON body may
+/// (read on a stack that holds it: on a runtime worker's, it would have
+/// aborted the process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_yaml_body_is_a_400_at_once() {
+    let upstream = Upstream::start().await;
+    let mutating = admission_filter("mutating", "faults", "fault-admission", None, "");
+    let gateway = core_gateway(&upstream, &mutating).await;
+    let client = http_client();
+    let configmaps = "/api/v1/namespaces/default/configmaps";
+    let mut laughs = String::from(
+        "metadata: {name: allow}\nl0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n",
+    );
+    for level in 1..10 {
+        let items = vec![format!("*l{}", level - 1); 10].join(", ");
+        laughs.push_str(&format!("l{level}: &l{level} [{items}]\n"));
+    }
+    let deep = format!("{}{}", "[".repeat(1000), "]".repeat(1000));
+    let two = "metadata: {name: allow}\n---\nmetadata: {name: deny}\n".to_owned();
+    for body in [laughs, two, deep] {
+        let request = client
+            .post(gateway.url(configmaps))
+            .header("content-type", "application/yaml")
+            .body(body.clone());
+        let answer = tokio::time::timeout(Duration::from_secs(60), send(request))
+            .await
+            .expect("answered without hanging");
+        let status = answer.assert_status(400, "BadRequest");
+        let message = status["message"].as_str().expect("a message");
+        assert!(
+            message.starts_with("the request body is not valid YAML: "),
+            "{}: {message}",
+            &body[..40]
+        );
+    }
+    assert_eq!(upstream.hits(), 0);
+    // Still serving.
+    let fine = client
+        .post(gateway.url(configmaps))
+        .header("content-type", "application/yaml")
+        .body("metadata: {name: allow}\n");
+    assert_eq!(
+        echoed_body(&echo(&send(fine).await)),
+        json!({"metadata": {"name": "allow"}})
+    );
+}
