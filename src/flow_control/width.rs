@@ -4,7 +4,10 @@
 //! more than its level allows, applied when it is admitted). kube
 //! counts the objects in storage; a gateway cannot, so the `limit` of the
 //! query alone estimates them, and a LIST without one takes one seat (kube's
-//! answer when the count is unknown).
+//! answer when the count is unknown). A LIST that names its object
+//! (`fieldSelector=metadata.name=...`, which request info turns into a name)
+//! takes one seat whatever its limit, as kube's estimator answers it: storage
+//! runs it as a GET.
 
 use crate::request_info::RequestInfo;
 
@@ -16,7 +19,7 @@ pub(super) const MAX_SEATS: usize = 10;
 const OBJECTS_PER_SEAT: u64 = 100;
 
 pub(crate) fn seats(info: &RequestInfo, query: Option<&str>) -> usize {
-    if info.verb != "list" {
+    if info.verb != "list" || !info.name.is_empty() {
         return MIN_SEATS;
     }
     let Some(limit) = query.and_then(limit) else {
@@ -57,5 +60,20 @@ mod tests {
         assert_eq!(list(Some("limit=lots")), 1);
         let get = RequestInfo::resolve(&http::Method::GET, "/api/v1/namespaces/a/pods/p", None);
         assert_eq!(seats(&get, Some("limit=900")), 1);
+    }
+
+    /// kube's `listWorkEstimator` (`util/flowcontrol/request/list_work_estimator.go`)
+    /// answers a LIST with a name (its `fieldSelector` is `metadata.name=`,
+    /// which request info turns into the name) with the minimum seat: the
+    /// storage layer runs it as a GET, whatever its `limit`.
+    #[test]
+    fn a_list_of_one_named_object_takes_one_seat_whatever_its_limit() {
+        let named = Some("fieldSelector=metadata.name%3Dp&limit=500");
+        assert_eq!(list(named), 1);
+        // A selector on another field still lists them all.
+        assert_eq!(
+            list(Some("fieldSelector=status.phase%3DRunning&limit=500")),
+            5
+        );
     }
 }
