@@ -17,7 +17,7 @@ use http::HeaderName;
 
 use crate::body::{Request, Response};
 use crate::context::RequestContext;
-use crate::flow_control::{Controller, RequestDetail, queue_deadline, width};
+use crate::flow_control::{Controller, RequestDetail, width};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
@@ -63,7 +63,7 @@ impl PriorityAndFairness {
             let uids = self.controller.uids(&flow);
             let seats = width::seats(info, request.uri().query());
             let received = context.received.map_or_else(Instant::now, |r| r.instant);
-            let until = queue_deadline(received, context.deadline);
+            let until = self.controller.queue_deadline(received, context.deadline);
             let detail = || RequestDetail::new(&flow, info, user);
             let admitted = self.controller.admit(&flow, seats, until, detail).await;
             (admitted, uids, info.verb == "watch")

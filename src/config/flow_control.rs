@@ -8,6 +8,7 @@
 //! the schemas by matching precedence; `flow_control` (the module) runs it.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 /// Where the debug dumps are served; routes may not take these paths.
 pub(crate) const DEBUG_PREFIX: &str = "/debug/api_priority_and_fairness/";
@@ -28,6 +29,11 @@ pub struct FlowControl {
     /// The seats split among the limited levels:
     /// `max_requests_in_flight + max_mutating_requests_in_flight`.
     pub server_concurrency_limit: usize,
+    /// How long a request without a deadline (a watch) may wait in its
+    /// queue: `request_timeout / 4`, the default wait kube's
+    /// `DefaultBuildHandlerChain` (`server/config.go`) passes
+    /// `WithPriorityAndFairness` (`c.RequestTimeout/4`).
+    pub default_request_wait: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -277,6 +283,7 @@ impl Completer<'_> {
             levels,
             schemas,
             server_concurrency_limit,
+            default_request_wait: limits.request_timeout / 4,
         })
     }
 

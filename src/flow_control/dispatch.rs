@@ -27,9 +27,8 @@ use crate::request_info::RequestInfo;
 pub(crate) const BORROWING_PERIOD: Duration = Duration::from_secs(10);
 /// kube's `seatDemandSmoothingCoefficient`.
 const SMOOTHING: f64 = 0.977;
-/// A request without a deadline waits at most this long (kube's default
-/// request wait limit), and none longer than [`MAX_QUEUE_WAIT`].
-const DEFAULT_QUEUE_WAIT: Duration = Duration::from_secs(15);
+/// No request waits in its queue longer than this (kube's hard limit in
+/// `getRequestWaitContext`), whatever its deadline or the default wait.
 const MAX_QUEUE_WAIT: Duration = Duration::from_secs(60);
 /// kube's `maxRetryAfter`.
 const MAX_RETRY_AFTER: u64 = 32;
@@ -200,10 +199,10 @@ fn max_seats(nominal: usize, queuing: Option<Queuing>) -> usize {
 }
 
 /// When a request arriving at `received` with `deadline` stops waiting in
-/// its queue: a quarter of its time, at most a minute (kube's
-/// `getRequestWaitContext`).
-pub(crate) fn queue_deadline(received: Instant, deadline: Option<Instant>) -> Instant {
-    let wait = deadline.map_or(DEFAULT_QUEUE_WAIT, |deadline| {
+/// its queue: a quarter of its time, `default_wait` when it has none, at
+/// most a minute (kube's `getRequestWaitContext`).
+fn queue_deadline(received: Instant, deadline: Option<Instant>, default_wait: Duration) -> Instant {
+    let wait = deadline.map_or(default_wait, |deadline| {
         deadline.saturating_duration_since(received) / 4
     });
     received + wait.min(MAX_QUEUE_WAIT)
@@ -260,6 +259,12 @@ fn settle(state: &mut LevelState, now: Instant, mut unclaimed: Vec<Executing>) {
 }
 
 impl Controller {
+    /// When a request arriving at `received` with `deadline` (none for a
+    /// watch) stops waiting in its queue.
+    pub(crate) fn queue_deadline(&self, received: Instant, deadline: Option<Instant>) -> Instant {
+        queue_deadline(received, deadline, self.default_request_wait)
+    }
+
     /// Waits for a seat on the flow's level for a request of `seats` (at
     /// most the level's `max_seats`), until `queue_deadline` at the latest.
     pub(crate) async fn admit(
@@ -619,6 +624,7 @@ mod tests {
                 rules: Vec::new(),
             }],
             server_concurrency_limit: server,
+            default_request_wait: Duration::from_secs(15),
         }
     }
 
@@ -758,15 +764,19 @@ mod tests {
     #[test]
     fn a_request_waits_a_quarter_of_its_time_in_queue_at_most_a_minute() {
         let now = Instant::now();
-        let wait = |deadline: Option<Duration>| {
-            queue_deadline(now, deadline.map(|d| now + d)).duration_since(now)
+        let default_wait = Duration::from_secs(2);
+        let wait = |deadline: Option<Duration>, default_wait| {
+            queue_deadline(now, deadline.map(|d| now + d), default_wait).duration_since(now)
         };
-        assert_eq!(wait(Some(Duration::from_secs(60))), Duration::from_secs(15));
+        let seconds = Duration::from_secs;
+        assert_eq!(wait(Some(seconds(60)), default_wait), seconds(15));
         assert_eq!(
-            wait(Some(Duration::from_secs(2))),
+            wait(Some(seconds(2)), default_wait),
             Duration::from_millis(500)
         );
-        assert_eq!(wait(Some(Duration::from_secs(3600))), MAX_QUEUE_WAIT);
-        assert_eq!(wait(None), DEFAULT_QUEUE_WAIT);
+        assert_eq!(wait(Some(seconds(3600)), default_wait), MAX_QUEUE_WAIT);
+        // Without a deadline: the default wait, at most a minute too.
+        assert_eq!(wait(None, default_wait), default_wait);
+        assert_eq!(wait(None, seconds(900)), MAX_QUEUE_WAIT);
     }
 }

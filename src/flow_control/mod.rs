@@ -31,7 +31,7 @@ pub(crate) mod queueset;
 pub(crate) mod width;
 
 use std::sync::{Arc, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::HeaderValue;
 use sha2::{Digest, Sha256};
@@ -43,7 +43,7 @@ use classify::Flow;
 use dispatch::Level;
 use metrics::SchemaMetrics;
 
-pub(crate) use dispatch::{RequestDetail, queue_deadline};
+pub(crate) use dispatch::RequestDetail;
 
 pub(crate) use crate::config::flow_control::DEBUG_PREFIX;
 
@@ -55,6 +55,8 @@ pub(crate) struct Controller {
     levels: Vec<Level>,
     /// The schema a request that matches none goes to.
     catch_all: usize,
+    /// How long a request without a deadline waits in its queue.
+    default_request_wait: Duration,
     started: Instant,
 }
 
@@ -93,6 +95,7 @@ impl Controller {
             schemas,
             levels,
             catch_all,
+            default_request_wait: config.default_request_wait,
             started: Instant::now(),
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {

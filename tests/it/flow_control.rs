@@ -412,6 +412,31 @@ async fn exempt_requests_are_never_queued_and_full_queues_answer_kubes_429() {
     gateway.shutdown().await;
 }
 
+/// A request without a deadline (a watch: long-running, kube's
+/// `withRequestDeadline` gives it none) waits in its queue a quarter of
+/// `request_timeout`, as kube passes `c.RequestTimeout/4` to
+/// `WithPriorityAndFairness` as its default wait (`server/config.go`,
+/// `getRequestWaitContext` in `server/filters/priority-and-fairness.go`):
+/// 2 s of the manifest's 8 s, not a fixed 15 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_waits_in_its_queue_a_quarter_of_request_timeout() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, &tenants(4))).await;
+    let client = http_client();
+    let url = gateway.url(WIDGETS);
+    let held = take_every_seat(&client, &url, "noisy").await;
+    let start = Instant::now();
+    let watch = send(as_user(client.get(format!("{url}?watch=true")), "quiet")).await;
+    let waited = start.elapsed();
+    assert_rejected_by_flow_control(&watch);
+    assert!(
+        waited < Duration::from_secs(10),
+        "the watch waited {waited:?} in its queue: a quarter of request_timeout is 2 s"
+    );
+    drain(&upstream, held, Vec::new()).await;
+    gateway.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_name_their_flow_schema_and_priority_level() {
     let upstream = Upstream::start().await;
