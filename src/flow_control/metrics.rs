@@ -131,7 +131,8 @@ pub(crate) struct SchemaMetrics {
     pub executing: Gauge,
     pub in_queue: Gauge,
     pub dispatched: Counter,
-    rejected: [Counter; 4],
+    /// By kube's label: queue-full, concurrency-limit, time-out.
+    rejected: [Counter; 3],
     pub waited_to_execute: Histogram,
     pub waited_in_vain: Histogram,
 }
@@ -149,7 +150,7 @@ impl SchemaMetrics {
                 .get_or_create(&Rejected {
                     priority_level: level.to_owned(),
                     flow_schema: schema.to_owned(),
-                    reason: reason.as_str().to_owned(),
+                    reason: reason.label().to_owned(),
                 })
                 .clone()
         };
@@ -171,7 +172,6 @@ impl SchemaMetrics {
                 rejected(RejectReason::QueueFull),
                 rejected(RejectReason::ConcurrencyLimit),
                 rejected(RejectReason::TimeOut),
-                rejected(RejectReason::Cancelled),
             ],
             waited_to_execute: waited(true),
             waited_in_vain: waited(false),
@@ -182,8 +182,7 @@ impl SchemaMetrics {
         let index = match reason {
             RejectReason::QueueFull => 0,
             RejectReason::ConcurrencyLimit => 1,
-            RejectReason::TimeOut => 2,
-            RejectReason::Cancelled => 3,
+            RejectReason::TimeOut | RejectReason::Cancelled => 2,
         };
         &self.rejected[index]
     }

@@ -26,8 +26,7 @@ use crate::config::flow_control::Queuing;
 /// kube's estimated service time `G` of a request, before it finishes.
 const ESTIMATED_SERVICE: Duration = Duration::from_millis(3);
 
-/// Why a request was not admitted (kube's reject reasons, as the metrics
-/// name them).
+/// Why a request was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RejectReason {
     /// Its queue was at `queue_length_limit` and every seat was taken.
@@ -41,12 +40,15 @@ pub(crate) enum RejectReason {
 }
 
 impl RejectReason {
-    pub(crate) fn as_str(self) -> &'static str {
+    /// The `reason` label kube's metrics give it. kube's queue wait is a
+    /// context derived from the request's, so a client gone ends it as a
+    /// wait run out does, and `wait` (`fairqueuing/queueset/queueset.go`)
+    /// records both as `time-out`: kube has no `cancelled` reason.
+    pub(crate) fn label(self) -> &'static str {
         match self {
             RejectReason::QueueFull => "queue-full",
             RejectReason::ConcurrencyLimit => "concurrency-limit",
-            RejectReason::TimeOut => "time-out",
-            RejectReason::Cancelled => "cancelled",
+            RejectReason::TimeOut | RejectReason::Cancelled => "time-out",
         }
     }
 }

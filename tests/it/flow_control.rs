@@ -437,6 +437,56 @@ async fn a_watch_waits_in_its_queue_a_quarter_of_request_timeout() {
     gateway.shutdown().await;
 }
 
+/// A client that leaves while its request waits is counted as kube counts
+/// it: kube's queue wait is a context derived from the request's, so a
+/// client gone and a wait run out both end it, and `wait` in
+/// `fairqueuing/queueset/queueset.go` records either as reason `time-out`;
+/// kube has no `cancelled` reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_its_queue_is_rejected_as_kubes_time_out() {
+    use tokio::io::AsyncWriteExt;
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&manifest(&upstream, &tenants(4))).await;
+    let client = http_client();
+    let url = gateway.url(WIDGETS);
+    let held = take_every_seat(&client, &url, "noisy").await;
+    let mut leaving = bounded("a connection", tokio::net::TcpStream::connect(gateway.addr))
+        .await
+        .expect("connected");
+    let request = format!(
+        "GET {WIDGETS} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer quiet\r\n\r\n",
+        gateway.addr
+    );
+    leaving
+        .write_all(request.as_bytes())
+        .await
+        .expect("the request sent");
+    settled(&client, &gateway, "tenants", 1, 8).await;
+    drop(leaving);
+    settled(&client, &gateway, "tenants", 0, 8).await;
+    let text = send(as_user(client.get(gateway.url("/metrics")), "root"))
+        .await
+        .body;
+    let rejected: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("apiserver_flowcontrol_rejected_requests_total{"))
+        .collect();
+    assert!(
+        rejected
+            .iter()
+            .any(|line| line.contains("reason=\"time-out\"") && !line.ends_with(" 0")),
+        "{text}"
+    );
+    assert!(
+        rejected
+            .iter()
+            .all(|line| !line.contains("reason=\"cancelled\"")),
+        "a reason kube does not have: {rejected:#?}"
+    );
+    drain(&upstream, held, Vec::new()).await;
+    gateway.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_name_their_flow_schema_and_priority_level() {
     let upstream = Upstream::start().await;
