@@ -278,7 +278,7 @@ impl Controller {
         let limited = match &self.levels[schema.level].limit {
             LevelLimit::Exempt { executing } => {
                 executing.fetch_add(1, Ordering::Relaxed);
-                return Ok(self.seat(flow.schema, None, Duration::ZERO));
+                return Ok(self.seat(flow.schema, None, None));
             }
             LevelLimit::Limited(limited) => limited,
         };
@@ -305,7 +305,7 @@ impl Controller {
             settle(&mut state, arrived, unclaimed);
             match arrival {
                 Arrival::Executing(executing) => {
-                    return Ok(self.seat(flow.schema, Some(executing), Duration::ZERO));
+                    return Ok(self.seat(flow.schema, Some(executing), Some(Duration::ZERO)));
                 }
                 Arrival::Rejected(reason) => {
                     return Err(self.rejected(&mut state, flow.schema, reason, arrived, arrived));
@@ -334,7 +334,7 @@ impl Controller {
         waiting.settled = true;
         schema.metrics.in_queue.dec();
         if let Ok(Ok(executing)) = woken {
-            return Ok(self.seat(flow.schema, Some(executing), arrived.elapsed()));
+            return Ok(self.seat(flow.schema, Some(executing), Some(arrived.elapsed())));
         }
         let now = Instant::now();
         let mut state = limited.lock();
@@ -344,7 +344,9 @@ impl Controller {
             }
             // Dispatched as the wait ended: it runs.
             None => match waiting.receiver.try_recv() {
-                Ok(executing) => Ok(self.seat(flow.schema, Some(executing), arrived.elapsed())),
+                Ok(executing) => {
+                    Ok(self.seat(flow.schema, Some(executing), Some(arrived.elapsed())))
+                }
                 Err(_) => {
                     Err(self.rejected(&mut state, flow.schema, RejectReason::TimeOut, arrived, now))
                 }
@@ -352,16 +354,22 @@ impl Controller {
         }
     }
 
+    /// A seat given after `waited` in the level's queues; `None` on the
+    /// exempt level, which never waits, and whose requests kube's
+    /// `startRequest` (`apf_controller.go`) starts no wait for, so its
+    /// `Handle` observes no queue wait of theirs.
     fn seat(
         self: &Arc<Self>,
         schema: usize,
         executing: Option<Executing>,
-        waited: Duration,
+        waited: Option<Duration>,
     ) -> Seat {
         let metrics = &self.schemas[schema].metrics;
         metrics.executing.inc();
         metrics.dispatched.inc();
-        metrics.waited_to_execute.observe(waited.as_secs_f64());
+        if let Some(waited) = waited {
+            metrics.waited_to_execute.observe(waited.as_secs_f64());
+        }
         Seat {
             controller: self.clone(),
             schema,
