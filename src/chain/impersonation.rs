@@ -5,7 +5,8 @@
 //! headers. Each requested attribute is checked through the authorization
 //! union with verb `impersonate` (on `users`, `groups`, `serviceaccounts`,
 //! `uids`, `userextras/<key>`), as the requesting user (the union's caches
-//! key by that user); when all are allowed the request goes on as the
+//! key by that user); the first not allowed, denied or failed, is kube's
+//! 403. When all are allowed the request goes on as the
 //! impersonated user and the headers are removed. The audit event records
 //! both users.
 
@@ -90,8 +91,28 @@ impl Impersonation {
         match authorizers.decide(requester, check, watchers).await {
             Verdict::Allow => Ok(()),
             Verdict::Deny(reason) => Err(forbidden(requester, check, &reason)),
-            Verdict::Failed(error) => Err(error),
+            Verdict::Failed(error) => Err(refused_on_failure(requester, check, error)),
         }
+    }
+}
+
+/// kube's `WithImpersonation` answers an authorizer's error as it answers a
+/// denial, with its 403 (`if err != nil || decision != authorizer.DecisionAllow`):
+/// a fail-closed filter's error, trap or timeout is that 403, what failed
+/// (the words of the stage's 500 or 503) its reason. A stage at capacity
+/// stays a 429: the gateway had no room to ask, and the client is to try
+/// again.
+fn refused_on_failure(
+    requester: &UserInfo,
+    check: &RequestInfo,
+    error: GatewayError,
+) -> GatewayError {
+    match error {
+        GatewayError::TooManyRequests { .. } => error,
+        GatewayError::Internal { message } | GatewayError::ServiceUnavailable { message } => {
+            forbidden(requester, check, &message)
+        }
+        other => forbidden(requester, check, &other.to_string()),
     }
 }
 

@@ -145,3 +145,69 @@ async fn impersonating_extras_and_service_accounts_is_authorized_per_attribute()
         "{message}"
     );
 }
+
+/// kube's `WithImpersonation` answers an authorizer's error as it answers a
+/// denial: with its 403 for the attribute asked about
+/// (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation/impersonation.go`:
+/// `if err != nil || decision != authorizer.DecisionAllow`, then
+/// `responsewriters.Forbidden`). A fail-closed authorizer's error, trap or
+/// timeout in an impersonation check is that 403, with what failed as its
+/// reason (the stage's 500 or 503 before); the metrics still count the
+/// filter's error, trap and timeout apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authorizer_failing_an_impersonation_check_is_kubes_403() {
+    let upstream = Upstream::start().await;
+    let filter = "impersonation-faults";
+    let gateway = gateway(&[
+        &tokens(),
+        &fault_authz(
+            filter,
+            "timeout = \"100ms\"\nfailure_policy = \"fail-closed\"\n",
+        ),
+        &rbac(),
+        &routes(&upstream.url()),
+    ])
+    .await;
+    let client = http_client();
+    let as_alice = |headers: &[(&str, &str)]| {
+        with_headers(
+            client
+                .get(gateway.url("/open/x"))
+                .bearer_auth("alice-token"),
+            headers,
+        )
+    };
+    let refused = |resource: &str, name: &str, reason: &str| {
+        format!(
+            r#"{resource} "{name}" is forbidden: User "alice" cannot impersonate resource "{resource}" in API group "" at the cluster scope: {reason}"#
+        )
+    };
+
+    for (name, reason) in [
+        ("error", "the authorization stage failed"),
+        ("trap", "the authorization stage failed"),
+        ("loop", "the authorization stage did not answer in time"),
+        ("deny", "fault-authz: deny requested"),
+    ] {
+        let status = send(as_alice(&[("Impersonate-User", name)]))
+            .await
+            .assert_status(403, "Forbidden");
+        assert_eq!(status["message"], refused("users", name, reason));
+        assert_eq!(status["details"], json!({"name": name, "kind": "users"}));
+    }
+    // A group's check fails as the user's does.
+    let status = send(as_alice(&[
+        ("Impersonate-User", "bob"),
+        ("Impersonate-Group", "error"),
+    ]))
+    .await
+    .assert_status(403, "Forbidden");
+    assert_eq!(
+        status["message"],
+        refused("groups", "error", "the authorization stage failed")
+    );
+    for (outcome, calls) in [("error", 2), ("trap", 1), ("timeout", 1)] {
+        assert_eq!(local_filter_calls(filter, outcome), calls, "{outcome}");
+    }
+    assert_eq!(upstream.hits(), 0);
+}

@@ -1,6 +1,8 @@
 //! `fault-authz`: a test fixture authorizer that answers, fails or
 //! misbehaves as the last segment of the request path says (`/x/deny`,
-//! `/apis/g/v1/namespaces/n/widgets/trap`). See the README for the words.
+//! `/apis/g/v1/namespaces/n/widgets/trap`), or, in an impersonation check
+//! (which has no path), as the name impersonated (`Impersonate-User: trap`).
+//! See the README for the words.
 
 use faults::Fault;
 use wasmgate_filter::authorizer::{self, Attributes, Decision, Guest};
@@ -10,9 +12,13 @@ const NAME: &str = "fault-authz";
 
 struct Filter;
 
-/// The word a request carries: the last segment of its path.
-fn word(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or("")
+/// The word a request carries: the last segment of its path, or the name
+/// an impersonation check (which has no path) asks about.
+fn word(request: &RequestInfo) -> &str {
+    if request.path.is_empty() {
+        return &request.name;
+    }
+    request.path.rsplit('/').next().unwrap_or("")
 }
 
 /// The optional request attributes the filter was given (its `reads`), as
@@ -58,7 +64,7 @@ fn answer(word: &str, request: &RequestInfo) -> Decision {
 
 impl Guest for Filter {
     fn authorize(attributes: Attributes) -> Result<Decision, String> {
-        let word = word(&attributes.request.path);
+        let word = word(&attributes.request);
         wasmgate_filter::debug!("{NAME}: {word:?} for user {:?}", attributes.user.name);
         match faults::parse(word) {
             Fault::Answer(word) => Ok(answer(word, &attributes.request)),
@@ -82,13 +88,24 @@ mod tests {
 
     #[test]
     fn the_last_path_segment_is_the_word() {
-        assert_eq!(word("/fault/deny"), "deny");
+        let at = |path: &str| RequestInfo {
+            path: path.into(),
+            ..request(None)
+        };
+        assert_eq!(word(&at("/fault/deny")), "deny");
         assert_eq!(
-            word("/apis/demo.example.io/v1/namespaces/default/widgets/trap"),
+            word(&at("/apis/demo.example.io/v1/namespaces/default/widgets/trap")),
             "trap"
         );
-        assert_eq!(word("/x/"), "");
-        assert_eq!(word(""), "");
+        assert_eq!(word(&at("/x/")), "");
+        // An impersonation check has no path: the name is the word.
+        let impersonating = RequestInfo {
+            verb: "impersonate".into(),
+            resource: "users".into(),
+            name: "trap".into(),
+            ..at("")
+        };
+        assert_eq!(word(&impersonating), "trap");
         let request = request(None);
         assert!(matches!(answer("allow", &request), Decision::Allow));
         assert!(matches!(answer("deny", &request), Decision::Deny(_)));
