@@ -1,12 +1,12 @@
 //! Impersonation (kube's `WithImpersonation`,
-//! `staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation.go`): a
-//! request may act as another user with `Impersonate-User`,
+//! `staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation/impersonation.go`):
+//! a request may act as another user with `Impersonate-User`,
 //! `Impersonate-Group`, `Impersonate-Uid` and `Impersonate-Extra-<key>`
 //! headers. Each requested attribute is checked through the authorization
-//! union with verb `impersonate` (on `users`, `groups`, `serviceaccounts`,
-//! `uids`, `userextras/<key>`), as the requesting user (the union's caches
-//! key by that user); the first not allowed, denied or failed, is kube's
-//! 403. When all are allowed the request goes on as the
+//! union with verb `impersonate` (on `users` or `serviceaccounts`, then
+//! `groups`, `userextras/<key>` and `uids`, kube's order), as the requesting
+//! user (the union's caches key by that user); the first not allowed, denied
+//! or failed, is kube's 403. When all are allowed the request goes on as the
 //! impersonated user and the headers are removed. The audit event records
 //! both users.
 
@@ -21,7 +21,9 @@ use super::stage::Watchers;
 use crate::body::{Request, Response};
 use crate::context::{RequestContext, RequestReport, UserInfo};
 use crate::handler::{Handler, SharedHandler};
-use crate::request_info::{RequestInfo, percent_decode_strict};
+use crate::request_info::{
+    RequestInfo, is_dns1123_label, is_dns1123_subdomain, percent_decode_strict,
+};
 use crate::status::GatewayError;
 
 const USER: &str = "impersonate-user";
@@ -125,12 +127,14 @@ fn requested(headers: &HeaderMap) -> Result<Option<Requested>, GatewayError> {
     {
         return Ok(None);
     }
+    // Every value, as Go's header keeps its bytes: one outside visible
+    // ASCII is read as the authenticators' headers are (UTF-8, an invalid
+    // byte replaced), not left out.
     let values = |name: &str| -> Vec<String> {
         headers
             .get_all(name)
             .iter()
-            .filter_map(|v| v.to_str().ok())
-            .map(str::to_owned)
+            .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
             .collect()
     };
     // As kube's `headers.Get(...)` with `len(...) > 0`: an empty user or
@@ -155,10 +159,38 @@ fn requested(headers: &HeaderMap) -> Result<Option<Requested>, GatewayError> {
             extra,
         })),
         None if groups.is_empty() && uid.is_none() && extra.is_empty() => Ok(None),
-        None => Err(GatewayError::BadRequest {
-            message: "impersonating groups, a uid or extra attributes requires Impersonate-User"
-                .to_owned(),
-        }),
+        None => Err(without_a_user(&groups, &extra, uid.as_deref())),
+    }
+}
+
+/// kube's 400 for groups, extras or a uid asked for without a user:
+/// `requested [...] without impersonating a user`, the list of what was
+/// asked as Go's `%v` prints kube's object references
+/// (`{Kind Namespace Name UID APIVersion ResourceVersion FieldPath}`), in
+/// kube's order: groups, extras, the uid.
+fn without_a_user(
+    groups: &[String],
+    extra: &[(String, Vec<String>)],
+    uid: Option<&str>,
+) -> GatewayError {
+    const VERSION: &str = "authentication.k8s.io/v1";
+    let mut asked: Vec<String> = groups
+        .iter()
+        .map(|group| format!("{{Group  {group}    }}"))
+        .collect();
+    for (key, values) in extra {
+        asked.extend(
+            values
+                .iter()
+                .map(|value| format!("{{UserExtra  {value}  {VERSION}  {key}}}")),
+        );
+    }
+    asked.extend(uid.map(|uid| format!("{{UID  {uid}  {VERSION}  }}")));
+    GatewayError::BadRequest {
+        message: format!(
+            "requested [{}] without impersonating a user",
+            asked.join(" ")
+        ),
     }
 }
 
@@ -172,9 +204,12 @@ fn unescape_extra_key(key: &str) -> String {
     }
 }
 
-/// The authorization questions an impersonation asks, one per attribute.
-/// Each names the version of the kind kube asks about (`v1`, of `core/v1`
-/// and `authentication.k8s.io/v1`), as kube's attributes do.
+/// The authorization questions an impersonation asks, one per attribute, in
+/// kube's order (`buildImpersonationRequests`): the user or service account,
+/// the groups, each extra's values, the uid. The first not allowed decides
+/// the 403, and no question after it is asked. Each names the version of
+/// the kind kube asks about (`v1`, of `core/v1` and
+/// `authentication.k8s.io/v1`), as kube's attributes do.
 fn checks(requested: &Requested) -> Vec<RequestInfo> {
     let check =
         |group: &str, resource: &str, subresource: &str, namespace: &str, name: &str| RequestInfo {
@@ -196,19 +231,26 @@ fn checks(requested: &Requested) -> Vec<RequestInfo> {
     for group in &requested.groups {
         checks.push(check("", "groups", "", "", group));
     }
-    if let Some(uid) = &requested.uid {
-        checks.push(check("authentication.k8s.io", "uids", "", "", uid));
-    }
     for (key, values) in &requested.extra {
         for value in values {
             checks.push(check("authentication.k8s.io", "userextras", key, "", value));
         }
     }
+    if let Some(uid) = &requested.uid {
+        checks.push(check("authentication.k8s.io", "uids", "", "", uid));
+    }
     checks
 }
 
+/// A service account's namespace and name, as kube's `SplitUsername`
+/// (`staging/src/k8s.io/apiserver/pkg/authentication/serviceaccount/util.go`)
+/// reads them: `system:serviceaccount:<namespace>:<name>`, the namespace a
+/// DNS label, the name a DNS subdomain. Any other name is a user's.
 fn service_account(user: &str) -> Option<(&str, &str)> {
-    user.strip_prefix("system:serviceaccount:")?.split_once(':')
+    let (namespace, name) = user
+        .strip_prefix("system:serviceaccount:")?
+        .split_once(':')?;
+    (is_dns1123_label(namespace) && is_dns1123_subdomain(name)).then_some((namespace, name))
 }
 
 /// The user the request goes on as, as kube makes it: a service account
@@ -398,7 +440,9 @@ mod tests {
 
     /// impersonation.go: each attribute is asked about with verb
     /// `impersonate`, on its resource (an extra's key as the subresource),
-    /// in its group and at version `v1` (`APIVersion: gvk.Version`).
+    /// in its group and at version `v1` (`APIVersion: gvk.Version`), in
+    /// `buildImpersonationRequests`' order: the user, the groups, the
+    /// extras, the uid last.
     #[test]
     fn each_attribute_is_asked_about_as_kube_asks() {
         let requested = Requested {
@@ -427,8 +471,8 @@ mod tests {
             [
                 "impersonate  v1 ci serviceaccounts  robot",
                 "impersonate  v1  groups  dev",
-                "impersonate authentication.k8s.io v1  uids  1002",
                 "impersonate authentication.k8s.io v1  userextras acme.io/team red",
+                "impersonate authentication.k8s.io v1  uids  1002",
             ]
         );
     }
@@ -456,5 +500,103 @@ mod tests {
             assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{header}");
         }
         assert!(next.0.lock().expect("the record").is_none());
+    }
+
+    /// impersonation.go's 400 in kube's words: what was asked, as Go prints
+    /// its object references, groups first, then extras, the uid last.
+    #[tokio::test]
+    async fn the_400_names_what_was_asked_as_kube_does() {
+        let (filter, _) = impersonation();
+        let response = filter
+            .call(request(&[
+                ("impersonate-uid", "1002"),
+                ("impersonate-extra-acme.io%2fteam", "red"),
+                ("impersonate-group", "dev"),
+                ("impersonate-group", "ops"),
+            ]))
+            .await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let body = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .expect("the body")
+            .to_bytes();
+        let status: serde_json::Value = serde_json::from_slice(&body).expect("a Status");
+        assert_eq!(
+            status["message"],
+            "requested [{Group  dev    } {Group  ops    } \
+             {UserExtra  red  authentication.k8s.io/v1  acme.io/team} \
+             {UID  1002  authentication.k8s.io/v1  }] without impersonating a user"
+        );
+    }
+
+    /// impersonation.go takes each header's value as Go's header holds it,
+    /// bytes and all: a name outside visible ASCII is impersonated (and
+    /// checked), not left out, which ran the request as its own user.
+    #[tokio::test]
+    async fn a_name_outside_ascii_is_impersonated() {
+        let (filter, next) = impersonation();
+        let mut request = request(&[]);
+        let bob = http::HeaderValue::from_bytes("b\u{f6}b".as_bytes()).expect("obs-text");
+        request
+            .headers_mut()
+            .insert("impersonate-user", bob.clone());
+        request.headers_mut().insert("impersonate-group", bob);
+        filter.call(request).await;
+        let (user, names) = next.seen();
+        let user = user.expect("a user");
+        assert_eq!(user.name, "b\u{f6}b");
+        assert_eq!(user.groups, strings(&["b\u{f6}b", "system:authenticated"]));
+        assert!(names.is_empty(), "{names:?}");
+    }
+
+    /// kube's `SplitUsername` (`authentication/serviceaccount/util.go`): a
+    /// service account's name is `system:serviceaccount:<ns>:<name>` with a
+    /// DNS-label namespace and a DNS-subdomain name; any other name under
+    /// the prefix is a user's, asked about as `users` and given no service
+    /// account groups.
+    #[test]
+    fn only_a_valid_service_account_name_is_a_service_account() {
+        let asked = |user: &str| {
+            let requested = Requested {
+                user: user.to_owned(),
+                groups: Vec::new(),
+                uid: None,
+                extra: Vec::new(),
+            };
+            let check = checks(&requested).remove(0);
+            let user = impersonated_user(requested);
+            (
+                check.resource.to_string(),
+                check.namespace.to_string(),
+                user.groups,
+            )
+        };
+        let authenticated = strings(&["system:authenticated"]);
+        for user in [
+            "system:serviceaccount::robot",
+            "system:serviceaccount:ci:",
+            "system:serviceaccount:ci:a:b",
+            "system:serviceaccount:CI:robot",
+            "system:serviceaccount:ci:Robot",
+            "system:serviceaccount:c.i:robot",
+        ] {
+            assert_eq!(
+                asked(user),
+                ("users".to_owned(), String::new(), authenticated.clone()),
+                "{user}"
+            );
+        }
+        assert_eq!(
+            asked("system:serviceaccount:ci:robot.v2"),
+            (
+                "serviceaccounts".to_owned(),
+                "ci".to_owned(),
+                strings(&[
+                    "system:serviceaccounts",
+                    "system:serviceaccounts:ci",
+                    "system:authenticated"
+                ])
+            )
+        );
     }
 }

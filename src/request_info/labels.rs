@@ -390,6 +390,12 @@ fn is_valid_label_value(value: &str) -> bool {
     value.is_empty() || (value.len() <= 63 && matches_qualified_name_pattern(value))
 }
 
+/// `validation.IsDNS1123Label`: one label of at most 63 bytes, `[a-z0-9-]`
+/// starting and ending with `[a-z0-9]`.
+pub(crate) fn is_dns1123_label(value: &str) -> bool {
+    value.len() <= 63 && !value.contains('.') && is_dns1123_subdomain(value)
+}
+
 /// `validation.IsDNS1123Subdomain`: at most 253 bytes of dot-separated labels made
 /// of `[a-z0-9-]`, each starting and ending with `[a-z0-9]`.
 pub(crate) fn is_dns1123_subdomain(value: &str) -> bool {

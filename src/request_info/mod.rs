@@ -47,7 +47,7 @@ use std::fmt;
 use compact_str::CompactString;
 use http::Method;
 
-pub(crate) use labels::is_dns1123_subdomain;
+pub(crate) use labels::{is_dns1123_label, is_dns1123_subdomain};
 pub(crate) use path::percent_decode_strict;
 use path::{decode_path, is_valid_path_segment_name, split_path};
 use query::{ListOptionsError, decode_list_options};
