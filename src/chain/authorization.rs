@@ -310,7 +310,14 @@ impl Authorization {
                     Err(error) => error.into_response(),
                 }
             }
-            Verdict::Failed(error) => error.into_response(),
+            Verdict::Failed(error) => {
+                // kube notes an authorizer's error so, with no decision
+                // (`reasonError`, endpoints/filters/authorization.go).
+                if let Some(audit) = audit {
+                    audit.annotate("authorization.k8s.io/reason", "internal error");
+                }
+                error.into_response()
+            }
         };
         Box::pin(std::future::ready(response))
     }

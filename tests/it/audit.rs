@@ -1039,3 +1039,57 @@ async fn a_request_cut_while_its_response_complete_is_written_is_completed() {
     assert_eq!(stages_of(&events), ["RequestReceived", "ResponseComplete"]);
     gateway.shutdown().await;
 }
+
+/// kube's `WithAuthorization` notes an authorizer's error in the audit event
+/// as `authorization.k8s.io/reason: internal error`, with no decision
+/// (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/authorization.go`,
+/// `reasonError`); a fail-closed authorizer's error, trap or timeout is
+/// noted so, and the event is told from a denial's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authorizers_failure_is_audited_as_kubes_internal_error() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let manifest = plaintext(
+        &[
+            "[authentication]\nanonymous = true\n".to_owned(),
+            filter(
+                "authorization.filters",
+                "failing-authz",
+                "fault-authz",
+                None,
+                "timeout = \"100ms\"\n",
+            ),
+            "\n[audit]\nmode = \"blocking\"\n[[audit.policy]]\nlevel = \"Metadata\"\n".to_owned(),
+            audit_log_sink(),
+            routes(&upstream.url()),
+        ]
+        .concat(),
+    );
+    let gateway = TestGateway::start(&manifest).await;
+    let log = gateway.dir.path().join("audit.jsonl");
+    let client = http_client();
+    for (word, code) in [("error", 500), ("trap", 500), ("loop", 503)] {
+        let answer = send(client.get(gateway.url(&format!("/fault/{word}")))).await;
+        assert_eq!(answer.status, code, "{}", answer.body);
+        let events = events_of(&log, &audit_id(&answer));
+        let complete = events.last().expect("a ResponseComplete");
+        assert_eq!(complete["stage"], "ResponseComplete");
+        assert_eq!(
+            annotations(complete),
+            json!({"authorization.k8s.io/reason": "internal error"}),
+            "{word}"
+        );
+    }
+    let answer = send(client.get(gateway.url("/fault/deny"))).await;
+    assert_eq!(answer.status, 403, "{}", answer.body);
+    let events = events_of(&log, &audit_id(&answer));
+    assert_eq!(
+        annotations(events.last().expect("a ResponseComplete")),
+        json!({
+            "authorization.k8s.io/decision": "forbid",
+            "authorization.k8s.io/reason": "fault-authz: deny requested",
+        })
+    );
+    assert_eq!(upstream.hits(), 0);
+    gateway.shutdown().await;
+}
