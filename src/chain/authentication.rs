@@ -246,12 +246,20 @@ fn has_refused_certificate(request: &http::request::Parts) -> bool {
         .is_some_and(|connection| connection.client_chain_refused)
 }
 
+/// The request carries a bearer token as kube's bearer token authenticator
+/// reads one (`staging/src/k8s.io/apiserver/pkg/authentication/request/bearertoken/bearertoken.go`):
+/// the first `Authorization`, trimmed and split on spaces, is `bearer` in
+/// any case, then a token that is not empty (`Bearer  x`, with two spaces,
+/// carries none).
 fn has_bearer_token(headers: &HeaderMap) -> bool {
-    headers
-        .get(AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.get(..7))
-        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("bearer "))
+    let Some(value) = headers.get(AUTHORIZATION) else {
+        return false;
+    };
+    let mut parts = value.as_bytes().trim_ascii().split(|byte| *byte == b' ');
+    parts
+        .next()
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case(b"bearer"))
+        && parts.next().is_some_and(|token| !token.is_empty())
 }
 
 impl stage::Answer for AuthnAnswer {
@@ -400,6 +408,35 @@ fn remove_credentials(parts: &mut http::request::Parts) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// kube's bearer token authenticator
+    /// (`staging/src/k8s.io/apiserver/pkg/authentication/request/bearertoken/bearertoken.go`)
+    /// reads the first `Authorization`, trimmed, split on spaces: a token is
+    /// its second part, `bearer` in any case before it, when that part is
+    /// not empty. Anything else carries no token: it is not a credential
+    /// refused (a 401 even with anonymous) but none.
+    #[test]
+    fn a_bearer_token_is_what_kubes_authenticator_reads_as_one() {
+        let carries = |value: &str| {
+            let mut headers = HeaderMap::new();
+            let value = http::HeaderValue::from_str(value).expect("a header value");
+            headers.insert(AUTHORIZATION, value);
+            has_bearer_token(&headers)
+        };
+        for token in ["Bearer abc", "bearer abc", "BEARER abc", "Bearer abc def"] {
+            assert!(carries(token), "{token:?}");
+        }
+        for none in [
+            "Bearer",
+            "Bearer  abc",
+            "Bearer\tabc",
+            "Basic abc",
+            "Bearerabc",
+            "",
+        ] {
+            assert!(!carries(none), "{none:?}");
+        }
+    }
 
     /// `Authorization` moves into the extensions; kube's request-header
     /// names, every one of them, are gone; other headers stay.
