@@ -47,6 +47,7 @@ use crate::context::{RequestContext, UserInfo};
 use crate::director::{ChainTable, Routes};
 use crate::discovery::{Catalog, Documents, GROUPS_ROOT, LEGACY_ROOT};
 use crate::handler::SharedHandler;
+use crate::metrics::gateway::V3DroppedSeries;
 use crate::openapi::{Specs, merge_v2};
 use crate::published::{FIRST_PUBLICATION_WAIT, Published};
 
@@ -66,7 +67,8 @@ pub(crate) const MAX_DOCUMENT: usize = 32 * 1024 * 1024;
 /// lists 100,000 (broken or hostile) cannot have the gateway fetch and hold
 /// them all. The first ones listed are taken, the rest dropped with a
 /// warning and counted (`wasmgate_openapi_v3_group_versions_dropped`, and
-/// the upstream's routes on the status page).
+/// the upstream's routes on the status page; the series goes when the
+/// last refresh that asks the upstream ends).
 pub(crate) const MAX_V3_GROUP_VERSIONS: usize = 1000;
 /// How long the first round waits for every upstream before it publishes
 /// what it has: less than [`FIRST_PUBLICATION_WAIT`], so a request waiting
@@ -242,9 +244,19 @@ pub(crate) fn start(sources: Sources, refresh: Refresh) -> Aggregated {
     let openapi = Arc::new(Published::new(Specs::empty()));
     let task = match tokio::runtime::Handle::try_current() {
         Ok(runtime) if refresh == Refresh::Background => {
+            let series = asked
+                .upstreams
+                .iter()
+                .map(|upstream| {
+                    crate::metrics::metrics()
+                        .gateway
+                        .openapi_v3_series(&upstream.url)
+                })
+                .collect();
             let refresher = Refresher {
                 asked,
                 known,
+                series,
                 discovery: Arc::clone(&discovery),
                 openapi: Arc::clone(&openapi),
             };
@@ -423,6 +435,9 @@ enum Answer {
 struct Refresher {
     asked: Asked,
     known: Known,
+    /// Each upstream's series of dropped v3 group versions, held while
+    /// the refresh runs.
+    series: Vec<V3DroppedSeries>,
     discovery: Arc<Published<Documents>>,
     openapi: Arc<Published<Specs>>,
 }
@@ -448,17 +463,18 @@ impl Refresher {
         let Refresher {
             asked,
             known,
+            series,
             discovery,
             openapi,
         } = self;
         let asked = &*asked;
         let mut answers: FuturesUnordered<BoxFuture<'_, Answer>> = FuturesUnordered::new();
-        for (index, upstream) in asked.upstreams.iter().enumerate() {
+        for (index, (upstream, series)) in asked.upstreams.iter().zip(&*series).enumerate() {
             answers.push(Box::pin(async move {
                 Answer::Discovery(index, Box::new(upstream.ask_discovery().await))
             }));
             answers.push(Box::pin(async move {
-                let round = upstream.ask_openapi(&asked.chain).await;
+                let round = upstream.ask_openapi(&asked.chain, series).await;
                 Answer::OpenApi(index, Box::new(round))
             }));
         }
@@ -605,18 +621,23 @@ impl UpstreamSource {
     }
 
     /// Asks for the OpenAPI documents, one after the other.
-    async fn ask_openapi(&self, chain: &ChainTable<RouteId>) -> OpenApiRound {
+    async fn ask_openapi(
+        &self,
+        chain: &ChainTable<RouteId>,
+        series: &V3DroppedSeries,
+    ) -> OpenApiRound {
         OpenApiRound {
             v2: fetch(&self.handler, "/openapi/v2", JSON).await.json(),
-            v3: self.ask_v3(chain).await,
+            v3: self.ask_v3(chain, series).await,
         }
     }
 
     /// v3's root, then each group version it lists that the chain sends
-    /// here.
+    /// here (how many past the bound counted in `series`).
     async fn ask_v3(
         &self,
         chain: &ChainTable<RouteId>,
+        series: &V3DroppedSeries,
     ) -> Fetched<Vec<(String, String, Fetched<Bytes>)>> {
         let handler = &self.handler;
         let root = match fetch(handler, "/openapi/v3", JSON).await.json() {
@@ -644,10 +665,7 @@ impl UpstreamSource {
             );
             listed.truncate(MAX_V3_GROUP_VERSIONS);
         }
-        crate::metrics::metrics()
-            .gateway
-            .openapi_v3_dropped(&self.url)
-            .set(i64::try_from(dropped).unwrap_or(i64::MAX));
+        series.set(dropped);
         let mut documents = Vec::with_capacity(listed.len());
         for (path, relative) in listed {
             let fetched = match fetch(handler, &relative, JSON).await {

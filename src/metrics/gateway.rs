@@ -8,7 +8,8 @@
 //! one of a few fixed words, so the series are bounded by the
 //! configuration.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -99,6 +100,9 @@ pub(crate) struct GatewayMetrics {
     pub cache_entries: Family<FilterLabel, Gauge>,
     pub audit_batches: Counter,
     openapi_v3_dropped: Family<UpstreamLabel, Gauge>,
+    /// How many running refreshes ask each upstream (one per snapshot that
+    /// aggregates it): its `openapi_v3_dropped` series goes with the last.
+    openapi_v3_askers: Mutex<HashMap<Arc<str>, usize>>,
 }
 
 fn upstream_histogram() -> Histogram {
@@ -124,6 +128,7 @@ impl GatewayMetrics {
             cache_entries: Family::default(),
             audit_batches: Counter::default(),
             openapi_v3_dropped: Family::default(),
+            openapi_v3_askers: Mutex::default(),
         };
         registry.register(
             "upstream_requests",
@@ -203,14 +208,25 @@ impl GatewayMetrics {
         metrics
     }
 
-    /// The group versions of `upstream`'s OpenAPI v3 index the aggregator
-    /// dropped at its last refresh.
-    pub(crate) fn openapi_v3_dropped(&self, upstream: &str) -> Gauge {
-        self.openapi_v3_dropped
-            .get_or_create(&UpstreamLabel {
-                upstream: Arc::from(upstream),
-            })
-            .clone()
+    /// The series of `upstream` in `wasmgate_openapi_v3_group_versions_dropped`,
+    /// for a refresh that asks it: the series is removed when the last such
+    /// refresh ends (a reload took the upstream out of the chain and the
+    /// old chain is gone), so no series names an upstream the gateway no
+    /// longer has.
+    pub(crate) fn openapi_v3_series(&'static self, upstream: &str) -> V3DroppedSeries {
+        let label = UpstreamLabel {
+            upstream: Arc::from(upstream),
+        };
+        *self
+            .openapi_v3_askers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(Arc::clone(&label.upstream))
+            .or_default() += 1;
+        V3DroppedSeries {
+            metrics: self,
+            label,
+        }
     }
 
     /// One route's handles, fetched when the route is built.
@@ -287,5 +303,42 @@ impl UpstreamMetrics {
 
     pub(crate) fn failed(&self, failure: UpstreamFailure) {
         self.errors[failure as usize].inc();
+    }
+}
+
+/// One refresh's hold on an upstream's series of
+/// `wasmgate_openapi_v3_group_versions_dropped`
+/// ([`GatewayMetrics::openapi_v3_series`]).
+pub(crate) struct V3DroppedSeries {
+    metrics: &'static GatewayMetrics,
+    label: UpstreamLabel,
+}
+
+impl V3DroppedSeries {
+    /// The group versions the upstream's index listed past the bound at
+    /// the last refresh.
+    pub(crate) fn set(&self, dropped: usize) {
+        self.metrics
+            .openapi_v3_dropped
+            .get_or_create(&self.label)
+            .set(i64::try_from(dropped).unwrap_or(i64::MAX));
+    }
+}
+
+impl Drop for V3DroppedSeries {
+    fn drop(&mut self) {
+        let mut askers = self
+            .metrics
+            .openapi_v3_askers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(count) = askers.get_mut(&self.label.upstream) else {
+            return;
+        };
+        *count -= 1;
+        if *count == 0 {
+            askers.remove(&self.label.upstream);
+            self.metrics.openapi_v3_dropped.remove(&self.label);
+        }
     }
 }

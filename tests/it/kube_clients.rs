@@ -922,7 +922,9 @@ async fn discovery_and_openapi_list_what_the_chain_sends_each_upstream() {
 /// An upstream's `/openapi/v3` index is bounded as each document is: of
 /// an index that lists 1,005 group versions, the gateway fetches and serves
 /// the first 1,000 (`MAX_V3_GROUP_VERSIONS`, docs/deploy.md) and counts the
-/// 5 it dropped, which the status page shows on the upstream's route.
+/// 5 it dropped, which the status page shows on the upstream's route; a
+/// reload that takes the upstream out of the chain takes its series out
+/// of /metrics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_openapi_v3_index_is_taken_up_to_its_bound() {
     const LISTED: usize = 1005;
@@ -992,6 +994,42 @@ async fn an_openapi_v3_index_is_taken_up_to_its_bound() {
             && log.contains(&addr.to_string()),
         "{log}"
     );
+
+    // A reload that takes the upstream out of the chain takes its series
+    // out of /metrics; it stayed, naming an upstream the gateway no longer
+    // had, for the process's life.
+    let names_it = |metrics: &str| {
+        metrics.lines().any(|line| {
+            line.starts_with("wasmgate_openapi_v3_group_versions_dropped{")
+                && line.contains(&addr.to_string())
+        })
+    };
+    assert!(
+        names_it(&send(client.get(url("/metrics"))).await.body),
+        "the series is there before the reload"
+    );
+    let replaced = dir.path().join("next.toml");
+    std::fs::write(
+        &replaced,
+        plaintext("[[servers]]\nname = \"gw\"\n\n[[servers.routes]]\npath = \"/x\"\nstatic = { body = \"x\" }\n"),
+    )
+    .expect("write the next manifest");
+    std::fs::rename(&replaced, &path).expect("replace the manifest");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let metrics = send(client.get(url("/metrics"))).await.body;
+        let reloaded =
+            metric(&metrics, "wasmgate_config_reload_total{result=\"success\"}") == Some(1.0);
+        if reloaded && !names_it(&metrics) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "reloaded: {reloaded}; the series still there: {}",
+            names_it(&metrics)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// An upstream that serves only `/openapi/v2`, `spec()` at each request,
