@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use crate::config::stages::{
     AuditMode, FailurePolicy, FilterSpec, Isolation, Mode, ReadField, RequestHeaders,
 };
-use crate::config::{Config, HookPhase, RouteHandler, RouteMatch, Transport};
+use crate::config::{Config, HookPhase, Route, RouteHandler, RouteMatch, Transport, describe};
+use crate::director::{ChainTable, Routes};
 use crate::try_request::Trial;
 
 /// `wasmgate check`'s one-screen picture of what a manifest builds, with
@@ -107,6 +108,13 @@ pub fn summary(config: &Config, steps: &[&str]) -> String {
         &stages.admission.validating,
         "",
     );
+    let chain = ChainTable::new(config.servers.iter().enumerate().map(|(server, s)| {
+        let mut routes = Routes::default();
+        for (index, route) in s.routes.iter().enumerate() {
+            routes.add(&route.matcher, (server, index));
+        }
+        routes
+    }));
     for (index, server) in config.servers.iter().enumerate() {
         let _ = writeln!(
             out,
@@ -130,6 +138,9 @@ pub fn summary(config: &Config, steps: &[&str]) -> String {
                 RouteHandler::Static(fixed) => format!("static {}", fixed.status.as_u16()),
             };
             let _ = writeln!(out, "  {matcher:<40} -> {target}");
+            if let Some(note) = taken_by_an_earlier_server(config, &chain, index, route) {
+                let _ = writeln!(out, "    note: {note}");
+            }
         }
     }
     let _ = writeln!(out, "then: 404 NotFound");
@@ -146,6 +157,44 @@ pub fn summary(config: &Config, steps: &[&str]) -> String {
         );
     }
     out
+}
+
+/// Why an `api` route of server `server` is not listed in discovery, when
+/// the delegation chain sends its root to a route of an earlier server
+/// ([`ChainTable`], which discovery asks too): that route takes the root
+/// and, unless it is an exact path, every path below it, so the group
+/// version's requests never reach this one.
+fn taken_by_an_earlier_server(
+    config: &Config,
+    chain: &ChainTable<(usize, usize)>,
+    server: usize,
+    route: &Route,
+) -> Option<String> {
+    let RouteMatch::Api(root) = &route.matcher else {
+        return None;
+    };
+    let &(earlier, taker) = chain.route(root)?;
+    if earlier >= server {
+        return None;
+    }
+    let taking = &config.servers[earlier];
+    let taker = &taking.routes.get(taker)?.matcher;
+    let (what, takes) = match taker {
+        RouteMatch::Exact(_) => ("is not listed in discovery", "takes its root"),
+        RouteMatch::Api(_) | RouteMatch::Prefix(_) => (
+            "is never reached nor listed in discovery",
+            "takes every path of it",
+        ),
+    };
+    Some(format!(
+        "{} {what}: server {} {:?}'s {} {takes} first (the delegation chain tries server {} before server {})",
+        describe(&route.matcher),
+        earlier + 1,
+        taking.name.as_str(),
+        describe(taker),
+        earlier + 1,
+        server + 1,
+    ))
 }
 
 fn stage_summary(out: &mut String, stage: &str, filters: &[FilterSpec], note: &str) {

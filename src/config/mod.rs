@@ -54,7 +54,7 @@ pub use listen::Transport;
 pub(crate) use listen::{Listen, SELF_SIGNED_FILES, TlsMaterial, TrustedProxies};
 pub(crate) use servers::{
     EscapedSlashes, Route, RouteHandler, RouteMatch, Server, StaticResponse, Upstream,
-    api_root_matches,
+    api_root_matches, describe,
 };
 pub(crate) use tracing::Tracing;
 

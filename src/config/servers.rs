@@ -495,7 +495,9 @@ pub(crate) fn api_root_matches(root: &str, path: &str) -> bool {
 }
 
 /// A route's matcher as the manifest writes it: `path "/version"`.
-fn describe(matcher: &RouteMatch) -> String {
+/// `api "/apis/g/v1"`, `path "/x"`, `prefix "/y/"`: a route as problems
+/// and `check`'s notes name it.
+pub(crate) fn describe(matcher: &RouteMatch) -> String {
     match matcher {
         RouteMatch::Api(root) => format!("api {root:?}"),
         RouteMatch::Exact(path) => format!("path {path:?}"),
