@@ -122,7 +122,22 @@ impl Target {
     /// A client for this etcd. It connects lazily and reconnects by itself:
     /// a gateway keeps one for its whole life.
     pub async fn connect(&self) -> Result<etcd_client::Client, FleetError> {
+        self.connect_with(false).await
+    }
+
+    /// A client whose every call requires that the member it reaches has a
+    /// leader (gRPC metadata `hasleader: true`), for the manifest's watch,
+    /// as kube's etcd3 watcher watches with `clientv3.WithRequireLeader`
+    /// (`staging/src/k8s.io/apiserver/pkg/storage/etcd3/watcher.go`): a
+    /// member cut off from its quorum cancels such a watch, where it would
+    /// keep a plain one open and silent, and the gateway watches again.
+    pub async fn connect_requiring_leader(&self) -> Result<etcd_client::Client, FleetError> {
+        self.connect_with(true).await
+    }
+
+    async fn connect_with(&self, require_leader: bool) -> Result<etcd_client::Client, FleetError> {
         let mut options = etcd_client::ConnectOptions::new()
+            .with_require_leader(require_leader)
             .with_connect_timeout(REQUEST_TIMEOUT)
             .with_timeout(REQUEST_TIMEOUT)
             .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))

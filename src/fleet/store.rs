@@ -108,7 +108,7 @@ impl Store {
         format!("{}/seen/{gateway}", self.prefix)
     }
 
-    /// The client, for the watch and the lease.
+    /// The client, for the status lease.
     pub fn client(&self) -> Client {
         self.client.clone()
     }

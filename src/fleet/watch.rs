@@ -7,7 +7,10 @@
 //! validate, compile, swap as a file reload. A revision refused at any step
 //! leaves the last good chain serving and is reported in the fleet status.
 //!
-//! When etcd goes away the watch fails; the gateway serves on, tries again
+//! When etcd goes away the watch fails, and so does it when the member
+//! watched loses its leader (cut off from its quorum: the watch requires a
+//! leader, as kube's does, rather than staying open and silent while the
+//! others go on without it); the gateway serves on, tries again
 //! with a growing pause ([`BACKOFF`]), and resumes the watch just after the
 //! last revision it applied or refused, so no revision is missed and none is
 //! applied twice. A revision whose components could not be fetched (etcd
@@ -93,6 +96,8 @@ impl FleetSource {
 /// One gateway of the fleet: its store, its state folder, what it runs.
 pub struct Member {
     store: Store,
+    /// The manifest's watch: its own client, which requires a leader.
+    watcher: etcd_client::Client,
     state: StateDir,
     url: String,
     source: Arc<FleetSource>,
@@ -108,6 +113,7 @@ impl Member {
     pub async fn join(options: &Options) -> Result<(Member, Config), FleetError> {
         let state = StateDir::open(&options.state_dir)?;
         let store = Store::open(&options.target).await?;
+        let watcher = options.target.connect_requiring_leader().await?;
         let url = options.target.url();
         let current = match store.manifest().await {
             Ok(Some(manifest)) => match fetch(&store, &state, &manifest).await {
@@ -163,6 +169,7 @@ impl Member {
         };
         let member = Member {
             store,
+            watcher,
             state,
             url,
             source,
@@ -264,11 +271,7 @@ impl Member {
     ) -> Result<(), FleetError> {
         let key = self.store.manifest_key();
         let options = WatchOptions::new().with_start_revision(*seen + 1);
-        let mut stream = self
-            .store
-            .client()
-            .watch(key.as_str(), Some(options))
-            .await?;
+        let mut stream = self.watcher.watch(key.as_str(), Some(options)).await?;
         if self.status.borrow().applied_from == AppliedFrom::Disk {
             // Revisions pushed since the disk copy arrive through this watch.
             tracing::info!(

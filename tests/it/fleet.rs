@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::support::etcd::Etcd;
+use crate::support::etcd::{Etcd, EtcdCluster};
 use crate::support::free_port;
 use crate::support::*;
 
@@ -807,6 +807,54 @@ async fn a_revision_whose_components_etcd_failed_to_hand_over_is_fetched_again()
     all_apply(&client, &members, pushed.revision, BOUND).await;
     assert_eq!(
         ask(&client, &members[0].process.url(""), "after-the-hang")
+            .await
+            .as_deref(),
+        Ok("B")
+    );
+}
+
+/// The member a gateway watches, cut off from its quorum (the two others of
+/// its three frozen): its watch requires a leader, as kube's etcd3 watcher's
+/// does (`clientv3.WithRequireLeader`,
+/// `staging/src/k8s.io/apiserver/pkg/storage/etcd3/watcher.go`), so the
+/// member cancels it once it has had no leader for a while, and the gateway
+/// says etcd is away and watches again until the member is back in its
+/// quorum, then follows the next push. The watch stayed open and silent: a
+/// member without a leader keeps a plain watch, which gets nothing while
+/// the rest of the cluster may go on without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_on_a_member_cut_off_from_its_quorum_fails_and_comes_back() {
+    let cluster = EtcdCluster::start();
+    let watched = &cluster.members[0];
+    let url = watched.url("quorum");
+    let dir = new_dir();
+    let (a, b) = write_chains(dir.path());
+    let first = push(&a, &url);
+    let members = [join(&url, &dir.path().join("gw"), "gw", free_port())];
+    let client = http_client();
+    all_apply(&client, &members, first, BOUND).await;
+
+    cluster.members[1].freeze();
+    cluster.members[2].freeze();
+    let started = Instant::now();
+    loop {
+        let log = members[0].process.log_text();
+        if log.contains("the fleet's etcd is away") && log.contains("no leader") {
+            break;
+        }
+        assert!(
+            started.elapsed() < BOUND,
+            "the watch of a member without a leader did not fail within {BOUND:?}:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.members[1].thaw();
+    cluster.members[2].thaw();
+    watched.wait_until_serving();
+    let second = push(&b, &url);
+    all_apply(&client, &members, second, BOUND).await;
+    assert_eq!(
+        ask(&client, &members[0].process.url(""), "after-the-partition")
             .await
             .as_deref(),
         Ok("B")

@@ -2,7 +2,8 @@
 //! `etcd-server`, installed with apt-get when `etcd` is not on PATH (as
 //! `filters/build.sh` installs its C tools), started on two loopback ports
 //! picked free with a data dir of its own, and stopped by PID (killed when
-//! dropped). A stopped etcd starts again on the same ports and data.
+//! dropped). A stopped etcd starts again on the same ports and data. An
+//! [`EtcdCluster`] is three such members of one cluster.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -17,18 +18,32 @@ pub struct Etcd {
     pub client_port: u16,
     peer_port: u16,
     data: tempfile::TempDir,
+    name: String,
+    /// `--initial-cluster`: every member's name and peer URL.
+    cluster: String,
 }
 
 impl Etcd {
     pub fn start() -> Etcd {
-        let mut etcd = Etcd {
-            process: None,
-            client_port: free_port(),
-            peer_port: free_port(),
-            data: new_dir(),
-        };
+        let mut etcd = Etcd::member("fleet-test", free_port());
+        etcd.cluster = format!("{}={}", etcd.name, etcd.peer_url());
         etcd.resume();
         etcd
+    }
+
+    fn member(name: &str, peer_port: u16) -> Etcd {
+        Etcd {
+            process: None,
+            client_port: free_port(),
+            peer_port,
+            data: new_dir(),
+            name: name.to_owned(),
+            cluster: String::new(),
+        }
+    }
+
+    fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
     }
 
     /// `etcd://127.0.0.1:PORT/<prefix>`.
@@ -64,11 +79,16 @@ impl Etcd {
     /// Starts the member (again) on its ports and data, and waits until it
     /// answers.
     pub fn resume(&mut self) {
+        self.spawn();
+        self.wait_until_serving();
+    }
+
+    fn spawn(&mut self) {
         assert!(self.process.is_none(), "etcd is running already");
         let client = format!("http://127.0.0.1:{}", self.client_port);
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let peer = self.peer_url();
         let child = Command::new(etcd_binary())
-            .arg("--name=fleet-test")
+            .arg(format!("--name={}", self.name))
             .arg(format!(
                 "--data-dir={}",
                 self.data.path().join("member").display()
@@ -77,7 +97,7 @@ impl Etcd {
             .arg(format!("--advertise-client-urls={client}"))
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg(format!("--initial-cluster=fleet-test={peer}"))
+            .arg(format!("--initial-cluster={}", self.cluster))
             .arg("--log-level=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -85,10 +105,9 @@ impl Etcd {
             .spawn()
             .expect("start etcd");
         self.process = Some(ChildGuard::new(child));
-        self.wait_until_serving();
     }
 
-    fn wait_until_serving(&self) {
+    pub fn wait_until_serving(&self) {
         let start = Instant::now();
         let health = format!("127.0.0.1:{}", self.client_port);
         loop {
@@ -104,6 +123,35 @@ impl Etcd {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// Three etcd members of one cluster on 127.0.0.1: one of them is cut off
+/// from its quorum by freezing the two others.
+pub struct EtcdCluster {
+    pub members: Vec<Etcd>,
+}
+
+impl EtcdCluster {
+    pub fn start() -> EtcdCluster {
+        let mut members: Vec<Etcd> = (1..=3)
+            .map(|n| Etcd::member(&format!("member-{n}"), free_port()))
+            .collect();
+        let cluster = members
+            .iter()
+            .map(|member| format!("{}={}", member.name, member.peer_url()))
+            .collect::<Vec<_>>()
+            .join(",");
+        // Each waits for the others to elect a leader: all start, then all
+        // are waited for.
+        for member in &mut members {
+            member.cluster = cluster.clone();
+            member.spawn();
+        }
+        for member in &members {
+            member.wait_until_serving();
+        }
+        EtcdCluster { members }
     }
 }
 
