@@ -4,7 +4,9 @@
 //! etcd (the fleet module) hands over the revision it is applying. Either way
 //! the manifest is completed and validated by [`super::parse`], and
 //! `run --listen` overrides its `[listen] address` here, so that a reload
-//! never sees the override as a change of address.
+//! never sees the override as a change of address. A source that can tell
+//! when what it holds changes ([`ManifestSource::stamp`], the fleet's) has
+//! a request that comes during a reload answered by that reload.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -18,6 +20,16 @@ pub trait ManifestSource: Send + Sync {
 
     /// The manifest file the reloader watches for changes, when there is one.
     fn watched_file(&self) -> Option<&Path>;
+
+    /// What the source holds, when it can tell: a number that changes
+    /// whenever what [`ManifestSource::load`] would load does. A reload
+    /// whose source still has the stamp it had when the reload loaded it
+    /// built what the source holds, and answers the requests that came
+    /// while it ran. `None` (a file, which may change under a reload): each
+    /// request gets a reload that starts after it.
+    fn stamp(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A manifest file, with `run --listen`'s override of its address.

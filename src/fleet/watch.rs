@@ -19,6 +19,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -64,6 +65,8 @@ struct Candidate {
 pub struct FleetSource {
     listen: Option<SocketAddr>,
     candidate: Mutex<Candidate>,
+    /// Moves each time the candidate is replaced.
+    stamp: AtomicU64,
 }
 
 impl ManifestSource for FleetSource {
@@ -83,12 +86,21 @@ impl ManifestSource for FleetSource {
     fn watched_file(&self) -> Option<&std::path::Path> {
         None
     }
+
+    /// The candidate changes only by [`FleetSource::set`]: a SIGHUP or a
+    /// `POST /debug/reload` that comes while a revision is applied is
+    /// answered by that apply (it builds the revision then in force), and
+    /// the revision is swapped in once.
+    fn stamp(&self) -> Option<u64> {
+        Some(self.stamp.load(Ordering::Acquire))
+    }
 }
 
 impl FleetSource {
     fn set(&self, candidate: Candidate) {
         if let Ok(mut current) = self.candidate.lock() {
             *current = candidate;
+            self.stamp.fetch_add(1, Ordering::AcqRel);
         }
     }
 }
@@ -153,6 +165,7 @@ impl Member {
         let source = Arc::new(FleetSource {
             listen: options.listen,
             candidate: Mutex::new(first.clone()),
+            stamp: AtomicU64::new(0),
         });
         let config = match source.load() {
             Ok(config) => config,

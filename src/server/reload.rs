@@ -13,8 +13,11 @@
 //! due for renewal, which the reload (as a start) does.
 //!
 //! Reloads run one at a time on one task; triggers that arrive during a
-//! reload are served by the next one. How a reload is asked for, and what
-//! it answers, is `crate::reload_trigger`.
+//! reload are served by the next one, unless the source says it still
+//! holds what that reload loaded (the fleet's revision,
+//! `ManifestSource::stamp`): then that reload answers them, and a SIGHUP
+//! during a fleet apply does not swap the revision in a second time. How a
+//! reload is asked for, and what it answers, is `crate::reload_trigger`.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -98,24 +101,45 @@ impl Reloader {
     /// Serves reload requests, watching the files of the configuration in
     /// force (when the manifest is a file).
     async fn run(self, mut watch: Option<FileWatch>, mut requests: ReloadRequests) {
+        // Requests that came during the last reload and are owed one.
+        let mut owed = None;
         loop {
-            let first = tokio::select! {
-                request = requests.recv() => match request {
-                    Some(request) => request,
-                    None => break,
-                },
-                () = self.certificate_renewal_due() => {
-                    tracing::info!("the self-signed serving certificate expires soon: reloading to renew it");
-                    None
+            let mut replies: Vec<_> = match owed.take() {
+                Some(replies) => replies,
+                None => {
+                    let first = tokio::select! {
+                        request = requests.recv() => match request {
+                            Some(request) => request,
+                            None => break,
+                        },
+                        () = self.certificate_renewal_due() => {
+                            tracing::info!("the self-signed serving certificate expires soon: reloading to renew it");
+                            None
+                        }
+                    };
+                    first.into_iter().collect()
                 }
             };
-            let mut replies: Vec<_> = first.into_iter().collect();
             while let Ok(next) = requests.try_recv() {
                 replies.extend(next);
             }
             super::systemd::reloading();
-            let outcome = self.reload().await;
+            let (outcome, loaded) = self.reload().await;
             super::systemd::ready();
+            // Those that came meanwhile are answered by this reload when
+            // the source still holds what it loaded (the fleet's revision);
+            // else (a file, or a new candidate) they get a reload of their own.
+            let mut during = None::<Vec<_>>;
+            while let Ok(next) = requests.try_recv() {
+                during.get_or_insert_default().extend(next);
+            }
+            if let Some(during) = during {
+                if loaded.is_some() && loaded == self.source.stamp() {
+                    replies.extend(during);
+                } else {
+                    owed = Some(during);
+                }
+            }
             if let (ReloadOutcome::Swapped { .. }, Some(watch)) = (&outcome, watch.as_mut()) {
                 // The new configuration may name other components. The same
                 // watcher goes on, so no change made meanwhile goes unseen.
@@ -170,13 +194,17 @@ impl Reloader {
     }
 
     /// Builds a new snapshot from the manifest's source and swaps it in, or
-    /// changes nothing and says why.
-    pub(crate) async fn reload(&self) -> ReloadOutcome {
+    /// changes nothing and says why; with the source's stamp from before it
+    /// was loaded.
+    pub(crate) async fn reload(&self) -> (ReloadOutcome, Option<u64>) {
         let started = Instant::now();
         let cache_before = crate::wasm::WasmHost::shared()
             .map(|host| host.cache_stats())
             .ok();
         let (source, shared) = (self.source.clone(), self.shared.clone());
+        // Read before the load: a candidate set in between makes the stamp
+        // differ afterwards, and the requests of the meantime reload again.
+        let loaded = self.source.stamp();
         // Loading compiles what changed: CPU work, kept off the async workers.
         let built = tokio::task::spawn_blocking(move || {
             let config = source.load().map_err(|error| error.to_string())?;
@@ -187,7 +215,7 @@ impl Reloader {
         })
         .await
         .unwrap_or_else(|error| Err(format!("the reload task failed: {error}")));
-        match built {
+        let outcome = match built {
             Ok(mut snapshot) => {
                 let restart_required = restart_required(&self.bound, &snapshot.config);
                 if self.bound.plaintext
@@ -245,7 +273,8 @@ impl Reloader {
                 crate::status_page::record_reload(Err(problems.to_string()));
                 ReloadOutcome::Rejected(problems)
             }
-        }
+        };
+        (outcome, loaded)
     }
 }
 

@@ -96,8 +96,13 @@ struct Member {
 }
 
 fn join(url: &str, state: &Path, id: &str, port: u16) -> Member {
+    join_with_env(url, state, id, port, &[])
+}
+
+/// [`join`], with these variables in the gateway's environment.
+fn join_with_env(url: &str, state: &Path, id: &str, port: u16, env: &[(&str, &str)]) -> Member {
     let listen = format!("127.0.0.1:{port}");
-    let process = GatewayProcess::spawn_with_args(
+    let process = GatewayProcess::spawn_with(
         Path::new(url),
         &[
             "--listen",
@@ -107,6 +112,7 @@ fn join(url: &str, state: &Path, id: &str, port: u16) -> Member {
             "--gateway-id",
             id,
         ],
+        env,
     );
     assert_eq!(process.addr.port(), port, "--listen is where it listens");
     Member {
@@ -746,6 +752,11 @@ async fn a_gateway_joining_after_a_compaction_watches_quietly_and_follows_the_ne
 /// `component` with a custom section of `padding` zero bytes appended, at
 /// `to`: the same filter under another digest, `padding` more to fetch.
 fn padded_component(component: &Path, padding: usize, to: &Path) {
+    with_custom_section(component, &vec![0; padding], to);
+}
+
+/// `component` with a custom section holding `content` appended, at `to`.
+fn with_custom_section(component: &Path, content: &[u8], to: &Path) {
     fn leb128(mut value: usize) -> Vec<u8> {
         let mut bytes = Vec::new();
         loop {
@@ -762,7 +773,7 @@ fn padded_component(component: &Path, padding: usize, to: &Path) {
     let name = b"padding";
     let mut section = leb128(name.len());
     section.extend_from_slice(name);
-    section.resize(section.len() + padding, 0);
+    section.extend_from_slice(content);
     bytes.push(0); // a custom section
     bytes.extend(leb128(section.len()));
     bytes.extend(section);
@@ -810,6 +821,97 @@ async fn a_revision_whose_components_etcd_failed_to_hand_over_is_fetched_again()
             .await
             .as_deref(),
         Ok("B")
+    );
+}
+
+/// A SIGHUP that comes while a gateway applies a revision is answered by
+/// that apply: the revision is swapped in once. The apply's reload is told
+/// by systemd's `RELOADING=1` on the gateway's `$NOTIFY_SOCKET`, and lasts
+/// while it compiles the revision's token-authn and jsonl-audit, copies of
+/// their own (a custom section added) that the gateway's compiled-component
+/// cache (a folder of its own, `$XDG_CACHE_HOME`) does not hold; the SIGHUP
+/// is sent then. It was served by a second reload of the same revision once
+/// the apply was over: the generation moved by two for one revision, and
+/// `POST /debug/reload` afterwards answered generation 4 where it now
+/// answers 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sighup_during_a_fleet_apply_swaps_the_revision_in_once() {
+    use std::os::unix::net::UnixDatagram;
+    let etcd = Etcd::start();
+    let url = etcd.url("sighup");
+    let dir = new_dir();
+    let (a, _) = write_chains(dir.path());
+    let first = push(&a, &url);
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("bind the notify socket");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("a read timeout");
+    let socket_env = socket_path.to_str().expect("a UTF-8 path");
+    let cache = dir.path().join("cache");
+    let members = [join_with_env(
+        &url,
+        &dir.path().join("gw"),
+        "gw",
+        free_port(),
+        &[
+            ("NOTIFY_SOCKET", socket_env),
+            ("XDG_CACHE_HOME", cache.to_str().expect("a UTF-8 path")),
+        ],
+    )];
+    let client = http_client();
+    all_apply(&client, &members, first, BOUND).await;
+    members[0].process.wait_for_signal_handlers(&[libc::SIGHUP]);
+    let mut messages = Vec::new();
+    let receive_until = |messages: &mut Vec<String>, wanted: &str, count: usize| {
+        let started = Instant::now();
+        let mut buffer = [0u8; 4096];
+        while messages.iter().filter(|m| m.starts_with(wanted)).count() < count {
+            assert!(started.elapsed() < BOUND, "no {wanted}: {messages:?}");
+            if let Ok(read) = socket.recv(&mut buffer) {
+                messages.push(String::from_utf8_lossy(&buffer[..read]).into_owned());
+            }
+        }
+    };
+    receive_until(&mut messages, "READY=1", 1);
+
+    let mut manifest = chain("B");
+    for name in ["token-authn", "jsonl-audit"] {
+        let component = component_path(name);
+        let fresh = dir.path().join(format!("{name}-fresh.wasm"));
+        with_custom_section(&component, b"fresh", &fresh);
+        manifest = manifest.replace(
+            &component.display().to_string(),
+            &fresh.display().to_string(),
+        );
+    }
+    let b = dir.path().join("b-fresh.toml");
+    std::fs::write(&b, manifest).expect("write chain B");
+    let pushed = push(&b, &url);
+    receive_until(&mut messages, "RELOADING=1", 1);
+    members[0].process.child.signal(libc::SIGHUP);
+    all_apply(&client, &members, pushed, BOUND).await;
+    let log = members[0].process.log_text();
+    let (sighup, applied) = (
+        log.find("SIGHUP: reloading"),
+        log.find("configuration reloaded"),
+    );
+    assert!(
+        sighup.is_some() && applied.is_some() && sighup < applied,
+        "the SIGHUP did not come during the apply's reload (its component compiled too fast?):\n{log}"
+    );
+
+    let answer = client
+        .post(members[0].process.url("/debug/reload"))
+        .bearer_auth("t1")
+        .send()
+        .await
+        .expect("POST /debug/reload");
+    let body = answer.text().await.expect("its body");
+    assert!(
+        body.contains("configuration reloaded: generation 3"),
+        "start 1, the revision 2, this reload 3: {body}\n{}",
+        members[0].process.log_text()
     );
 }
 

@@ -112,7 +112,8 @@ impl GatewayProcess {
         GatewayProcess::spawn_with(manifest, &[], env)
     }
 
-    fn spawn_with(manifest: &Path, args: &[&str], env: &[(&str, &str)]) -> GatewayProcess {
+    /// The same, with more arguments and these variables.
+    pub fn spawn_with(manifest: &Path, args: &[&str], env: &[(&str, &str)]) -> GatewayProcess {
         let child = Command::new(binary())
             .args(["run", "--config"])
             .arg(manifest)
