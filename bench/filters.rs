@@ -240,7 +240,7 @@ impl WasmtimeFloor {
             .await
             .expect("room");
         let state = FilterState::new(self.identity.clone(), 64 << 20).expect("state");
-        let mut store = wasmtime::Store::new(&self.engine, StoreData::new(state, memory, 64 << 20));
+        let mut store = wasmtime::Store::new(&self.engine, StoreData::new(state, memory));
         store.limiter(|data| data);
         store.epoch_deadline_callback(|_| Ok(wasmtime::UpdateDeadline::Yield(1)));
         store.set_epoch_deadline(1);

@@ -8,7 +8,7 @@
 #
 #   filters/build.sh                 build every filter, print the .wasm paths
 #   filters/build.sh --only python   build only the filters of one language
-#                                    (rust, python, js, c; repeatable)
+#                                    (rust, python, js, c, wat; repeatable)
 #   filters/build.sh DIR...          build only the filters in these folders
 #                                    (the language is told from the files)
 #   filters/build.sh --dist DIR      put the components in DIR, not filters/dist
@@ -48,7 +48,7 @@ CALLER_DIR="$PWD"
 TARGET_DIR="${WASMGATE_FILTER_TARGET_DIR:-${HOME:?HOME is not set}/.cache/wasmgate/filters-target}"
 TOOLS_DIR="${WASMGATE_TOOLS_DIR:-$HOME/.cache/wasmgate/tools}"
 RUST_TARGET="wasm32-wasip2"
-LANGUAGES=(rust python js c)
+LANGUAGES=(rust python js c wat)
 
 # Pinned tool versions. Bumping one rebuilds that language's components.
 COMPONENTIZE_PY_VERSION=0.25.1        # PyPI componentize-py
@@ -207,6 +207,8 @@ dir_language() {
         echo js
     elif [[ -f "$dir/filter.c" ]]; then
         echo c
+    elif [[ -f "$dir/component.wat" ]]; then
+        echo wat
     fi
 }
 
@@ -294,6 +296,7 @@ source_files() {
         js) find . -type f \( -name '*.js' -o -name '*.mjs' -o -name 'package.json' \) ! -name '*.test.js' \
             ! -path './node_modules/*' ! -path './dist/*' ;;
         c) find . -maxdepth 1 -type f \( -name '*.c' -o -name '*.h' \) ! -name 'test_*.c' ;;
+        wat) find . -maxdepth 1 -type f -name 'component.wat' ;;
     esac
 }
 
@@ -788,6 +791,35 @@ test_c() {
             "$TARGET_DIR/c/test-$name" >&2 || die "the tests of $dir failed"
     done < <(filter_dirs c)
 }
+
+# ---------------------------------------------------------------------------
+# WAT: a component written by hand in the WebAssembly text format
+# (component.wat), parsed and validated with wasm-tools. The test fixtures
+# that need what no language toolchain makes on request (several core
+# instances with their own memories, a table grown at will) are written so.
+# ---------------------------------------------------------------------------
+
+# Run in build_cached's scratch folder.
+parse_wat() {
+    "$WASM_TOOLS" parse "$1/component.wat" -o out.wasm && "$WASM_TOOLS" validate out.wasm
+}
+
+build_wat() {
+    local dir
+    [[ -n "$(filter_dirs wat)" ]] || return 0
+    tools_wat
+    while read -r dir; do
+        log "wat: $(basename "$dir")"
+        build_cached wat "$dir" "$(build_key wat "$dir" "wasm-tools $WASM_TOOLS_VERSION")" parse_wat "$dir"
+    done < <(filter_dirs wat)
+}
+
+tools_wat() {
+    ensure_wasm_tools
+}
+
+# A component in WAT has no unit tests of its own: the gateway's tests run it.
+test_wat() { :; }
 
 # ---------------------------------------------------------------------------
 

@@ -330,19 +330,12 @@ impl Drop for MemoryShare {
 pub struct StoreData {
     pub(crate) state: FilterState,
     memory: MemoryShare,
-    /// The filter's own cap: growth past it is the filter's failure (a
-    /// trap), so it is left to the filter's budget and never charged.
-    filter_cap: usize,
 }
 
 impl StoreData {
-    /// A store's data: the filter's state, its share of the memory budget and the filter's own memory cap in bytes.
-    pub fn new(state: FilterState, memory: MemoryShare, filter_cap: u64) -> Self {
-        StoreData {
-            state,
-            memory,
-            filter_cap: usize::try_from(filter_cap).unwrap_or(usize::MAX),
-        }
+    /// A store's data: the filter's state and its share of the memory budget.
+    pub fn new(state: FilterState, memory: MemoryShare) -> Self {
+        StoreData { state, memory }
     }
 
     /// The total size of the store's linear memories, in bytes.
@@ -364,7 +357,11 @@ impl wasmtime::ResourceLimiter for StoreData {
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired <= self.filter_cap && !self.memory.grow(desired.saturating_sub(current)) {
+        // A growth past the filter's own cap is the filter's failure (a
+        // trap), left to its budget and never charged.
+        if self.state.memory.admits(current, desired)
+            && !self.memory.grow(desired.saturating_sub(current))
+        {
             return Ok(false);
         }
         self.state.memory.memory_growing(current, desired, maximum)

@@ -644,10 +644,7 @@ impl<K: Kind> LoadedFilter<K> {
             .map_err(Unanswered::Exhausted)?;
         let state = FilterState::new(self.identity.clone(), self.spec.memory)
             .map_err(|error| classify(error, false))?;
-        let mut store = Store::new(
-            &self.engine,
-            StoreData::new(state, memory, self.spec.memory),
-        );
+        let mut store = Store::new(&self.engine, StoreData::new(state, memory));
         store.limiter(|data| data);
         // What the host copies out of the guest in one call (an answer, an
         // import's arguments) is held to the filter's own memory cap, as
@@ -715,7 +712,7 @@ impl<K: Kind> LoadedFilter<K> {
         instance.calls += 1;
         let memory = &instance.store.data().state.memory;
         if memory.nearly_spent() {
-            self.retire(instance.calls, memory.largest());
+            self.retire(instance.calls, memory.total());
             return;
         }
         // A call waiting for room gets this instance's slot and memory.

@@ -137,34 +137,47 @@ fn poisoned() -> std::io::Error {
 }
 
 /// A store's memory cap (the manifest's `memory`), and how far its
-/// linear memories have grown towards it.
+/// linear memories have grown towards it, together. A component may hold
+/// several memories (one for each of its core instances that defines one, as
+/// a toolchain that links modules with their own memories makes), while
+/// wasmtime asks about each memory alone: the size it is given is that
+/// memory's. So the cap is held here, against the sum of every growth
+/// granted, each memory's initial size included (wasmtime asks for it as a
+/// growth from nothing); held to each memory alone, a filter with two
+/// memories had twice its `memory`.
 pub(crate) struct MemoryBudget {
     limits: StoreLimits,
     cap: usize,
-    /// The size of the store's largest linear memory.
-    largest: usize,
+    /// The size of the store's linear memories, together.
+    total: usize,
 }
 
 impl MemoryBudget {
     fn new(cap: usize) -> Self {
         MemoryBudget {
-            limits: wasmtime::StoreLimitsBuilder::new().memory_size(cap).build(),
+            limits: wasmtime::StoreLimitsBuilder::new().build(),
             cap,
-            largest: 0,
+            total: 0,
         }
     }
 
-    /// True once a memory has grown past three quarters of the cap. An
+    /// Whether a memory of `current` bytes may grow to `desired` within the
+    /// cap, the store's other memories counted.
+    pub(crate) fn admits(&self, current: usize, desired: usize) -> bool {
+        self.total.saturating_add(desired.saturating_sub(current)) <= self.cap
+    }
+
+    /// True once the memories have grown past three quarters of the cap. An
     /// instance that keeps growing (a guest heap that fragments, a leak)
     /// would otherwise reach the cap mid-call and trap; a pooled one this
     /// full is retired instead of reused.
     pub(crate) fn nearly_spent(&self) -> bool {
-        self.largest > self.cap / 4 * 3
+        self.total > self.cap / 4 * 3
     }
 
-    /// The size of the store's largest linear memory, in bytes.
-    pub(crate) fn largest(&self) -> usize {
-        self.largest
+    /// The size of the store's linear memories together, in bytes.
+    pub(crate) fn total(&self) -> usize {
+        self.total
     }
 
     /// The cap, in bytes.
@@ -174,15 +187,19 @@ impl MemoryBudget {
 }
 
 impl wasmtime::ResourceLimiter for MemoryBudget {
+    /// A growth that failed after it was granted (wasmtime could not map
+    /// the memory) stays counted: the total is never less than the memories
+    /// hold, so the cap errs towards refusing.
     fn memory_growing(
         &mut self,
         current: usize,
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        let allowed = self.limits.memory_growing(current, desired, maximum)?;
+        let allowed = self.admits(current, desired)
+            && self.limits.memory_growing(current, desired, maximum)?;
         if allowed {
-            self.largest = self.largest.max(desired);
+            self.total = self.total.saturating_add(desired.saturating_sub(current));
         }
         Ok(allowed)
     }

@@ -20,10 +20,15 @@ use crate::support::*;
 /// then RBAC (which allows `/open/*` and `/fault/*` to everyone).
 /// A manifest with `fault-authz` (these settings) first on `/fault/*`.
 fn fault_manifest(upstream: &Upstream, settings: &str) -> String {
+    authorizer_manifest(upstream, "fault-authz", settings)
+}
+
+/// The same with `component` in fault-authz's place.
+fn authorizer_manifest(upstream: &Upstream, component: &str, settings: &str) -> String {
     let faults = filter(
         "authorization.filters",
         "faults",
-        "fault-authz",
+        component,
         None,
         &format!("match = {{ path_prefixes = [\"/fault/\"] }}\n{settings}"),
     );
@@ -217,6 +222,44 @@ async fn a_memory_hungry_filter_is_capped_and_rss_stays_bounded() {
     echo(&alice_gets(&client, gateway.url("/fault/allow")).await);
 }
 
+/// A filter's `memory` holds for all its linear memories together:
+/// grow-authz's two core instances each grow their own memory to 3 MiB,
+/// 6 MiB in all. Within an 8 MiB cap it answers; within 4 MiB the second
+/// growth is refused, which the guest takes as any allocator does (a trap),
+/// as `alloc` is capped. The cap held for each memory alone, so each 3 MiB
+/// fitted a 4 MiB cap and the filter had twice its `memory`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_cap_holds_for_all_of_a_filters_memories_together() {
+    let upstream = Upstream::start().await;
+    let roomy = TestGateway::start(&authorizer_manifest(
+        &upstream,
+        "grow-authz",
+        "memory = \"8MiB\"\n",
+    ))
+    .await;
+    let tight = TestGateway::start(&authorizer_manifest(
+        &upstream,
+        "grow-authz",
+        "memory = \"4MiB\"\n",
+    ))
+    .await;
+    let client = http_client();
+    echo(&alice_gets(&client, roomy.url("/fault/memories")).await);
+    capped(&alice_gets(&client, tight.url("/fault/memories")).await);
+    // The filter goes on answering what fits.
+    echo(&alice_gets(&client, tight.url("/fault/allow")).await);
+}
+
+/// The answer to a filter that trapped at a cap: the authorization stage
+/// failed, closed.
+fn capped(answer: &Answer) {
+    let status = answer.assert_status(500, "InternalError");
+    assert_eq!(
+        status["message"],
+        "Internal error occurred: the authorization stage failed"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pooled_instance_that_keeps_growing_is_retired_before_its_cap() {
     let upstream = Upstream::start().await;
@@ -316,13 +359,8 @@ async fn an_answer_is_copied_out_of_a_filter_no_larger_than_its_memory() {
 }
 
 async fn gateway_alloc(client: &reqwest::Client, gateway: &TestGateway) {
-    let answer = alice_gets(client, gateway.url("/fault/alloc")).await;
     // A trap (allocation failed at the cap), not a timeout.
-    let status = answer.assert_status(500, "InternalError");
-    assert_eq!(
-        status["message"],
-        "Internal error occurred: the authorization stage failed"
-    );
+    capped(&alice_gets(client, gateway.url("/fault/alloc")).await);
 }
 
 fn manifest_with_pin(pin: &str) -> String {
