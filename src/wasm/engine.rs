@@ -17,7 +17,7 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 
 use super::capacity::StoreData;
 use super::epoch::EpochTicker;
-use super::state::FilterState;
+use super::state::{FilterState, MAX_TABLE_ELEMENTS};
 use crate::config::bounds::{COMPILED_COMPONENT_FILE, COMPONENT_FILE};
 use crate::config::files::read_limited;
 
@@ -310,6 +310,7 @@ fn engine_config(pooling: bool) -> Config {
             // slots, not by every slot the pool ever handed out (the default
             // allows 100 unused, 400 MiB).
             .max_unused_warm_slots(MAX_UNUSED_WARM_SLOTS)
+            .table_elements(MAX_TABLE_ELEMENTS)
             .table_keep_resident(64 << 10)
             .pagemap_scan(Enabled::Auto);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));

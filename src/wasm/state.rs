@@ -136,6 +136,14 @@ fn poisoned() -> std::io::Error {
     std::io::Error::other("the sink's lock is poisoned")
 }
 
+/// The most elements one of a filter's tables may hold, on either engine:
+/// the instance pool reserves this many for each table
+/// (`PoolingAllocationConfig::table_elements`, wasmtime's default), and a
+/// store's limits hold the fallback engine, which allocates on demand, to
+/// the same. Each element is a pointer in the host, outside the filter's
+/// `memory`: 160 KiB a table.
+pub(super) const MAX_TABLE_ELEMENTS: usize = 20_000;
+
 /// A store's memory cap (the manifest's `memory`), and how far its
 /// linear memories have grown towards it, together. A component may hold
 /// several memories (one for each of its core instances that defines one, as
@@ -155,7 +163,9 @@ pub(crate) struct MemoryBudget {
 impl MemoryBudget {
     fn new(cap: usize) -> Self {
         MemoryBudget {
-            limits: wasmtime::StoreLimitsBuilder::new().build(),
+            limits: wasmtime::StoreLimitsBuilder::new()
+                .table_elements(MAX_TABLE_ELEMENTS)
+                .build(),
             cap,
             total: 0,
         }

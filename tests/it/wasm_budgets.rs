@@ -250,6 +250,40 @@ async fn a_memory_cap_holds_for_all_of_a_filters_memories_together() {
     echo(&alice_gets(&client, tight.url("/fault/allow")).await);
 }
 
+/// The same on the engine a host falls back to when it cannot reserve the
+/// instance pool, where a table is bounded as the pool bounds one (20,000
+/// elements): grow-authz's growth of a table by a million elements (8 MB of
+/// the gateway's memory, outside any `memory` cap) is refused, a trap. The
+/// fallback bounded no table, so the growth was granted and answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fallback_engine_bounds_memories_and_tables_as_the_pool_does() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let dir = new_dir();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(
+        &path,
+        authorizer_manifest(&upstream, "grow-authz", "memory = \"4MiB\"\n"),
+    )
+    .expect("write the manifest");
+    let gateway = GatewayProcess::spawn_without_the_pool(&path, &[]);
+    let client = http_client();
+    echo(&alice_gets(&client, gateway.url("/fault/allow")).await);
+    capped(&alice_gets(&client, gateway.url("/fault/table")).await);
+    capped(&alice_gets(&client, gateway.url("/fault/memories")).await);
+    echo(&alice_gets(&client, gateway.url("/fault/allow")).await);
+}
+
+/// The pooled engine refuses grow-authz's table growth too (its own bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_bounds_a_filters_table() {
+    let upstream = Upstream::start().await;
+    let gateway = TestGateway::start(&authorizer_manifest(&upstream, "grow-authz", "")).await;
+    let client = http_client();
+    capped(&alice_gets(&client, gateway.url("/fault/table")).await);
+    echo(&alice_gets(&client, gateway.url("/fault/allow")).await);
+}
+
 /// The answer to a filter that trapped at a cap: the authorization stage
 /// failed, closed.
 fn capped(answer: &Answer) {

@@ -112,9 +112,44 @@ impl GatewayProcess {
         GatewayProcess::spawn_with(manifest, &[], env)
     }
 
+    /// The same, with the binary's address space held to `bytes`
+    /// (`RLIMIT_AS`): too little for the engine's instance pool, which
+    /// reserves terabytes, so the gateway runs filters on its fallback
+    /// engine, allocating each instance on demand.
+    pub fn spawn_without_the_pool(manifest: &Path, args: &[&str]) -> GatewayProcess {
+        const ADDRESS_SPACE: u64 = 64 << 30;
+        let mut command = GatewayProcess::command(manifest, args, &[]);
+        // SAFETY: setrlimit is async-signal-safe and touches nothing of the
+        // parent's; it runs in the child between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                let limit = libc::rlimit {
+                    rlim_cur: ADDRESS_SPACE,
+                    rlim_max: ADDRESS_SPACE,
+                };
+                if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let gateway = GatewayProcess::start(command);
+        assert!(
+            gateway.log_text().contains("pooling allocator unavailable"),
+            "the gateway reserved its instance pool within {ADDRESS_SPACE} bytes: {}",
+            gateway.log_text()
+        );
+        gateway
+    }
+
     /// The same, with more arguments and these variables.
     pub fn spawn_with(manifest: &Path, args: &[&str], env: &[(&str, &str)]) -> GatewayProcess {
-        let child = Command::new(binary())
+        GatewayProcess::start(GatewayProcess::command(manifest, args, env))
+    }
+
+    fn command(manifest: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut command = Command::new(binary());
+        command
             .args(["run", "--config"])
             .arg(manifest)
             .args(args)
@@ -122,9 +157,12 @@ impl GatewayProcess {
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the wasmgate binary");
+            .stderr(Stdio::piped());
+        command
+    }
+
+    fn start(mut command: Command) -> GatewayProcess {
+        let child = command.spawn().expect("start the wasmgate binary");
         let mut child = ChildGuard::new(child);
         let stderr = child.child_mut().stderr.take().expect("the child's stderr");
         let log = Arc::new(Mutex::new(Vec::new()));
