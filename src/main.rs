@@ -414,8 +414,62 @@ fn init_logging(format: LogFormat) {
         .with_writer(std::io::stderr)
         .with_ansi(ansi);
     match format {
-        LogFormat::Text => builder.init(),
+        LogFormat::Text => builder.fmt_fields(text_log::EscapedFields).init(),
         LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// The text log's fields, one line an event.
+mod text_log {
+    use tracing_subscriber::field::RecordFields;
+    use tracing_subscriber::fmt::FormatFields;
+    use tracing_subscriber::fmt::format::{DefaultFields, Writer};
+
+    /// The fields (the message among them) as tracing's default text
+    /// format writes them, with every control character it leaves escaped as
+    /// Rust escapes it (`\n`, `\r`, `\t`; tracing writes the ones a
+    /// terminal acts on, ESC and BEL, as `\x1b` and `\x07` already): words
+    /// the gateway does not choose,
+    /// a filter's `host.log` line above all, stay on their event's line, so
+    /// they cannot forge another event or drive a terminal. klog quotes a
+    /// value's non-printable characters so
+    /// (`vendor/k8s.io/klog/v2/internal/serialize/keyvalues.go`,
+    /// `writeStringValue`). The JSON log escapes them already.
+    pub(super) struct EscapedFields;
+
+    impl<'writer> FormatFields<'writer> for EscapedFields {
+        fn format_fields<R: RecordFields>(
+            &self,
+            mut writer: Writer<'writer>,
+            fields: R,
+        ) -> std::fmt::Result {
+            let mut plain = String::new();
+            DefaultFields::new().format_fields(Writer::new(&mut plain), fields)?;
+            escape_controls(&plain, &mut writer)
+        }
+    }
+
+    fn escape_controls(text: &str, out: &mut impl std::fmt::Write) -> std::fmt::Result {
+        for c in text.chars() {
+            if c.is_control() {
+                write!(out, "{}", c.escape_default())?;
+            } else {
+                out.write_char(c)?;
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn control_characters_are_escaped_and_the_rest_kept() {
+            let mut out = String::new();
+            escape_controls("one\nforged: two\r\u{1b}[2K\tü \\n \"q\"", &mut out).unwrap();
+            assert_eq!(out, r#"one\nforged: two\r\u{1b}[2K\tü \n "q""#);
+        }
     }
 }
 

@@ -187,6 +187,51 @@ async fn a_filters_log_line_is_held_to_4_kib() {
     assert!(line.contains("... (1044493 more bytes)"), "{line}");
 }
 
+/// A line a filter logs is one line of the text log: its control
+/// characters are escaped, so a line break in it cannot forge another event
+/// (the line logged arrived as two, the second `forged: ...`; tracing
+/// escaped its ESC alone, as `\x1b`). The JSON log
+/// carries it as it was, escaped by JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filters_log_line_is_one_line_of_the_text_log() {
+    const LOGGED: &str = "fault-authz: one line\nforged: a second line\r\u{1b}[2K";
+    build_filters();
+    let upstream = Upstream::start().await;
+    let dir = new_dir();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, fault_manifest(&upstream, "")).expect("write the manifest");
+    let client = http_client();
+    let logged = async |gateway: &GatewayProcess| {
+        echo(&alice_gets(&client, gateway.url("/fault/log-lines")).await);
+        eventually("the filter's log line", || {
+            let log = gateway.log_text();
+            async move {
+                log.lines()
+                    .find(|line| line.contains("fault-authz: one line"))
+                    .map(str::to_owned)
+            }
+        })
+        .await
+    };
+
+    let text = GatewayProcess::spawn(&path);
+    let line = logged(&text).await;
+    assert!(
+        line.contains(r"fault-authz: one line\nforged: a second line\r\x1b[2K"),
+        "{line}"
+    );
+    let log = text.log_text();
+    assert!(
+        !log.lines().any(|line| line.starts_with("forged")),
+        "a forged line: {log}"
+    );
+
+    let json = GatewayProcess::spawn_with_args(&path, &["--log-format", "json"]);
+    let line = logged(&json).await;
+    let event: serde_json::Value = serde_json::from_str(&line).expect("a JSON event");
+    assert_eq!(event["fields"]["message"], LOGGED, "{line}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_hungry_filter_is_capped_and_rss_stays_bounded() {
     let upstream = Upstream::start().await;

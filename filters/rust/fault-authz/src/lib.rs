@@ -10,6 +10,9 @@ use wasmgate_filter::types::RequestInfo;
 
 const NAME: &str = "fault-authz";
 
+/// What `log-lines` logs.
+const LOG_LINES: &str = "one line\nforged: a second line\r\u{1b}[2K";
+
 struct Filter;
 
 /// The word a request carries: the last segment of its path, or the name
@@ -47,6 +50,12 @@ fn answer(word: &str, request: &RequestInfo) -> Decision {
     match word {
         "given" => Decision::Deny(given(request)),
         "allow" => Decision::Allow,
+        "log-lines" => {
+            // One line for the gateway's log that holds a line break, a
+            // carriage return and a terminal's escape sequence.
+            wasmgate_filter::warn!("{NAME}: {LOG_LINES}");
+            Decision::Allow
+        }
         "deny" => Decision::Deny(format!("{NAME}: deny requested")),
         // What WASI lets the filter see, told back in a denial: the
         // environment variable FAULT_ENV, and the file /data/fault.txt.
