@@ -141,7 +141,10 @@ impl Controller {
             "TimedoutRequests",
             "CancelledRequests",
         ])];
-        for level in &self.levels {
+        // By name, as kube's `dumpPriorityLevels` sorts them.
+        let mut levels: Vec<_> = self.levels.iter().collect();
+        levels.sort_by(|a, b| a.name.cmp(&b.name));
+        for level in levels {
             let LevelLimit::Limited(limited) = &level.limit else {
                 let mut row = vec![level.name.clone()];
                 row.extend(std::iter::repeat_n("<none>".to_owned(), 9));

@@ -543,6 +543,14 @@ async fn the_dumps_have_kubes_columns_and_show_the_queues() {
     for line in levels.lines().skip(1) {
         assert_eq!(starts(line), starts(header), "{levels}");
     }
+    // A row per level, by name, as kube's dumpPriorityLevels sorts them
+    // (`apf_controller_debug.go`).
+    let names: Vec<&str> = levels
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split(',').next())
+        .collect();
+    assert_eq!(names, ["catch-all", "exempt", "tenants"], "{levels}");
     let row = level_row(&levels, "tenants");
     // quiet's two requests: each joined the shortest queue of its hand.
     assert_eq!(&row[1..6], ["2", "false", "false", "2", "8"], "{levels}");
