@@ -103,7 +103,9 @@ mod tests {
         };
         assert_eq!(word(&at("/fault/deny")), "deny");
         assert_eq!(
-            word(&at("/apis/demo.example.io/v1/namespaces/default/widgets/trap")),
+            word(&at(
+                "/apis/demo.example.io/v1/namespaces/default/widgets/trap"
+            )),
             "trap"
         );
         assert_eq!(word(&at("/x/")), "");
