@@ -773,16 +773,17 @@ async fn enabled_without_schemas_is_kubes_suggested_configuration() {
         .skip(1)
         .map(|line| line.split(',').next().unwrap())
         .collect();
+    // By name, as kube's dumpPriorityLevels lists them.
     assert_eq!(
         names,
         [
+            "catch-all",
             "exempt",
-            "system",
-            "leader-election",
-            "workload-high",
-            "workload-low",
             "global-default",
-            "catch-all"
+            "leader-election",
+            "system",
+            "workload-high",
+            "workload-low"
         ]
     );
     // An authenticated user is global-default's; system:masters exempt.
