@@ -357,7 +357,7 @@ impl UserInfo {
     /// Puts `system:anonymous` in `system:unauthenticated` (last) unless it
     /// is there, as kube's `WithImpersonation` does for an impersonated
     /// anonymous user
-    /// (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation.go`).
+    /// (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation/impersonation.go`).
     pub(crate) fn add_unauthenticated_group(&mut self) {
         if self.name == ANONYMOUS_USER && !self.in_group(ALL_UNAUTHENTICATED) {
             self.groups.push(ALL_UNAUTHENTICATED.to_owned());

@@ -292,7 +292,7 @@ fn remove_impersonation_headers(headers: &mut HeaderMap) {
 
 #[cfg(test)]
 mod tests {
-    //! kube's `WithImpersonation` (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation.go`),
+    //! kube's `WithImpersonation` (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation/impersonation.go`),
     //! checked on the filter alone with authorization allowing everything
     //! (the checks through real authorizers run in the integration tests),
     //! in front of a stub next handler that records the user it ran as and
