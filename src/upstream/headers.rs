@@ -8,6 +8,11 @@
 //!   theirs once they have acted on them). [`prepare_request_headers`] is the
 //!   one place they are removed, and the place where headers the gateway
 //!   sets from the authenticated user would go.
+//! - `Proxy` is dropped: no HTTP standard defines it, and a server that
+//!   reads headers as CGI variables takes it as `HTTP_PROXY`, the variable
+//!   its HTTP client reads its outbound proxy from ("httpoxy": a client
+//!   would send the upstream's own outbound calls through a proxy of its
+//!   choosing). Go's `net/http/cgi` skips it for that reason.
 //! - The forwarding headers follow the request's
 //!   [`ClientOrigin`](crate::context::ClientOrigin): from a trusted proxy,
 //!   `X-Forwarded-For` is appended to and `Forwarded`, `X-Real-IP` and the
@@ -55,6 +60,7 @@ pub(super) fn prepare_request_headers(headers: &mut HeaderMap, extensions: &Exte
         // sends the one it means, and `Audit-ID` is the gateway's.
         let underscored = matches!(dashed, Cow::Owned(_));
         is_hop_by_hop(&dashed)
+            || dashed == "proxy"
             || is_client_identity(&dashed)
             || ((underscored || !believed) && is_forwarding(&dashed))
             || (underscored && dashed == AUDIT_ID_HEADER.as_str())

@@ -7,7 +7,7 @@
 //! Host (missing, repeated, invalid, disagreeing with `:authority`);
 //! forwarding headers from untrusted and trusted peers, and the audit
 //! event's `sourceIPs` that follows the same trust; client identity headers;
-//! `Audit-ID`; method and path override headers; transfer codings and
+//! `Proxy`; `Audit-ID`; method and path override headers; transfer codings and
 //! request smuggling (`Content-Length` with `Transfer-Encoding`, duplicated
 //! `Content-Length`); obs-fold; bare LF; oversized headers; `nosniff` on
 //! every answer.
@@ -588,6 +588,31 @@ async fn identity_and_forwarding_headers_spelled_with_underscores_never_pass() {
         .collect();
     assert_eq!(names, ["x_kept"], "{echo}");
     assert_eq!(echoed_values(&echo, "x-forwarded-for"), ["127.0.0.1"]);
+}
+
+/// `Proxy` ("httpoxy"): an upstream reading headers as CGI variables takes
+/// it as `HTTP_PROXY`, its own HTTP client's outbound proxy, so a client
+/// could route the upstream's outbound calls through a proxy of its own.
+/// It never passes, over either protocol; `Proxy-Foo` and the like do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_header_never_reaches_the_upstream() {
+    let upstream = Upstream::start().await;
+    let gateway = gateway(&upstream).await;
+    let lines = [
+        "Host: gw.example",
+        "Proxy: http://6.6.6.6:3128",
+        "Proxy-Kept: yes",
+    ];
+    let echo = raw(gateway.addr, &get_with("/up/id", &lines)).await.echo();
+    assert!(echoed_values(&echo, "proxy").is_empty(), "{echo}");
+    assert_eq!(echoed_values(&echo, "proxy-kept"), ["yes"], "{echo}");
+
+    let request = h2_request(&format!("http://gw.example:{}/up/id", gateway.addr.port()))
+        .header("proxy", "http://6.6.6.6:3128")
+        .header("proxy-kept", "yes");
+    let echo = h2_echo(&h2(gateway.addr, request.body(Empty::new()).expect("a request")).await);
+    assert!(echoed_values(&echo, "proxy").is_empty(), "{echo}");
+    assert_eq!(echoed_values(&echo, "proxy-kept"), ["yes"], "{echo}");
 }
 
 // ---------------------------------------------------------------------------
