@@ -473,7 +473,7 @@ async fn as_alice_upstream(gateway: &TestGateway, headers: Headers<'_>) -> Value
 }
 
 /// The impersonated user reaches the upstream as kube's `WithImpersonation`
-/// (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation.go`)
+/// (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation/impersonation.go`)
 /// makes it: `system:anonymous` in `system:unauthenticated`; a service
 /// account in its groups only when no `Impersonate-Group` names others; a
 /// user in `system:unauthenticated` not in `system:authenticated`; an
