@@ -2,7 +2,7 @@
 //! behind the gateway, merged as kube's aggregator merges its APIServices'
 //! specs (`staging/src/k8s.io/kube-aggregator/pkg/controllers/openapi/aggregator/aggregator.go`,
 //! `.../openapiv3/aggregator/aggregator.go`) and served as kube-openapi's
-//! handlers serve them (`staging/src/k8s.io/kube-openapi/pkg/handler/handler.go`,
+//! handlers serve them (`vendor/k8s.io/kube-openapi/pkg/handler/handler.go`,
 //! `.../handler3/handler.go`): an `ETag` (the document's SHA-512, upper-case
 //! hex), `304` on a matching `If-None-Match`, and v3's root listing each
 //! group version at a `serverRelativeURL` that carries that hash; a request
@@ -52,7 +52,7 @@ const V3: &str = "/openapi/v3";
 
 /// kube-openapi's protobuf media types for v2 (`subTypeProtobufDeprecated`,
 /// the one client-go asks for, and `subTypeProtobuf` in
-/// `staging/src/k8s.io/kube-openapi/pkg/handler/handler.go`); both are
+/// `vendor/k8s.io/kube-openapi/pkg/handler/handler.go`); both are
 /// answered as the second.
 const V2_PROTOBUF_ASKED: [&str; 2] = [
     "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
@@ -304,7 +304,7 @@ fn accept_json(headers: &HeaderMap) -> Result<(), GatewayError> {
     negotiate(headers, &[("application/json", ())])
 }
 
-/// kube-openapi's choice among `forms` (`staging/src/k8s.io/kube-openapi/pkg/handler/handler.go`):
+/// kube-openapi's choice among `forms` (`vendor/k8s.io/kube-openapi/pkg/handler/handler.go`):
 /// the first of `Accept`'s ranges, preferred first ([`crate::accept`]),
 /// that takes one of `forms`, in their order, wins; `406` when none does.
 /// No `Accept` is `*/*`.

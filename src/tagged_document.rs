@@ -1,7 +1,7 @@
 //! A document served with an entity tag, as kube serves its discovery and
 //! OpenAPI documents: the `ETag` is the quoted upper-case hex of the
 //! document's SHA-512 (kube-openapi's `computeETag` in
-//! `staging/src/k8s.io/kube-openapi/pkg/handler/handler.go`, and
+//! `vendor/k8s.io/kube-openapi/pkg/handler/handler.go`, and
 //! `calculateETag` in
 //! `staging/src/k8s.io/apiserver/pkg/endpoints/discovery/aggregated/etag.go`),
 //! and a request whose `If-None-Match` names it is answered `304 Not
@@ -38,7 +38,7 @@ impl TaggedDocument {
     /// The same document in another encoding, `bytes`, with this one's
     /// tag: kube-openapi's protobuf cache re-uses the JSON's ETag ("We can
     /// re-use the same etag as json because of the Vary header", in
-    /// `staging/src/k8s.io/kube-openapi/pkg/handler/handler.go`).
+    /// `vendor/k8s.io/kube-openapi/pkg/handler/handler.go`).
     pub(crate) fn other_form(&self, bytes: Bytes) -> Self {
         TaggedDocument {
             bytes,

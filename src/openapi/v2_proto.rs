@@ -1,7 +1,7 @@
 //! The merged v2 document as gnostic's OpenAPI v2 protobuf `Document`, the
 //! form kube-openapi serves to a client that asks for
 //! `application/com.github.proto-openapi.spec.v2@v1.0+protobuf`
-//! (`ToProtoBinary` in `staging/src/k8s.io/kube-openapi/pkg/handler/handler.go`:
+//! (`ToProtoBinary` in `vendor/k8s.io/kube-openapi/pkg/handler/handler.go`:
 //! gnostic's `openapi_v2.ParseDocument`, then `proto.Marshal`). client-go's
 //! `DiscoveryClient.OpenAPISchema()` asks for it, and kubectl reads it for
 //! `explain --output plaintext-openapiv2` and as `apply`'s and `edit`'s
