@@ -1,6 +1,7 @@
 //! `GET /version` (and `/version/`): the gateway's own `version.Info`, as
-//! kube's core server answers it (`staging/src/k8s.io/apiserver/pkg/endpoints/handlers/version.go`
-//! over `k8s.io/apimachinery/pkg/version.Info`). Every field kube sends is
+//! kube's core server answers it (`routes.Version` in
+//! `staging/src/k8s.io/apiserver/pkg/server/routes/version.go`, over
+//! `k8s.io/apimachinery/pkg/version.Info`). Every field kube sends is
 //! present (the Python client's `VersionInfo` refuses a missing one);
 //! `goVersion` is empty, as the gateway is not built by Go. A route that
 //! claims `/version` (a real API server behind the gateway) answers instead.
