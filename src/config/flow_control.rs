@@ -4,8 +4,10 @@
 //! Completion fills kube's defaults, adds the mandatory `exempt` and
 //! `catch-all` objects when missing (as `apf_controller.go` imagines them),
 //! gives `enabled = true` without levels or schemas kube's suggested
-//! configuration (`pkg/apis/flowcontrol/bootstrap/default.go`), and orders
-//! the schemas by matching precedence; `flow_control` (the module) runs it.
+//! configuration
+//! (`staging/src/k8s.io/apiserver/pkg/apis/flowcontrol/bootstrap/default.go`),
+//! and orders the schemas by matching precedence; `flow_control` (the
+//! module) runs it.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
