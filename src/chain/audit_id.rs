@@ -4,7 +4,7 @@
 //! the one the upstream receives, and every response carries it back.
 //!
 //! A client's ID is checked by kube's rules (`WithValidatingAuditInit`,
-//! `staging/src/k8s.io/apiserver/pkg/endpoints/filters/with_auditid.go`): at
+//! `staging/src/k8s.io/apiserver/pkg/endpoints/filters/audit_init.go`): at
 //! most 256 characters, letters and digits separated by hyphens, else a 400
 //! Status. kube reads the first of several `Audit-ID` headers; here two are
 //! a 400 too, since the gateway cannot tell which one the client meant.
