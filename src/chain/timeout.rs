@@ -121,7 +121,8 @@ impl Timeout {
         response.map(|body| Body::wrap(LongRunningBody::new(body, watch_ends, closing)))
     }
 
-    /// How long a watch lasts (kube's `serveWatch` in handlers/get.go): the
+    /// How long a watch lasts (kube's `ListResource` in handlers/get.go,
+    /// which hands it to `serveWatch` in handlers/watch.go): the
     /// client's `timeoutSeconds`, or a random time in [min, 2 × min) when it
     /// sent none or 0. None for every other long-running request.
     fn watch_timeout(&self, request: &Request) -> Option<Duration> {
