@@ -83,8 +83,10 @@ pub fn load_stages(config: &Config) -> Result<LoadedStages, ConfigError> {
 
 /// What this configuration's filters may hold at once. A call waits for
 /// room at most a quarter of the request timeout: the wait limit kube gives
-/// priority and fairness, whose total concurrency is the two in-flight
-/// limits' sum (`staging/src/k8s.io/apiserver/pkg/server/options/recommended.go`).
+/// priority and fairness (`RequestTimeout/4` in `DefaultBuildHandlerChain`,
+/// `staging/src/k8s.io/apiserver/pkg/server/config.go`), whose total
+/// concurrency is the two in-flight limits' sum
+/// (`staging/src/k8s.io/apiserver/pkg/server/options/recommended.go`).
 fn capacity(host: &WasmHost, limits: &Limits) -> Capacity {
     Capacity::new(
         limits.filter_instances,
