@@ -1,7 +1,7 @@
 //! Classification: the first flow schema, in matching order, whose rules
 //! match the request's user and request info names the request's priority
-//! level, and its distinguisher names its flow (kube's `apf_controller.go`
-//! `Match` and `matchesFlowSchema` in `apf_filter.go`/`rule.go`).
+//! level, and its distinguisher names its flow (kube's `startRequest` in
+//! `apf_controller.go` and `matchesFlowSchema` in `rule.go`).
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
