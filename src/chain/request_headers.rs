@@ -9,8 +9,9 @@
 //! them), decided here once for the upstream proxy and the audit log alike.
 //! An HTTP/2 request's `Cookie` fields, which a client may split (RFC 9113
 //! §8.2.3), are joined with `"; "` into one, as Go's HTTP/2 server joins
-//! them before kube's handlers see the request
-//! (`vendor/golang.org/x/net/http2/server.go`, `newWriterAndRequestNoBody`):
+//! them before kube's handlers see the request (`NewServerRequest` in
+//! `vendor/golang.org/x/net/internal/httpcommon/request.go`, called by
+//! `newWriterAndRequestNoBody` in `vendor/golang.org/x/net/http2/server.go`):
 //! the filters read one, and an HTTP/1.1 upstream gets one.
 
 use futures_util::future::BoxFuture;

@@ -132,9 +132,10 @@ async fn forwarded_headers_over_http2_and_a_base_path() {
 /// Over HTTP/2 a client may split `Cookie` into several fields (RFC 9113
 /// §8.2.3); they are joined with `"; "` into the one an HTTP/1.1 upstream
 /// takes, as Go's HTTP/2 server joins them before kube's handlers see the
-/// request (`vendor/golang.org/x/net/http2/server.go`,
-/// `newWriterAndRequestNoBody`). Over HTTP/1.1 the fields pass as sent, as
-/// Go's HTTP/1 server leaves them.
+/// request (`NewServerRequest` in
+/// `vendor/golang.org/x/net/internal/httpcommon/request.go`, called by
+/// `newWriterAndRequestNoBody` in `vendor/golang.org/x/net/http2/server.go`).
+/// Over HTTP/1.1 the fields pass as sent, as Go's HTTP/1 server leaves them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_cookie_fields_reach_the_upstream_as_one() {
     let upstream = Upstream::start().await;
