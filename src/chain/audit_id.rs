@@ -3,11 +3,15 @@
 //! the request's `Audit-ID` from here on, so the one the audit log records is
 //! the one the upstream receives, and every response carries it back.
 //!
-//! A client's ID is checked by kube's rules (`WithValidatingAuditInit`,
-//! `staging/src/k8s.io/apiserver/pkg/endpoints/filters/audit_init.go`): at
-//! most 256 characters, letters and digits separated by hyphens, else a 400
-//! Status. kube reads the first of several `Audit-ID` headers; here two are
-//! a 400 too, since the gateway cannot tell which one the client meant.
+//! kube's `withAuditInit`
+//! (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/audit_init.go`)
+//! records a client's ID as sent, so a client writes what it likes into the
+//! audit log and every system that reads it. Here a client's ID is checked:
+//! at most 256 characters, letters and digits separated by hyphens, else a
+//! 400 Status. The rule and its words are those of the validating filter
+//! kube has drafted (`WithValidatingAuditInit`), which no kube release has
+//! yet. kube reads the first of several `Audit-ID` headers; here two are a
+//! 400 too, since the gateway cannot tell which one the client meant.
 
 use bytes::Bytes;
 use futures_util::FutureExt;
@@ -19,7 +23,7 @@ use crate::context::{AUDIT_ID_HEADER, AuditId, RequestContext};
 use crate::handler::{Handler, SharedHandler};
 use crate::status::GatewayError;
 
-/// kube's `maxAuditIDLength`.
+/// The longest ID a client may give (the drafted `maxAuditIDLength`).
 const MAX_AUDIT_ID_LENGTH: usize = 256;
 
 pub(crate) struct AuditIdFilter {
@@ -64,7 +68,7 @@ fn client_audit_id(headers: &HeaderMap) -> Result<Option<HeaderValue>, GatewayEr
     }
     match first {
         Some(value) if !is_valid_audit_id(value.as_bytes()) => Err(GatewayError::BadRequest {
-            // kube's message, word for word.
+            // The drafted kube filter's message, word for word.
             message: "provided Audit-ID is invalid. Must be less than 256 characters in length \
                       and only contain alphanumeric characters separated by hyphens ('-')."
                 .to_owned(),
@@ -73,7 +77,7 @@ fn client_audit_id(headers: &HeaderMap) -> Result<Option<HeaderValue>, GatewayEr
     }
 }
 
-/// kube's `validateAuditID`: at most 256 bytes matching
+/// The drafted kube `validateAuditID`: at most 256 bytes matching
 /// `^([A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9]+)$` (so two characters at least,
 /// starting and ending with a letter or digit).
 fn is_valid_audit_id(id: &[u8]) -> bool {
@@ -104,7 +108,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn audit_ids_follow_kube_rules() {
+    fn audit_ids_follow_the_drafted_kube_rule() {
         let longest = "a".repeat(MAX_AUDIT_ID_LENGTH);
         for valid in ["ab", "a1", "foo-bar-baz", "4d1b4e0c-my-own-id", &longest] {
             assert!(is_valid_audit_id(valid.as_bytes()), "{valid:?}");
@@ -135,7 +139,7 @@ mod tests {
         ));
     }
 
-    /// A new ID is a lower-case UUID that kube's rule accepts, new each time.
+    /// A new ID is a lower-case UUID that the rule accepts, new each time.
     #[test]
     fn new_audit_ids_are_valid_uuids() {
         let first = new_audit_id().unwrap();
