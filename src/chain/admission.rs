@@ -157,6 +157,13 @@ impl Admission {
         // nothing to judge, and the body would be read for nothing.
         let (user, info) = RequestContext::of(&parts.extensions).requester("admission")?;
         let (text, mut draft, body, format) = self.object(&parts, body, operation).await?;
+        // The client's object is held to its path before any filter sees
+        // it, as kube's create, update and patch handlers hold it before
+        // admission: a filter judges the namespace and name the path, and
+        // authorization, gave.
+        if let Some(object) = &draft.value {
+            where_the_path_puts_it(object, operation, info)?;
+        }
         let mut review = review(&parts, operation, text, format);
         let watchers = Watchers::of(&parts.extensions);
         // kube's step metric: each phase's time, and whether it rejected.
@@ -247,13 +254,16 @@ impl Admission {
         } else {
             Format::of(parts, info)?
         };
-        // A patch needs the value: parsed at once when a filter that may
-        // answer one (a mutating one, enforced) is to be asked, and then
-        // the parse is the body's check.
+        // The value is needed to hold the object to its path, and for a
+        // patch: parsed at once when the path places the object or a
+        // filter that may answer a patch (a mutating one, enforced) is to
+        // be asked, and then the parse is the body's check.
         let parse = info.is_some_and(|info| {
-            self.mutating
-                .selected(info)
-                .any(|controller| controller.filter.spec.mode == Mode::Enforce)
+            the_path_places(operation, info)
+                || self
+                    .mutating
+                    .selected(info)
+                    .any(|controller| controller.filter.spec.mode == Mode::Enforce)
         });
         let limit = length(
             RequestContext::of(&parts.extensions)
@@ -463,11 +473,11 @@ fn given_to(
 const OTHER_NAMESPACE: &str =
     "the namespace of the provided object does not match the namespace sent on the request";
 
-/// Whether an object the mutating filters changed still belongs where the
-/// request's path put it, the path authorization decided on: a 400 as
-/// kube words it when a mutation moved it out. kube checks the object of a
-/// create, an update and a patch against the request
-/// (`staging/src/k8s.io/apiserver/pkg/endpoints/handlers/create.go`,
+/// Whether an object, the client's or what the mutating filters made of
+/// it, belongs where the request's path puts it, the path authorization
+/// decided on: a 400 as kube words it when it is elsewhere. kube checks the
+/// object of a create, an update and a patch against the request before
+/// admission (`staging/src/k8s.io/apiserver/pkg/endpoints/handlers/create.go`,
 /// `update.go`, `patch.go`), and its registry checks the namespace again
 /// after mutating admission (`BeforeCreate`, `BeforeUpdate` in
 /// `staging/src/k8s.io/apiserver/pkg/registry/rest/`); kube's webhook
@@ -486,13 +496,12 @@ fn where_the_path_puts_it(
     operation: Operation,
     info: &RequestInfo,
 ) -> Result<(), GatewayError> {
-    if !matches!(operation, Operation::Create | Operation::Update) {
+    if !the_path_places(operation, info) {
         return Ok(());
     }
     let patch = info.verb == "patch";
     let field = |pointer: &str| object.pointer(pointer).filter(|value| !value.is_null());
-    let namespace_itself = info.api_group.is_empty() && info.resource == "namespaces";
-    if !info.namespace.is_empty() && !namespace_itself {
+    if places_the_namespace(info) {
         let elsewhere = field("/metadata/namespace").is_some_and(|namespace| {
             namespace.as_str().is_none_or(|namespace| {
                 !namespace.is_empty() && namespace != info.namespace.as_str()
@@ -504,7 +513,7 @@ fn where_the_path_puts_it(
             });
         }
     }
-    if matches!(info.verb.as_str(), "update" | "patch") && !info.name.is_empty() {
+    if places_the_name(info) {
         let name = match field("/metadata/name") {
             None if patch => return Ok(()),
             None => String::new(),
@@ -521,6 +530,25 @@ fn where_the_path_puts_it(
         }
     }
     Ok(())
+}
+
+/// Whether the request's path says where its object belongs
+/// ([`where_the_path_puts_it`] has something to check).
+fn the_path_places(operation: Operation, info: &RequestInfo) -> bool {
+    matches!(operation, Operation::Create | Operation::Update)
+        && (places_the_namespace(info) || places_the_name(info))
+}
+
+/// A request in a namespace, for anything but a namespace itself, which
+/// belongs to none (`ExpectedNamespaceForResource`).
+fn places_the_namespace(info: &RequestInfo) -> bool {
+    let namespace_itself = info.api_group.is_empty() && info.resource == "namespaces";
+    !info.namespace.is_empty() && !namespace_itself
+}
+
+/// An update or a patch of a named object (`checkName`).
+fn places_the_name(info: &RequestInfo) -> bool {
+    matches!(info.verb.as_str(), "update" | "patch") && !info.name.is_empty()
 }
 
 /// What the object was read from: the body, or, for a connect request, the

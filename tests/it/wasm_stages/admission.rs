@@ -508,6 +508,102 @@ async fn a_connect_requests_options_cannot_be_mutated() {
     assert_eq!(upstream.hits(), 1);
 }
 
+/// The client's own object is held to its path before any filter sees it,
+/// as kube's create, update and patch handlers hold it before admission: a
+/// validating filter (which parses nothing for itself) is not asked about
+/// an object in another namespace or under another name, and the request
+/// is kube's 400 (not the filter's denial: the object is named `deny`),
+/// in JSON and in YAML. An object the path places where it is goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_object_is_held_to_its_path_before_admission() {
+    let upstream = Upstream::start().await;
+    let validating = admission_filter("validating", "faults", "fault-admission", None, "");
+    let gateway = core_gateway(&upstream, &validating).await;
+    let client = http_client();
+    let configmaps = "/api/v1/namespaces/default/configmaps";
+    let write = |method: reqwest::Method, path: &str, content_type: &str, body: String| {
+        client
+            .request(method, gateway.url(path))
+            .header("content-type", content_type)
+            .body(body)
+    };
+    let elsewhere = json!({"metadata": {"name": "deny", "namespace": "kube-system"}});
+    let other_namespace =
+        "the namespace of the provided object does not match the namespace sent on the request";
+    for (method, path, content_type, body) in [
+        (
+            reqwest::Method::POST,
+            configmaps.to_owned(),
+            "application/json",
+            elsewhere.to_string(),
+        ),
+        (
+            reqwest::Method::POST,
+            configmaps.to_owned(),
+            "application/yaml",
+            "metadata:\n  name: deny\n  namespace: kube-system\n".to_owned(),
+        ),
+        (
+            reqwest::Method::PUT,
+            format!("{configmaps}/deny"),
+            "application/json",
+            elsewhere.to_string(),
+        ),
+        (
+            reqwest::Method::PATCH,
+            format!("{configmaps}/deny"),
+            "application/merge-patch+json",
+            elsewhere.to_string(),
+        ),
+    ] {
+        let status = send(write(method.clone(), &path, content_type, body))
+            .await
+            .assert_status(400, "BadRequest");
+        assert_eq!(
+            status["message"], other_namespace,
+            "{method} {path} {content_type}"
+        );
+    }
+    let renamed = json!({"metadata": {"name": "deny", "namespace": "default"}});
+    for (method, content_type) in [
+        (reqwest::Method::PUT, "application/json"),
+        (reqwest::Method::PATCH, "application/merge-patch+json"),
+    ] {
+        let status = send(write(
+            method.clone(),
+            &format!("{configmaps}/other"),
+            content_type,
+            renamed.to_string(),
+        ))
+        .await
+        .assert_status(400, "BadRequest");
+        assert_eq!(
+            status["message"],
+            "the name of the object (deny) does not match the name on the URL (other)",
+            "{method}"
+        );
+    }
+    assert_eq!(
+        upstream.hits(),
+        0,
+        "no misplaced object reached the upstream"
+    );
+
+    let placed = json!({"metadata": {"name": "kept", "namespace": "default"}});
+    let unplaced = json!({"metadata": {"name": "kept"}});
+    for (method, path, body) in [
+        (reqwest::Method::POST, configmaps.to_owned(), &placed),
+        (reqwest::Method::POST, configmaps.to_owned(), &unplaced),
+        (reqwest::Method::PUT, format!("{configmaps}/kept"), &placed),
+    ] {
+        let echoed = echoed_body(&echo(
+            &send(write(method, &path, "application/json", body.to_string())).await,
+        ));
+        assert_eq!(&echoed, body);
+    }
+    assert_eq!(upstream.hits(), 3);
+}
+
 /// A mutation may not move the object out of the path authorization
 /// decided on: an object a mutating filter put in another namespace, or
 /// an updated or patched object it renamed, is kube's 400 with kube's
