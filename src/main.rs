@@ -215,7 +215,7 @@ enum LogFormat {
 enum Command {
     /// Serve the gateway described by a manifest.
     Run {
-        /// The TOML manifest, or the fleet's etcd: etcd://HOST:PORT/PREFIX.
+        /// The TOML manifest, or the fleet's etcd: etcd://HOST:PORT[,HOST:PORT...]/PREFIX.
         #[arg(long, short)]
         config: String,
         /// Threads serving requests (default: one per core). With 1, a
@@ -236,7 +236,7 @@ enum Command {
     Push {
         #[arg(long, short)]
         config: PathBuf,
-        /// The fleet: etcd://HOST:PORT/PREFIX.
+        /// The fleet: etcd://HOST:PORT[,HOST:PORT...]/PREFIX.
         #[arg(long)]
         to: String,
         #[command(flatten)]
@@ -247,7 +247,7 @@ enum Command {
         /// The revision to go back to (`wasmgate status` and the gateways name them).
         #[arg(long = "to")]
         revision: i64,
-        /// The fleet: etcd://HOST:PORT/PREFIX.
+        /// The fleet: etcd://HOST:PORT[,HOST:PORT...]/PREFIX.
         #[arg(long)]
         etcd: String,
         #[command(flatten)]
@@ -256,7 +256,7 @@ enum Command {
     /// Print the fleet: which gateway runs which revision, who refused
     /// what, who is gone.
     Status {
-        /// The fleet: etcd://HOST:PORT/PREFIX.
+        /// The fleet: etcd://HOST:PORT[,HOST:PORT...]/PREFIX.
         #[arg(long)]
         to: String,
         /// Print JSON instead of a table.

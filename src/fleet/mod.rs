@@ -32,11 +32,16 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// An etcd revision.
 pub type Revision = i64;
 
-/// Where the fleet lives: `etcd://HOST:PORT/PREFIX`, and how to reach it.
+/// The most etcd endpoints one fleet URL may name.
+pub const MAX_ENDPOINTS: usize = 16;
+
+/// Where the fleet lives: `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`, and how
+/// to reach it.
 #[derive(Debug, Clone)]
 pub struct Target {
-    /// `HOST:PORT`.
-    pub endpoint: String,
+    /// The members' `HOST:PORT`s, as kube-apiserver's `--etcd-servers`
+    /// lists them: one at least, at most [`MAX_ENDPOINTS`].
+    pub endpoints: Vec<String>,
     /// The key prefix, `/PREFIX` (no trailing `/`).
     pub prefix: String,
     /// How to reach etcd: plain, or TLS with these files.
@@ -62,8 +67,10 @@ pub struct EtcdTls {
     reason = "each variant's #[error] message is what it means"
 )]
 pub enum FleetError {
-    #[error("{0:?} is not an etcd URL: expected etcd://HOST:PORT/PREFIX")]
+    #[error("{0:?} is not an etcd URL: expected etcd://HOST:PORT[,HOST:PORT...]/PREFIX")]
     Url(String),
+    #[error("{url:?} names {count} etcd endpoints: at most {MAX_ENDPOINTS}")]
+    TooManyEndpoints { url: String, count: usize },
     #[error("cannot read {path}: {source}")]
     Read {
         path: PathBuf,
@@ -89,21 +96,30 @@ pub enum FleetError {
 }
 
 impl Target {
-    /// Parses `etcd://HOST:PORT/PREFIX`.
+    /// Parses `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`: the members
+    /// separated by commas, as etcdctl's `--endpoints` and kube-apiserver's
+    /// `--etcd-servers` take them.
     pub fn parse(url: &str, tls: EtcdTls) -> Result<Target, FleetError> {
         let bad = || FleetError::Url(url.to_owned());
         let rest = url.strip_prefix("etcd://").ok_or_else(bad)?;
-        let (endpoint, prefix) = rest.split_once('/').ok_or_else(bad)?;
+        let (endpoints, prefix) = rest.split_once('/').ok_or_else(bad)?;
         let prefix = prefix.trim_end_matches('/');
         let valid_prefix = !prefix.is_empty()
             && prefix
                 .split('/')
                 .all(|segment| !segment.is_empty() && segment != "." && segment != "..");
-        if endpoint.is_empty() || !endpoint.contains(':') || !valid_prefix {
+        let endpoints: Vec<&str> = endpoints.split(',').collect();
+        if !valid_prefix || !endpoints.iter().all(|endpoint| host_and_port(endpoint)) {
             return Err(bad());
         }
+        if endpoints.len() > MAX_ENDPOINTS {
+            return Err(FleetError::TooManyEndpoints {
+                url: url.to_owned(),
+                count: endpoints.len(),
+            });
+        }
         Ok(Target {
-            endpoint: endpoint.to_owned(),
+            endpoints: endpoints.into_iter().map(str::to_owned).collect(),
             prefix: format!("/{prefix}"),
             tls,
         })
@@ -114,28 +130,38 @@ impl Target {
         config.starts_with("etcd://")
     }
 
-    /// `etcd://HOST:PORT/PREFIX`, as given.
+    /// `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`, as given.
     pub fn url(&self) -> String {
-        format!("etcd://{}{}", self.endpoint, self.prefix)
+        format!("etcd://{}{}", self.endpoints.join(","), self.prefix)
     }
 
-    /// A client for this etcd. It connects lazily and reconnects by itself:
-    /// a gateway keeps one for its whole life.
+    /// A client for this etcd, balancing its calls among every endpoint.
+    /// It connects lazily and reconnects by itself: a gateway keeps one for
+    /// its whole life.
     pub async fn connect(&self) -> Result<etcd_client::Client, FleetError> {
-        self.connect_with(false).await
+        self.connect_with(&self.endpoints, false).await
     }
 
-    /// A client whose every call requires that the member it reaches has a
-    /// leader (gRPC metadata `hasleader: true`), for the manifest's watch,
-    /// as kube's etcd3 watcher watches with `clientv3.WithRequireLeader`
+    /// A client of the one member at `endpoint` whose every call requires
+    /// that the member has a leader (gRPC metadata `hasleader: true`), for
+    /// the manifest's watch, as kube's etcd3 watcher watches with
+    /// `clientv3.WithRequireLeader`
     /// (`staging/src/k8s.io/apiserver/pkg/storage/etcd3/watcher.go`): a
     /// member cut off from its quorum cancels such a watch, where it would
-    /// keep a plain one open and silent, and the gateway watches again.
-    pub async fn connect_requiring_leader(&self) -> Result<etcd_client::Client, FleetError> {
-        self.connect_with(true).await
+    /// keep a plain one open and silent, and the gateway watches again
+    /// through the next endpoint.
+    pub async fn connect_requiring_leader(
+        &self,
+        endpoint: &str,
+    ) -> Result<etcd_client::Client, FleetError> {
+        self.connect_with(&[endpoint.to_owned()], true).await
     }
 
-    async fn connect_with(&self, require_leader: bool) -> Result<etcd_client::Client, FleetError> {
+    async fn connect_with(
+        &self,
+        endpoints: &[String],
+        require_leader: bool,
+    ) -> Result<etcd_client::Client, FleetError> {
         let mut options = etcd_client::ConnectOptions::new()
             .with_require_leader(require_leader)
             .with_connect_timeout(REQUEST_TIMEOUT)
@@ -149,8 +175,11 @@ impl Target {
             }
             None => "http",
         };
-        let endpoint = format!("{scheme}://{}", self.endpoint);
-        let connecting = etcd_client::Client::connect([endpoint], Some(options));
+        let endpoints: Vec<String> = endpoints
+            .iter()
+            .map(|endpoint| format!("{scheme}://{endpoint}"))
+            .collect();
+        let connecting = etcd_client::Client::connect(endpoints, Some(options));
         tokio::time::timeout(REQUEST_TIMEOUT, connecting)
             .await
             .map_err(|_| self.timeout())?
@@ -159,7 +188,7 @@ impl Target {
 
     fn timeout(&self) -> FleetError {
         FleetError::Timeout {
-            endpoint: self.endpoint.clone(),
+            endpoint: self.endpoints.join(","),
             timeout: REQUEST_TIMEOUT,
         }
     }
@@ -193,18 +222,54 @@ impl Target {
     }
 }
 
+/// `HOST:PORT`, as a URL's authority names a member: a host, a port, no
+/// user info, no path.
+fn host_and_port(endpoint: &str) -> bool {
+    let Ok(authority) = endpoint.parse::<http::uri::Authority>() else {
+        return false;
+    };
+    authority.as_str() == endpoint
+        && !endpoint.contains('@')
+        && !authority.host().is_empty()
+        && authority.port_u16().is_some_and(|port| port > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn an_etcd_url_names_an_endpoint_and_a_prefix() {
+    fn an_etcd_url_names_its_endpoints_and_a_prefix() {
         let target = Target::parse("etcd://127.0.0.1:2379/gw/prod/", EtcdTls::default())
             .expect("a valid URL");
-        assert_eq!(target.endpoint, "127.0.0.1:2379");
+        assert_eq!(target.endpoints, ["127.0.0.1:2379"]);
         assert_eq!(target.prefix, "/gw/prod");
         assert_eq!(target.url(), "etcd://127.0.0.1:2379/gw/prod");
+        let members = "etcd://10.0.0.1:2379,etcd-2.example:2379,[::1]:2379/gw";
+        let target = Target::parse(members, EtcdTls::default()).expect("three members");
+        assert_eq!(
+            target.endpoints,
+            ["10.0.0.1:2379", "etcd-2.example:2379", "[::1]:2379"]
+        );
+        assert_eq!(target.url(), members);
+        let sixteen = vec!["127.0.0.1:2379"; MAX_ENDPOINTS].join(",");
+        assert!(Target::parse(&format!("etcd://{sixteen}/gw"), EtcdTls::default()).is_ok());
+        let seventeen = format!("etcd://{sixteen},127.0.0.1:2379/gw");
+        assert!(matches!(
+            Target::parse(&seventeen, EtcdTls::default()),
+            Err(FleetError::TooManyEndpoints { count: 17, .. })
+        ));
         for bad in [
+            "etcd:///gw",
+            "etcd://127.0.0.1:2379,/gw",
+            "etcd://,127.0.0.1:2379/gw",
+            "etcd://127.0.0.1:2379,,127.0.0.1:2380/gw",
+            "etcd://127.0.0.1:2379,127.0.0.1/gw",
+            "etcd://127.0.0.1:0/gw",
+            "etcd://127.0.0.1:99999/gw",
+            "etcd://user@127.0.0.1:2379/gw",
+            "etcd://:2379/gw",
+            "etcd://127.0.0.1:2379 /gw",
             "http://127.0.0.1:2379/gw",
             "etcd://127.0.0.1:2379",
             "etcd://127.0.0.1:2379/",

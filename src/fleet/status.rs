@@ -38,6 +38,43 @@ pub struct GatewayStatus {
     pub applied_from: AppliedFrom,
     /// The last revision refused since the one applied, and why.
     pub refused: Option<Refusal>,
+    /// The manifest's watch: the member it is on, and whether it is down
+    /// (absent from a status written before this field was).
+    #[serde(default)]
+    pub watch: WatchStatus,
+}
+
+/// The manifest's watch, as a gateway reports it: while it is down, the
+/// revision the gateway serves may be stale.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WatchStatus {
+    /// The etcd member (`HOST:PORT`) the watch is on, or is tried on next.
+    pub endpoint: String,
+    /// Since when and why the watch is down; `None` while it watches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<WatchDown>,
+}
+
+/// A watch that failed and has not been established again.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WatchDown {
+    /// Unix seconds: when it failed first.
+    pub since: u64,
+    /// Its last error, after the member that gave it: `HOST:PORT: why`.
+    pub error: String,
+}
+
+impl std::fmt::Display for WatchDown {
+    /// `since 2026-01-02T03:04:05Z (HOST:PORT: the error's first line)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let since = UNIX_EPOCH + Duration::from_secs(self.since);
+        let first = self.error.lines().next().unwrap_or_default();
+        write!(
+            f,
+            "since {} ({first})",
+            humantime::format_rfc3339_seconds(since)
+        )
+    }
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -139,6 +176,9 @@ impl std::fmt::Display for Fleet {
                 let first = refused.error.lines().next().unwrap_or_default();
                 note.push(format!("refused {}: {first}", refused.revision));
             }
+            if let Some(down) = &status.watch.down {
+                note.push(format!("watch down {down}"));
+            }
             writeln!(
                 f,
                 "{:<24} {:<5} {:>9}  {:<22} {}",
@@ -201,5 +241,25 @@ async fn hold_lease(
                 write(&current).await?;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_written_before_the_watch_was_reported_still_reads() {
+        let before = r#"{"gateway":"gw1","version":"0.1.0","started_at":1,"listen":"127.0.0.1:1","applied":7,"applied_from":"etcd","refused":null}"#;
+        let status: GatewayStatus = serde_json::from_str(before).expect("an older status");
+        assert_eq!(status.watch, WatchStatus::default());
+        let down = WatchDown {
+            since: 0,
+            error: "127.0.0.1:2379: etcd: no leader\nmore".to_owned(),
+        };
+        assert_eq!(
+            down.to_string(),
+            "since 1970-01-01T00:00:00Z (127.0.0.1:2379: etcd: no leader)"
+        );
     }
 }

@@ -85,6 +85,16 @@ impl Store {
         })
     }
 
+    /// Connects to the one member at `endpoint`, every call requiring that
+    /// it has a leader: the manifest's watch, and the reads of the
+    /// revisions it hands over, go through the member it is on.
+    pub async fn watching(target: &Target, endpoint: &str) -> Result<Store, FleetError> {
+        Ok(Store {
+            client: target.connect_requiring_leader(endpoint).await?,
+            prefix: target.prefix.clone(),
+        })
+    }
+
     /// `PREFIX/manifest`: the fleet's manifest.
     pub fn manifest_key(&self) -> String {
         format!("{}/manifest", self.prefix)
@@ -108,7 +118,7 @@ impl Store {
         format!("{}/seen/{gateway}", self.prefix)
     }
 
-    /// The client, for the status lease.
+    /// The client, for the status lease and the manifest's watch.
     pub fn client(&self) -> Client {
         self.client.clone()
     }

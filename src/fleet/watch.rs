@@ -7,13 +7,16 @@
 //! validate, compile, swap as a file reload. A revision refused at any step
 //! leaves the last good chain serving and is reported in the fleet status.
 //!
-//! When etcd goes away the watch fails, and so does it when the member
-//! watched loses its leader (cut off from its quorum: the watch requires a
-//! leader, as kube's does, rather than staying open and silent while the
-//! others go on without it); the gateway serves on, tries again
-//! with a growing pause ([`BACKOFF`]), and resumes the watch just after the
-//! last revision it applied or refused, so no revision is missed and none is
-//! applied twice. A revision whose components could not be fetched (etcd
+//! The watch is on one member at a time, and so are the reads of the
+//! revisions it hands over (the member that just answered). When etcd goes
+//! away the watch fails, and so does it when the member watched loses its
+//! leader (cut off from its quorum: the watch requires a leader, as kube's
+//! does, rather than staying open and silent while the others go on without
+//! it) or stops answering (the connection's keep-alive gives up on it); the
+//! gateway reports the watch down, serves on, tries again through the next
+//! endpoint of its URL with a growing pause ([`BACKOFF`]), and resumes the
+//! watch just after the last revision it applied or refused, so no revision
+//! is missed and none is applied twice. A revision whose components could not be fetched (etcd
 //! went away meanwhile, the state folder could not be written) is neither:
 //! the watch fails there, and resumes from that revision.
 
@@ -27,7 +30,7 @@ use etcd_client::{EventType, WatchOptions};
 use tokio::sync::watch as channel;
 
 use super::disk::StateDir;
-use super::status::{AppliedFrom, GatewayStatus, Refusal};
+use super::status::{AppliedFrom, GatewayStatus, Refusal, WatchDown, WatchStatus};
 use super::store::{Store, StoredManifest};
 use super::{FleetError, Revision, Target};
 use crate::config::source::{ManifestSource, with_listen};
@@ -107,9 +110,14 @@ impl FleetSource {
 
 /// One gateway of the fleet: its store, its state folder, what it runs.
 pub struct Member {
+    /// Every endpoint, balanced: the status reports.
     store: Store,
-    /// The manifest's watch: its own client, which requires a leader.
-    watcher: etcd_client::Client,
+    target: Target,
+    /// The endpoint the watch is on: its index in `target.endpoints`.
+    on: usize,
+    /// The manifest's watch and the reads of what it hands over: a client
+    /// of that one member, which requires a leader.
+    watcher: Store,
     state: StateDir,
     url: String,
     source: Arc<FleetSource>,
@@ -125,7 +133,13 @@ impl Member {
     pub async fn join(options: &Options) -> Result<(Member, Config), FleetError> {
         let state = StateDir::open(&options.state_dir)?;
         let store = Store::open(&options.target).await?;
-        let watcher = options.target.connect_requiring_leader().await?;
+        let endpoint = options
+            .target
+            .endpoints
+            .first()
+            .cloned()
+            .unwrap_or_default();
+        let watcher = Store::watching(&options.target, &endpoint).await?;
         let url = options.target.url();
         let current = match store.manifest().await {
             Ok(Some(manifest)) => match fetch(&store, &state, &manifest).await {
@@ -179,9 +193,15 @@ impl Member {
             applied: first.revision,
             applied_from: from,
             refused,
+            watch: WatchStatus {
+                endpoint,
+                down: None,
+            },
         };
         let member = Member {
             store,
+            target: options.target.clone(),
+            on: 0,
             watcher,
             state,
             url,
@@ -211,6 +231,10 @@ impl Member {
             let mut detail = format!("revision {} from {from}", status.applied);
             if let Some(refused) = &status.refused {
                 detail.push_str(&format!("; revision {} refused", refused.revision));
+            }
+            match &status.watch.down {
+                None => detail.push_str(&format!("; watching {}", status.watch.endpoint)),
+                Some(down) => detail.push_str(&format!("; the watch is down {down}")),
             }
             Ok(detail)
         })
@@ -250,7 +274,7 @@ impl Member {
     }
 
     /// Watches the manifest from just after the last revision seen, again
-    /// after every failure, forever.
+    /// after every failure through the next endpoint, forever.
     async fn watch(mut self, trigger: ReloadTrigger) {
         let mut seen = self.applied.revision.max(
             self.status
@@ -264,9 +288,16 @@ impl Member {
             match self.watch_from(&mut seen, &trigger).await {
                 Ok(()) => pause = *BACKOFF.start(),
                 Err(error) => {
-                    tracing::warn!(%error, retry_in_ms = pause.as_millis() as u64, "the fleet's etcd is away: serving on the last good chain");
+                    if self.status.borrow().watch.down.is_none() {
+                        // It watched until now: the pauses start over.
+                        pause = *BACKOFF.start();
+                    }
+                    let endpoint = self.status.borrow().watch.endpoint.clone();
+                    tracing::warn!(%error, endpoint, retry_in_ms = pause.as_millis() as u64, "the fleet's etcd is away: serving on the last good chain");
+                    self.watch_down(format!("{endpoint}: {error}"));
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(*BACKOFF.end());
+                    self.next_endpoint().await;
                 }
             }
         }
@@ -284,7 +315,11 @@ impl Member {
     ) -> Result<(), FleetError> {
         let key = self.store.manifest_key();
         let options = WatchOptions::new().with_start_revision(*seen + 1);
-        let mut stream = self.watcher.watch(key.as_str(), Some(options)).await?;
+        let mut stream = self
+            .watcher
+            .client()
+            .watch(key.as_str(), Some(options))
+            .await?;
         if self.status.borrow().applied_from == AppliedFrom::Disk {
             // Revisions pushed since the disk copy arrive through this watch.
             tracing::info!(
@@ -295,10 +330,16 @@ impl Member {
                 .send_modify(|status| status.applied_from = AppliedFrom::Etcd);
         }
         while let Some(response) = stream.message().await? {
+            // The member answered (its first answer says the watch is
+            // created): the watch is up.
+            self.watch_up();
             if response.canceled() {
                 if response.compact_revision() > 0 {
-                    if let Some(current) =
-                        self.store.manifest().await?.filter(|m| m.revision > *seen)
+                    if let Some(current) = self
+                        .watcher
+                        .manifest()
+                        .await?
+                        .filter(|m| m.revision > *seen)
                     {
                         let revision = current.revision;
                         self.apply(current, trigger).await?;
@@ -354,7 +395,7 @@ impl Member {
         trigger: &ReloadTrigger,
     ) -> Result<(), FleetError> {
         let revision = manifest.revision;
-        let candidate = match fetch(&self.store, &self.state, &manifest).await {
+        let candidate = match fetch(&self.watcher, &self.state, &manifest).await {
             Ok(candidate) => candidate,
             Err(Unfetched::Refused(problems)) => {
                 self.refuse(revision, problems);
@@ -382,6 +423,63 @@ impl Member {
             None => self.refuse(revision, "the reloader is not running".to_owned()),
         }
         Ok(())
+    }
+
+    /// The watch failed: down since its first failure, with its last error
+    /// (`HOST:PORT: why`).
+    fn watch_down(&self, error: String) {
+        self.status
+            .send_if_modified(|status| match &mut status.watch.down {
+                Some(down) if down.error == error => false,
+                Some(down) => {
+                    down.error = error;
+                    true
+                }
+                None => {
+                    let since = super::status::unix_now();
+                    metrics()
+                        .config_watch_down_since
+                        .set(i64::try_from(since).unwrap_or(i64::MAX));
+                    status.watch.down = Some(WatchDown { since, error });
+                    true
+                }
+            });
+    }
+
+    /// The watch is established (again).
+    fn watch_up(&self) {
+        let endpoint = self.status.borrow().watch.endpoint.clone();
+        if self
+            .status
+            .send_if_modified(|status| status.watch.down.take().is_some())
+        {
+            tracing::info!(endpoint, "the fleet's manifest is watched again");
+        }
+        metrics().config_watch_down_since.set(0);
+    }
+
+    /// The next watch goes through the next endpoint (the same one when the
+    /// URL names one).
+    async fn next_endpoint(&mut self) {
+        let endpoints = &self.target.endpoints;
+        if endpoints.len() < 2 {
+            return;
+        }
+        let next = (self.on + 1) % endpoints.len();
+        let Some(endpoint) = endpoints.get(next).cloned() else {
+            return;
+        };
+        match Store::watching(&self.target, &endpoint).await {
+            Ok(watcher) => {
+                self.on = next;
+                self.watcher = watcher;
+                self.status
+                    .send_modify(|status| status.watch.endpoint = endpoint);
+            }
+            Err(error) => {
+                tracing::warn!(%error, endpoint, "cannot make a client of this etcd member");
+            }
+        }
     }
 
     fn refuse(&mut self, revision: Revision, error: String) {

@@ -63,6 +63,8 @@ pub(crate) struct Metrics {
     pub config_last_reload_success: Gauge,
     /// The etcd revision of the manifest in force (0 for a manifest file).
     pub config_revision: Gauge,
+    /// When the fleet's manifest watch went down (0 while it watches).
+    pub config_watch_down_since: Gauge,
 }
 
 fn filter_duration_histogram() -> Histogram {
@@ -124,6 +126,12 @@ pub(crate) fn metrics() -> &'static Metrics {
             "The etcd revision of the manifest in force, for a gateway run from the fleet's etcd (0 for a manifest file)",
             config_revision.clone(),
         );
+        let config_watch_down_since = Gauge::default();
+        registry.register(
+            "config_watch_down_since_timestamp_seconds",
+            "When the fleet's manifest watch failed and was not established again (Unix time): the revision in force may be stale; 0 while it watches, or for a manifest file",
+            config_watch_down_since.clone(),
+        );
         Metrics {
             registry: root,
             requests,
@@ -135,6 +143,7 @@ pub(crate) fn metrics() -> &'static Metrics {
             config_reloads,
             config_last_reload_success,
             config_revision,
+            config_watch_down_since,
         }
     })
 }

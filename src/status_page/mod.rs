@@ -6,7 +6,7 @@
 //! latency, the servers and routes with each upstream's responses, errors
 //! and latency, the reload history with each refused edit's error, flow
 //! control's levels and queues, and the fleet's configuration revision when
-//! the manifest comes from etcd. Both are routes of the first server,
+//! the manifest comes from etcd (and since when its watch is down, if it is). Both are routes of the first server,
 //! behind the whole chain: authorized as non-resource URLs like `/metrics`.
 //!
 //! The numbers are the ones `/metrics` serves, read from its exposition
@@ -91,6 +91,9 @@ pub(crate) fn status() -> Value {
         // Set by the fleet's watch; 0 for a manifest file.
         "config_revision": Some(samples.sum("wasmgate_config_revision", &[]))
             .filter(|revision| *revision > 0.0),
+        // Unix seconds since the fleet's watch is down; absent while it watches.
+        "config_watch_down_since": Some(samples.sum("wasmgate_config_watch_down_since_timestamp_seconds", &[]))
+            .filter(|since| *since > 0.0),
         "flow_control": layout.as_ref().map(|layout| layout.flow_control()).unwrap_or_default(),
     })
 }

@@ -64,17 +64,21 @@ fn wasmgate(args: &[&str]) -> Output {
 
 /// `wasmgate push`, which must succeed; the revision it wrote.
 fn push(manifest: &Path, url: &str) -> i64 {
+    try_push(manifest, url).unwrap_or_else(|failure| panic!("push failed: {failure}"))
+}
+
+/// `wasmgate push`: the revision it wrote, or what it said.
+fn try_push(manifest: &Path, url: &str) -> Result<i64, String> {
     let output = wasmgate(&["push", "--config", &manifest.to_string_lossy(), "--to", url]);
     let said = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "push failed: {}{said}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    said.strip_prefix("pushed revision ")
+    if !output.status.success() {
+        return Err(format!("{}{said}", String::from_utf8_lossy(&output.stderr)));
+    }
+    Ok(said
+        .strip_prefix("pushed revision ")
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|number| number.parse().ok())
-        .unwrap_or_else(|| panic!("no revision in {said:?}"))
+        .unwrap_or_else(|| panic!("no revision in {said:?}")))
 }
 
 /// `wasmgate status --json`.
@@ -162,6 +166,21 @@ async fn readyz(client: &reqwest::Client, member: &Member) -> String {
         .expect("readyz answers");
     assert_eq!(status, 200, "{text}");
     text
+}
+
+/// The `config-revision` line of a gateway's `/readyz?verbose`, and
+/// `wasmgate_config_watch_down_since_timestamp_seconds`.
+async fn watch_status(client: &reqwest::Client, member: &Member) -> (String, Option<f64>) {
+    let readyz = readyz(client, member).await;
+    let line = readyz
+        .lines()
+        .find(|line| line.contains("config-revision"))
+        .unwrap_or_default()
+        .to_owned();
+    let metrics = get_as_t1(client, member, "/metrics").await;
+    let since = metrics
+        .and_then(|(_, text)| metric(&text, "wasmgate_config_watch_down_since_timestamp_seconds"));
+    (line, since)
 }
 
 /// Waits until every gateway serves `revision`; how long the last took.
@@ -321,6 +340,22 @@ async fn three_on_chain_a() -> Fleet {
     }
 }
 
+/// Chains A and B written into a folder, A pushed, one gateway serving it.
+struct One {
+    b: PathBuf,
+    members: [Member; 1],
+    client: reqwest::Client,
+}
+
+async fn one_on_chain_a(url: &str, dir: &Path) -> One {
+    let (a, b) = write_chains(dir);
+    let first = push(&a, url);
+    let members = [join(url, &dir.join("gw"), "gw", free_port())];
+    let client = http_client();
+    all_apply(&client, &members, first, BOUND).await;
+    One { b, members, client }
+}
+
 // ---------------------------------------------------------------------------
 // The tests
 // ---------------------------------------------------------------------------
@@ -458,7 +493,8 @@ async fn an_invalid_manifest_is_refused_by_push_as_check_does_and_by_every_gatew
         let readyz = readyz(&client, member).await;
         assert!(
             readyz.contains(&format!(
-                "[+]config-revision ok (revision {good} from {url}; revision {refused} refused)"
+                "[+]config-revision ok (revision {good} from {url}; revision {refused} refused; watching 127.0.0.1:{})",
+                etcd.client_port
             )),
             "{readyz}"
         );
@@ -790,11 +826,9 @@ async fn a_revision_whose_components_etcd_failed_to_hand_over_is_fetched_again()
     let etcd = Etcd::start();
     let url = etcd.url("hung");
     let dir = new_dir();
-    let (a, _) = write_chains(dir.path());
-    let first = push(&a, &url);
-    let members = [join(&url, &dir.path().join("gw"), "gw", free_port())];
-    let client = http_client();
-    all_apply(&client, &members, first, BOUND).await;
+    let One {
+        members, client, ..
+    } = one_on_chain_a(&url, dir.path()).await;
 
     // Chain B with a token-authn of 64 more chunks, which the gateway has
     // not fetched yet.
@@ -822,6 +856,24 @@ async fn a_revision_whose_components_etcd_failed_to_hand_over_is_fetched_again()
             .as_deref(),
         Ok("B")
     );
+}
+
+/// Writes chain B into `dir` with copies of its components of their own (a
+/// custom section added): a gateway has neither fetched nor compiled them.
+fn chain_b_with_fresh_components(dir: &Path) -> PathBuf {
+    let mut manifest = chain("B");
+    for name in ["token-authn", "jsonl-audit"] {
+        let component = component_path(name);
+        let fresh = dir.join(format!("{name}-fresh.wasm"));
+        with_custom_section(&component, b"fresh", &fresh);
+        manifest = manifest.replace(
+            &component.display().to_string(),
+            &fresh.display().to_string(),
+        );
+    }
+    let b = dir.join("b-fresh.toml");
+    std::fs::write(&b, manifest).expect("write chain B");
+    b
 }
 
 /// A SIGHUP that comes while a gateway applies a revision is answered by
@@ -875,18 +927,7 @@ async fn a_sighup_during_a_fleet_apply_swaps_the_revision_in_once() {
     };
     receive_until(&mut messages, "READY=1", 1);
 
-    let mut manifest = chain("B");
-    for name in ["token-authn", "jsonl-audit"] {
-        let component = component_path(name);
-        let fresh = dir.path().join(format!("{name}-fresh.wasm"));
-        with_custom_section(&component, b"fresh", &fresh);
-        manifest = manifest.replace(
-            &component.display().to_string(),
-            &fresh.display().to_string(),
-        );
-    }
-    let b = dir.path().join("b-fresh.toml");
-    std::fs::write(&b, manifest).expect("write chain B");
+    let b = chain_b_with_fresh_components(dir.path());
     let pushed = push(&b, &url);
     receive_until(&mut messages, "RELOADING=1", 1);
     members[0].process.child.signal(libc::SIGHUP);
@@ -930,11 +971,15 @@ async fn a_watch_on_a_member_cut_off_from_its_quorum_fails_and_comes_back() {
     let watched = &cluster.members[0];
     let url = watched.url("quorum");
     let dir = new_dir();
-    let (a, b) = write_chains(dir.path());
-    let first = push(&a, &url);
-    let members = [join(&url, &dir.path().join("gw"), "gw", free_port())];
-    let client = http_client();
-    all_apply(&client, &members, first, BOUND).await;
+    let One {
+        b, members, client, ..
+    } = one_on_chain_a(&url, dir.path()).await;
+
+    let endpoint = format!("127.0.0.1:{}", watched.client_port);
+    let watching = format!("; watching {endpoint}");
+    let status = watch_status(&client, &members[0]).await;
+    assert!(status.0.contains(&watching), "{status:?}");
+    assert_eq!(status.1, Some(0.0), "{status:?}");
 
     cluster.members[1].freeze();
     cluster.members[2].freeze();
@@ -950,9 +995,38 @@ async fn a_watch_on_a_member_cut_off_from_its_quorum_fails_and_comes_back() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let (readyz, down_since) = watch_status(&client, &members[0]).await;
+    let down = "; the watch is down since ";
+    assert!(
+        readyz.contains(down)
+            && readyz.contains(&format!("({endpoint}: "))
+            && readyz.contains("no leader"),
+        "/readyz?verbose says the watch is down, on which member and why:\n{readyz}"
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    assert!(
+        down_since.is_some_and(|since| since > now - BOUND.as_secs_f64() && since <= now),
+        "wasmgate_config_watch_down_since_timestamp_seconds is when it went down: {down_since:?}"
+    );
+
     cluster.members[1].thaw();
     cluster.members[2].thaw();
     watched.wait_until_serving();
+    let started = Instant::now();
+    loop {
+        let status = watch_status(&client, &members[0]).await;
+        if status.0.contains(&watching) && status.1 == Some(0.0) {
+            break;
+        }
+        assert!(
+            started.elapsed() < BOUND,
+            "the watch was not reported up again within {BOUND:?}: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let second = push(&b, &url);
     all_apply(&client, &members, second, BOUND).await;
     assert_eq!(
@@ -961,4 +1035,59 @@ async fn a_watch_on_a_member_cut_off_from_its_quorum_fails_and_comes_back() {
             .as_deref(),
         Ok("B")
     );
+}
+
+/// A gateway given the three members of its etcd
+/// (`etcd://A,B,C/PREFIX`, as kube-apiserver's `--etcd-servers` lists
+/// them) watches through the first; when that one is frozen (SIGSTOP: its
+/// connections open and silent, as a member cut off or hung), the watch's
+/// keep-alive gives up on it and the gateway watches through the next
+/// member, fetches a revision's new components from it, and applies it. A
+/// URL named one endpoint: the gateway waited for that member to come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_given_three_members_follows_a_push_through_another_when_its_own_is_frozen() {
+    let cluster = EtcdCluster::start();
+    let url = cluster.url("members");
+    let dir = new_dir();
+    let One {
+        members, client, ..
+    } = one_on_chain_a(&url, dir.path()).await;
+    let frozen = &cluster.members[0];
+    let on_frozen = format!("; watching 127.0.0.1:{}", frozen.client_port);
+    let (readyz, _) = watch_status(&client, &members[0]).await;
+    assert!(readyz.contains(&on_frozen), "{readyz}");
+
+    frozen.freeze();
+    // Pushed through a member of the two that go on (once they have
+    // elected a leader, should the frozen one have been it).
+    let b = chain_b_with_fresh_components(dir.path());
+    let healthy = cluster.members[1].url("members");
+    let started = Instant::now();
+    let second = loop {
+        match try_push(&b, &healthy) {
+            Ok(revision) => break revision,
+            Err(failure) => assert!(
+                started.elapsed() < BOUND,
+                "the two members left did not take a push within {BOUND:?}: {failure}"
+            ),
+        }
+    };
+    all_apply(&client, &members, second, 2 * BOUND).await;
+    let (readyz, down_since) = watch_status(&client, &members[0]).await;
+    assert!(
+        !readyz.contains(&on_frozen) && readyz.contains("; watching 127.0.0.1:"),
+        "the watch is on another member: {readyz}"
+    );
+    assert_eq!(down_since, Some(0.0), "{readyz}");
+    assert_eq!(
+        ask(
+            &client,
+            &members[0].process.url(""),
+            "through-another-member"
+        )
+        .await
+        .as_deref(),
+        Ok("B")
+    );
+    frozen.thaw();
 }

@@ -133,7 +133,9 @@ async function poll() {
     const seconds = previous ? (status.now_ms - previous.now_ms) / 1000 : 0;
     document.getElementById("generation").textContent = `generation ${status.generation}`;
     document.getElementById("revision").textContent =
-      status.config_revision === null ? "manifest file" : `etcd revision ${status.config_revision}`;
+      (status.config_revision === null ? "manifest file" : `etcd revision ${status.config_revision}`) +
+      (status.config_watch_down_since == null ? ""
+        : ` (watch down since ${new Date(status.config_watch_down_since * 1000).toISOString()})`);
     document.getElementById("requests").textContent =
       "requests " + Object.entries(status.requests).map(([code, n]) => `${code}: ${n}`).join(", ");
     drawChain(status, previous, seconds);

@@ -153,6 +153,18 @@ impl EtcdCluster {
         }
         EtcdCluster { members }
     }
+
+    /// `etcd://127.0.0.1:PORT,127.0.0.1:PORT,127.0.0.1:PORT/<prefix>`: every
+    /// member, in order.
+    pub fn url(&self, prefix: &str) -> String {
+        let endpoints = self
+            .members
+            .iter()
+            .map(|member| format!("127.0.0.1:{}", member.client_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        format!("etcd://{endpoints}/{prefix}")
+    }
 }
 
 /// A minimal blocking HTTP/1.0 GET, enough for etcd's /health.
