@@ -5,8 +5,10 @@
 //! reads `reason withheld`.
 //!
 //! Checks: `ping` (always ok), `log` (the log is being flushed), and for
-//! readyz only `shutdown` (fails once shutdown began) and one
-//! `poststarthook/<name>` per post-start hook, failing until it finished.
+//! readyz only one `poststarthook/<name>` per post-start hook, failing until
+//! it finished, and last `shutdown` (fails once shutdown began), which kube's
+//! `installReadyz` adds after every other readyz check
+//! (`staging/src/k8s.io/apiserver/pkg/server/genericapiserver.go`).
 //! A gateway run from the fleet's etcd adds `config-revision`, which passes
 //! and, under `?verbose`, names the revision it serves and where from
 //! ([`Check::reporting`]): `[+]config-revision ok (revision 42 from etcd)`.
@@ -153,9 +155,11 @@ impl Health {
         }
     }
 
-    /// Adds a readiness check (post-start hooks, later the config reloader).
+    /// Adds a readiness check (post-start hooks, the fleet's revision),
+    /// before `shutdown`, which stays last.
     pub(crate) fn add_readyz_check(&mut self, check: Check) {
-        self.readyz.push(check);
+        let before_shutdown = self.readyz.len().saturating_sub(1);
+        self.readyz.insert(before_shutdown, check);
     }
 
     fn endpoint(&self, name: &str) -> Option<&[Check]> {

@@ -148,9 +148,10 @@ timeout = "60s"
     text_headers_ok(&failing);
     assert_eq!(
         failing.body,
-        "[+]ping ok\n[+]log ok\n[+]shutdown ok\n\
+        "[+]ping ok\n[+]log ok\n\
          [-]poststarthook/gate failed: reason withheld\n\
          [-]poststarthook/forever failed: reason withheld\n\
+         [+]shutdown ok\n\
          readyz check failed\n"
     );
     // A failing readyz is verbose even without ?verbose; healthz is not held.
@@ -212,7 +213,7 @@ async fn a_quick_post_start_hook_lets_readyz_pass() {
     .await;
     assert_eq!(
         answer.body,
-        "[+]ping ok\n[+]log ok\n[+]shutdown ok\n[+]poststarthook/quick ok\nreadyz check passed\n"
+        "[+]ping ok\n[+]log ok\n[+]poststarthook/quick ok\n[+]shutdown ok\nreadyz check passed\n"
     );
 }
 

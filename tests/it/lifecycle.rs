@@ -397,7 +397,7 @@ async fn a_failed_post_start_hook_keeps_readyz_failing() {
     assert_eq!(answer.status, 500);
     assert_eq!(
         answer.body,
-        "[+]ping ok\n[+]log ok\n[+]shutdown ok\n[-]poststarthook/broken failed: reason withheld\nreadyz check failed\n"
+        "[+]ping ok\n[+]log ok\n[-]poststarthook/broken failed: reason withheld\n[+]shutdown ok\nreadyz check failed\n"
     );
     assert_eq!(
         get(&http_client(), &gateway.url("/healthz")).await.body,
