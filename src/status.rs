@@ -210,6 +210,17 @@ pub enum GatewayError {
         /// The Status message.
         message: String,
     },
+    /// The shutdown closed the connections before the request was answered
+    /// (503 with `Retry-After: 1`): kube's refusal of a request its
+    /// shutdown no longer serves (`waitGroupWriteRetryAfterToResponse` in
+    /// `staging/src/k8s.io/apiserver/pkg/server/filters/waitgroup.go`) asks
+    /// for a retry a second later, as the client will likely reach another
+    /// server; client-go retries such an answer itself.
+    #[error("{message}")]
+    ShuttingDown {
+        /// The Status message.
+        message: String,
+    },
     /// The request took longer than its timeout (504): kube's
     /// `NewTimeoutError`, whose message starts with "Timeout: ".
     #[error("Timeout: {message}")]
@@ -263,7 +274,7 @@ impl GatewayError {
             GatewayError::TooManyRequests { .. } => {
                 (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests")
             }
-            GatewayError::ServiceUnavailable { .. } => {
+            GatewayError::ServiceUnavailable { .. } | GatewayError::ShuttingDown { .. } => {
                 (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable")
             }
             GatewayError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "Timeout"),
@@ -307,6 +318,15 @@ impl GatewayError {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_seconds));
+                return response;
+            }
+            // `NewServiceUnavailable` has no details; the delay is the
+            // header's alone.
+            GatewayError::ShuttingDown { .. } => {
+                let mut response = status.into_response();
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
                 return response;
             }
             _ => {}

@@ -146,9 +146,10 @@ impl Timeout {
 }
 
 /// The answer to a long-running request whose head had not come when the
-/// shutdown closed the connections.
+/// shutdown closed the connections, or that came after: kube's shutdown
+/// refusal, 503 with `Retry-After: 1`.
 fn shut_down_before_the_answer() -> Response {
-    GatewayError::ServiceUnavailable {
+    GatewayError::ShuttingDown {
         message: "the gateway shut down before the response began".to_owned(),
     }
     .into_response()

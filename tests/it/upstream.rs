@@ -682,6 +682,28 @@ async fn a_response_with_transfer_encoding_and_content_length_is_framed_once() {
     assert_eq!(received.matches("HTTP/1.1 200").count(), 2, "{received}");
 }
 
+/// An upstream that takes every connection and never answers; each
+/// arrival is told on the channel.
+async fn silent_upstream() -> (
+    std::net::SocketAddr,
+    tokio::sync::mpsc::Receiver<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = silent.local_addr().expect("an address");
+    let (arrived, arrival) = tokio::sync::mpsc::channel(1);
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            held.push(stream);
+            let _ = arrived.try_send(());
+        }
+    });
+    (addr, arrival, holder)
+}
+
 /// A long-running request whose upstream takes it and never answers (an
 /// upgrade not yet a tunnel, a watch whose head never comes) has no request
 /// timeout to end it: at shutdown it ends once `shutdown_delay` has passed,
@@ -693,18 +715,7 @@ async fn the_shutdown_ends_a_long_running_request_still_waiting_for_its_answer()
     let watch: &[u8] =
         b"GET /api/v1/namespaces/default/pods?watch=true HTTP/1.1\r\nHost: gateway\r\n\r\n";
     for request in [upgrade, watch] {
-        let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = silent.local_addr().expect("an address");
-        let (arrived, mut arrival) = tokio::sync::mpsc::channel(1);
-        let holder = tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((stream, _)) = silent.accept().await {
-                held.push(stream);
-                let _ = arrived.try_send(());
-            }
-        });
+        let (addr, mut arrival, holder) = silent_upstream().await;
         let manifest = plaintext(&format!(
             "[limits]\nshutdown_delay = \"1s\"\nshutdown_timeout = \"30s\"\n\n[[servers]]\nname = \"proxy\"\n\n[[servers.routes]]\nprefix = \"/\"\nupstream = \"http://{addr}\"\n"
         ));
@@ -733,6 +744,44 @@ async fn the_shutdown_ends_a_long_running_request_still_waiting_for_its_answer()
         );
         holder.abort();
     }
+}
+
+/// The watch the shutdown ends before its answer came is refused as kube
+/// refuses what its shutdown no longer serves
+/// (`staging/src/k8s.io/apiserver/pkg/server/filters/waitgroup.go`): a 503
+/// ServiceUnavailable Status with `Retry-After: 1`, which client-go retries
+/// at once on a new connection, likely to another server; without the
+/// header it hands the error to its caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_the_shutdown_ends_before_its_answer_is_told_to_retry_in_a_second() {
+    let (addr, mut arrival, holder) = silent_upstream().await;
+    let manifest = plaintext(&format!(
+        "[[servers]]\nname = \"proxy\"\n\n[[servers.routes]]\nprefix = \"/\"\nupstream = \"http://{addr}\"\n"
+    ));
+    let mut gateway = TestGateway::start(&manifest).await;
+    let url = gateway.url("/api/v1/namespaces/default/pods?watch=true");
+    let watch = tokio::spawn(async move { get(&http_client(), &url).await });
+    bounded("the watch at the upstream", arrival.recv()).await;
+    let shutdown = gateway.begin_shutdown();
+    let answer = bounded("the watch's answer", watch)
+        .await
+        .expect("the watch task");
+    let status = answer.assert_status(503, "ServiceUnavailable");
+    assert_eq!(
+        status["message"], "the gateway shut down before the response began",
+        "{status}"
+    );
+    assert_eq!(
+        answer.header("retry-after"),
+        Some("1"),
+        "{:?}",
+        answer.headers
+    );
+    let drained = bounded("the shutdown", shutdown)
+        .await
+        .expect("the shutdown task");
+    assert_eq!(drained, wasmgate::server::Drained::Complete);
+    holder.abort();
 }
 
 /// Over HTTP/2 a 2xx to an extended CONNECT means the tunnel is open (RFC
