@@ -247,10 +247,15 @@ fn all_checks(endpoint: &str, checks: &[Check], query: &Query) -> Response {
     }
     if !excluded.is_empty() {
         let names: Vec<String> = excluded.iter().map(|name| format!("{name:?}")).collect();
+        let names = names.join(",");
         let _ = writeln!(
             report,
-            "warn: some health checks cannot be excluded: no matches for {}",
-            names.join(",")
+            "warn: some health checks cannot be excluded: no matches for {names}"
+        );
+        // And in the log, as kube's handleRootHealth logs it.
+        tracing::warn!(
+            endpoint,
+            "cannot exclude some health checks, no health checks are installed matching {names}"
         );
     }
     if failed {

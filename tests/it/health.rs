@@ -1,8 +1,8 @@
 //! Health probes exactly as kube writes them
 //! (`staging/src/k8s.io/apiserver/pkg/server/healthz/healthz.go`): `ok`,
-//! `?verbose`, `?exclude=`, the warning for unknown excludes, single checks,
-//! post-start hooks holding readyz back, and readyz failing once shutdown
-//! began.
+//! `?verbose`, `?exclude=`, the warning for unknown excludes (in the body
+//! and the log), single checks, post-start hooks holding readyz back, and
+//! readyz failing once shutdown began.
 
 use crate::support::*;
 
@@ -89,6 +89,28 @@ async fn excluded_checks_are_listed_and_unknown_ones_warned_about() {
             "{path}"
         );
     }
+}
+
+/// kube's handleRootHealth also logs the names it could not exclude, verbose
+/// or not: the probe's caller reads only `ok`, the operator the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_excludes_are_logged_too() {
+    let dir = new_dir();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, plaintext(SERVERS)).expect("write the manifest");
+    let gateway = GatewayProcess::spawn(&path);
+    let answer = get(&http_client(), &gateway.url("/readyz?exclude=nope")).await;
+    assert_eq!((answer.status, answer.body.as_str()), (200, "ok"));
+    let log = gateway.log.clone();
+    eventually("the warning in the log", || {
+        let logged = log.lock().expect("the log lock").iter().any(|line| {
+            line.contains(
+                "cannot exclude some health checks, no health checks are installed matching \"nope\"",
+            ) && line.contains("endpoint=\"readyz\"")
+        });
+        async move { logged.then_some(()) }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
