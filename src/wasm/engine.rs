@@ -17,7 +17,7 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 
 use super::capacity::StoreData;
 use super::epoch::EpochTicker;
-use super::state::{FilterState, MAX_TABLE_ELEMENTS};
+use super::state::{FilterState, MAX_CORE_INSTANCES, MAX_MEMORIES, MAX_TABLE_ELEMENTS, MAX_TABLES};
 use crate::config::bounds::{COMPILED_COMPONENT_FILE, COMPONENT_FILE};
 use crate::config::files::read_limited;
 
@@ -294,10 +294,20 @@ fn engine_config(pooling: bool) -> Config {
     }
     if pooling {
         let mut pool = PoolingAllocationConfig::default();
+        // Each component instance holds at most its share of the pool's
+        // memories, tables and core instances, checked when a component is
+        // loaded: one that needs more is refused then, rather than take the
+        // slots of other filters' instances, whose calls would find the pool
+        // empty (the `429`). A memory slot reserves `max_memory_size` of
+        // address space, a table slot `table_elements` pointers; a core
+        // instance is only counted.
         pool.total_component_instances(POOL_COMPONENT_INSTANCES)
-            .total_memories(POOL_COMPONENT_INSTANCES * 2)
-            .total_tables(POOL_COMPONENT_INSTANCES * 2)
-            .total_core_instances(POOL_COMPONENT_INSTANCES * 4)
+            .max_core_instances_per_component(MAX_CORE_INSTANCES)
+            .max_memories_per_component(MAX_MEMORIES)
+            .max_tables_per_component(MAX_TABLES)
+            .total_memories(POOL_COMPONENT_INSTANCES * MAX_MEMORIES)
+            .total_tables(POOL_COMPONENT_INSTANCES * MAX_TABLES)
+            .total_core_instances(POOL_COMPONENT_INSTANCES * MAX_CORE_INSTANCES)
             .max_memory_size(POOL_MAX_MEMORY)
             // Resetting a slot by zeroing the pages a guest touched, not by
             // unmapping them, is what makes a fresh instance per request cheap.

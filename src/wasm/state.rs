@@ -144,6 +144,19 @@ fn poisoned() -> std::io::Error {
 /// `memory`: 160 KiB a table.
 pub(super) const MAX_TABLE_ELEMENTS: usize = 20_000;
 
+/// The most core instances one filter's component may make, on either
+/// engine. A component made by `componentize-py` makes 14 (its interpreter's
+/// shared libraries, each a core module), one made by `cargo component`,
+/// `jco` or `wasi-sdk` 3 or 4 (the filter, the WASI adapter, their shims).
+pub(super) const MAX_CORE_INSTANCES: u32 = 20;
+/// The most linear memories one filter's component may hold, on either
+/// engine: each toolchain makes one, a component linking two modules with
+/// memories of their own (filters/wat/grow-authz) two.
+pub(super) const MAX_MEMORIES: u32 = 2;
+/// The most tables one filter's component may hold, on either engine: each
+/// toolchain makes two (the filter's function table and its shim's).
+pub(super) const MAX_TABLES: u32 = 4;
+
 /// A store's memory cap (the manifest's `memory`), and how far its
 /// linear memories have grown towards it, together. A component may hold
 /// several memories (one for each of its core instances that defines one, as
@@ -165,6 +178,9 @@ impl MemoryBudget {
         MemoryBudget {
             limits: wasmtime::StoreLimitsBuilder::new()
                 .table_elements(MAX_TABLE_ELEMENTS)
+                .instances(MAX_CORE_INSTANCES as usize)
+                .memories(MAX_MEMORIES as usize)
+                .tables(MAX_TABLES as usize)
                 .build(),
             cap,
             total: 0,

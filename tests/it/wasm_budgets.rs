@@ -329,6 +329,69 @@ async fn the_pool_bounds_a_filters_table() {
     echo(&alice_gets(&client, gateway.url("/fault/allow")).await);
 }
 
+/// A component that holds more than a filter may (hoard-authz: seventeen
+/// core instances, memories and tables; a filter may have 20, 2 and 4) is
+/// refused when it is loaded, naming the filter, by `wasmgate check` and by
+/// a reload, which keeps the chain in force. The pool had no bound for one
+/// component, so hoard-authz was loaded, and each of its instances took
+/// seventeen of the memory and table slots every filter's instances share:
+/// others then found the pool empty, a `429`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_holding_more_than_a_filter_may_is_refused_at_load() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let hoard = authorizer_manifest(&upstream, REFUSED_COMPONENT, "");
+    let refused = |problems: &str| {
+        assert!(
+            problems.contains("filter \"faults\"")
+                && problems.contains("17 Wasm linear memories")
+                && problems.contains("maximum of 2"),
+            "{problems}"
+        );
+    };
+    let dir = new_dir();
+    let path = dir.path().join("hoard.toml");
+    std::fs::write(&path, &hoard).expect("write the manifest");
+    let checked = check(&path);
+    assert!(!checked.success, "check passed: {}", checked.stdout);
+    refused(&checked.stderr);
+
+    let gateway = ReloadGateway::start(&fault_manifest(&upstream, "")).await;
+    let client = http_client();
+    echo(&alice_gets(&client, gateway.url("/fault/allow")).await);
+    let generation = gateway.generation();
+    write_atomically(&gateway.path, &hoard);
+    refused(&gateway.rejected().await);
+    assert_eq!(gateway.generation(), generation);
+    echo(&alice_gets(&client, gateway.url("/fault/allow")).await);
+    gateway.shutdown().await;
+}
+
+/// The engine a host falls back to when it cannot reserve the pool holds a
+/// filter's store to the pool's numbers (20 core instances, 2 memories, 4
+/// tables): hoard-authz's instantiation is refused at its first call, which
+/// fails closed, and the gateway serves on. Its store had wasmtime's
+/// default limits, 10,000 of each: hoard-authz answered, and a component
+/// could make 10,000 tables of 20,000 elements, 1.6 GB of the host's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fallback_engine_holds_a_filter_to_the_pools_counts() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let dir = new_dir();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, authorizer_manifest(&upstream, REFUSED_COMPONENT, ""))
+        .expect("write the manifest");
+    let gateway = GatewayProcess::spawn_without_the_pool(&path, &[]);
+    let client = http_client();
+    capped(&alice_gets(&client, gateway.url("/fault/allow")).await);
+    assert!(
+        gateway.log_text().contains("memory count too high"),
+        "{}",
+        gateway.log_text()
+    );
+    echo(&alice_gets(&client, gateway.url("/open/x")).await);
+}
+
 /// The answer to a filter that trapped at a cap: the authorization stage
 /// failed, closed.
 fn capped(answer: &Answer) {
