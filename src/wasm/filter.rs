@@ -886,18 +886,7 @@ impl LoadedFilter<Authenticator> {
                 };
                 // The WIT's own `error` case is the filter's error outcome.
                 result.map(|answer| match answer {
-                    // A user without a name is no one: no opinion, as kube's
-                    // authenticators that read a name answer when it is empty
-                    // (`CommonNameUserConversion` and `SubjectToUserConversion`
-                    // in `staging/src/k8s.io/apiserver/pkg/authentication/request/x509/x509.go`,
-                    // `requestheader.go` in `request/headerrequest/`).
-                    AuthnResult::Authenticated(user) if user.name.is_empty() => {
-                        Ok(AuthnAnswer::NoOpinion)
-                    }
-                    AuthnResult::Authenticated(user) => {
-                        let (user, group_added) = convert::authenticated_user(user);
-                        Ok(AuthnAnswer::Authenticated { user, group_added })
-                    }
+                    AuthnResult::Authenticated(user) => taken_user(user),
                     AuthnResult::NoOpinion => Ok(AuthnAnswer::NoOpinion),
                     AuthnResult::Error(message) => Err(message),
                 })
@@ -907,6 +896,77 @@ impl LoadedFilter<Authenticator> {
             matches!(answer, AuthnAnswer::Authenticated { .. })
         })
     }
+}
+
+/// The most groups an authenticator's user may have.
+const MAX_USER_GROUPS: usize = 1000;
+/// The most extra keys an authenticator's user may have.
+const MAX_USER_EXTRA_KEYS: usize = 100;
+/// The most extra values an authenticator's user may have, of all its
+/// keys together.
+const MAX_USER_EXTRA_VALUES: usize = 1000;
+/// The most bytes any one of an authenticator's user's name, uid, groups,
+/// extra keys and values may have.
+const MAX_USER_STRING: usize = 4096;
+/// The most bytes an authenticator's user's strings may have together.
+const MAX_USER_BYTES: usize = 64 << 10;
+
+/// The user an authenticator answered with, as the chain takes it: an
+/// error (the filter's) when it passes a bound, as it would be carried
+/// whole to the upstream's `X-Remote-*` headers, every authorizer and every
+/// audit event, and a filter's memory (a gigabyte, may be) bounds none of
+/// them. A real identity fits well within: a service account's name is
+/// under 330 bytes (`system:serviceaccount:` and two DNS names), an OIDC
+/// provider's groups claim a few hundred names.
+fn taken_user(user: types::UserInfo) -> Result<AuthnAnswer, String> {
+    let too_many = |what: &str, count: usize, most: usize| {
+        Err(format!(
+            "the user it answered has {count} {what}, more than the {most} a user may have"
+        ))
+    };
+    if user.groups.len() > MAX_USER_GROUPS {
+        return too_many("groups", user.groups.len(), MAX_USER_GROUPS);
+    }
+    if user.extra.len() > MAX_USER_EXTRA_KEYS {
+        return too_many("extra keys", user.extra.len(), MAX_USER_EXTRA_KEYS);
+    }
+    let values = user.extra.iter().map(|extra| extra.values.len()).sum();
+    if values > MAX_USER_EXTRA_VALUES {
+        return too_many("extra values", values, MAX_USER_EXTRA_VALUES);
+    }
+    let strings = [&user.name, &user.uid]
+        .into_iter()
+        .chain(&user.groups)
+        .chain(
+            user.extra
+                .iter()
+                .flat_map(|extra| std::iter::once(&extra.key).chain(&extra.values)),
+        );
+    let mut total = 0usize;
+    for string in strings {
+        if string.len() > MAX_USER_STRING {
+            return Err(format!(
+                "the user it answered has a name, uid, group or extra of {} bytes, more than the {MAX_USER_STRING} any of them may have",
+                string.len()
+            ));
+        }
+        total += string.len();
+    }
+    if total > MAX_USER_BYTES {
+        return Err(format!(
+            "the user it answered has {total} bytes, more than the {MAX_USER_BYTES} a user may have"
+        ));
+    }
+    // A user without a name is no one: no opinion, as kube's
+    // authenticators that read a name answer when it is empty
+    // (`CommonNameUserConversion` and `SubjectToUserConversion`
+    // in `staging/src/k8s.io/apiserver/pkg/authentication/request/x509/x509.go`,
+    // `requestheader.go` in `request/headerrequest/`).
+    if user.name.is_empty() {
+        return Ok(AuthnAnswer::NoOpinion);
+    }
+    let (user, group_added) = convert::authenticated_user(user);
+    Ok(AuthnAnswer::Authenticated { user, group_added })
 }
 
 impl LoadedFilter<Authorizer> {
@@ -1178,5 +1238,63 @@ mod tests {
         let long = format!("{}é{}", "a".repeat(MAX_FILTER_MESSAGE - 1), "b".repeat(10));
         let kept = "a".repeat(MAX_FILTER_MESSAGE - 1);
         assert_eq!(bounded(long), format!("{kept}... (12 more bytes)"));
+    }
+
+    /// Each of an authenticator's user's bounds holds, at its edge: a user
+    /// just within is taken, one past it is the filter's error, naming it.
+    #[test]
+    fn an_authenticators_user_is_held_to_its_bounds() {
+        let user = |name: &str, groups: usize, extra: Vec<types::ExtraValue>| types::UserInfo {
+            name: name.to_owned(),
+            uid: String::new(),
+            groups: (0..groups).map(|n| format!("g{n}")).collect(),
+            extra,
+        };
+        let values = |key: &str, count: usize, bytes: usize| types::ExtraValue {
+            key: key.to_owned(),
+            values: vec!["v".repeat(bytes); count],
+        };
+        let refused = |user: types::UserInfo, bound: &str| match taken_user(user) {
+            Err(message) => assert!(message.contains(bound), "{message}"),
+            Ok(answer) => panic!("taken: {answer:?}"),
+        };
+        let taken = |user: types::UserInfo| {
+            assert!(matches!(
+                taken_user(user),
+                Ok(AuthnAnswer::Authenticated { .. })
+            ))
+        };
+        taken(user("a", MAX_USER_GROUPS, vec![]));
+        refused(
+            user("a", MAX_USER_GROUPS + 1, vec![]),
+            "1001 groups, more than the 1000",
+        );
+        let keys = |count: usize| (0..count).map(|n| values(&format!("k{n}"), 0, 0)).collect();
+        taken(user("a", 0, keys(MAX_USER_EXTRA_KEYS)));
+        refused(
+            user("a", 0, keys(MAX_USER_EXTRA_KEYS + 1)),
+            "101 extra keys, more than the 100",
+        );
+        taken(user("a", 0, vec![values("k", MAX_USER_EXTRA_VALUES, 1)]));
+        refused(
+            user("a", 0, vec![values("k", MAX_USER_EXTRA_VALUES + 1, 1)]),
+            "1001 extra values, more than the 1000",
+        );
+        taken(user(&"n".repeat(MAX_USER_STRING), 0, vec![]));
+        refused(
+            user(&"n".repeat(MAX_USER_STRING + 1), 0, vec![]),
+            "4097 bytes, more than the 4096",
+        );
+        // The name, then 15 values of 4 KiB, and 4,094 bytes and their key:
+        // 64 KiB; a byte more passes it.
+        let most = |last: usize| vec![values("", 15, MAX_USER_STRING), values("k", 1, last)];
+        taken(user("a", 0, most(4094)));
+        refused(user("a", 0, most(4095)), "65537 bytes, more than the 65536");
+        // A nameless user is no opinion, but one past a bound the error.
+        assert!(matches!(
+            taken_user(user("", 0, vec![])),
+            Ok(AuthnAnswer::NoOpinion)
+        ));
+        refused(user("", MAX_USER_GROUPS + 1, vec![]), "1001 groups");
     }
 }

@@ -136,6 +136,49 @@ async fn an_authenticated_user_without_a_name_is_no_opinion() {
     assert_eq!(upstream.hits(), 0);
 }
 
+/// An authenticator's user is bounded (1,000 groups, 100 extra keys and
+/// 1,000 values, 4 KiB a string, 64 KiB in all; docs/writing-filters.md):
+/// past a bound the answer is the filter's error, counted as one, and the
+/// next authenticator is asked, else kube's 401. It was taken whole, to be
+/// carried to the upstream's `X-Remote-*` headers, the authorizers and
+/// every audit event, bounded only by the filter's `memory`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authenticators_user_past_the_bounds_is_its_error() {
+    let upstream = Upstream::start().await;
+    let oversized = filter(
+        "authentication.filters",
+        "oversized",
+        "fault-authn",
+        Some(json!({"user": "big-user", "groups": ["faulty"]})),
+        "memory = \"64MiB\"\n",
+    );
+    let gateway = gateway(&[&oversized, &tokens(), &rbac(), &routes(&upstream.url())]).await;
+    let client = http_client();
+    let who =
+        |headers: &[(&str, &str)]| whoami(with_headers(client.get(gateway.url(WHOAMI)), headers));
+    let alice = ("authorization", "Bearer alice-token");
+
+    // Within the bounds: the filter's user.
+    assert_eq!(who(&[("x-fault", "groups-1000"), alice]).await, "big-user");
+    assert_eq!(who(&[("x-fault", "extra-4"), alice]).await, "big-user");
+    let errors = local_filter_calls("oversized", "error");
+    // Past them: the filter's error, so the token's user.
+    for fault in ["groups-1001", "groups-100000", "extra-65", "extra-2000"] {
+        assert_eq!(who(&[("x-fault", fault), alice]).await, "alice", "{fault}");
+    }
+    assert_eq!(local_filter_calls("oversized", "error"), errors + 4);
+    // And no one else to ask: kube's 401.
+    assert_unauthorized(
+        &send(
+            client
+                .get(gateway.url("/open/x"))
+                .header("x-fault", "groups-1001"),
+        )
+        .await,
+    );
+    assert_eq!(upstream.hits(), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_authenticator_sees_only_the_headers_its_manifest_lists() {
     let upstream = Upstream::start().await;

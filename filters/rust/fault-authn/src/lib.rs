@@ -4,7 +4,7 @@
 use faults::Fault;
 use serde::Deserialize;
 use wasmgate_filter::authenticator::{self, AuthnResult, Guest};
-use wasmgate_filter::types::{RequestView, UserInfo};
+use wasmgate_filter::types::{ExtraValue, RequestView, UserInfo};
 use wasmgate_filter::{FilterConfig, headers};
 
 const NAME: &str = "fault-authn";
@@ -36,25 +36,37 @@ fn word(request: &RequestView) -> &str {
 }
 
 fn answer(config: &Config, word: &str) -> AuthnResult {
-    let user = |groups| {
+    let user = |groups, extra| {
         AuthnResult::Authenticated(UserInfo {
             name: config.user.clone(),
             uid: String::new(),
             groups,
-            extra: Vec::new(),
+            extra,
         })
     };
-    match word {
-        "allow" | "authenticated" => user(config.groups.clone()),
-        _ => match word
-            .strip_prefix("aliased-groups-")
-            .and_then(|count| count.parse().ok())
-        {
-            Some(count) => user(aliased_groups(count)),
-            None => AuthnResult::NoOpinion,
-        },
+    let count = |prefix: &str| word.strip_prefix(prefix).and_then(|n| n.parse().ok());
+    if matches!(word, "allow" | "authenticated") {
+        user(config.groups.clone(), Vec::new())
+    } else if let Some(count) = count("aliased-groups-") {
+        user(aliased_groups(count), Vec::new())
+    } else if let Some(count) = count("groups-") {
+        user(
+            (0..count).map(|n| format!("group-{n}")).collect(),
+            Vec::new(),
+        )
+    } else if let Some(kib) = count("extra-") {
+        let blob = ExtraValue {
+            key: EXTRA_KEY.to_owned(),
+            values: vec!["x".repeat(1024); kib],
+        };
+        user(config.groups.clone(), vec![blob])
+    } else {
+        AuthnResult::NoOpinion
     }
 }
+
+/// The extra key `extra-<kib>` answers with.
+const EXTRA_KEY: &str = "fault.example.io/blob";
 
 /// The most groups `aliased-groups-<n>` answers with.
 const MOST_ALIASED_GROUPS: usize = 1024;
@@ -151,6 +163,19 @@ mod tests {
             answer(&default, "no-opinion"),
             AuthnResult::NoOpinion
         ));
+        match answer(&config, "groups-3") {
+            AuthnResult::Authenticated(user) => {
+                assert_eq!(user.groups, ["group-0", "group-1", "group-2"])
+            }
+            other => panic!("{other:?}"),
+        }
+        match answer(&config, "extra-2") {
+            AuthnResult::Authenticated(user) => {
+                assert_eq!(user.extra[0].key, EXTRA_KEY);
+                assert_eq!(user.extra[0].values, ["x".repeat(1024), "x".repeat(1024)]);
+            }
+            other => panic!("{other:?}"),
+        }
         assert!(Config::parse(r#"{"usr":"x"}"#).is_err());
         assert!(Config::parse("[]").is_err());
     }
