@@ -17,7 +17,7 @@ use http::HeaderName;
 
 use crate::body::{Request, Response};
 use crate::context::RequestContext;
-use crate::flow_control::{Controller, RequestDetail, width};
+use crate::flow_control::{Controller, RequestDetail, Work, width};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 use crate::status::GatewayError;
@@ -61,12 +61,16 @@ impl PriorityAndFairness {
             let info = context.info.as_ref().unwrap_or(&default_info);
             let flow = self.controller.classify(info, user);
             let uids = self.controller.uids(&flow);
-            let seats = width::seats(info, request.uri().query());
+            let watch = info.verb == "watch";
+            let work = Work {
+                seats: width::seats(info, request.uri().query()),
+                watch,
+            };
             let received = context.received.map_or_else(Instant::now, |r| r.instant);
             let until = self.controller.queue_deadline(received, context.deadline);
             let detail = || RequestDetail::new(&flow, info, user);
-            let admitted = self.controller.admit(&flow, seats, until, detail).await;
-            (admitted, uids, info.verb == "watch")
+            let admitted = self.controller.admit(&flow, work, until, detail).await;
+            (admitted, uids, watch)
         };
         let (admitted, (schema_uid, level_uid), watch) = admitted;
         let mut response = match admitted {

@@ -15,7 +15,8 @@ use tokio::sync::oneshot;
 
 use super::Controller;
 use super::classify::Flow;
-use super::metrics::LevelMetrics;
+use super::metrics;
+use super::metrics::{Adjustment, LevelMetrics, Limits};
 use super::queueset::{Arrival, Executing, QueueSet, QueuedAt, RejectReason};
 use super::width;
 use crate::config::flow_control::{FlowControl, LevelKind, LimitResponse, Queuing};
@@ -116,6 +117,14 @@ impl RequestDetail {
     }
 }
 
+/// What a request asks of its level: its seats (kube's work estimate), and
+/// whether it is a watch, whose execution is its set-up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Work {
+    pub seats: usize,
+    pub watch: bool,
+}
+
 /// Why a request gets a 429, and when to come back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Rejection {
@@ -149,13 +158,20 @@ pub(super) fn levels(config: &FlowControl) -> Vec<Level> {
                     let nominal = (server * share).div_ceil(shares.max(1)) as usize;
                     let percent = |p: u32| (nominal as f64 * f64::from(p) / 100.0).round() as usize;
                     let lendable = percent(limited.lendable_percent).min(nominal);
-                    let max = match limited.borrowing_limit_percent {
-                        Some(p) => nominal.saturating_add(percent(p)),
-                        None => usize::MAX,
-                    };
+                    // kube's borrowingCL: the server's seats when unbounded.
+                    let max = nominal.saturating_add(
+                        limited
+                            .borrowing_limit_percent
+                            .map_or(config.server_concurrency_limit, percent),
+                    );
                     let queuing = match limited.limit_response {
                         LimitResponse::Queue(queuing) => Some(queuing),
                         LimitResponse::Reject => None,
+                    };
+                    let limits = Limits {
+                        nominal,
+                        lower: nominal - lendable,
+                        upper: max,
                     };
                     LevelLimit::Limited(Box::new(Limited {
                         state: Mutex::new(LevelState {
@@ -167,7 +183,7 @@ pub(super) fn levels(config: &FlowControl) -> Vec<Level> {
                         min: nominal - lendable,
                         max,
                         max_seats: max_seats(nominal, queuing),
-                        metrics: LevelMetrics::new(level.name.as_str(), nominal),
+                        metrics: LevelMetrics::new(level.name.as_str(), &limits, nominal),
                     }))
                 }
             };
@@ -212,6 +228,11 @@ fn queue_deadline(received: Instant, deadline: Option<Instant>, default_wait: Du
 pub(crate) struct Seat {
     controller: Arc<Controller>,
     schema: usize,
+    seats: usize,
+    /// When it started to execute, and whether it is a watch (which
+    /// executes until it is set up).
+    started: Instant,
+    watch: bool,
     /// `None` on an exempt level.
     executing: Option<Executing>,
 }
@@ -221,6 +242,11 @@ impl Drop for Seat {
         let controller = &self.controller;
         let schema = &controller.schemas[self.schema];
         schema.metrics.executing.dec();
+        schema
+            .metrics
+            .executing_seats
+            .dec_by(metrics::seats(self.seats));
+        schema.metrics.executed(self.watch, self.started.elapsed());
         match (&controller.levels[schema.level].limit, self.executing) {
             (LevelLimit::Exempt { executing }, _) => {
                 executing.fetch_sub(1, Ordering::Relaxed);
@@ -265,12 +291,12 @@ impl Controller {
         queue_deadline(received, deadline, self.default_request_wait)
     }
 
-    /// Waits for a seat on the flow's level for a request of `seats` (at
-    /// most the level's `max_seats`), until `queue_deadline` at the latest.
+    /// Waits for a seat on the flow's level for `work` (its seats at most
+    /// the level's `max_seats`), until `queue_deadline` at the latest.
     pub(crate) async fn admit(
         self: &Arc<Self>,
         flow: &Flow<'_>,
-        seats: usize,
+        work: Work,
         queue_deadline: Instant,
         detail: impl FnOnce() -> RequestDetail,
     ) -> Result<Seat, Rejection> {
@@ -278,11 +304,18 @@ impl Controller {
         let limited = match &self.levels[schema.level].limit {
             LevelLimit::Exempt { executing } => {
                 executing.fetch_add(1, Ordering::Relaxed);
-                return Ok(self.seat(flow.schema, None, None));
+                schema.metrics.estimated_seats.observe(work.seats as f64);
+                return Ok(self.seat(flow.schema, work, None, None));
             }
             LevelLimit::Limited(limited) => limited,
         };
-        let seats = seats.min(limited.max_seats).max(1);
+        // kube observes the estimate its level's maximum has capped.
+        let work = Work {
+            seats: work.seats.min(limited.max_seats).max(1),
+            ..work
+        };
+        let seats = work.seats;
+        schema.metrics.estimated_seats.observe(seats as f64);
         let arrived = Instant::now();
         let mut receiver = None;
         let at = {
@@ -305,12 +338,19 @@ impl Controller {
             settle(&mut state, arrived, unclaimed);
             match arrival {
                 Arrival::Executing(executing) => {
-                    return Ok(self.seat(flow.schema, Some(executing), Some(Duration::ZERO)));
+                    if executing.queued() {
+                        schema.metrics.queue_length.observe(1.0);
+                    }
+                    let seat = self.seat(flow.schema, work, Some(executing), Some(Duration::ZERO));
+                    return Ok(seat);
                 }
                 Arrival::Rejected(reason) => {
                     return Err(self.rejected(&mut state, flow.schema, reason, arrived, arrived));
                 }
-                Arrival::Queued(at) => at,
+                Arrival::Queued { at, length } => {
+                    schema.metrics.queue_length.observe(length as f64);
+                    at
+                }
             }
         };
         let Some(receiver) = receiver else {
@@ -321,10 +361,12 @@ impl Controller {
             });
         };
         schema.metrics.in_queue.inc();
+        schema.metrics.in_queue_seats.inc_by(metrics::seats(seats));
         let mut waiting = Waiting {
             controller: self,
             limited,
             schema: flow.schema,
+            seats,
             at,
             arrived,
             receiver,
@@ -333,8 +375,9 @@ impl Controller {
         let woken = tokio::time::timeout_at(queue_deadline.into(), &mut waiting.receiver).await;
         waiting.settled = true;
         schema.metrics.in_queue.dec();
+        schema.metrics.in_queue_seats.dec_by(metrics::seats(seats));
         if let Ok(Ok(executing)) = woken {
-            return Ok(self.seat(flow.schema, Some(executing), Some(arrived.elapsed())));
+            return Ok(self.seat(flow.schema, work, Some(executing), Some(arrived.elapsed())));
         }
         let now = Instant::now();
         let mut state = limited.lock();
@@ -345,7 +388,7 @@ impl Controller {
             // Dispatched as the wait ended: it runs.
             None => match waiting.receiver.try_recv() {
                 Ok(executing) => {
-                    Ok(self.seat(flow.schema, Some(executing), Some(arrived.elapsed())))
+                    Ok(self.seat(flow.schema, work, Some(executing), Some(arrived.elapsed())))
                 }
                 Err(_) => {
                     Err(self.rejected(&mut state, flow.schema, RejectReason::TimeOut, arrived, now))
@@ -361,11 +404,13 @@ impl Controller {
     fn seat(
         self: &Arc<Self>,
         schema: usize,
+        work: Work,
         executing: Option<Executing>,
         waited: Option<Duration>,
     ) -> Seat {
         let metrics = &self.schemas[schema].metrics;
         metrics.executing.inc();
+        metrics.executing_seats.inc_by(metrics::seats(work.seats));
         metrics.dispatched.inc();
         if let Some(waited) = waited {
             metrics.waited_to_execute.observe(waited.as_secs_f64());
@@ -373,6 +418,9 @@ impl Controller {
         Seat {
             controller: self.clone(),
             schema,
+            seats: work.seats,
+            started: Instant::now(),
+            watch: work.watch,
             executing,
         }
     }
@@ -410,7 +458,7 @@ impl Controller {
             })
             .collect();
         let required: usize = limited.iter().map(|l| l.nominal).sum();
-        let items: Vec<Bounds> = limited
+        let items: Vec<_> = limited
             .iter()
             .map(|level| {
                 let mut state = level.lock();
@@ -420,15 +468,19 @@ impl Controller {
                     envelope.max(SMOOTHING * state.smoothed_demand + (1.0 - SMOOTHING) * envelope);
                 let lower =
                     (level.min as f64).max((level.nominal as f64).min(demand.high_watermark));
-                Bounds {
+                let bounds = Bounds {
                     target: lower.max(state.smoothed_demand),
                     lower,
                     upper: (level.max.min(required) as f64).max(lower),
-                }
+                };
+                (demand, state.smoothed_demand, bounds)
             })
             .collect();
-        let allocations = allocate(required as f64, &items);
-        for (level, allocation) in limited.iter().zip(allocations) {
+        let bounds: Vec<Bounds> = items.iter().map(|(_, _, bounds)| *bounds).collect();
+        let allocations = allocate(required as f64, &bounds);
+        for ((level, allocation), (demand, smoothed, bounds)) in
+            limited.iter().zip(allocations).zip(items)
+        {
             let limit = allocation.round() as usize;
             let mut state = level.lock();
             let mut unclaimed = Vec::new();
@@ -436,10 +488,14 @@ impl Controller {
                 .queues
                 .set_concurrency_limit(now, limit, &mut |t, e| wake(t, e, &mut unclaimed));
             settle(&mut state, now, unclaimed);
-            level
-                .metrics
-                .current_limit
-                .set(i64::try_from(limit).unwrap_or(i64::MAX));
+            level.metrics.adjusted(&Adjustment {
+                high_watermark: demand.high_watermark,
+                average: demand.average,
+                stdev: demand.deviation,
+                smoothed,
+                target: bounds.target,
+                limit,
+            });
         }
     }
 }
@@ -450,6 +506,7 @@ struct Waiting<'a> {
     controller: &'a Controller,
     limited: &'a Limited,
     schema: usize,
+    seats: usize,
     at: QueuedAt,
     arrived: Instant,
     receiver: oneshot::Receiver<Executing>,
@@ -464,6 +521,7 @@ impl Drop for Waiting<'_> {
         let now = Instant::now();
         let metrics = &self.controller.schemas[self.schema].metrics;
         metrics.in_queue.dec();
+        metrics.in_queue_seats.dec_by(metrics::seats(self.seats));
         let mut state = self.limited.lock();
         if state
             .queues
@@ -597,6 +655,13 @@ impl DroppedRequests {
 mod tests {
     use super::*;
 
+    fn work(seats: usize) -> Work {
+        Work {
+            seats,
+            watch: false,
+        }
+    }
+
     /// One limited level (`catch-all`, queues 64, hands of 8) sharing
     /// `server` seats, and the exempt one.
     fn one_level(server: usize) -> FlowControl {
@@ -655,9 +720,12 @@ mod tests {
         let user = UserInfo::default();
         let get = RequestInfo::resolve(&http::Method::GET, "/api/v1/namespaces/a/pods/p", None);
         let held = controller
-            .admit(&flow, 1, Instant::now() + Duration::from_secs(1), || {
-                RequestDetail::new(&flow, &get, &user)
-            })
+            .admit(
+                &flow,
+                work(1),
+                Instant::now() + Duration::from_secs(1),
+                || RequestDetail::new(&flow, &get, &user),
+            )
             .await
             .expect("a free seat");
         let query = Some("limit=500");
@@ -666,7 +734,7 @@ mod tests {
         let listed = controller
             .admit(
                 &flow,
-                seats,
+                work(seats),
                 Instant::now() + Duration::from_millis(300),
                 || RequestDetail::new(&flow, &list, &user),
             )

@@ -43,7 +43,7 @@ use classify::Flow;
 use dispatch::Level;
 use metrics::SchemaMetrics;
 
-pub(crate) use dispatch::RequestDetail;
+pub(crate) use dispatch::{RequestDetail, Work};
 
 pub(crate) use crate::config::flow_control::DEBUG_PREFIX;
 

@@ -61,6 +61,15 @@ pub(crate) struct Executing {
     started: Instant,
 }
 
+impl Executing {
+    /// Whether it went through a queue: false on a level without queues.
+    /// A request that found nothing waiting anywhere runs at once, as it
+    /// would have been dispatched from its queue, alone in it.
+    pub(crate) fn queued(&self) -> bool {
+        self.queue.is_some()
+    }
+}
+
 /// Where a waiting request is, to take it out again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct QueuedAt {
@@ -74,8 +83,12 @@ pub(crate) enum Arrival {
     /// It executes now.
     Executing(Executing),
     /// It waits in this queue (and may have been dispatched already: the
-    /// dispatch callback says so).
-    Queued(QueuedAt),
+    /// dispatch callback says so), which held `length` requests once it
+    /// joined.
+    Queued {
+        at: QueuedAt,
+        length: usize,
+    },
     Rejected(RejectReason),
 }
 
@@ -305,8 +318,9 @@ impl<T> QueueSet<T> {
             return Arrival::Executing(self.start(now, Some(index), seats));
         }
         let at = self.enqueue(now, index, seats, payload());
+        let length = self.queues[index].waiting.len();
         self.dispatch_as_much_as_possible(now, dispatched);
-        Arrival::Queued(at)
+        Arrival::Queued { at, length }
     }
 
     fn fits(&self, seats: usize) -> bool {
@@ -733,7 +747,7 @@ mod tests {
         for _ in 0..2 {
             assert!(matches!(
                 set.arrive(clock.at(0), 1, 1, || (), &mut ignore),
-                Arrival::Queued(_)
+                Arrival::Queued { .. }
             ));
         }
         assert!(matches!(
@@ -784,10 +798,13 @@ mod tests {
         let Arrival::Executing(first) = set.arrive(clock.at(0), 1, 1, || 0, &mut |_, _| {}) else {
             panic!("a seat is free");
         };
-        let Arrival::Queued(second) = set.arrive(clock.at(0), 1, 1, || 2, &mut |_, _| {}) else {
+        let Arrival::Queued { at: second, .. } =
+            set.arrive(clock.at(0), 1, 1, || 2, &mut |_, _| {})
+        else {
             panic!("it waits");
         };
-        let Arrival::Queued(third) = set.arrive(clock.at(0), 1, 1, || 3, &mut |_, _| {}) else {
+        let Arrival::Queued { at: third, .. } = set.arrive(clock.at(0), 1, 1, || 3, &mut |_, _| {})
+        else {
             panic!("it waits");
         };
         assert_eq!(

@@ -860,3 +860,128 @@ async fn a_reload_under_load_lets_queued_requests_finish_on_their_configuration(
     }
     gateway.shutdown().await;
 }
+
+/// The value of the series `name{labels}` in a scrape.
+fn sample(text: &str, name: &str, labels: &str) -> f64 {
+    let prefix = format!("{name}{{{labels}}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+}
+
+async fn scrape(client: &reqwest::Client, gateway: &TestGateway) -> String {
+    send(as_user(client.get(gateway.url("/metrics")), "root"))
+        .await
+        .body
+}
+
+/// kube's seat metrics (`util/flowcontrol/metrics/metrics.go`), observed
+/// where kube observes them: the seats executing and waiting
+/// (`fairqueuing/queueset/queueset.go`), each request's estimated seats
+/// as its level caps them (`server/filters/priority-and-fairness.go`), the
+/// length of its queue once it joined, its execution (a watch's set-up),
+/// the level's configured bounds and what each borrowing adjustment found
+/// (`apf_controller.go`). Level `metered` is this test's alone (the
+/// registry is the process's): one queue, so each request queued sees it
+/// one longer; 8 seats, a LIST of `limit=500` capped at 2 of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubes_seat_metrics_count_what_the_level_runs_and_queues() {
+    let upstream = Upstream::start().await;
+    let metered = tenants(4)
+        .replace("\"tenants\"", "\"metered\"")
+        .replace("queues = 64, hand_size = 6", "queues = 1, hand_size = 1");
+    // A wait of 15 s in the queue (a quarter of 60 s): the queued requests
+    // outlive the next borrowing adjustment.
+    let manifest = manifest(&upstream, &metered).replace("\"8s\"", "\"60s\"");
+    let gateway = TestGateway::start(&manifest).await;
+    let client = http_client();
+    let url = gateway.url(WIDGETS);
+    let held = take_every_seat(&client, &url, "noisy").await;
+    let list = format!("{url}?limit=500");
+    let mut waiting = queue_up(&client, &list, "quiet", 1);
+    settled(&client, &gateway, "metered", 1, 8).await;
+    waiting.extend(queue_up(&client, &url, "quiet", 2));
+    settled(&client, &gateway, "metered", 3, 8).await;
+
+    let text = scrape(&client, &gateway).await;
+    let ours = "priority_level=\"metered\",flow_schema=\"metered\"";
+    let value = |name: &str| sample(&text, name, ours);
+    assert_eq!(value("apiserver_flowcontrol_current_executing_seats"), 8.0);
+    // The LIST's 2 seats and the GETs' 1 each.
+    assert_eq!(value("apiserver_flowcontrol_current_inqueue_seats"), 4.0);
+    assert_eq!(
+        value("apiserver_flowcontrol_work_estimated_seats_count"),
+        11.0
+    );
+    assert_eq!(
+        value("apiserver_flowcontrol_work_estimated_seats_sum"),
+        12.0
+    );
+    let bucket = |le: &str| {
+        sample(
+            &text,
+            "apiserver_flowcontrol_work_estimated_seats_bucket",
+            &format!("le=\"{le}\",{ours}"),
+        )
+    };
+    assert_eq!((bucket("1.0"), bucket("2.0")), (10.0, 11.0));
+    // The 8 that ran at once were dispatched from a queue of one, as kube
+    // enqueues every request of a queuing level; the three queued found
+    // 1, 2 and 3 in their queue.
+    assert_eq!(
+        value("apiserver_flowcontrol_request_queue_length_after_enqueue_count"),
+        11.0
+    );
+    assert_eq!(
+        value("apiserver_flowcontrol_request_queue_length_after_enqueue_sum"),
+        14.0
+    );
+    let level = |name: &str, text: &str| sample(text, name, "priority_level=\"metered\"");
+    assert_eq!(
+        level("apiserver_flowcontrol_nominal_limit_seats", &text),
+        8.0
+    );
+    // No lending; borrowing up to the server's 8 seats (kube's default).
+    assert_eq!(level("apiserver_flowcontrol_lower_limit_seats", &text), 8.0);
+    assert_eq!(
+        level("apiserver_flowcontrol_upper_limit_seats", &text),
+        16.0
+    );
+    // The next adjustment (every 10 s) saw 12 seats asked for all along.
+    let text = eventually("a borrowing adjustment", || async {
+        let text = scrape(&client, &gateway).await;
+        (level("apiserver_flowcontrol_demand_seats_high_watermark", &text) == 12.0).then_some(text)
+    })
+    .await;
+    let average = level("apiserver_flowcontrol_demand_seats_average", &text);
+    assert!((8.0..=12.0).contains(&average), "{text}");
+    assert!(level("apiserver_flowcontrol_demand_seats_stdev", &text) >= 0.0);
+    assert!(level("apiserver_flowcontrol_demand_seats_smoothed", &text) >= average);
+    assert!(level("apiserver_flowcontrol_target_seats", &text) >= 8.0);
+
+    for answer in drain(&upstream, held, waiting).await {
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    let watch = hold(&client, &format!("{url}?watch=true"), "quiet").await;
+    // A seat is given back once its response's body has gone.
+    eventually("every seat given back", || async {
+        let text = scrape(&client, &gateway).await;
+        let executed = |kind: &str| {
+            sample(
+                &text,
+                "apiserver_flowcontrol_request_execution_seconds_count",
+                &format!("{ours},type=\"{kind}\""),
+            )
+        };
+        let seats = |name: &str| sample(&text, name, ours);
+        (executed("regular") == 11.0
+            && executed("watch") == 1.0
+            && seats("apiserver_flowcontrol_current_executing_seats") == 0.0
+            && seats("apiserver_flowcontrol_current_inqueue_seats") == 0.0)
+            .then_some(())
+    })
+    .await;
+    drop(watch);
+    gateway.shutdown().await;
+}
