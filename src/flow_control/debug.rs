@@ -13,7 +13,6 @@ use http::header::CONTENT_TYPE;
 
 use super::Controller;
 use super::DEBUG_PREFIX;
-use super::dispatch::LevelLimit;
 use crate::body::{Body, Request, Response};
 use crate::handler::{Handler, SharedHandler};
 use crate::status::GatewayError;
@@ -89,40 +88,34 @@ impl Controller {
         let levels: Vec<serde_json::Value> = self
             .levels
             .iter()
-            .map(|level| match &level.limit {
-                LevelLimit::Exempt { executing } => serde_json::json!({
-                    "name": level.name,
-                    "exempt": true,
-                    "executing": executing.load(std::sync::atomic::Ordering::Relaxed),
-                }),
-                LevelLimit::Limited(limited) => {
-                    let state = limited.lock();
-                    let totals = state.queues.totals();
-                    let queues: Vec<serde_json::Value> = state
-                        .queues
-                        .queue_dumps()
-                        .map(|queue| {
-                            serde_json::json!({
-                                "waiting": queue.waiting,
-                                "executing": queue.executing,
-                                "seats_in_use": queue.seats_in_use,
-                            })
+            .map(|level| {
+                let limited = &level.limit;
+                let state = limited.lock();
+                let totals = state.queues.totals();
+                let queues: Vec<serde_json::Value> = state
+                    .queues
+                    .queue_dumps()
+                    .map(|queue| {
+                        serde_json::json!({
+                            "waiting": queue.waiting,
+                            "executing": queue.executing,
+                            "seats_in_use": queue.seats_in_use,
                         })
-                        .collect();
-                    serde_json::json!({
-                        "name": level.name,
-                        "exempt": false,
-                        "nominal_seats": limited.nominal,
-                        "seats_in_use": totals.seats_in_use,
-                        "waiting": totals.waiting,
-                        "executing": totals.executing,
-                        "dispatched": totals.dispatched,
-                        "rejected": totals.rejected,
-                        "timed_out": totals.timed_out,
-                        "cancelled": totals.cancelled,
-                        "queues": queues,
                     })
-                }
+                    .collect();
+                serde_json::json!({
+                    "name": level.name,
+                    "exempt": limited.exempt,
+                    "nominal_seats": limited.nominal,
+                    "seats_in_use": totals.seats_in_use,
+                    "waiting": totals.waiting,
+                    "executing": totals.executing,
+                    "dispatched": totals.dispatched,
+                    "rejected": totals.rejected,
+                    "timed_out": totals.timed_out,
+                    "cancelled": totals.cancelled,
+                    "queues": queues,
+                })
             })
             .collect();
         serde_json::Value::from(levels)
@@ -145,13 +138,7 @@ impl Controller {
         let mut levels: Vec<_> = self.levels.iter().collect();
         levels.sort_by(|a, b| a.name.cmp(&b.name));
         for level in levels {
-            let LevelLimit::Limited(limited) = &level.limit else {
-                let mut row = vec![level.name.clone()];
-                row.extend(std::iter::repeat_n("<none>".to_owned(), 9));
-                rows.push(row);
-                continue;
-            };
-            let state = limited.lock();
+            let state = level.limit.lock();
             let totals = state.queues.totals();
             rows.push(vec![
                 level.name.clone(),
@@ -184,13 +171,8 @@ impl Controller {
             "TotalWorkSum",
         ])];
         for level in &self.levels {
-            let LevelLimit::Limited(limited) = &level.limit else {
-                let mut row = vec![level.name.clone()];
-                row.extend(std::iter::repeat_n("<none>".to_owned(), 8));
-                rows.push(row);
-                continue;
-            };
-            let state = limited.lock();
+            // The exempt level has no queues, hence no rows.
+            let state = level.limit.lock();
             for (index, queue) in state.queues.queue_dumps().enumerate() {
                 rows.push(vec![
                     level.name.clone(),
@@ -234,10 +216,7 @@ impl Controller {
         }
         let mut rows = vec![header];
         for level in &self.levels {
-            let LevelLimit::Limited(limited) = &level.limit else {
-                continue;
-            };
-            let state = limited.lock();
+            let state = level.limit.lock();
             for (queue, place, waiting) in state.queues.waiting() {
                 let detail = &waiting.payload.detail;
                 let schema = self

@@ -6,7 +6,6 @@
 //! `pkg/server/filters/priority-and-fairness.go`).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -40,15 +39,13 @@ const PRIORITY_LEVEL_MAX_SEATS_PERCENT: f64 = 0.15;
 pub(super) struct Level {
     pub name: String,
     pub uid: HeaderValue,
-    pub limit: LevelLimit,
+    pub limit: Box<Limited>,
 }
 
-pub(super) enum LevelLimit {
-    Exempt { executing: AtomicUsize },
-    Limited(Box<Limited>),
-}
-
+/// A level's seats and queues; the exempt level's have no limit (kube's
+/// exempt queue set, which counts its seats and demand and queues none).
 pub(super) struct Limited {
+    pub exempt: bool,
     pub state: Mutex<LevelState>,
     /// kube's NominalCL, and the least and most borrowing may leave it.
     pub nominal: usize,
@@ -148,45 +145,56 @@ pub(super) fn levels(config: &FlowControl) -> Vec<Level> {
         .levels
         .iter()
         .map(|level| {
-            let limit = match &level.kind {
-                LevelKind::Exempt => LevelLimit::Exempt {
-                    executing: AtomicUsize::new(0),
-                },
+            // kube: NominalCL = ceil(ServerCL * shares / sum of shares);
+            // the exempt level's shares are 0, and it lends nothing
+            // (`plSpecCommons` in apf_controller.go).
+            let share = match &level.kind {
+                LevelKind::Limited(limited) => u64::from(limited.nominal_concurrency_shares),
+                LevelKind::Exempt => 0,
+            };
+            let nominal = (server * share).div_ceil(shares.max(1)) as usize;
+            let percent = |p: u32| (nominal as f64 * f64::from(p) / 100.0).round() as usize;
+            let (lendable, borrowing, queues, max_seats) = match &level.kind {
+                LevelKind::Exempt => (
+                    0,
+                    config.server_concurrency_limit,
+                    QueueSet::exempt(now),
+                    width::MAX_SEATS,
+                ),
                 LevelKind::Limited(limited) => {
-                    let share = u64::from(limited.nominal_concurrency_shares);
-                    // kube: NominalCL = ceil(ServerCL * shares / sum of shares).
-                    let nominal = (server * share).div_ceil(shares.max(1)) as usize;
-                    let percent = |p: u32| (nominal as f64 * f64::from(p) / 100.0).round() as usize;
-                    let lendable = percent(limited.lendable_percent).min(nominal);
-                    // kube's borrowingCL: the server's seats when unbounded.
-                    let max = nominal.saturating_add(
-                        limited
-                            .borrowing_limit_percent
-                            .map_or(config.server_concurrency_limit, percent),
-                    );
                     let queuing = match limited.limit_response {
                         LimitResponse::Queue(queuing) => Some(queuing),
                         LimitResponse::Reject => None,
                     };
-                    let limits = Limits {
-                        nominal,
-                        lower: nominal - lendable,
-                        upper: max,
-                    };
-                    LevelLimit::Limited(Box::new(Limited {
-                        state: Mutex::new(LevelState {
-                            queues: QueueSet::new(queuing, nominal, now),
-                            drops: DroppedRequests::default(),
-                            smoothed_demand: 0.0,
-                        }),
-                        nominal,
-                        min: nominal - lendable,
-                        max,
-                        max_seats: max_seats(nominal, queuing),
-                        metrics: LevelMetrics::new(level.name.as_str(), &limits, nominal),
-                    }))
+                    (
+                        percent(limited.lendable_percent).min(nominal),
+                        // kube's borrowingCL: the server's seats when unbounded.
+                        limited
+                            .borrowing_limit_percent
+                            .map_or(config.server_concurrency_limit, percent),
+                        QueueSet::new(queuing, nominal, now),
+                        max_seats(nominal, queuing),
+                    )
                 }
             };
+            let limits = Limits {
+                nominal,
+                lower: nominal - lendable,
+                upper: nominal.saturating_add(borrowing),
+            };
+            let limit = Box::new(Limited {
+                exempt: matches!(level.kind, LevelKind::Exempt),
+                state: Mutex::new(LevelState {
+                    queues,
+                    drops: DroppedRequests::default(),
+                    smoothed_demand: 0.0,
+                }),
+                nominal,
+                min: limits.lower,
+                max: limits.upper,
+                max_seats,
+                metrics: LevelMetrics::new(level.name.as_str(), &limits, nominal),
+            });
             Level {
                 name: level.name.as_str().to_owned(),
                 uid: super::uid("prioritylevel", level.name.as_str()),
@@ -233,8 +241,7 @@ pub(crate) struct Seat {
     /// executes until it is set up).
     started: Instant,
     watch: bool,
-    /// `None` on an exempt level.
-    executing: Option<Executing>,
+    executing: Executing,
 }
 
 impl Drop for Seat {
@@ -247,21 +254,14 @@ impl Drop for Seat {
             .executing_seats
             .dec_by(metrics::seats(self.seats));
         schema.metrics.executed(self.watch, self.started.elapsed());
-        match (&controller.levels[schema.level].limit, self.executing) {
-            (LevelLimit::Exempt { executing }, _) => {
-                executing.fetch_sub(1, Ordering::Relaxed);
-            }
-            (LevelLimit::Limited(limited), Some(executing)) => {
-                let now = Instant::now();
-                let mut state = limited.lock();
-                let mut unclaimed = Vec::new();
-                state.queues.finish(now, executing, &mut |ticket, e| {
-                    wake(ticket, e, &mut unclaimed)
-                });
-                settle(&mut state, now, unclaimed);
-            }
-            (LevelLimit::Limited(_), None) => {}
-        }
+        let limited = &controller.levels[schema.level].limit;
+        let now = Instant::now();
+        let mut state = limited.lock();
+        let mut unclaimed = Vec::new();
+        state.queues.finish(now, self.executing, &mut |ticket, e| {
+            wake(ticket, e, &mut unclaimed)
+        });
+        settle(&mut state, now, unclaimed);
     }
 }
 
@@ -301,14 +301,7 @@ impl Controller {
         detail: impl FnOnce() -> RequestDetail,
     ) -> Result<Seat, Rejection> {
         let schema = &self.schemas[flow.schema];
-        let limited = match &self.levels[schema.level].limit {
-            LevelLimit::Exempt { executing } => {
-                executing.fetch_add(1, Ordering::Relaxed);
-                schema.metrics.estimated_seats.observe(work.seats as f64);
-                return Ok(self.seat(flow.schema, work, None, None));
-            }
-            LevelLimit::Limited(limited) => limited,
-        };
+        let limited = &self.levels[schema.level].limit;
         // kube observes the estimate its level's maximum has capped.
         let work = Work {
             seats: work.seats.min(limited.max_seats).max(1),
@@ -341,8 +334,9 @@ impl Controller {
                     if executing.queued() {
                         schema.metrics.queue_length.observe(1.0);
                     }
-                    let seat = self.seat(flow.schema, work, Some(executing), Some(Duration::ZERO));
-                    return Ok(seat);
+                    // kube starts no wait for an exempt request.
+                    let waited = (!limited.exempt).then_some(Duration::ZERO);
+                    return Ok(self.seat(flow.schema, work, executing, waited));
                 }
                 Arrival::Rejected(reason) => {
                     return Err(self.rejected(&mut state, flow.schema, reason, arrived, arrived));
@@ -377,7 +371,7 @@ impl Controller {
         schema.metrics.in_queue.dec();
         schema.metrics.in_queue_seats.dec_by(metrics::seats(seats));
         if let Ok(Ok(executing)) = woken {
-            return Ok(self.seat(flow.schema, work, Some(executing), Some(arrived.elapsed())));
+            return Ok(self.seat(flow.schema, work, executing, Some(arrived.elapsed())));
         }
         let now = Instant::now();
         let mut state = limited.lock();
@@ -388,7 +382,7 @@ impl Controller {
             // Dispatched as the wait ended: it runs.
             None => match waiting.receiver.try_recv() {
                 Ok(executing) => {
-                    Ok(self.seat(flow.schema, work, Some(executing), Some(arrived.elapsed())))
+                    Ok(self.seat(flow.schema, work, executing, Some(arrived.elapsed())))
                 }
                 Err(_) => {
                     Err(self.rejected(&mut state, flow.schema, RejectReason::TimeOut, arrived, now))
@@ -405,7 +399,7 @@ impl Controller {
         self: &Arc<Self>,
         schema: usize,
         work: Work,
-        executing: Option<Executing>,
+        executing: Executing,
         waited: Option<Duration>,
     ) -> Seat {
         let metrics = &self.schemas[schema].metrics;
@@ -449,14 +443,7 @@ impl Controller {
     /// Moves seats between the limited levels by their recent demand
     /// (kube's `updateBorrowingLocked`).
     pub(super) fn adjust_limits(&self, now: Instant) {
-        let limited: Vec<&Limited> = self
-            .levels
-            .iter()
-            .filter_map(|level| match &level.limit {
-                LevelLimit::Limited(limited) => Some(&**limited),
-                LevelLimit::Exempt { .. } => None,
-            })
-            .collect();
+        let limited: Vec<&Limited> = self.levels.iter().map(|level| &*level.limit).collect();
         let required: usize = limited.iter().map(|l| l.nominal).sum();
         let items: Vec<_> = limited
             .iter()
@@ -701,6 +688,77 @@ mod tests {
         }
     }
 
+    /// The current limit of `level` on the metrics endpoint.
+    fn current_limit(level: &str) -> String {
+        let mut text = String::new();
+        super::super::metrics::encode(&mut text).expect("the metrics encode");
+        let prefix =
+            format!("apiserver_flowcontrol_current_limit_seats{{priority_level=\"{level}\"}} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+            .to_owned()
+    }
+
+    /// kube's borrowing (`apf_controller.go`, `updateBorrowingLocked`)
+    /// divides the seats among every level, the exempt one included: its
+    /// NominalCL is 0 (`plSpecCommons`: no shares), it may borrow up to the
+    /// server's seats, and its demand counts like any other's. The first
+    /// division is made as the configuration is digested
+    /// (`finishQueueSetReconfigsLocked`), on no demand. Level `lender`
+    /// (this test's alone: the registry is the process's) lends all its 4
+    /// seats.
+    #[tokio::test]
+    async fn the_exempt_levels_demand_takes_seats_a_level_lends() {
+        use crate::config::Name;
+        use crate::config::flow_control::FlowSchema;
+        let mut config = one_level(4);
+        config.levels[1].name = Name::parse("lender").unwrap();
+        if let LevelKind::Limited(limited) = &mut config.levels[1].kind {
+            limited.lendable_percent = 100;
+        }
+        config.schemas[0].name = Name::parse("lender").unwrap();
+        config.schemas.insert(
+            0,
+            FlowSchema {
+                name: Name::parse("exempt").unwrap(),
+                matching_precedence: 1,
+                priority_level: 0,
+                distinguisher: None,
+                rules: Vec::new(),
+            },
+        );
+        let controller = Controller::new(&config);
+        // No demand anywhere: the 4 seats split evenly between the two
+        // levels that may take them all.
+        assert_eq!(current_limit("lender"), "2");
+        let exempt = Flow {
+            schema: 0,
+            distinguisher: "",
+            hash: 1,
+        };
+        let user = UserInfo::default();
+        let get = RequestInfo::resolve(&http::Method::GET, "/api/v1/namespaces/a/pods/p", None);
+        let mut held = Vec::new();
+        for _ in 0..10 {
+            let seat = controller
+                .admit(
+                    &exempt,
+                    work(1),
+                    Instant::now() + Duration::from_secs(1),
+                    || RequestDetail::new(&exempt, &get, &user),
+                )
+                .await
+                .expect("exempt requests run at once");
+            held.push(seat);
+        }
+        controller.adjust_limits(Instant::now() + Duration::from_secs(1));
+        // The exempt level asks for 10 seats, lender for none: lender keeps
+        // none of its seats.
+        assert_eq!(current_limit("lender"), "0");
+        drop(held);
+    }
+
     /// kube (`staging/src/k8s.io/apiserver/pkg/util/flowcontrol/apf_controller.go`
     /// `finishQueueSetReconfigsLocked`, the work estimator's `maxSeatsFn`):
     /// a request of a queuing level takes at most
@@ -770,9 +828,7 @@ mod tests {
         assert_eq!(max_seats(200, hands(6)), 10);
         assert_eq!(max_seats(4, None), 10);
         let levels = levels(&one_level(4));
-        let LevelLimit::Limited(limited) = &levels[1].limit else {
-            panic!("catch-all is limited");
-        };
+        let limited = &levels[1].limit;
         assert_eq!((limited.nominal, limited.max_seats), (4, 1));
     }
 

@@ -98,6 +98,10 @@ impl Controller {
             default_request_wait: config.default_request_wait,
             started: Instant::now(),
         });
+        // kube divides the seats as it digests a configuration
+        // (`finishQueueSetReconfigsLocked` in apf_controller.go), on no
+        // demand yet.
+        controller.adjust_limits(Instant::now());
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(borrow_periodically(Arc::downgrade(&controller)));
         }

@@ -17,6 +17,8 @@
 //!   executing, so that a request wider than the limit can still run).
 //! - A level with no queues (`reject`) only counts seats: a request that
 //!   does not fit is rejected at once.
+//! - The exempt level's set has no queues and no limit: every request runs
+//!   at once, and its seats count in its demand (kube's exempt queue set).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -218,6 +220,7 @@ impl Integrator {
 
 pub(crate) struct QueueSet<T> {
     queuing: Option<Queuing>,
+    exempt: bool,
     concurrency_limit: usize,
     queues: Vec<Queue<T>>,
     /// kube's `currentR`, in seat-seconds.
@@ -236,6 +239,7 @@ impl<T> QueueSet<T> {
         let count = queuing.map_or(0, |q| q.queues);
         QueueSet {
             queuing,
+            exempt: false,
             concurrency_limit,
             queues: (0..count).map(|_| Queue::new()).collect(),
             current_r: 0.0,
@@ -245,6 +249,14 @@ impl<T> QueueSet<T> {
             next_id: 0,
             totals: Totals::default(),
             demand: Integrator::new(now),
+        }
+    }
+
+    /// The exempt level's: every request runs at once.
+    pub(crate) fn exempt(now: Instant) -> Self {
+        QueueSet {
+            exempt: true,
+            ..QueueSet::new(None, 0, now)
         }
     }
 
@@ -293,7 +305,7 @@ impl<T> QueueSet<T> {
     ) -> Arrival {
         self.sync(now);
         let Some(queuing) = self.queuing else {
-            if !self.fits(seats) {
+            if !self.exempt && !self.fits(seats) {
                 self.totals.rejected += 1;
                 return Arrival::Rejected(RejectReason::ConcurrencyLimit);
             }
@@ -820,6 +832,21 @@ mod tests {
             None
         );
         assert_eq!(set.totals().cancelled, 0);
+    }
+
+    #[test]
+    fn the_exempt_set_runs_everything_and_counts_its_demand() {
+        let clock = Clock(Instant::now());
+        let mut set: QueueSet<()> = QueueSet::exempt(clock.at(0));
+        let mut ignore = |_: (), _: Executing| {};
+        for _ in 0..3 {
+            assert!(matches!(
+                set.arrive(clock.at(0), 1, 10, || (), &mut ignore),
+                Arrival::Executing(_)
+            ));
+        }
+        assert_eq!(set.totals().seats_in_use, 30);
+        assert_eq!(set.take_demand(clock.at(1000)).high_watermark, 30.0);
     }
 
     #[test]

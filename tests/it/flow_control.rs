@@ -398,8 +398,28 @@ async fn exempt_requests_are_never_queued_and_full_queues_answer_kubes_429() {
         assert!(start.elapsed() < Duration::from_millis(500));
         assert_ne!(answer.header(LEVEL_UID), full.header(LEVEL_UID));
     }
+    // kube's exempt level has a queue set without queues
+    // (`apf_controller_debug.go` dumps it like the others): no queue, the
+    // five requests dispatched, and this dump executing.
     let levels = dump(&client, &gateway, "dump_priority_levels").await;
-    assert_eq!(level_row(&levels, "exempt")[1], "<none>");
+    let exempt = level_row(&levels, "exempt");
+    assert_eq!(&exempt[1..6], ["0", "false", "false", "0", "1"], "{levels}");
+    assert!(exempt[6].parse::<usize>().unwrap() >= 6, "{levels}");
+    let queues = dump(&client, &gateway, "dump_queues").await;
+    assert!(!queues.contains("exempt"), "{queues}");
+    // Its seat limits, as kube's `SetPriorityLevelConfiguration` sets them:
+    // no nominal seats, none to lend.
+    let text = send(as_user(client.get(gateway.url("/metrics")), "root"))
+        .await
+        .body;
+    for name in ["nominal_limit_seats", "lower_limit_seats"] {
+        let line = format!("apiserver_flowcontrol_{name}{{priority_level=\"exempt\"}} 0");
+        assert!(text.contains(&line), "no {line} in\n{text}");
+    }
+    assert!(
+        text.contains("apiserver_flowcontrol_upper_limit_seats{priority_level=\"exempt\"}"),
+        "{text}"
+    );
     // Queued requests wait a quarter of the 8 s timeout, then get a 429.
     for task in waiting {
         let answer = bounded("a queued request", task).await.expect("its answer");
