@@ -319,6 +319,30 @@ async fn the_fallback_engine_bounds_memories_and_tables_as_the_pool_does() {
     echo(&alice_gets(&client, gateway.url("/fault/allow")).await);
 }
 
+/// A gateway started as any other reserves its instance pool: the pool's
+/// totals (its slots for every filter's memories, tables and core
+/// instances) fit the address space a host gives a process by default, so
+/// the gateway never runs on the fallback engine, which allocates an
+/// instance per call, unless the host holds it to less (the tests above).
+/// Raising a total past what the host can reserve would move every gateway
+/// to that engine silently; this is where it shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_reserves_its_instance_pool() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let dir = new_dir();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, authorizer_manifest(&upstream, "grow-authz", ""))
+        .expect("write the manifest");
+    let gateway = GatewayProcess::spawn(&path);
+    echo(&alice_gets(&http_client(), gateway.url("/fault/allow")).await);
+    assert!(
+        !gateway.log_text().contains("pooling allocator unavailable"),
+        "{}",
+        gateway.log_text()
+    );
+}
+
 /// The pooled engine refuses grow-authz's table growth too (its own bound).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pool_bounds_a_filters_table() {
