@@ -161,9 +161,11 @@ impl Admission {
         // it, as kube's create, update and patch handlers hold it before
         // admission: a filter judges the namespace and name the path, and
         // authorization, gave.
-        if let Some(object) = &draft.value {
-            where_the_path_puts_it(object, operation, info)?;
-        }
+        let stated = match &draft.value {
+            Some(object) => Stated::of(object),
+            None => std::mem::take(&mut draft.stated),
+        };
+        where_the_path_puts_it(&stated, operation, info)?;
         let mut review = review(&parts, operation, text, format);
         let watchers = Watchers::of(&parts.extensions);
         // kube's step metric: each phase's time, and whether it rejected.
@@ -192,7 +194,7 @@ impl Admission {
                 && draft.changed
                 && let Some(object) = &draft.value
             {
-                where_the_path_puts_it(object, operation, info)?;
+                where_the_path_puts_it(&Stated::of(object), operation, info)?;
             }
         }
         let bytes = match body {
@@ -254,16 +256,13 @@ impl Admission {
         } else {
             Format::of(parts, info)?
         };
-        // The value is needed to hold the object to its path, and for a
-        // patch: parsed at once when the path places the object or a
-        // filter that may answer a patch (a mutating one, enforced) is to
-        // be asked, and then the parse is the body's check.
+        // A patch needs the value: parsed at once when a filter that may
+        // answer one (a mutating one, enforced) is to be asked, and then
+        // the parse is the body's check.
         let parse = info.is_some_and(|info| {
-            the_path_places(operation, info)
-                || self
-                    .mutating
-                    .selected(info)
-                    .any(|controller| controller.filter.spec.mode == Mode::Enforce)
+            self.mutating
+                .selected(info)
+                .any(|controller| controller.filter.spec.mode == Mode::Enforce)
         });
         let limit = length(
             RequestContext::of(&parts.extensions)
@@ -492,7 +491,7 @@ const OTHER_NAMESPACE: &str =
 /// does not change: its fields are checked only when it sets them (a JSON
 /// Patch, an array, has none).
 fn where_the_path_puts_it(
-    object: &serde_json::Value,
+    stated: &Stated,
     operation: Operation,
     info: &RequestInfo,
 ) -> Result<(), GatewayError> {
@@ -500,9 +499,8 @@ fn where_the_path_puts_it(
         return Ok(());
     }
     let patch = info.verb == "patch";
-    let field = |pointer: &str| object.pointer(pointer).filter(|value| !value.is_null());
     if places_the_namespace(info) {
-        let elsewhere = field("/metadata/namespace").is_some_and(|namespace| {
+        let elsewhere = stated.namespace.as_ref().is_some_and(|namespace| {
             namespace.as_str().is_none_or(|namespace| {
                 !namespace.is_empty() && namespace != info.namespace.as_str()
             })
@@ -514,7 +512,7 @@ fn where_the_path_puts_it(
         }
     }
     if places_the_name(info) {
-        let name = match field("/metadata/name") {
+        let name = match &stated.name {
             None if patch => return Ok(()),
             None => String::new(),
             Some(serde_json::Value::String(name)) => name.clone(),
@@ -573,7 +571,7 @@ async fn read_body(parts: &http::request::Parts, body: Body) -> Result<Bytes, Ga
 /// (None, and an empty draft, for no body). A body that is not JSON is
 /// refused here: parsed when `parse`, else checked as `serde_json::Value`
 /// would read it (its nesting limit, numbers in range, strings of valid
-/// UTF-8) but built into nothing.
+/// UTF-8), keeping only where the object says it belongs ([`Stated`]).
 fn read_object(bytes: &[u8], parse: bool) -> Result<(Option<String>, Draft), GatewayError> {
     if bytes.is_empty() {
         return Ok((None, Draft::default()));
@@ -581,20 +579,125 @@ fn read_object(bytes: &[u8], parse: bool) -> Result<(Option<String>, Draft), Gat
     let refused = |error: serde_json::Error| GatewayError::BadRequest {
         message: format!("the request body is not valid JSON: {error}"),
     };
-    let value = if parse {
-        Some(serde_json::from_slice(bytes).map_err(refused)?)
+    let (value, stated) = if parse {
+        (
+            Some(serde_json::from_slice(bytes).map_err(refused)?),
+            Stated::default(),
+        )
     } else {
-        serde_json::from_slice::<Checked>(bytes).map_err(refused)?;
-        None
+        (
+            None,
+            serde_json::from_slice::<Stated>(bytes).map_err(refused)?,
+        )
     };
     let text = String::from_utf8_lossy(bytes).into_owned();
     Ok((
         Some(text),
         Draft {
             value,
+            stated,
             ..Draft::default()
         },
     ))
+}
+
+/// Where an object says it belongs: its `metadata.namespace` and
+/// `metadata.name`, a null taken as absent.
+#[derive(Debug, Default, PartialEq)]
+struct Stated {
+    namespace: Option<serde_json::Value>,
+    name: Option<serde_json::Value>,
+}
+
+impl Stated {
+    fn of(object: &serde_json::Value) -> Stated {
+        let field = |pointer: &str| object.pointer(pointer).filter(|value| !value.is_null());
+        Stated {
+            namespace: field("/metadata/namespace").cloned(),
+            name: field("/metadata/name").cloned(),
+        }
+    }
+}
+
+/// A body read as [`Checked`] reads it, keeping what its object states
+/// ([`Stated::of`] its parsed value, without building the value): a
+/// later `metadata` replaces an earlier one, and a later `namespace` or
+/// `name` in it an earlier one, as they do in a parsed value.
+impl<'de> Deserialize<'de> for Stated {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StatedIn::Object)
+    }
+}
+
+/// Where [`Stated`]'s reader is: at the top of the body, or in its
+/// `metadata`.
+#[derive(Clone, Copy)]
+enum StatedIn {
+    Object,
+    Metadata,
+}
+
+impl<'de> Visitor<'de> for StatedIn {
+    type Value = Stated;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Checked.expecting(formatter)
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Stated, E> {
+        Ok(Stated::default())
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Stated, E> {
+        Ok(Stated::default())
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Stated, E> {
+        Ok(Stated::default())
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Stated, E> {
+        Ok(Stated::default())
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Stated, E> {
+        Ok(Stated::default())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Stated, E> {
+        Ok(Stated::default())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, items: A) -> Result<Stated, A::Error> {
+        Checked.visit_seq(items)?;
+        Ok(Stated::default())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut members: A) -> Result<Stated, A::Error> {
+        let mut stated = Stated::default();
+        while let Some(key) = members.next_key::<String>()? {
+            match (self, key.as_str()) {
+                (StatedIn::Object, "metadata") => {
+                    stated = members.next_value_seed(StatedIn::Metadata)?;
+                }
+                (StatedIn::Metadata, "namespace") => {
+                    stated.namespace = stated_field(members.next_value()?);
+                }
+                (StatedIn::Metadata, "name") => {
+                    stated.name = stated_field(members.next_value()?);
+                }
+                _ => {
+                    members.next_value::<Checked>()?;
+                }
+            }
+        }
+        Ok(stated)
+    }
+}
+
+impl<'de> de::DeserializeSeed<'de> for StatedIn {
+    type Value = Stated;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Stated, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+/// A stated field's value, a null taken as absent.
+fn stated_field(value: serde_json::Value) -> Option<serde_json::Value> {
+    Some(value).filter(|value| !value.is_null())
 }
 
 /// A JSON value read through and kept as nothing. Unlike serde's
@@ -935,6 +1038,9 @@ impl<'de> Visitor<'de> for Key<'_> {
 /// patched in place and kept for the next patch.
 struct Draft {
     value: Option<serde_json::Value>,
+    /// Where the client's object says it belongs, read with the body's
+    /// check when its value was not parsed.
+    stated: Stated,
     /// A filter changed it: it answered `mutated`, or a patch with an
     /// operation other than `test`.
     changed: bool,
@@ -963,6 +1069,7 @@ impl Default for Draft {
     fn default() -> Self {
         Draft {
             value: None,
+            stated: Stated::default(),
             changed: false,
             limit: length(DEFAULT_MAX_REQUEST_BODY),
         }
@@ -1251,7 +1358,8 @@ mod tests {
 
     /// The check refuses exactly what a parse into `serde_json::Value`
     /// refuses, and its error says the same; the parse up front is that
-    /// parse.
+    /// parse. What the check keeps of where the object says it belongs is
+    /// what the parsed value says.
     #[test]
     fn the_body_is_checked_as_a_value_would_be_read() {
         let deep = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
@@ -1267,6 +1375,13 @@ mod tests {
             br#"{"a": 1,}"#.to_vec(),
             br#"{1: 2}"#.to_vec(),
             b"\"unterminated".to_vec(),
+            br#"{"metadata": {"namespace": "a", "name": "n", "namespace": "b"}}"#.to_vec(),
+            br#"{"metadata": {"namespace": "a"}, "metadata": {"name": 7}}"#.to_vec(),
+            br#"{"metadata": {"namespace": null, "name": {"x": [1]}}, "spec": {}}"#.to_vec(),
+            br#"{"metadata": "n", "spec": {"metadata": {"namespace": "x"}}}"#.to_vec(),
+            br#"[{"metadata": {"namespace": "x"}}]"#.to_vec(),
+            format!(r#"{{"metadata": {{"labels": {}}}}}"#, deep(125)).into_bytes(),
+            format!(r#"{{"metadata": {{"labels": {}}}}}"#, deep(127)).into_bytes(),
         ];
         for body in bodies {
             let expected = serde_json::from_slice::<serde_json::Value>(&body);
@@ -1275,6 +1390,7 @@ mod tests {
                 (Ok((Some(text), draft)), Ok((_, parsed)), Ok(value)) => {
                     assert_eq!(text.as_bytes(), &body[..]);
                     assert!(draft.value.is_none());
+                    assert_eq!(draft.stated, Stated::of(&value));
                     assert_eq!(parsed.value, Some(value));
                 }
                 (
@@ -1692,7 +1808,8 @@ mod tests {
             RequestInfo::resolve(&method, path, None)
         };
         let checked = |operation, info: &RequestInfo, object: serde_json::Value| {
-            where_the_path_puts_it(&object, operation, info).map_err(|error| error.to_string())
+            where_the_path_puts_it(&Stated::of(&object), operation, info)
+                .map_err(|error| error.to_string())
         };
         let create = request("POST", "/api/v1/namespaces/default/configmaps");
         for fine in [
