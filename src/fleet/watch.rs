@@ -7,8 +7,10 @@
 //! validate, compile, swap as a file reload. A revision refused at any step
 //! leaves the last good chain serving and is reported in the fleet status.
 //!
-//! The watch is on one member at a time, and so are the reads of the
-//! revisions it hands over (the member that just answered). When etcd goes
+//! The first revision is asked of every member at once, and the watch
+//! starts on the first to answer. The watch is on one member at a time,
+//! and so are the reads of the revisions it hands over (the member that
+//! just answered). When etcd goes
 //! away the watch fails, and so does it when the member watched loses its
 //! leader (cut off from its quorum: the watch requires a leader, as kube's
 //! does, rather than staying open and silent while the others go on without
@@ -133,16 +135,30 @@ impl Member {
     pub async fn join(options: &Options) -> Result<(Member, Config), FleetError> {
         let state = StateDir::open(&options.state_dir)?;
         let store = Store::open(&options.target).await?;
+        let url = options.target.url();
+        let (on, watcher, read) = match first_answer(&options.target).await {
+            Ok(FirstAnswer {
+                on,
+                watcher,
+                manifest,
+            }) => (on, watcher, Ok(manifest)),
+            Err(error) => {
+                let endpoint = options.target.endpoints.first().map_or("", String::as_str);
+                (
+                    0,
+                    Store::watching(&options.target, endpoint).await?,
+                    Err(error),
+                )
+            }
+        };
         let endpoint = options
             .target
             .endpoints
-            .first()
+            .get(on)
             .cloned()
             .unwrap_or_default();
-        let watcher = Store::watching(&options.target, &endpoint).await?;
-        let url = options.target.url();
-        let current = match store.manifest().await {
-            Ok(Some(manifest)) => match fetch(&store, &state, &manifest).await {
+        let current = match read {
+            Ok(Some(manifest)) => match fetch(&watcher, &state, &manifest).await {
                 Ok(candidate) => Ok(Some(Ok(candidate))),
                 Err(Unfetched::Refused(problems)) => Ok(Some(Err(Refusal {
                     revision: manifest.revision,
@@ -201,7 +217,7 @@ impl Member {
         let member = Member {
             store,
             target: options.target.clone(),
-            on: 0,
+            on,
             watcher,
             state,
             url,
@@ -519,6 +535,43 @@ enum Unfetched {
     /// etcd or the state folder failed on the way: the revision is fetched
     /// again.
     Failed(FleetError),
+}
+
+/// The first member to answer the first read, and its answer.
+struct FirstAnswer {
+    /// Its index in the URL's endpoints: the watch starts there.
+    on: usize,
+    /// A client of that member (requiring a leader, as the watch's).
+    watcher: Store,
+    manifest: Option<StoredManifest>,
+}
+
+/// Asks every member of the URL for the manifest at once and takes the
+/// first answer; fails only when every member failed (with the last
+/// failure). A member that takes the connection and never answers (frozen,
+/// or cut off) is waited for only until another answers, where a read sent
+/// to one member picked at random waited out its timeout and, with no disk
+/// copy kept, failed the start. Each client requires a leader, so a member
+/// cut off from its quorum fails at once rather than holding the read.
+async fn first_answer(target: &Target) -> Result<FirstAnswer, FleetError> {
+    if target.endpoints.is_empty() {
+        // `select_ok` of nothing would panic; a parsed URL names one at least.
+        return Err(FleetError::Url(target.url()));
+    }
+    let reads = target.endpoints.iter().enumerate().map(|(on, endpoint)| {
+        Box::pin(async move {
+            let watcher = Store::watching(target, endpoint).await?;
+            let manifest = watcher.manifest().await?;
+            Ok::<_, FleetError>(FirstAnswer {
+                on,
+                watcher,
+                manifest,
+            })
+        })
+    });
+    futures_util::future::select_ok(reads)
+        .await
+        .map(|(answer, _still_asking)| answer)
 }
 
 /// The candidate for `manifest`, its components fetched into the state

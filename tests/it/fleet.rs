@@ -1091,3 +1091,40 @@ async fn a_gateway_given_three_members_follows_a_push_through_another_when_its_o
     );
     frozen.thaw();
 }
+
+/// A gateway with no disk copy starts from the first member to answer: its
+/// URL lists fifteen addresses that take connections and never answer (as
+/// a frozen member's do) before the one member that answers. The first
+/// read went to a member picked at random and, on a silent one, failed the
+/// start after its timeout; now every member is asked at once and the watch
+/// starts on the one that answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_with_no_disk_copy_starts_from_the_member_that_answers() {
+    let etcd = Etcd::start();
+    let dir = new_dir();
+    let (a, _) = write_chains(dir.path());
+    let first = push(&a, &etcd.url("fleet"));
+    // Bound and listening, never accepted: the kernel completes each
+    // connection and nothing ever answers on it.
+    let silent: Vec<std::net::TcpListener> = (0..15)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a silent address"))
+        .collect();
+    let mut endpoints: Vec<String> = silent
+        .iter()
+        .map(|listener| listener.local_addr().expect("its address").to_string())
+        .collect();
+    let answering = format!("127.0.0.1:{}", etcd.client_port);
+    endpoints.push(answering.clone());
+    let url = format!("etcd://{}/fleet", endpoints.join(","));
+    let client = http_client();
+    for id in ["gw1", "gw2"] {
+        let member = join(&url, &dir.path().join(id), id, free_port());
+        all_apply(&client, std::slice::from_ref(&member), first, BOUND).await;
+        let readyz = readyz(&client, &member).await;
+        assert!(
+            readyz.contains(&format!("revision {first} from etcd://"))
+                && readyz.contains(&format!("; watching {answering}")),
+            "{readyz}"
+        );
+    }
+}
