@@ -62,6 +62,13 @@ pub enum LoadError {
         world: &'static str,
         message: String,
     },
+    #[error("{} holds {count} {what}, past a filter's maximum of {max}", path.display())]
+    OverAFiltersShare {
+        path: PathBuf,
+        count: u32,
+        what: &'static str,
+        max: u32,
+    },
     #[error("the WebAssembly engine cannot start: {0}")]
     Engine(String),
 }
@@ -175,6 +182,7 @@ impl WasmHost {
                 component
             }
         };
+        within_a_filters_share(path, &component)?;
         if let Ok(mut compiled) = self.compiled.lock() {
             compiled.insert(digest, component.clone());
         }
@@ -275,6 +283,35 @@ impl WasmHost {
             .hash(&mut hasher);
         let name = format!("{}-{:016x}.cwasm", hex::encode(digest), hasher.finish());
         self.disk_cache.as_ref().map(|dir| dir.join(name))
+    }
+}
+
+/// Refuses a component that holds more linear memories or tables than a
+/// filter may, on either engine, as it is loaded. The pool refuses it
+/// first, as it deserializes the component (with the core-instance count,
+/// which wasmtime's API does not give); the engine a host falls back to
+/// without the pool would refuse it only at its first call, when its store
+/// limits stop the instantiation: a manifest that `check` passes there and
+/// a chain whose every call fails closed.
+fn within_a_filters_share(path: &Path, component: &Component) -> Result<(), LoadError> {
+    let Some(needs) = component.resources_required() else {
+        // It instantiates a core module it imports: the store's limits
+        // count what it makes, as it makes it.
+        return Ok(());
+    };
+    let over = |count: u32, what: &'static str, max: u32| {
+        (count > max).then(|| LoadError::OverAFiltersShare {
+            path: path.to_owned(),
+            count,
+            what,
+            max,
+        })
+    };
+    match over(needs.num_memories, "Wasm linear memories", MAX_MEMORIES)
+        .or_else(|| over(needs.num_tables, "tables", MAX_TABLES))
+    {
+        Some(refused) => Err(refused),
+        None => Ok(()),
     }
 }
 

@@ -364,26 +364,24 @@ async fn the_pool_bounds_a_filters_table() {
 async fn a_component_holding_more_than_a_filter_may_is_refused_at_load() {
     build_filters();
     let upstream = Upstream::start().await;
-    let hoard = authorizer_manifest(&upstream, REFUSED_COMPONENT, "");
+    let words = [
+        "filter \"faults\"",
+        "17 Wasm linear memories",
+        "maximum of 2",
+    ];
     let refused = |problems: &str| {
-        assert!(
-            problems.contains("filter \"faults\"")
-                && problems.contains("17 Wasm linear memories")
-                && problems.contains("maximum of 2"),
-            "{problems}"
-        );
+        assert!(words.iter().all(|w| problems.contains(w)), "{problems}");
     };
     let dir = new_dir();
-    let path = dir.path().join("hoard.toml");
-    std::fs::write(&path, &hoard).expect("write the manifest");
-    let checked = check(&path);
-    assert!(!checked.success, "check passed: {}", checked.stdout);
-    refused(&checked.stderr);
+    let hoard = refused_by(check, dir.path(), &upstream, REFUSED_COMPONENT, &words);
+    let words = ["25 core module instances", "maximum of 20"];
+    refused_by(check, dir.path(), &upstream, TOO_MANY_INSTANCES, &words);
 
     let gateway = ReloadGateway::start(&fault_manifest(&upstream, "")).await;
     let client = http_client();
     echo(&alice_gets(&client, gateway.url("/fault/allow")).await);
     let generation = gateway.generation();
+    let hoard = std::fs::read_to_string(hoard).expect("read the manifest");
     write_atomically(&gateway.path, &hoard);
     refused(&gateway.rejected().await);
     assert_eq!(gateway.generation(), generation);
@@ -392,20 +390,34 @@ async fn a_component_holding_more_than_a_filter_may_is_refused_at_load() {
 }
 
 /// The engine a host falls back to when it cannot reserve the pool holds a
-/// filter's store to the pool's numbers (20 core instances, 2 memories, 4
-/// tables): hoard-authz's instantiation is refused at its first call, which
-/// fails closed, and the gateway serves on. Its store had wasmtime's
-/// default limits, 10,000 of each: hoard-authz answered, and a component
-/// could make 10,000 tables of 20,000 elements, 1.6 GB of the host's memory.
+/// filter to the pool's counts (20 core instances, 2 memories, 4 tables).
+/// hoard-authz's seventeen memories and tables are refused when it is
+/// loaded, by `wasmgate check` as by the pool, naming the filter: that
+/// engine loaded it, and every call failed closed at instantiation.
+/// throng-authz's twenty-five core instances, which wasmtime's API does not
+/// count before they are made, are stopped by the store's limits at its
+/// first call, which fails closed, and the gateway serves on. The store's
+/// limits were wasmtime's defaults, 10,000 of each: a component could make
+/// 10,000 tables of 20,000 elements, 1.6 GB of the host's memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fallback_engine_holds_a_filter_to_the_pools_counts() {
     build_filters();
     let upstream = Upstream::start().await;
     let dir = new_dir();
-    let path = dir.path().join("gateway.toml");
-    std::fs::write(&path, authorizer_manifest(&upstream, REFUSED_COMPONENT, ""))
-        .expect("write the manifest");
-    let gateway = GatewayProcess::spawn_without_the_pool(&path, &[]);
+    let words = [
+        "filter \"faults\"",
+        "holds 17 Wasm linear memories, past a filter's maximum of 2",
+    ];
+    let check = check_without_the_pool;
+    refused_by(check, dir.path(), &upstream, REFUSED_COMPONENT, &words);
+
+    let throng = dir.path().join("throng.toml");
+    std::fs::write(
+        &throng,
+        authorizer_manifest(&upstream, TOO_MANY_INSTANCES, ""),
+    )
+    .expect("write the manifest");
+    let gateway = GatewayProcess::spawn_without_the_pool(&throng, &[]);
     let client = http_client();
     capped(&alice_gets(&client, gateway.url("/fault/allow")).await);
     // The log is written off the request path: the line may follow the
@@ -413,11 +425,34 @@ async fn the_fallback_engine_holds_a_filter_to_the_pools_counts() {
     eventually("the store's refusal in the log", || async {
         gateway
             .log_text()
-            .contains("memory count too high")
+            .contains("instance count too high")
             .then_some(())
     })
     .await;
     echo(&alice_gets(&client, gateway.url("/open/x")).await);
+}
+
+/// Writes the manifest of a gateway with the authorizer `component` into
+/// `dir`, has `check` ([`check`] or [`check_without_the_pool`]) refuse it
+/// saying each of `words`, and returns the manifest's path.
+fn refused_by(
+    check: fn(&Path) -> Checked,
+    dir: &Path,
+    upstream: &Upstream,
+    component: &str,
+    words: &[&str],
+) -> std::path::PathBuf {
+    let path = dir.join(format!("{component}.toml"));
+    std::fs::write(&path, authorizer_manifest(upstream, component, ""))
+        .expect("write the manifest");
+    let checked = check(&path);
+    assert!(!checked.success, "check passed: {}", checked.stdout);
+    assert!(
+        words.iter().all(|word| checked.stderr.contains(word)),
+        "{}",
+        checked.stderr
+    );
+    path
 }
 
 /// The answer to a filter that trapped at a cap: the authorization stage

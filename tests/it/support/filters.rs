@@ -55,11 +55,16 @@ pub fn component_path(name: &str) -> PathBuf {
     path
 }
 
-/// A fixture the gateway refuses to load: it holds more than a filter may.
+/// A fixture every engine refuses to load: it holds more memories and
+/// tables than a filter may.
 pub const REFUSED_COMPONENT: &str = "hoard-authz";
 
+/// A fixture the pooled engine refuses to load, and the fallback engine at
+/// its first call: it makes more core instances than a filter may.
+pub const TOO_MANY_INSTANCES: &str = "throng-authz";
+
 /// Every component `filters/build.sh` put in `filters/dist` that the
-/// gateway loads (all but [`REFUSED_COMPONENT`]).
+/// gateway loads (all but [`REFUSED_COMPONENT`] and [`TOO_MANY_INSTANCES`]).
 pub fn all_components() -> Vec<String> {
     build_filters();
     let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("filters/dist");
@@ -69,7 +74,7 @@ pub fn all_components() -> Vec<String> {
             let name = entry.ok()?.file_name().into_string().ok()?;
             name.strip_suffix(".wasm").map(str::to_owned)
         })
-        .filter(|name| name != REFUSED_COMPONENT)
+        .filter(|name| name != REFUSED_COMPONENT && name != TOO_MANY_INSTANCES)
         .collect();
     names.sort();
     names

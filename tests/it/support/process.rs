@@ -112,31 +112,16 @@ impl GatewayProcess {
         GatewayProcess::spawn_with(manifest, &[], env)
     }
 
-    /// The same, with the binary's address space held to `bytes`
-    /// (`RLIMIT_AS`): too little for the engine's instance pool, which
-    /// reserves terabytes, so the gateway runs filters on its fallback
-    /// engine, allocating each instance on demand.
+    /// The same, with the binary's address space held too small for the
+    /// engine's instance pool ([`without_the_pool`]), so the gateway runs
+    /// filters on its fallback engine, allocating each instance on demand.
     pub fn spawn_without_the_pool(manifest: &Path, args: &[&str]) -> GatewayProcess {
-        const ADDRESS_SPACE: u64 = 64 << 30;
         let mut command = GatewayProcess::command(manifest, args, &[]);
-        // SAFETY: setrlimit is async-signal-safe and touches nothing of the
-        // parent's; it runs in the child between fork and exec.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
-                let limit = libc::rlimit {
-                    rlim_cur: ADDRESS_SPACE,
-                    rlim_max: ADDRESS_SPACE,
-                };
-                if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        without_the_pool(&mut command);
         let gateway = GatewayProcess::start(command);
         assert!(
             gateway.log_text().contains("pooling allocator unavailable"),
-            "the gateway reserved its instance pool within {ADDRESS_SPACE} bytes: {}",
+            "the gateway reserved its instance pool within {ADDRESS_SPACE_WITHOUT_THE_POOL} bytes: {}",
             gateway.log_text()
         );
         gateway
@@ -250,15 +235,61 @@ pub struct Checked {
 /// on, so standard error holds what `check` says by default: the problems,
 /// and nothing else.
 pub fn check(manifest: &Path) -> Checked {
-    let mut child = Command::new(binary())
+    checked(check_command(manifest), manifest)
+}
+
+/// [`check`] run as [`GatewayProcess::spawn_without_the_pool`] runs a
+/// gateway: on the engine a host falls back to without the instance pool.
+pub fn check_without_the_pool(manifest: &Path) -> Checked {
+    let mut command = check_command(manifest);
+    without_the_pool(&mut command);
+    let checked = checked(command, manifest);
+    assert!(
+        checked.stderr.contains("pooling allocator unavailable"),
+        "check reserved the instance pool within {ADDRESS_SPACE_WITHOUT_THE_POOL} bytes: {}",
+        checked.stderr
+    );
+    checked
+}
+
+/// The address space a child is held to so that it cannot reserve the
+/// engine's instance pool, which reserves terabytes.
+const ADDRESS_SPACE_WITHOUT_THE_POOL: u64 = 64 << 30;
+
+/// Holds the child's address space to [`ADDRESS_SPACE_WITHOUT_THE_POOL`]
+/// (`RLIMIT_AS`): it runs filters on the engine that allocates each
+/// instance on demand.
+fn without_the_pool(command: &mut Command) {
+    // SAFETY: setrlimit is async-signal-safe and touches nothing of the
+    // parent's; it runs in the child between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(command, || {
+            let limit = libc::rlimit {
+                rlim_cur: ADDRESS_SPACE_WITHOUT_THE_POOL,
+                rlim_max: ADDRESS_SPACE_WITHOUT_THE_POOL,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+fn check_command(manifest: &Path) -> Command {
+    let mut command = Command::new(binary());
+    command
         .args(["check", "--config"])
         .arg(manifest)
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run wasmgate check");
+        .stderr(Stdio::piped());
+    command
+}
+
+fn checked(mut command: Command, manifest: &Path) -> Checked {
+    let mut child = command.spawn().expect("run wasmgate check");
     let started = Instant::now();
     while child.try_wait().expect("poll wasmgate check").is_none() {
         if started.elapsed() > BOUND {
