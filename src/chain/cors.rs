@@ -1,8 +1,16 @@
-//! CORS (kube's `WithCORS`): a request whose `Origin` matches one of the
-//! manifest's patterns gets the CORS response headers, and a pre-flight
-//! `OPTIONS` is answered here with 204, before authentication, because
-//! browsers send pre-flights without credentials. A request from an origin
-//! that matches no pattern is refused with 403, as kube does.
+//! CORS (kube's `WithCORS`, `staging/src/k8s.io/apiserver/pkg/server/filters/cors.go`):
+//! a request whose `Origin` matches one of the manifest's patterns gets the
+//! CORS response headers, and a pre-flight `OPTIONS` is answered here with
+//! 204, before authentication, because browsers send pre-flights without
+//! credentials.
+//!
+//! Two things are the gateway's own. A request from an origin that matches
+//! no pattern is refused with 403, where kube passes it on without CORS
+//! headers and leaves the browser to withhold the answer: a simple request
+//! (a form `POST`, a `GET`) from another site needs no pre-flight, and would
+//! still act with the browser's credentials (a client certificate, a
+//! cookie). And the answer says `Vary: Origin`, which kube's does not: it
+//! depends on the `Origin`, so a cache must not hand it to another origin.
 
 use futures_util::future::BoxFuture;
 use http::header::{
@@ -140,8 +148,8 @@ mod tests {
     }
 
     /// cors.go: an allowed origin is echoed in `Access-Control-Allow-Origin`
-    /// with kube's allowed methods, headers, exposed headers and credentials,
-    /// and `Vary: Origin` is added beside the handler's own `Vary`.
+    /// with kube's allowed methods, headers, exposed headers and credentials;
+    /// the gateway adds `Vary: Origin` beside the handler's own `Vary`.
     #[tokio::test]
     async fn an_allowed_origin_gets_kubes_cors_headers() {
         let (cors, next) = cors();
@@ -191,7 +199,8 @@ mod tests {
         );
     }
 
-    /// cors.go: an `Origin` no pattern matches is refused with 403, whatever
+    /// The gateway's rule (kube's cors.go passes the request on without CORS
+    /// headers): an `Origin` no pattern matches is refused with 403, whatever
     /// the method, and gets no CORS headers.
     #[tokio::test]
     async fn an_origin_no_pattern_matches_is_a_403() {
