@@ -8,19 +8,19 @@
 //! leaves the last good chain serving and is reported in the fleet status.
 //!
 //! The first revision is asked of every member at once, and the watch
-//! starts on the first to answer. The watch is on one member at a time,
-//! and so are the reads of the revisions it hands over (the member that
-//! just answered). When etcd goes
-//! away the watch fails, and so does it when the member watched loses its
-//! leader (cut off from its quorum: the watch requires a leader, as kube's
-//! does, rather than staying open and silent while the others go on without
-//! it) or stops answering (the connection's keep-alive gives up on it); the
-//! gateway reports the watch down, serves on, tries again through the next
-//! endpoint of its URL with a growing pause ([`BACKOFF`]), and resumes the
-//! watch just after the last revision it applied or refused, so no revision
-//! is missed and none is applied twice. A revision whose components could not be fetched (etcd
-//! went away meanwhile, the state folder could not be written) is neither:
-//! the watch fails there, and resumes from that revision.
+//! starts on the first to answer. The watch is on one member at a time, and
+//! so are the reads of the revisions it hands over (the member that just
+//! answered). When etcd goes away the watch fails, and so does it when the
+//! member watched loses its leader (cut off from its quorum: the watch
+//! requires a leader, as kube's does, rather than staying open and silent
+//! while the others go on without it) or stops answering (the connection's
+//! keep-alive gives up on it); the gateway reports the watch down, serves
+//! on, tries again through the next endpoint of its URL with a growing
+//! pause ([`BACKOFF`]), and resumes the watch just after the last revision
+//! it applied or refused, so no revision is missed and none is applied
+//! twice. A revision whose components could not be fetched (etcd went away
+//! meanwhile, the state folder could not be written) is neither: the watch
+//! fails there, and resumes from that revision.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
