@@ -14,8 +14,17 @@
 //! the manifest's and the gateway's own API routes (the self-subject
 //! reviews); its other endpoints take no group version's path.
 //!
-//! The gateway asks as kube's aggregator does, as user `system:aggregator`
-//! (the upstream's `identity` mode says how it is told), every
+//! The gateway asks as user `system:aggregator`, in no group, the user
+//! kube's aggregator asks OpenAPI documents as
+//! (`staging/src/k8s.io/kube-aggregator/pkg/controllers/openapi/aggregator/aggregator.go`).
+//! kube asks discovery as `system:kube-aggregator`, in `system:masters` for
+//! the aggregated `/apis`
+//! (`staging/src/k8s.io/kube-aggregator/pkg/apiserver/handler_discovery.go`); the
+//! gateway asks discovery as the same `system:aggregator`, so that no
+//! upstream has to grant its background reads a super-user's group (nor,
+//! in `impersonate` mode, the gateway's credentials the right to
+//! impersonate it). The upstream's `identity` mode says how it is told,
+//! every
 //! [`REFRESH_INTERVAL`], each answer bounded by [`FETCH_TIMEOUT`] and
 //! [`MAX_DOCUMENT`]. An answer of 404, 405 or 406 means the upstream serves
 //! no such document; any other failure keeps the last good copy and is
@@ -77,7 +86,7 @@ pub(crate) const MAX_V3_GROUP_VERSIONS: usize = 1000;
 const FIRST_ROUND_WAIT: Duration = Duration::from_secs(3);
 const _: () = assert!(FIRST_ROUND_WAIT.as_millis() < FIRST_PUBLICATION_WAIT.as_millis());
 
-/// The user the gateway asks as: kube's aggregator's.
+/// The user the gateway asks as: kube's aggregator's for OpenAPI.
 const AGGREGATOR_USER: &str = "system:aggregator";
 const JSON: &str = "application/json";
 /// kube's aggregated discovery, both versions client-go asks for.
