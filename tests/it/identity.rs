@@ -211,20 +211,34 @@ async fn request_header_mode_names_the_user_and_strips_the_clients_credentials()
 /// request-header mode.
 async fn back_gateway(upstream: &Upstream, proxy_ca: &Ca, extra_auth: &str) -> (TestGateway, Ca) {
     let dir = new_dir();
-    let (manifest, server_ca) = back_manifest(dir.path(), upstream, proxy_ca, extra_auth);
+    let (manifest, server_ca) =
+        back_manifest(dir.path(), upstream, proxy_ca, front_proxy(), extra_auth);
     (TestGateway::start_in(dir, &manifest).await, server_ca)
 }
 
-/// [`back_gateway`]'s manifest, with the files it names written to `dir`,
-/// and the CA of its serving certificate.
-fn back_manifest(dir: &Path, upstream: &Upstream, proxy_ca: &Ca, extra_auth: &str) -> (String, Ca) {
+/// requestheader-authn's config in [`back_manifest`]: the front proxy's CA,
+/// its certificate's CN, and kube's header names.
+fn front_proxy() -> Value {
+    json!({"client_ca": "front-proxy-ca.crt", "allowed_names": ["front-proxy"]})
+}
+
+/// [`back_gateway`]'s manifest, requestheader-authn configured with
+/// `requestheader`, with the files it names written to `dir`, and the CA of
+/// its serving certificate.
+fn back_manifest(
+    dir: &Path,
+    upstream: &Upstream,
+    proxy_ca: &Ca,
+    requestheader: Value,
+    extra_auth: &str,
+) -> (String, Ca) {
     let server_ca = crate::support::certs::write_server_pki(dir);
     write(dir, "front-proxy-ca.crt", &proxy_ca.cert_pem);
     let requestheader = filter(
         "authentication.filters",
         "front-proxy",
         "requestheader-authn",
-        Some(json!({"client_ca": "front-proxy-ca.crt", "allowed_names": ["front-proxy"]})),
+        Some(requestheader),
         "config_files = [\"client_ca\"]",
     );
     let manifest = format!(
@@ -354,6 +368,49 @@ async fn a_front_gateway_tells_a_back_gateway_who_the_user_is() {
     .await;
 }
 
+/// requestheader-authn reads what a front proxy sends as kube's
+/// requestheader authenticator reads it
+/// (`staging/src/k8s.io/apiserver/pkg/authentication/request/headerrequest/requestheader.go`):
+/// an extra key lower-cased as sent and then percent-decoded, so a key
+/// client-go escaped keeps the case its escapes spell (`%D0%9A` is `К`, not
+/// `к`); the groups header by header in the order the names are configured
+/// (`allHeaderValues`), an empty value no group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requestheader_authn_reads_the_proxys_headers_as_kube_does() {
+    build_filters();
+    let upstream = Upstream::start().await;
+    let proxy_ca = Ca::new("front-proxy CA");
+    let mut config = front_proxy();
+    config["group_headers"] = json!(["X-Remote-Group", "X-Remote-Team"]);
+    let dir = new_dir();
+    let (manifest, back_ca) = back_manifest(dir.path(), &upstream, &proxy_ca, config, "");
+    let back = TestGateway::start_in(dir, &manifest).await;
+
+    let proxy = tls_client_with_identity(&back_ca.cert_pem, &proxy_ca.client_cert("front-proxy"));
+    let answer = send(
+        proxy
+            .get(back.url(WIDGETS))
+            .header("x-remote-user", "alice")
+            .header("x-remote-team", "red")
+            .header("x-remote-group", "")
+            .header("x-remote-group", "dev")
+            .header("x-remote-extra-%D0%9Aey", "one"),
+    )
+    .await;
+    let seen = echo(&answer);
+    assert_eq!(
+        echoed_header(&seen, "x-remote-user").as_deref(),
+        Some("alice")
+    );
+    // The back escapes the key again for its own upstream: `Кey`.
+    let read = (
+        echoed_values(&seen, "x-remote-group"),
+        echoed_values(&seen, "x-remote-extra-%d0%9aey"),
+    );
+    let groups = ["dev", "red", "system:authenticated"].map(str::to_owned);
+    assert_eq!(read, (groups.to_vec(), vec!["one".to_owned()]), "{seen}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn impersonate_mode_acts_as_the_user_with_the_gateways_own_token() {
     build_filters();
@@ -420,7 +477,8 @@ async fn impersonate_mode_acts_as_the_user_with_the_gateways_client_certificate(
     // The back runs as a process of its own: reload.rs counts x509-authn's
     // first load in this one.
     let back_dir = new_dir();
-    let (manifest, back_ca) = back_manifest(back_dir.path(), &upstream, &client_ca, &x509);
+    let (manifest, back_ca) =
+        back_manifest(back_dir.path(), &upstream, &client_ca, front_proxy(), &x509);
     let path = back_dir.path().join("gateway.toml");
     std::fs::write(&path, manifest).expect("write the back's manifest");
     let back = crate::support::process::GatewayProcess::spawn(&path);

@@ -140,22 +140,29 @@ pub fn authenticate<H: AsHeader>(
         .iter()
         .find_map(|name| first(headers, name).filter(|value| !value.is_empty()))
         .unwrap_or_default();
-    let groups = headers
-        .iter()
-        .filter(|h| {
-            config
-                .group_headers
-                .iter()
-                .any(|n| h.name().eq_ignore_ascii_case(n))
-        })
-        .map(|h| h.value().to_string())
-        .collect();
     Outcome::Authenticated {
         user: user.to_string(),
         uid: uid.to_string(),
-        groups,
+        groups: groups(config, headers),
         extra: extra(config, headers),
     }
+}
+
+/// kube's `allHeaderValues`: the values of each group header in the order
+/// the names are configured, an empty value no group.
+fn groups<H: AsHeader>(config: &Config, headers: &[H]) -> Vec<String> {
+    config
+        .group_headers
+        .iter()
+        .flat_map(|name| {
+            headers
+                .iter()
+                .filter(move |header| header.name().eq_ignore_ascii_case(name))
+        })
+        .map(AsHeader::value)
+        .filter(|value| !value.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 fn check_proxy_certificate(config: &Config, chain: &[Vec<u8>]) -> Result<(), String> {
@@ -199,25 +206,23 @@ fn parse(der: &[u8]) -> Result<X509Certificate<'_>, String> {
         .map_err(|e| format!("the client certificate does not parse: {e}"))
 }
 
-/// kube's `newExtra`: every header under a prefix, its key lower-cased and
-/// percent-decoded (`url.PathUnescape`; kept as sent when that fails).
+/// kube's `newExtra`: every header under each prefix in turn, its key the
+/// rest of the name lower-cased and then percent-decoded
+/// (`url.PathUnescape`; kept as sent when that fails). What the escapes
+/// spell keeps its case: `%D0%9A` is `К`, the key client-go escaped.
 fn extra<H: AsHeader>(config: &Config, headers: &[H]) -> Vec<(String, Vec<String>)> {
     let mut extra: Vec<(String, Vec<String>)> = Vec::new();
-    for header in headers {
-        let name = header.name().to_ascii_lowercase();
-        let Some(encoded) = config
-            .extra_headers_prefixes
-            .iter()
-            .find_map(|prefix| name.strip_prefix(prefix.as_str()))
-        else {
-            continue;
-        };
-        let key = path_unescape(encoded)
-            .unwrap_or_else(|| encoded.to_string())
-            .to_lowercase();
-        match extra.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, values)) => values.push(header.value().to_string()),
-            None => extra.push((key, vec![header.value().to_string()])),
+    for prefix in &config.extra_headers_prefixes {
+        for header in headers {
+            let name = header.name().to_ascii_lowercase();
+            let Some(encoded) = name.strip_prefix(prefix.as_str()) else {
+                continue;
+            };
+            let key = path_unescape(encoded).unwrap_or_else(|| encoded.to_string());
+            match extra.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, values)) => values.push(header.value().to_string()),
+                None => extra.push((key, vec![header.value().to_string()])),
+            }
         }
     }
     extra
@@ -247,7 +252,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn extra_keys_are_unescaped_and_lower_cased() {
+    fn path_unescape_is_gos() {
         assert_eq!(
             path_unescape("example.com%2Fscopes").as_deref(),
             Some("example.com/scopes")
