@@ -207,16 +207,18 @@ fn unescape_extra_key(key: &str) -> String {
 /// The authorization questions an impersonation asks, one per attribute, in
 /// kube's order (`buildImpersonationRequests`): the user or service account,
 /// the groups, each extra's values, the uid. The first not allowed decides
-/// the 403, and no question after it is asked. Each names the version of
-/// the kind kube asks about (`v1`, of `core/v1` and
-/// `authentication.k8s.io/v1`), as kube's attributes do.
+/// the 403, and no question after it is asked. The version is the one
+/// kube's object reference names (`APIVersion: gvk.Version`): `v1` for
+/// `userextras` and `uids`, whose references say `authentication.k8s.io/v1`,
+/// none for `users`, `serviceaccounts` and `groups`, whose references name
+/// a kind alone.
 fn checks(requested: &Requested) -> Vec<RequestInfo> {
     let check =
         |group: &str, resource: &str, subresource: &str, namespace: &str, name: &str| RequestInfo {
             is_resource_request: true,
             verb: "impersonate".into(),
             api_group: group.into(),
-            api_version: "v1".into(),
+            api_version: if group.is_empty() { "" } else { "v1" }.into(),
             resource: resource.into(),
             subresource: subresource.into(),
             namespace: namespace.into(),
@@ -440,9 +442,10 @@ mod tests {
 
     /// impersonation.go: each attribute is asked about with verb
     /// `impersonate`, on its resource (an extra's key as the subresource),
-    /// in its group and at version `v1` (`APIVersion: gvk.Version`), in
-    /// `buildImpersonationRequests`' order: the user, the groups, the
-    /// extras, the uid last.
+    /// in its group and at its reference's version (`APIVersion:
+    /// gvk.Version`: `v1` of `authentication.k8s.io/v1`, none for a
+    /// reference that names a kind alone), in `buildImpersonationRequests`'
+    /// order: the user, the groups, the extras, the uid last.
     #[test]
     fn each_attribute_is_asked_about_as_kube_asks() {
         let requested = Requested {
@@ -469,8 +472,8 @@ mod tests {
         assert_eq!(
             asked,
             [
-                "impersonate  v1 ci serviceaccounts  robot",
-                "impersonate  v1  groups  dev",
+                "impersonate   ci serviceaccounts  robot",
+                "impersonate    groups  dev",
                 "impersonate authentication.k8s.io v1  userextras acme.io/team red",
                 "impersonate authentication.k8s.io v1  uids  1002",
             ]

@@ -211,3 +211,68 @@ async fn an_authorizer_failing_an_impersonation_check_is_kubes_403() {
     }
     assert_eq!(upstream.hits(), 0);
 }
+
+/// Each impersonation check names the version kube's object reference for
+/// it names (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation/impersonation.go`,
+/// `APIVersion: gvk.Version`): `users`, `serviceaccounts` and `groups`
+/// are references to a kind alone, so none; `userextras` and `uids` are
+/// `authentication.k8s.io/v1`'s. fault-authz denies an attribute named
+/// `given` with what it was given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_impersonation_check_names_the_version_kube_asks_with() {
+    let upstream = Upstream::start().await;
+    let gateway = gateway(&[
+        &tokens(),
+        &fault_authz("impersonation-versions", ""),
+        &routes(&upstream.url()),
+    ])
+    .await;
+    let client = http_client();
+    let versions = [
+        (vec![("Impersonate-User", "given")], "users", ""),
+        (
+            vec![("Impersonate-User", "system:serviceaccount:ci:given")],
+            "serviceaccounts",
+            "",
+        ),
+        (
+            vec![
+                ("Impersonate-User", "allow"),
+                ("Impersonate-Group", "given"),
+            ],
+            "groups",
+            "",
+        ),
+        (
+            vec![
+                ("Impersonate-User", "allow"),
+                ("Impersonate-Extra-scopes", "given"),
+            ],
+            "userextras/scopes",
+            "v1",
+        ),
+        (
+            vec![("Impersonate-User", "allow"), ("Impersonate-Uid", "given")],
+            "uids",
+            "v1",
+        ),
+    ];
+    for (headers, resource, version) in versions {
+        let request = with_headers(
+            client
+                .get(gateway.url("/open/x"))
+                .bearer_auth("alice-token"),
+            &headers,
+        );
+        let status = send(request).await.assert_status(403, "Forbidden");
+        let message = status["message"].as_str().expect("a message");
+        assert!(
+            message.contains(&format!(r#"cannot impersonate resource "{resource}""#))
+                && message.ends_with(&format!(
+                    "api-prefix= api-version={version} label-selector= field-selector="
+                )),
+            "{headers:?}: {message}"
+        );
+    }
+    assert_eq!(upstream.hits(), 0);
+}
