@@ -321,12 +321,10 @@ impl<T> QueueSet<T> {
         }
         if self.totals.waiting == 0 && self.fits(seats) {
             // Nothing waits anywhere: enqueuing and dispatching at once
-            // would pick this request; skip the queue's round trip.
-            let queue = &mut self.queues[index];
-            if queue.is_idle() {
-                queue.next_dispatch_r = self.current_r;
-            }
-            queue.next_dispatch_r += work(seats);
+            // would pick this request; skip the queue's round trip, but
+            // not what its enqueuing does to the queue's virtual time.
+            self.start_virtual_time(index);
+            self.queues[index].next_dispatch_r += work(seats);
             return Arrival::Executing(self.start(now, Some(index), seats));
         }
         let at = self.enqueue(now, index, seats, payload());
@@ -358,14 +356,28 @@ impl<T> QueueSet<T> {
             .unwrap_or(0)
     }
 
-    fn enqueue(&mut self, now: Instant, index: usize, seats: usize, payload: T) -> QueuedAt {
-        let id = self.next_id;
-        self.next_id += 1;
+    /// A request arrives at queue `index` now: an idle queue starts at the
+    /// current `R`, and a busy one's next dispatch is no earlier than this
+    /// arrival once the request heads it (kube's `enqueueToBoundLocked`,
+    /// then `boundNextDispatchLocked`, deferred in
+    /// `timeoutOldRequestsAndRejectOrEnqueueLocked`). A queue whose
+    /// requests all run still has its next dispatch from before they ran.
+    fn start_virtual_time(&mut self, index: usize) {
         let current_r = self.current_r;
         let queue = &mut self.queues[index];
         if queue.is_idle() {
             queue.next_dispatch_r = current_r;
+        } else if queue.waiting.is_empty() {
+            queue.next_dispatch_r = queue.next_dispatch_r.max(current_r);
         }
+    }
+
+    fn enqueue(&mut self, now: Instant, index: usize, seats: usize, payload: T) -> QueuedAt {
+        let id = self.next_id;
+        self.next_id += 1;
+        let current_r = self.current_r;
+        self.start_virtual_time(index);
+        let queue = &mut self.queues[index];
         queue.waiting.push_back(Waiting {
             id,
             seats,
@@ -740,6 +752,60 @@ mod tests {
         assert!(started.is_empty());
         set.finish(clock.at(20), first, &mut |p, _| started.push(p));
         assert_eq!(started, ["quiet"]);
+    }
+
+    /// kube never lets a queue's next dispatch precede the arrival of the
+    /// request at its head (`boundNextDispatchLocked`, which
+    /// `timeoutOldRequestsAndRejectOrEnqueueLocked` defers after each
+    /// enqueue, in `fairqueuing/queueset/queueset.go`). A queue whose one
+    /// request has run for a second while `R` went on has its next
+    /// dispatch a second behind: the next request of its flow, run at once
+    /// or queued, starts at the current `R`, not where the queue left off.
+    #[test]
+    fn a_request_joining_a_queue_that_only_runs_starts_at_the_current_r() {
+        let clock = Clock(Instant::now());
+        let one = Queuing {
+            hand_size: 1,
+            ..QUEUING
+        };
+        let mut set: QueueSet<()> = QueueSet::new(Some(one), 2, clock.at(0));
+        let mut ignore = |_: (), _: Executing| {};
+        let queue = deal(1, 8, 1).cards()[0];
+        let next_dispatch = |set: &QueueSet<()>| {
+            set.queue_dumps()
+                .nth(queue)
+                .expect("the flow's queue")
+                .next_dispatch_r
+        };
+        assert!(matches!(
+            set.arrive(clock.at(0), 1, 1, || (), &mut ignore),
+            Arrival::Executing(_)
+        ));
+        // One queue busy, one seat asked of 2: R went on at 1 a second.
+        assert!(matches!(
+            set.arrive(clock.at(1000), 1, 1, || (), &mut ignore),
+            Arrival::Executing(_)
+        ));
+        assert!(
+            (next_dispatch(&set) - (1.0 + work(1))).abs() < 1e-9,
+            "run at once: {}",
+            next_dispatch(&set)
+        );
+        // Both seats taken: the next one waits, at the head of its queue.
+        let mut set: QueueSet<()> = QueueSet::new(Some(one), 1, clock.at(0));
+        assert!(matches!(
+            set.arrive(clock.at(0), 1, 1, || (), &mut ignore),
+            Arrival::Executing(_)
+        ));
+        assert!(matches!(
+            set.arrive(clock.at(1000), 1, 1, || (), &mut ignore),
+            Arrival::Queued { .. }
+        ));
+        assert!(
+            (next_dispatch(&set) - 1.0).abs() < 1e-9,
+            "queued: {}",
+            next_dispatch(&set)
+        );
     }
 
     #[test]
