@@ -2,7 +2,10 @@
 //! kube's layout: comma-separated columns aligned as Go's `tabwriter`
 //! aligns them (minimum width 8, padding 1), one row per priority level,
 //! per queue, or per waiting request (`?includeRequestDetails=1` adds who
-//! and what). Served behind the chain, as kube serves them.
+//! and what). kube's `dump_requests` lists executing requests too, from
+//! the request it keeps while each runs; the gateway keeps no more than the
+//! seats of a running request, so it lists the waiting ones. Served behind
+//! the chain, as kube serves them.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -18,6 +21,9 @@ use crate::handler::{Handler, SharedHandler};
 use crate::status::GatewayError;
 
 const QUERY_INCLUDE_REQUEST_DETAILS: &str = "includeRequestDetails";
+/// The `StartTime` of a request that has not started: Go's zero time, as
+/// kube formats it (`time.Time{}.UTC().Format(time.RFC3339Nano)`).
+const NOT_STARTED: &str = "0001-01-01T00:00:00Z";
 
 #[derive(Clone, Copy)]
 enum Dump {
@@ -201,6 +207,7 @@ impl Controller {
             "InitialSeats",
             "FinalSeats",
             "AdditionalLatency",
+            "StartTime",
         ]);
         if include_details {
             header.extend(strings(&[
@@ -233,6 +240,7 @@ impl Controller {
                     waiting.seats().to_string(),
                     "0".to_owned(),
                     "0s".to_owned(),
+                    NOT_STARTED.to_owned(),
                 ];
                 if include_details {
                     row.extend([

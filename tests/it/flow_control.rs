@@ -617,6 +617,7 @@ async fn the_dumps_have_kubes_columns_and_show_the_queues() {
             "InitialSeats",
             "FinalSeats",
             "AdditionalLatency",
+            "StartTime",
             "UserName",
             "Verb",
             "APIPath",
@@ -635,14 +636,26 @@ async fn the_dumps_have_kubes_columns_and_show_the_queues() {
         assert_eq!(row[0..2], ["tenants", "tenants"]);
         assert_eq!(row[4], "quiet");
         assert!(row[5].ends_with('Z'), "{row:?}");
-        assert_eq!(row[6..12], ["1", "0", "0s", "quiet", "list", WIDGETS]);
+        // Not started: Go's zero time, as kube shows a waiting request's.
         assert_eq!(
-            row[12..],
+            row[6..13],
+            [
+                "1",
+                "0",
+                "0s",
+                "0001-01-01T00:00:00Z",
+                "quiet",
+                "list",
+                WIDGETS
+            ]
+        );
+        assert_eq!(
+            row[13..],
             ["default", "", "demo.example.io/v1", "widgets", ""]
         );
     }
     let brief = dump(&client, &gateway, "dump_requests").await;
-    assert_eq!(brief.lines().next().unwrap().split(',').count(), 9);
+    assert_eq!(brief.lines().next().unwrap().split(',').count(), 10);
 
     for answer in drain(&upstream, held, waiting).await {
         assert_eq!(answer.status, 200, "{}", answer.body);
