@@ -15,8 +15,8 @@ use tokio::sync::oneshot;
 use super::Controller;
 use super::classify::Flow;
 use super::metrics;
-use super::metrics::{Adjustment, LevelMetrics, Limits};
-use super::queueset::{Arrival, Executing, QueueSet, QueuedAt, RejectReason};
+use super::metrics::{Adjustment, LevelMetrics, Limits, VirtualTime};
+use super::queueset::{Arrival, Executing, Observers, QueueSet, QueuedAt, RejectReason};
 use super::width;
 use crate::config::flow_control::{FlowControl, LevelKind, LimitResponse, Queuing};
 use crate::context::UserInfo;
@@ -30,6 +30,8 @@ const SMOOTHING: f64 = 0.977;
 /// No request waits in its queue longer than this (kube's hard limit in
 /// `getRequestWaitContext`), whatever its deadline or the default wait.
 const MAX_QUEUE_WAIT: Duration = Duration::from_secs(60);
+/// kube's `MinTarget`: a smaller target counts as this much.
+const MIN_TARGET: f64 = 0.001;
 /// kube's `maxRetryAfter`.
 const MAX_RETRY_AFTER: u64 = 32;
 /// kube's `priorityLevelMaxSeatsPercent`: a request of a queuing level
@@ -69,10 +71,12 @@ pub(super) struct LevelState {
     smoothed_demand: f64,
 }
 
-/// A waiting request: how to wake it, and what the dumps show of it.
+/// A waiting request: how to wake it, what the dumps show of it, and its
+/// schema's count of dispatches it found no room for.
 pub(super) struct Ticket {
     wake: oneshot::Sender<Executing>,
     pub detail: RequestDetail,
+    no_accommodation: prometheus_client::metrics::counter::Counter,
 }
 
 /// What `dump_requests` shows of a waiting request.
@@ -177,6 +181,12 @@ pub(super) fn levels(config: &FlowControl) -> Vec<Level> {
                     )
                 }
             };
+            let queues = queues.observed(Observers {
+                virtual_time: VirtualTime::new(level.name.as_str()),
+                not_accommodated: |ticket: &Ticket| {
+                    ticket.no_accommodation.inc();
+                },
+            });
             let limits = Limits {
                 nominal,
                 lower: nominal - lendable,
@@ -320,6 +330,7 @@ impl Controller {
                 Ticket {
                     wake,
                     detail: detail(),
+                    no_accommodation: schema.metrics.no_accommodation.clone(),
                 }
             };
             let arrival =
@@ -464,7 +475,8 @@ impl Controller {
             })
             .collect();
         let bounds: Vec<Bounds> = items.iter().map(|(_, _, bounds)| *bounds).collect();
-        let allocations = allocate(required as f64, &bounds);
+        let (allocations, fair_frac) = allocate(required as f64, &bounds);
+        metrics::set_fair_frac(fair_frac);
         for ((level, allocation), (demand, smoothed, bounds)) in
             limited.iter().zip(allocations).zip(items)
         {
@@ -535,18 +547,32 @@ struct Bounds {
 
 /// kube's `computeConcurrencyAllocation`: allocations summing to
 /// `required`, each within its bounds and otherwise proportional to its
-/// target by one common factor. Found here by bisection on that factor
-/// (the sum is monotone in it).
-fn allocate(required: f64, items: &[Bounds]) -> Vec<f64> {
+/// target by one common factor, and that factor (kube's fair fraction).
+/// Found here by bisection on the factor (the sum is monotone in it); when
+/// the bounds leave no room, the factor is kube's: the least lower bound
+/// or the greatest upper bound relative to its target, and 0 when nothing
+/// is to be divided.
+fn allocate(required: f64, items: &[Bounds]) -> (Vec<f64>, f64) {
+    let target = |i: &Bounds| i.target.max(MIN_TARGET);
     let lower: f64 = items.iter().map(|i| i.lower).sum();
     let upper: f64 = items.iter().map(|i| i.upper).sum();
+    if required <= 0.0 {
+        return (vec![0.0; items.len()], 0.0);
+    }
     if required <= lower {
-        return items.iter().map(|i| i.lower).collect();
+        let fair = items
+            .iter()
+            .map(|i| i.lower / target(i))
+            .fold(f64::INFINITY, f64::min);
+        return (items.iter().map(|i| i.lower).collect(), fair);
     }
     if required >= upper {
-        return items.iter().map(|i| i.upper).collect();
+        let fair = items
+            .iter()
+            .map(|i| i.upper / target(i))
+            .fold(0.0, f64::max);
+        return (items.iter().map(|i| i.upper).collect(), fair);
     }
-    let target = |i: &Bounds| i.target.max(0.001);
     let at = |factor: f64| -> Vec<f64> {
         items
             .iter()
@@ -568,7 +594,7 @@ fn allocate(required: f64, items: &[Bounds]) -> Vec<f64> {
             high = middle;
         }
     }
-    at(high)
+    (at(high), high)
 }
 
 /// kube's Retry-After for a level's rejections: doubled (to 32 s at most)
@@ -845,7 +871,7 @@ mod tests {
             lower: 0.0,
             upper: 20.0,
         };
-        let allocation = allocate(20.0, &[busy, idle]);
+        let (allocation, _) = allocate(20.0, &[busy, idle]);
         assert!((allocation[0] - 20.0).abs() < 0.01, "{allocation:?}");
         assert!(allocation[1] < 0.01, "{allocation:?}");
         assert!((allocation[0] + allocation[1] - 20.0).abs() < 1e-6);
@@ -855,11 +881,44 @@ mod tests {
             lower: 2.0,
             upper: 20.0,
         };
-        let allocation = allocate(20.0, &[even, even]);
+        let (allocation, _) = allocate(20.0, &[even, even]);
         assert!((allocation[0] - 10.0).abs() < 1e-6, "{allocation:?}");
         // Nothing can go below its lower bound.
-        let allocation = allocate(5.0, &[busy, idle]);
+        let (allocation, _) = allocate(5.0, &[busy, idle]);
         assert_eq!(allocation, [10.0, 0.0]);
+    }
+
+    /// kube's fair fraction (`computeConcurrencyAllocation`,
+    /// `staging/src/k8s.io/apiserver/pkg/util/flowcontrol/conc_alloc.go`),
+    /// which `apiserver_flowcontrol_seat_fair_frac` shows: the common
+    /// factor of the targets; with no room left by the bounds, the least
+    /// lower bound (or greatest upper bound) relative to its target, a
+    /// target under 0.001 counting as 0.001; 0 when nothing is divided.
+    #[test]
+    fn the_fair_fraction_is_kubes() {
+        let item = |target, lower, upper| Bounds {
+            target,
+            lower,
+            upper,
+        };
+        // No bound matters: the seats over the targets' sum.
+        let (allocation, fair) = allocate(9.0, &[item(4.0, 2.0, 9.0), item(1.0, 1.0, 9.0)]);
+        assert!((fair - 1.8).abs() < 1e-9, "{fair}");
+        assert!((allocation[0] - 7.2).abs() < 1e-9, "{allocation:?}");
+        // One level at its upper bound: the other takes the rest.
+        let (allocation, fair) = allocate(9.0, &[item(4.0, 2.0, 5.0), item(2.0, 1.0, 9.0)]);
+        assert!((fair - 2.0).abs() < 1e-9, "{fair} {allocation:?}");
+        // Held at the lower bounds: the least of them over its target,
+        // an idle level (target 0, lower 0) making it 0.
+        let (_, fair) = allocate(5.0, &[item(4.0, 4.0, 9.0), item(2.0, 1.0, 9.0)]);
+        assert_eq!(fair, 0.5);
+        let (_, fair) = allocate(4.0, &[item(4.0, 4.0, 9.0), item(0.0, 0.0, 9.0)]);
+        assert_eq!(fair, 0.0);
+        // Held at the upper bounds: the greatest over its target.
+        let (_, fair) = allocate(6.0, &[item(4.0, 1.0, 2.0), item(0.0, 0.0, 4.0)]);
+        assert!((fair - 4000.0).abs() < 1e-6, "{fair}");
+        let (allocation, fair) = allocate(0.0, &[item(4.0, 0.0, 2.0)]);
+        assert_eq!((allocation, fair), (vec![0.0], 0.0));
     }
 
     #[test]

@@ -30,6 +30,13 @@ struct Level {
     priority_level: String,
 }
 
+/// A level's bound (`min` or `max`) over its queues.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Bound {
+    priority_level: String,
+    bound: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Rejected {
     priority_level: String,
@@ -76,6 +83,13 @@ struct Families {
     demand_stdev: Family<Level, FloatGauge>,
     demand_smoothed: Family<Level, FloatGauge>,
     target: Family<Level, FloatGauge>,
+    no_accommodation: Family<LevelSchema, Counter>,
+    current_r: Family<Level, FloatGauge>,
+    dispatch_r: Family<Level, FloatGauge>,
+    latest_s: Family<Level, FloatGauge>,
+    next_s_bounds: Family<Bound, FloatGauge>,
+    next_discounted_s_bounds: Family<Bound, FloatGauge>,
+    fair_frac: FloatGauge,
 }
 
 /// kube's `requestDurationSecondsBuckets`, for the queue wait and the
@@ -227,6 +241,48 @@ fn families() -> &'static Families {
                 "Seat allocation targets",
                 Family::default(),
             ),
+            no_accommodation: register(
+                r,
+                "apiserver_flowcontrol_request_dispatch_no_accommodation",
+                "Number of times a dispatch attempt resulted in a non accommodation due to lack of available seats",
+                Family::default(),
+            ),
+            current_r: register(
+                r,
+                "apiserver_flowcontrol_current_r",
+                "R(time of last change)",
+                Family::default(),
+            ),
+            dispatch_r: register(
+                r,
+                "apiserver_flowcontrol_dispatch_r",
+                "R(time of last dispatch)",
+                Family::default(),
+            ),
+            latest_s: register(
+                r,
+                "apiserver_flowcontrol_latest_s",
+                "S(most recently dispatched request)",
+                Family::default(),
+            ),
+            next_s_bounds: register(
+                r,
+                "apiserver_flowcontrol_next_s_bounds",
+                "min and max, over queues, of S(oldest waiting request in queue)",
+                Family::default(),
+            ),
+            next_discounted_s_bounds: register(
+                r,
+                "apiserver_flowcontrol_next_discounted_s_bounds",
+                "min and max, over queues, of S(oldest waiting request in queue) - estimated work in progress",
+                Family::default(),
+            ),
+            fair_frac: register(
+                r,
+                "apiserver_flowcontrol_seat_fair_frac",
+                "Fair fraction of server's concurrency to allocate to each priority level that can use it",
+                FloatGauge::default(),
+            ),
             registry,
         }
     })
@@ -253,6 +309,9 @@ pub(crate) struct SchemaMetrics {
     executed: [Histogram; 2],
     pub estimated_seats: Histogram,
     pub queue_length: Histogram,
+    /// The fairest waiting request of the schema found too few seats free
+    /// (kube's `AddDispatchWithNoAccommodation`).
+    pub no_accommodation: Counter,
 }
 
 impl SchemaMetrics {
@@ -308,6 +367,7 @@ impl SchemaMetrics {
             executed: [executed("regular"), executed("watch")],
             estimated_seats: families.estimated_seats.get_or_create(&labels).clone(),
             queue_length: families.queue_length.get_or_create(&labels).clone(),
+            no_accommodation: families.no_accommodation.get_or_create(&labels).clone(),
         }
     }
 
@@ -396,4 +456,72 @@ impl LevelMetrics {
         self.target.set(adjustment.target);
         self.current_limit.set(seats(adjustment.limit));
     }
+}
+
+/// A level's virtual clock as its queue set moves it (kube's `SetCurrentR`
+/// and `SetDispatchMetrics`, in seat-seconds).
+pub(crate) struct VirtualTime {
+    current_r: FloatGauge,
+    dispatch_r: FloatGauge,
+    latest_s: FloatGauge,
+    /// `min`, `max`.
+    next_s: [FloatGauge; 2],
+    next_discounted_s: [FloatGauge; 2],
+}
+
+/// Where the fairest dispatch found the level's queues: the least and
+/// most next dispatch of a queue with a request waiting, the same less
+/// each queue's estimated work in progress.
+pub(crate) struct DispatchBounds {
+    pub next_s: [f64; 2],
+    pub next_discounted_s: [f64; 2],
+}
+
+impl VirtualTime {
+    pub(crate) fn new(level: &str) -> Self {
+        let families = families();
+        let labels = Level {
+            priority_level: level.to_owned(),
+        };
+        let bounds = |family: &Family<Bound, FloatGauge>| {
+            ["min", "max"].map(|bound| {
+                family
+                    .get_or_create(&Bound {
+                        priority_level: level.to_owned(),
+                        bound: bound.to_owned(),
+                    })
+                    .clone()
+            })
+        };
+        VirtualTime {
+            current_r: families.current_r.get_or_create(&labels).clone(),
+            dispatch_r: families.dispatch_r.get_or_create(&labels).clone(),
+            latest_s: families.latest_s.get_or_create(&labels).clone(),
+            next_s: bounds(&families.next_s_bounds),
+            next_discounted_s: bounds(&families.next_discounted_s_bounds),
+        }
+    }
+
+    pub(crate) fn synced(&self, current_r: f64) {
+        self.current_r.set(current_r);
+    }
+
+    /// A request was dispatched at `current_r` from a queue whose next
+    /// dispatch was `start`.
+    pub(crate) fn dispatched(&self, current_r: f64, start: f64, bounds: &DispatchBounds) {
+        self.dispatch_r.set(current_r);
+        self.latest_s.set(start);
+        for (gauge, value) in self.next_s.iter().zip(bounds.next_s) {
+            gauge.set(value);
+        }
+        for (gauge, value) in self.next_discounted_s.iter().zip(bounds.next_discounted_s) {
+            gauge.set(value);
+        }
+    }
+}
+
+/// The fair fraction of the last borrowing adjustment (kube's
+/// `SetFairFrac`): one for the process, as kube has one controller.
+pub(crate) fn set_fair_frac(value: f64) {
+    families().fair_frac.set(value);
 }

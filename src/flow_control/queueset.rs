@@ -23,6 +23,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::metrics::{DispatchBounds, VirtualTime};
 use crate::config::flow_control::Queuing;
 
 /// kube's estimated service time `G` of a request, before it finishes.
@@ -218,6 +219,13 @@ impl Integrator {
     }
 }
 
+/// What a queue set reports as it goes: its virtual clock, and a fairest
+/// waiting request that found too few seats free (given its payload).
+pub(crate) struct Observers<T> {
+    pub virtual_time: VirtualTime,
+    pub not_accommodated: fn(&T),
+}
+
 pub(crate) struct QueueSet<T> {
     queuing: Option<Queuing>,
     exempt: bool,
@@ -231,6 +239,7 @@ pub(crate) struct QueueSet<T> {
     next_id: u64,
     totals: Totals,
     demand: Integrator,
+    observers: Option<Observers<T>>,
 }
 
 impl<T> QueueSet<T> {
@@ -249,6 +258,15 @@ impl<T> QueueSet<T> {
             next_id: 0,
             totals: Totals::default(),
             demand: Integrator::new(now),
+            observers: None,
+        }
+    }
+
+    /// The set, reporting to `observers`.
+    pub(crate) fn observed(self, observers: Observers<T>) -> Self {
+        QueueSet {
+            observers: Some(observers),
+            ..self
         }
     }
 
@@ -279,6 +297,9 @@ impl<T> QueueSet<T> {
         if busy > 0 {
             let rate = seats_asked.min(self.concurrency_limit) as f64 / busy as f64;
             self.current_r += rate * elapsed;
+        }
+        if let Some(observers) = &self.observers {
+            observers.virtual_time.synced(self.current_r);
         }
     }
 
@@ -324,6 +345,17 @@ impl<T> QueueSet<T> {
             // would pick this request; skip the queue's round trip, but
             // not what its enqueuing does to the queue's virtual time.
             self.start_virtual_time(index);
+            // The fairest, as the only queue with a request waiting.
+            let queue = &self.queues[index];
+            let start = queue.next_dispatch_r;
+            let discounted = start - work(queue.seats_in_use);
+            self.report_dispatch(
+                start,
+                &DispatchBounds {
+                    next_s: [start; 2],
+                    next_discounted_s: [discounted; 2],
+                },
+            );
             self.queues[index].next_dispatch_r += work(seats);
             return Arrival::Executing(self.start(now, Some(index), seats));
         }
@@ -414,15 +446,19 @@ impl<T> QueueSet<T> {
         dispatched: &mut dyn FnMut(T, Executing),
     ) {
         while self.totals.waiting > 0 && self.totals.seats_in_use < self.concurrency_limit {
-            let Some(index) = self.fairest_queue() else {
+            let Some((index, bounds)) = self.fairest_queue() else {
                 return;
             };
-            let Some(seats) = self.queues[index].waiting.front().map(|head| head.seats) else {
+            let Some(head) = self.queues[index].waiting.front() else {
                 return;
             };
-            if !self.fits(seats) {
+            if !self.fits(head.seats) {
+                if let Some(observers) = &self.observers {
+                    (observers.not_accommodated)(&head.payload);
+                }
                 return;
             }
+            self.report_dispatch(self.queues[index].next_dispatch_r, &bounds);
             let queue = &mut self.queues[index];
             let Some(request) = queue.waiting.pop_front() else {
                 return;
@@ -440,22 +476,44 @@ impl<T> QueueSet<T> {
 
     /// The queue whose head finishes first in virtual time, visiting the
     /// queues round robin from the one after the last dispatch so that ties
-    /// go to the others (kube's `findDispatchQueueToBoundLocked`).
-    fn fairest_queue(&self) -> Option<usize> {
+    /// go to the others, and the bounds of the queues' next dispatches
+    /// (kube's `findDispatchQueueToBoundLocked`).
+    fn fairest_queue(&self) -> Option<(usize, DispatchBounds)> {
         let count = self.queues.len();
         let mut best: Option<(f64, usize)> = None;
+        let mut bounds = DispatchBounds {
+            next_s: [f64::INFINITY, f64::NEG_INFINITY],
+            next_discounted_s: [f64::INFINITY, f64::NEG_INFINITY],
+        };
         for step in 1..=count {
             let index = (self.robin_index + step) % count;
             let queue = &self.queues[index];
             let Some(head) = queue.waiting.front() else {
                 continue;
             };
-            let finish = queue.next_dispatch_r + work(head.seats);
+            let start = queue.next_dispatch_r;
+            let discounted = start - work(queue.seats_in_use);
+            bounds.next_s = [bounds.next_s[0].min(start), bounds.next_s[1].max(start)];
+            bounds.next_discounted_s = [
+                bounds.next_discounted_s[0].min(discounted),
+                bounds.next_discounted_s[1].max(discounted),
+            ];
+            let finish = start + work(head.seats);
             if best.is_none_or(|(least, _)| finish < least) {
                 best = Some((finish, index));
             }
         }
-        best.map(|(_, index)| index)
+        best.map(|(_, index)| (index, bounds))
+    }
+
+    /// A request is dispatched from a queue whose next dispatch was
+    /// `start` (kube's `SetDispatchMetrics`).
+    fn report_dispatch(&self, start: f64, bounds: &DispatchBounds) {
+        if let Some(observers) = &self.observers {
+            observers
+                .virtual_time
+                .dispatched(self.current_r, start, bounds);
+        }
     }
 
     /// kube's anti-windup: a queue's next dispatch is never before its head

@@ -909,6 +909,17 @@ async fn scrape(client: &reqwest::Client, gateway: &TestGateway) -> String {
         .body
 }
 
+/// A gateway whose level and schema `name` (a test's alone: the metrics
+/// registry is the process's) has one queue and 8 seats. A request may
+/// wait 15 s in it (a quarter of 60 s): past a borrowing adjustment.
+async fn one_queue_gateway(upstream: &Upstream, name: &str) -> TestGateway {
+    let level = tenants(4)
+        .replace("\"tenants\"", &format!("\"{name}\""))
+        .replace("queues = 64, hand_size = 6", "queues = 1, hand_size = 1");
+    let manifest = manifest(upstream, &level).replace("\"8s\"", "\"60s\"");
+    TestGateway::start(&manifest).await
+}
+
 /// kube's seat metrics (`util/flowcontrol/metrics/metrics.go`), observed
 /// where kube observes them: the seats executing and waiting
 /// (`fairqueuing/queueset/queueset.go`), each request's estimated seats
@@ -921,13 +932,7 @@ async fn scrape(client: &reqwest::Client, gateway: &TestGateway) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubes_seat_metrics_count_what_the_level_runs_and_queues() {
     let upstream = Upstream::start().await;
-    let metered = tenants(4)
-        .replace("\"tenants\"", "\"metered\"")
-        .replace("queues = 64, hand_size = 6", "queues = 1, hand_size = 1");
-    // A wait of 15 s in the queue (a quarter of 60 s): the queued requests
-    // outlive the next borrowing adjustment.
-    let manifest = manifest(&upstream, &metered).replace("\"8s\"", "\"60s\"");
-    let gateway = TestGateway::start(&manifest).await;
+    let gateway = one_queue_gateway(&upstream, "metered").await;
     let client = http_client();
     let url = gateway.url(WIDGETS);
     let held = take_every_seat(&client, &url, "noisy").await;
@@ -1017,4 +1022,156 @@ async fn kubes_seat_metrics_count_what_the_level_runs_and_queues() {
     .await;
     drop(watch);
     gateway.shutdown().await;
+}
+
+/// Lets one held response of `held` end (whichever the upstream releases)
+/// and waits for `level` to run one fewer and have `waiting` queued.
+async fn release_one(
+    client: &reqwest::Client,
+    gateway: &TestGateway,
+    upstream: &Upstream,
+    level: &str,
+    (waiting, executing): (usize, usize),
+) {
+    upstream.release(1);
+    settled(client, gateway, level, waiting, executing).await;
+}
+
+/// Ends the `held` responses the upstream has not released yet
+/// (`released` of them were), and answers what waited.
+async fn finish(
+    upstream: &Upstream,
+    held: Vec<reqwest::Response>,
+    released: usize,
+    waiting: Vec<tokio::task::JoinHandle<Answer>>,
+) {
+    upstream.release(held.len() - released);
+    for response in held {
+        bounded("a held body", response.text())
+            .await
+            .expect("a body");
+    }
+    for task in waiting {
+        let answer = bounded("a queued request", task).await.expect("its answer");
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+}
+
+/// kube's dispatch metrics (`util/flowcontrol/metrics/metrics.go`), set
+/// where kube's queue set sets them (`fairqueuing/queueset/queueset.go`):
+/// `request_dispatch_no_accommodation_total` when the fairest waiting
+/// request finds too few seats free (`findDispatchQueueToBoundLocked`),
+/// `current_r` at each sync of the virtual clock (`syncTimeLocked`), and
+/// at each dispatch `dispatch_r`, `latest_s` (the start of the request
+/// dispatched) and the least and most next start of the queues with a
+/// request waiting, as is and less each queue's work in progress (its
+/// seats × 3 ms), `next_s_bounds` and `next_discounted_s_bounds`. Level
+/// `roomless` is this test's alone: one queue, 8 seats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubes_dispatch_metrics_count_the_fairest_finding_no_room_and_show_the_virtual_clock() {
+    let started = Instant::now();
+    let upstream = Upstream::start().await;
+    let gateway = one_queue_gateway(&upstream, "roomless").await;
+    let client = http_client();
+    let url = gateway.url(WIDGETS);
+    let ours = "priority_level=\"roomless\",flow_schema=\"roomless\"";
+    let no_room = |text: &str| {
+        sample(
+            text,
+            "apiserver_flowcontrol_request_dispatch_no_accommodation_total",
+            ours,
+        )
+    };
+
+    // A LIST of 2 seats waits while all 8 are taken: no dispatch is tried.
+    let held = take_every_seat(&client, &url, "noisy").await;
+    let waiting = queue_up(&client, &format!("{url}?limit=500"), "quiet", 1);
+    settled(&client, &gateway, "roomless", 1, 8).await;
+    assert_eq!(no_room(&scrape(&client, &gateway).await), 0.0);
+    // One seat free: the LIST, fairest and alone, does not fit.
+    release_one(&client, &gateway, &upstream, "roomless", (1, 7)).await;
+    let found = no_room(&scrape(&client, &gateway).await);
+    // Each borrowing adjustment (every 10 s) tries again, as kube's does.
+    let adjustments = (started.elapsed().as_secs() / 10) as f64;
+    assert!(
+        (1.0..=1.0 + adjustments).contains(&found),
+        "{found} after {adjustments} adjustments"
+    );
+    finish(&upstream, held, 1, waiting).await;
+    // Nothing waits: a seat given back tries no dispatch.
+    assert_eq!(no_room(&scrape(&client, &gateway).await), found);
+
+    // The last dispatch: a GET that waited, when one of 8 seats came free,
+    // the other 7 still taken by its queue's requests.
+    let held = take_every_seat(&client, &url, "noisy").await;
+    let waiting = queue_up(&client, &url, "quiet", 1);
+    settled(&client, &gateway, "roomless", 1, 8).await;
+    release_one(&client, &gateway, &upstream, "roomless", (0, 7)).await;
+    let text = scrape(&client, &gateway).await;
+    let level = |name: &str, labels: &str| {
+        sample(&text, name, &format!("priority_level=\"roomless\"{labels}"))
+    };
+    let latest_s = level("apiserver_flowcontrol_latest_s", "");
+    let bound = |name: &str, bound: &str| level(name, &format!(",bound=\"{bound}\""));
+    // One queue: the least and the most are its own next start.
+    for which in ["min", "max"] {
+        assert_eq!(
+            bound("apiserver_flowcontrol_next_s_bounds", which),
+            latest_s,
+            "{text}"
+        );
+        let discounted = bound("apiserver_flowcontrol_next_discounted_s_bounds", which);
+        assert!(
+            (latest_s - discounted - 7.0 * 0.003).abs() < 1e-9,
+            "S {latest_s}, discounted {discounted}: 7 seats of 3 ms in progress"
+        );
+    }
+    let dispatch_r = level("apiserver_flowcontrol_dispatch_r", "");
+    let current_r = level("apiserver_flowcontrol_current_r", "");
+    // R went on while the queue was busy, and on after the dispatch.
+    assert!(
+        0.0 < dispatch_r && dispatch_r <= current_r,
+        "dispatch R {dispatch_r}, current R {current_r}"
+    );
+    finish(&upstream, held, 1, waiting).await;
+    gateway.shutdown().await;
+}
+
+/// kube's `apiserver_flowcontrol_seat_fair_frac` (`apf_controller.go`,
+/// `updateBorrowingLocked`, from `computeConcurrencyAllocation` in
+/// `conc_alloc.go`): one gauge for the process, so this gateway runs as a
+/// process of its own. Its 8 seats are divided as the configuration is
+/// built, on no demand: `tenants` (8 nominal seats, half of them lendable)
+/// aims at its lower bound, 4, `catch-all` at 1, the exempt level at
+/// nothing (kube's least target, 0.001); none reaches a bound, so the
+/// fraction is 9 / 5.001, and the limits its multiples, rounded: 7 and 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seat_fair_fraction_is_kubes_division_of_the_seats() {
+    let upstream = Upstream::start().await;
+    let lending = tenants(4).replace(
+        "nominal_concurrency_shares = 100",
+        "nominal_concurrency_shares = 100\nlendable_percent = 50",
+    );
+    let dir = new_dir();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, manifest(&upstream, &lending)).expect("write the manifest");
+    let gateway = GatewayProcess::spawn(&path);
+    let client = http_client();
+    let text = send(as_user(client.get(gateway.url("/metrics")), "root"))
+        .await
+        .body;
+    let fair = text
+        .lines()
+        .find_map(|line| line.strip_prefix("apiserver_flowcontrol_seat_fair_frac "))
+        .and_then(|value| value.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no seat_fair_frac in\n{text}"));
+    assert!((fair - 9.0 / 5.001).abs() < 1e-9, "{fair}");
+    let limit = |level: &str| {
+        sample(
+            &text,
+            "apiserver_flowcontrol_current_limit_seats",
+            &format!("priority_level=\"{level}\""),
+        )
+    };
+    assert_eq!((limit("tenants"), limit("catch-all")), (7.0, 2.0), "{text}");
 }
