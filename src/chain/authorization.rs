@@ -293,8 +293,13 @@ impl Authorization {
         let audit = request.extensions().get::<AuditContext>();
         let response = match verdict {
             Verdict::Allow => {
+                // kube adds the allowing authorizer's reason beside its
+                // decision, empty or not (`withAuthorization`,
+                // endpoints/filters/authorization.go); a filter's `allow`
+                // carries none, so it is kube's empty one.
                 if let Some(audit) = audit {
                     audit.annotate("authorization.k8s.io/decision", "allow");
+                    audit.annotate("authorization.k8s.io/reason", "");
                 }
                 // The self-subject reviews ask the same union.
                 request.extensions_mut().insert(self.authorizers.clone());

@@ -148,7 +148,7 @@ async fn blocking_mode_records_each_request_at_its_rule_level() {
     );
     assert_eq!(
         annotations(complete),
-        json!({"authorization.k8s.io/decision": "allow"})
+        json!({"authorization.k8s.io/decision": "allow", "authorization.k8s.io/reason": ""})
     );
     assert_eq!(
         received["requestReceivedTimestamp"],
@@ -391,7 +391,7 @@ async fn impersonation_is_recorded_beside_the_requesting_user() {
     // The decision was about bob, the impersonated user: RBAC allowed it.
     assert_eq!(
         annotations(complete),
-        json!({"authorization.k8s.io/decision": "allow"})
+        json!({"authorization.k8s.io/decision": "allow", "authorization.k8s.io/reason": ""})
     );
     assert!(
         events[0].get("impersonatedUser").is_none(),
@@ -1044,7 +1044,8 @@ async fn a_request_cut_while_its_response_complete_is_written_is_completed() {
 /// as `authorization.k8s.io/reason: internal error`, with no decision
 /// (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/authorization.go`,
 /// `reasonError`); a fail-closed authorizer's error, trap or timeout is
-/// noted so, and the event is told from a denial's.
+/// noted so, and the event is told from a denial's and an allowed
+/// request's (a decision and a reason each, the allowed one's empty).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_authorizers_failure_is_audited_as_kubes_internal_error() {
     build_filters();
@@ -1080,6 +1081,19 @@ async fn an_authorizers_failure_is_audited_as_kubes_internal_error() {
             "{word}"
         );
     }
+    // An allowed request has the allowing authorizer's reason beside its
+    // decision, as kube adds both whatever the reason; a filter's `allow`
+    // gives none, so it is kube's empty one.
+    let answer = send(client.get(gateway.url("/fault/allow"))).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let events = events_of(&log, &audit_id(&answer));
+    assert_eq!(
+        annotations(events.last().expect("a ResponseComplete")),
+        json!({
+            "authorization.k8s.io/decision": "allow",
+            "authorization.k8s.io/reason": "",
+        })
+    );
     let answer = send(client.get(gateway.url("/fault/deny"))).await;
     assert_eq!(answer.status, 403, "{}", answer.body);
     let events = events_of(&log, &audit_id(&answer));
@@ -1090,6 +1104,6 @@ async fn an_authorizers_failure_is_audited_as_kubes_internal_error() {
             "authorization.k8s.io/reason": "fault-authz: deny requested",
         })
     );
-    assert_eq!(upstream.hits(), 0);
+    assert_eq!(upstream.hits(), 1, "the allowed request alone");
     gateway.shutdown().await;
 }
