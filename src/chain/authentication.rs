@@ -370,12 +370,14 @@ impl Authentication {
         error: GatewayError,
     ) -> Response {
         let response = error.into_response();
-        if let Some(audit) = &self.failure_audit {
-            audit
-                .record(http::Request::from_parts(parts, body), response.status())
-                .await;
+        match &self.failure_audit {
+            Some(audit) => {
+                audit
+                    .record(http::Request::from_parts(parts, body), response)
+                    .await
+            }
+            None => response,
         }
-        response
     }
 }
 

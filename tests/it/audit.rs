@@ -902,8 +902,12 @@ async fn requests_cut_at_shutdown_are_completed_in_batch_mode() {
 }
 
 /// kube's `WithFailedAuthenticationAudit`: one event at ResponseStarted,
-/// for no user, with the 401 and the credentials tried, at the level of
-/// the first rule that does not name users or groups.
+/// for no user, with the 401 Status the client got (kube's failed handler
+/// writes it through `WriteObjectNegotiated`, whose `LogResponseObject`
+/// replaces the note of the credentials tried), at the level of the first
+/// rule that does not name users or groups. The event used to keep that
+/// note as its message, with the Status's `Failure` and no reason: neither
+/// what kube records nor what the client got.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_authentications_are_audited_as_kube_does() {
     let upstream = Upstream::start().await;
@@ -930,7 +934,7 @@ async fn failed_authentications_are_audited_as_kube_does() {
         assert_eq!(
             event["responseStatus"],
             json!({"metadata": {}, "status": "Failure", "code": 401,
-                   "message": "Authentication failed, attempted: bearer"})
+                   "message": "Unauthorized", "reason": "Unauthorized"})
         );
     }
 
