@@ -38,13 +38,19 @@ impl Handler for PanicRecovery {
 
 /// The 500 a panic becomes, logged with the request it interrupted.
 fn recovered(panic: &(dyn Any + Send), method: &Method, uri: &Uri) -> Response {
-    let cause = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
+    let cause = panic_message(panic);
     let path = uri.path();
     tracing::error!(%method, %path, %cause, "panic while serving a request");
     GatewayError::internal(format!("the server panicked while serving {method} {path}"))
         .into_response()
+}
+
+/// A panic's message, as Go's `%v` prints what `recover` returns: the text
+/// `panic!` was given, empty when it was given something else.
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
 }

@@ -1111,3 +1111,48 @@ async fn an_authorizers_failure_is_audited_as_kubes_internal_error() {
     assert_eq!(upstream.hits(), 1, "the allowed request alone");
     gateway.shutdown().await;
 }
+
+/// kube's `WithAudit` (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/audit.go`)
+/// writes a Panic event in place of ResponseComplete when its handler
+/// panics, its status a 500 InternalError whose message names the panic
+/// (`APIServer panic'd: %v`): so for a panic in a step's future (`/panic`)
+/// and in its `call`, before any future (`/panic-now`). The message used to
+/// leave the panic out, and a panic in a `call` went past audit's catch:
+/// the request was completed as one its client had abandoned (499).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_is_audited_at_stage_panic_naming_it() {
+    let manifest = plaintext(
+        &[
+            crate::chain::SERVERS.to_owned(),
+            "[authentication]\nanonymous = true\n".to_owned(),
+            "\n[audit]\nmode = \"blocking\"\n[[audit.policy]]\nlevel = \"Metadata\"\n".to_owned(),
+            audit_log_sink(),
+        ]
+        .concat(),
+    );
+    let gateway = TestGateway::start_with_center(new_dir(), &manifest, |next| {
+        std::sync::Arc::new(crate::chain::Panicky { next })
+    })
+    .await;
+    let log = gateway.dir.path().join("audit.jsonl");
+    let client = http_client();
+    for (path, panic) in [
+        ("/panic", "the centre panicked while serving"),
+        ("/panic-now", "the centre panicked at once"),
+    ] {
+        let answer = send(client.get(gateway.url(path))).await;
+        answer.assert_status(500, "InternalError");
+        let events = wait_for_events(&log, &audit_id(&answer), 2).await;
+        assert_eq!(
+            stages_of(&events),
+            ["RequestReceived", "Panic"],
+            "{path}: {events:#?}"
+        );
+        assert_eq!(
+            events[1]["responseStatus"],
+            json!({"metadata": {}, "status": "Failure", "reason": "InternalError", "code": 500,
+                   "message": format!("APIServer panic'd: {panic}")}),
+            "{path}"
+        );
+    }
+}

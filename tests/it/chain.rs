@@ -10,9 +10,10 @@ use wasmgate::handler::{Handler, SharedHandler};
 use crate::support::*;
 
 /// A centre that panics on `/panic` (inside its future) and `/panic-now`
-/// (in `call` itself), and otherwise hands over to the servers.
-struct Panicky {
-    next: SharedHandler,
+/// (in `call` itself), and otherwise hands over to the servers; the audit
+/// tests' too.
+pub struct Panicky {
+    pub next: SharedHandler,
 }
 
 impl Handler for Panicky {
@@ -29,7 +30,7 @@ impl Handler for Panicky {
     }
 }
 
-const SERVERS: &str = r#"
+pub const SERVERS: &str = r#"
 [[servers]]
 name = "chain"
 

@@ -106,17 +106,18 @@ impl Handler for Audit {
                     Box::pin(buffer_request_object(request, rule.managed_fields)).await;
                 completion.recorded(object);
             }
-            let response = match AssertUnwindSafe(self.next.call(request))
-                .catch_unwind()
-                .await
-            {
+            // The next steps' `call` runs inside the future caught, so a
+            // panic in it, before any future of theirs, is caught too.
+            let served = async { self.next.call(request).await };
+            let response = match AssertUnwindSafe(served).catch_unwind().await {
                 Ok(response) => response,
                 Err(panic) => {
                     // kube writes Panic instead of ResponseComplete.
                     if let Some(event) = completion.event.take()
                         && emits(AuditStage::Panic)
                     {
-                        completion.emit(panicked(event, &context)).await;
+                        let message = super::panic_recovery::panic_message(&*panic);
+                        completion.emit(panicked(event, &context, &message)).await;
                     }
                     // Panic recovery, outside, turns it into a 500.
                     std::panic::resume_unwind(panic);
@@ -154,10 +155,16 @@ impl Handler for Audit {
     }
 }
 
-/// The Panic event kube writes in place of ResponseComplete.
-fn panicked(event: AuditEvent, context: &AuditContext) -> AuditEvent {
+/// The Panic event kube writes in place of ResponseComplete, its message
+/// naming the panic's (`APIServer panic'd: %v`, `WithAudit` in
+/// `staging/src/k8s.io/apiserver/pkg/endpoints/filters/audit.go`).
+fn panicked(event: AuditEvent, context: &AuditContext, message: &str) -> AuditEvent {
     let mut event = stamped(event, AuditStage::Panic, context);
-    event.response_status = Some(status_record(500, "InternalError", "APIServer panic'd"));
+    event.response_status = Some(status_record(
+        500,
+        "InternalError",
+        format!("APIServer panic'd: {message}"),
+    ));
     event
 }
 
