@@ -499,13 +499,24 @@ pub(crate) fn reported_verb(
     }
 }
 
-/// kube's `cleanDryRun`: `All` when the request asked for a dry run (the
-/// only value kube accepts; anything else is refused before it counts).
+/// kube's `cleanDryRun`: empty when the query has no `dryRun`, `All` when
+/// every `dryRun` value is `All` (the only value kube's `ValidateDryRun`
+/// accepts), and `invalid` when any other value is asked for: kube refuses
+/// such a request and counts it under `invalid`.
 fn dry_run(query: Option<&str>) -> &'static str {
-    let asked = query.is_some_and(|query| {
-        url::form_urlencoded::parse(query.as_bytes())
-            .any(|(key, value)| key == "dryRun" && value == "All")
-    });
+    // kube reads the query only when its raw text names `dryRun`.
+    let Some(query) = query.filter(|query| query.contains("dryRun")) else {
+        return "";
+    };
+    let mut asked = false;
+    for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        if key == "dryRun" {
+            if value != "All" {
+                return "invalid";
+            }
+            asked = true;
+        }
+    }
     if asked { "All" } else { "" }
 }
 

@@ -77,6 +77,14 @@ async fn known_traffic_is_counted_under_kubes_names_labels_and_buckets() {
     )
     .await;
     assert_eq!(dry_run.status, 200);
+    // A dry run kube does not know (it accepts only `All`) is `invalid`.
+    let odd_dry_run = crate::support::send(
+        client
+            .post(gateway.url(&format!("{WIDGETS}?dryRun=Server")))
+            .body("{}"),
+    )
+    .await;
+    assert_eq!(odd_dry_run.status, 200);
     // An HTTP method kube does not know is folded into `other`.
     let odd = crate::support::send(client.request(
         reqwest::Method::from_bytes(b"FROB").expect("a method"),
@@ -115,6 +123,8 @@ async fn known_traffic_is_counted_under_kubes_names_labels_and_buckets() {
     assert_eq!(count("POST", &one_widget, 200), Some(1.0), "{text}");
     let dry = one_widget.replace(r#"dry_run="""#, r#"dry_run="All""#);
     assert_eq!(count("POST", &dry, 200), Some(1.0), "{text}");
+    let invalid = one_widget.replace(r#"dry_run="""#, r#"dry_run="invalid""#);
+    assert_eq!(count("POST", &invalid, 200), Some(1.0), "{text}");
     assert_eq!(count("GET", &one_widget, 200), Some(1.0), "{text}");
     assert_eq!(count("PUT", &one_widget, 200), Some(1.0), "{text}");
     assert_eq!(count("DELETE", WIDGET_LABELS, 200), Some(1.0), "{text}");
@@ -199,7 +209,7 @@ async fn known_traffic_is_counted_under_kubes_names_labels_and_buckets() {
             "wasmgate_upstream_requests_total",
             &format!(r#"{route},code="2xx""#)
         ),
-        Some(10.0),
+        Some(11.0),
         "{text}"
     );
     assert_eq!(
@@ -208,7 +218,7 @@ async fn known_traffic_is_counted_under_kubes_names_labels_and_buckets() {
             "wasmgate_upstream_request_duration_seconds_count",
             &route
         ),
-        Some(10.0),
+        Some(11.0),
         "{text}"
     );
     assert!(
