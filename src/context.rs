@@ -499,7 +499,9 @@ impl ConnectionControl {
 }
 
 /// Set on a response the gateway ended in self-defense (its request
-/// timeout), for kube's `apiserver_request_terminations_total`.
+/// timeout, and the 429 of max-in-flight or of priority and fairness, where
+/// kube calls `RecordRequestTermination`), for kube's
+/// `apiserver_request_terminations_total`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Terminated;
 

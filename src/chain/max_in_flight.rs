@@ -16,7 +16,7 @@ use http::{HeaderValue, StatusCode};
 use tokio::sync::Semaphore;
 
 use crate::body::{Body, Request, Response};
-use crate::context::{RequestContext, UserInfo};
+use crate::context::{RequestContext, Terminated, UserInfo};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
 
@@ -78,7 +78,9 @@ fn is_privileged(request: &Request) -> bool {
         .is_some_and(UserInfo::is_privileged)
 }
 
-/// kube's answer when the server is over its in-flight limit.
+/// kube's answer when the server is over its in-flight limit, a
+/// termination in self-defense (kube's `RecordRequestTermination` with
+/// 429 in `WithMaxInFlightLimit`).
 fn too_many_requests() -> Response {
     let mut response =
         http::Response::new(Body::full("Too many requests, please try again later.\n"));
@@ -89,6 +91,7 @@ fn too_many_requests() -> Response {
         CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    response.extensions_mut().insert(Terminated);
     response
 }
 

@@ -16,7 +16,7 @@ use futures_util::future::BoxFuture;
 use http::HeaderName;
 
 use crate::body::{Request, Response};
-use crate::context::RequestContext;
+use crate::context::{RequestContext, Terminated};
 use crate::flow_control::{Controller, RequestDetail, Work, width};
 use crate::handler::{Handler, SharedHandler};
 use crate::request_info::RequestInfo;
@@ -84,11 +84,16 @@ impl PriorityAndFairness {
                 .call(request)
                 .await
                 .map(|body| body.with_guard(seat)),
-            Err(rejection) => GatewayError::TooManyRequests {
-                message: "Too many requests, please try again later.".to_owned(),
-                retry_after_seconds: rejection.retry_after_seconds,
+            Err(rejection) => {
+                let mut response = GatewayError::TooManyRequests {
+                    message: "Too many requests, please try again later.".to_owned(),
+                    retry_after_seconds: rejection.retry_after_seconds,
+                }
+                .into_response();
+                // kube's `RecordRequestTermination` with 429.
+                response.extensions_mut().insert(Terminated);
+                response
             }
-            .into_response(),
         };
         let headers = response.headers_mut();
         headers.insert(FLOW_SCHEMA_UID, schema_uid);

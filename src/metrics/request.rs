@@ -428,7 +428,8 @@ pub(crate) struct Finished {
     pub code: u16,
     pub bytes: u64,
     pub elapsed_seconds: f64,
-    /// Ended by the gateway in self-defense: its timeout.
+    /// Ended by the gateway in self-defense: its timeout, or a 429 of
+    /// max-in-flight or priority and fairness.
     pub terminated: bool,
 }
 

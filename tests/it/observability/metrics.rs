@@ -496,3 +496,82 @@ async fn an_upgraded_request_is_counted_at_its_101_and_long_running_until_its_tu
         "counted once: {closed}"
     );
 }
+
+/// Starts requests to `url` whose bodies the upstream holds, until one is
+/// refused; the held ones, to drop once released, and the refusal.
+async fn hold_until_refused(
+    client: &reqwest::Client,
+    url: &str,
+) -> (Vec<reqwest::Response>, crate::support::Answer) {
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let sent = client
+            .post(url)
+            .header(crate::support::MODE, "stream")
+            .body("{}")
+            .send();
+        let response = bounded("a held request's head", sent)
+            .await
+            .expect("a response");
+        if response.status() == 429 {
+            let refused = crate::support::Answer::of(response).await;
+            return (held, refused);
+        }
+        assert_eq!(response.status(), 200);
+        held.push(response);
+    }
+    panic!("no request was refused");
+}
+
+/// The 429 of max-in-flight and of priority and fairness is a termination
+/// in self-defense, as kube records it (`RecordRequestTermination` with
+/// 429 in `staging/src/k8s.io/apiserver/pkg/server/filters/maxinflight.go`
+/// and `priority-and-fairness.go`); only the timeout's were counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_429s_of_max_in_flight_and_flow_control_are_terminations() {
+    let flow_control = r#"
+[flow_control]
+
+[[flow_control.priority_levels]]
+name = "tight"
+nominal_concurrency_shares = 100
+reject = true
+
+[[flow_control.flow_schemas]]
+name = "tight"
+priority_level = "tight"
+matching_precedence = 500
+
+[[flow_control.flow_schemas.rules]]
+groups = ["system:unauthenticated", "system:authenticated"]
+resource_rules = [{ verbs = ["*"], api_groups = ["*"], resources = ["*"], namespaces = ["*"], cluster_scope = true }]
+"#;
+    for (limiter, extra) in [("max-in-flight", ""), ("flow control", flow_control)] {
+        let upstream = Upstream::start().await;
+        let limits = "max_requests_in_flight = 1\nmax_mutating_requests_in_flight = 1";
+        let manifest = crate::support::limits_manifest(&upstream, limits);
+        let (_dir, gateway) = spawn(&format!("{manifest}\n{extra}"));
+        let client = http_client();
+        let url = gateway.url("/apis/g.example.io/v1/namespaces/a/widgets");
+        let (held, refused) = hold_until_refused(&client, &url).await;
+        assert_eq!(refused.status, 429, "{limiter}: {}", refused.body);
+        upstream.release(held.len());
+        for response in held {
+            bounded("a held body", response.text())
+                .await
+                .expect("a body");
+        }
+        let text = scrape(&gateway).await;
+        let code = r#"code="429""#;
+        assert_eq!(
+            sum_with(&text, "apiserver_request_terminations_total", code),
+            1.0,
+            "{limiter}: {text}"
+        );
+        assert_eq!(
+            sum_with(&text, "apiserver_request_total", code),
+            1.0,
+            "{limiter}: {text}"
+        );
+    }
+}
