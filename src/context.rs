@@ -285,6 +285,15 @@ impl AuditId {
     pub fn as_str(&self) -> &str {
         self.0.to_str().unwrap_or("")
     }
+
+    /// Its first 64 characters, as kube's `GetAuditIDTruncated` gives a
+    /// client's long ID to its traces (`staging/src/k8s.io/apiserver/pkg/audit/context.go`).
+    pub(crate) fn truncated(&self) -> &str {
+        /// kube's `maxAuditIDLength` there.
+        const SHOWN: usize = 64;
+        let id = self.as_str();
+        id.get(..SHOWN).unwrap_or(id)
+    }
 }
 
 impl From<HeaderValue> for AuditId {

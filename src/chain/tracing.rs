@@ -201,7 +201,8 @@ fn span_name(request: &Request) -> String {
     name
 }
 
-/// otelhttp's server attributes, and kube's `http.target` and `audit-id`.
+/// otelhttp's server attributes, and kube's `http.target` and `audit-id`
+/// (the ID's first 64 characters, kube's `GetAuditIDTruncated`).
 fn request_attributes(request: &Request) -> Vec<KeyValue> {
     // kube's `r.URL.RequestURI()`: the path and query, also of an HTTP/2
     // request (or an absolute-form target), whose URI names scheme and host.
@@ -232,7 +233,7 @@ fn request_attributes(request: &Request) -> Vec<KeyValue> {
         attributes.push(KeyValue::new("user_agent.original", agent));
     }
     if let Some(id) = &RequestContext::of(request.extensions()).audit_id {
-        attributes.push(KeyValue::new("audit-id", id.as_str().to_owned()));
+        attributes.push(KeyValue::new("audit-id", id.truncated().to_owned()));
     }
     attributes
 }

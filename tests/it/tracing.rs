@@ -677,3 +677,35 @@ async fn shutdown_sends_the_last_spans_before_it_returns() {
         .count();
     assert_eq!(sent, 8, "the request's spans were sent at shutdown");
 }
+
+/// kube's span carries a client's long Audit-ID cut to its first 64
+/// characters (`audit.GetAuditIDTruncated` in `WithTracing`,
+/// `staging/src/k8s.io/apiserver/pkg/endpoints/filters/traces.go`); the
+/// gateway accepts IDs of up to 256 and carried them whole.
+#[tokio::test]
+async fn a_long_audit_id_is_cut_to_its_first_64_characters_in_the_span() {
+    let (collector, _upstream, gateway) = traced(1_000_000).await;
+    let trace_id = "6bf92f3577b34da6a3ce929d0e0e4736";
+    let audit_id = format!("{}{}", "a".repeat(64), "b".repeat(36));
+    let answer = send(
+        http_client()
+            .get(gateway.url(WIDGETS))
+            .bearer_auth(ROOT)
+            .header("audit-id", &audit_id)
+            .header(
+                "traceparent",
+                traceparent(trace_id, "00f067aa0ba902b7", true),
+            ),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.header("audit-id"), Some(audit_id.as_str()));
+    let spans = collector.trace(trace_id, 6).await;
+    let request = one(&spans, GET_WIDGETS);
+    assert_eq!(
+        request.attribute("audit-id"),
+        Some(&audit_id[..64]),
+        "{request:?}"
+    );
+    gateway.shutdown().await;
+}
