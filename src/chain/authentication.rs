@@ -218,14 +218,20 @@ fn weigh(
 }
 
 impl Identified {
-    /// kube's `result` label: an anonymous request is a success when
-    /// anonymous requests are allowed, as kube's anonymous authenticator's is.
+    /// kube's `result` label (`recordAuthenticationMetrics`,
+    /// `staging/src/k8s.io/apiserver/pkg/endpoints/filters/metrics.go`):
+    /// an anonymous request is a success when anonymous requests are
+    /// allowed, as kube's anonymous authenticator's is; credentials nobody
+    /// accepted are an `error`, as kube's union returns its authenticators'
+    /// errors (a bearer token no token authenticator accepts is
+    /// `invalidToken`, `authentication/request/bearertoken/bearertoken.go`),
+    /// and only a request that presented none is a `failure`.
     fn result(&self, anonymous: bool) -> AuthnOutcome {
         match self {
             Identified::User(_) => AuthnOutcome::Success,
             Identified::Nobody if anonymous => AuthnOutcome::Success,
-            Identified::Nobody | Identified::Rejected => AuthnOutcome::Failure,
-            Identified::Failed(_) => AuthnOutcome::Error,
+            Identified::Nobody => AuthnOutcome::Failure,
+            Identified::Rejected | Identified::Failed(_) => AuthnOutcome::Error,
         }
     }
 }

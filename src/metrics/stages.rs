@@ -35,9 +35,11 @@ const OPERATIONS: [&str; 4] = ["CREATE", "UPDATE", "DELETE", "CONNECT"];
 pub(crate) enum AuthnOutcome {
     /// A user was identified (or the request went on as anonymous).
     Success,
-    /// The request was refused: credentials nobody accepted, or none.
+    /// The request was refused: it presented no credentials.
     Failure,
-    /// An authenticator failed (trap, timeout, no room) with fail-closed.
+    /// Credentials nobody accepted (an authenticator's error, a bearer
+    /// token or certificate no authenticator took), or an authenticator
+    /// failed (trap, timeout, no room) with fail-closed.
     Error,
 }
 

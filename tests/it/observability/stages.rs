@@ -77,9 +77,13 @@ async fn stage_metrics_count_known_traffic_under_kubes_names() {
     })))
     .await;
     assert_eq!(rejected.status, 403, "{}", rejected.body);
-    // A token nobody knows: an authentication failure (401).
+    // A token nobody knows: kube's union returns the bearer token
+    // authenticator's `invalidToken`, an authentication error (401).
     let unknown = send(client.get(gateway.url(WIDGETS)).bearer_auth("nobody")).await;
     assert_eq!(unknown.status, 401);
+    // No credentials at all: a failure (401).
+    let none = send(client.get(gateway.url(WIDGETS))).await;
+    assert_eq!(none.status, 401);
     // bob may not create widgets: no rule allows it.
     let denied = send(
         client
@@ -102,14 +106,17 @@ async fn stage_metrics_count_known_traffic_under_kubes_names() {
         ) >= Some(5.0),
         "{text}"
     );
-    assert!(
-        sample(
-            &text,
-            "authentication_attempts_total",
-            r#"result="failure""#
-        ) >= Some(1.0),
-        "{text}"
-    );
+    for result in ["failure", "error"] {
+        assert_eq!(
+            sample(
+                &text,
+                "authentication_attempts_total",
+                &format!(r#"result="{result}""#)
+            ),
+            Some(1.0),
+            "{result}: {text}"
+        );
+    }
     assert!(
         sample(
             &text,
