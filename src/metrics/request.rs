@@ -150,6 +150,40 @@ struct Words {
     scope: &'static str,
 }
 
+impl Words {
+    /// A request's words as kube's `MonitorRequest` has them (the request
+    /// total, duration and sizes), then as its `RecordLongRunning` and
+    /// `RecordRequestTermination` have them: the first take the scope of
+    /// the route the request reaches (`installer.go`), whose name is the
+    /// path's, and the deprecated `/watch/` path's verb from that route;
+    /// the others take `CleanScope` of the request info, whose name may be
+    /// a `metadata.name` field selector's, and no route's verb.
+    fn of(
+        info: &RequestInfo,
+        method: &Method,
+        query: Option<&str>,
+        content_type: &str,
+    ) -> (Words, Words) {
+        let dry_run = dry_run(query);
+        let route = route_scope(info);
+        // kube routes only a GET of a `/watch/` path, as a WATCH or WATCHLIST.
+        let watch_route = *method == Method::GET && info.verb == "watch";
+        let request = scope(info);
+        (
+            Words {
+                verb: reported_verb(info, method, query, content_type, route, watch_route),
+                dry_run,
+                scope: route,
+            },
+            Words {
+                verb: reported_verb(info, method, query, content_type, request, false),
+                dry_run,
+                scope: request,
+            },
+        )
+    }
+}
+
 /// A resource with series of its own (or the one every folded request
 /// shares), and its series by label set.
 #[derive(Debug)]
@@ -286,7 +320,7 @@ impl RequestMetrics {
         labeled: &Labeled,
     ) -> InFlight {
         let gauge = if long_running {
-            let labels = size_labels(&labeled.labels());
+            let labels = size_labels(&labeled.labels(labeled.recorded));
             let gauge = self.longrunning.get_or_create(&labels).clone();
             Counted::LongRunning(gauge)
         } else {
@@ -304,13 +338,11 @@ impl RequestMetrics {
             .get(http::header::CONTENT_TYPE)
             .and_then(|value| value.to_str().ok())
             .unwrap_or("");
-        let query = request.uri().query();
+        let (words, recorded) =
+            Words::of(info, request.method(), request.uri().query(), content_type);
         Labeled {
-            words: Words {
-                verb: reported_verb(info, request.method(), query, content_type),
-                dry_run: dry_run(query),
-                scope: scope(info),
-            },
+            words,
+            recorded,
             resource: self.resources.known(info),
         }
     }
@@ -350,7 +382,7 @@ impl RequestMetrics {
         }
         if record.terminated {
             let terminated = TerminationLabels {
-                request: size_labels(&labels(words, &known.names)),
+                request: size_labels(&labels(record.labeled.recorded, &known.names)),
                 code: record.code,
             };
             self.terminations.get_or_create(&terminated).inc();
@@ -404,20 +436,23 @@ fn size_labels(labels: &RequestLabels) -> SizeLabels {
     }
 }
 
-/// A request's labels: its resource with series of its own, or, while it
-/// has none, its names.
+/// A request's labels: its words ([`Words::of`]), and its resource with
+/// series of its own, or, while it has none, its names.
 pub(crate) struct Labeled {
+    /// `MonitorRequest`'s.
     words: Words,
+    /// `RecordLongRunning`'s and `RecordRequestTermination`'s.
+    recorded: Words,
     resource: Result<Arc<Known>, Resource>,
 }
 
 impl Labeled {
-    /// The label set the request is counted under until it is answered: a
+    /// The label set of `words` while the request is under way: a
     /// resource without series yet is folded.
-    fn labels(&self) -> RequestLabels {
+    fn labels(&self, words: Words) -> RequestLabels {
         match &self.resource {
-            Ok(known) => labels(self.words, &known.names),
-            Err(_) => labels(self.words, &ResourceNames::folded().names),
+            Ok(known) => labels(words, &known.names),
+            Err(_) => labels(words, &ResourceNames::folded().names),
         }
     }
 }
@@ -462,19 +497,25 @@ impl Drop for InFlight {
 /// The subresources kube reports as `CONNECT` (`validConnectRequests`).
 const CONNECT_SUBRESOURCES: [&str; 5] = ["log", "exec", "portforward", "attach", "proxy"];
 
-/// kube's verb label, as `MonitorRequest` makes it
-/// (`cleanVerb(CanonicalVerb(method, scope), ...)`): the HTTP method, a GET
-/// or HEAD of more than one object a `LIST`, a watch (`?watch=` not `0` or
-/// `false`, or kube's legacy `/watch/` paths) a `WATCH`, a patch of
-/// `application/apply-patch+yaml` an `APPLY`, a request to a connect
-/// subresource a `CONNECT`; a method outside kube's `validRequestMethods`
-/// is `other`.
-pub(crate) fn reported_verb(
+/// kube's verb label, `cleanVerb(CanonicalVerb(method, scope),
+/// suggestedVerb, request, requestInfo)`: a `CONNECT` for a request to a
+/// connect subresource; else a GET's `WATCH` when its `?watch=` is other
+/// than `0` or `false` (`getVerbIfWatch`), or when `watch_route` (the route
+/// of a deprecated `/watch/` path, kube's suggested `WATCH` or `WATCHLIST`);
+/// a GET or HEAD outside the `resource` scope a `LIST`, else the HTTP
+/// method, a patch of `application/apply-patch+yaml` an `APPLY`; a method
+/// outside kube's `validRequestMethods` is `other`.
+fn reported_verb(
     info: &RequestInfo,
     method: &Method,
     query: Option<&str>,
     content_type: &str,
+    scope: &str,
+    watch_route: bool,
 ) -> &'static str {
+    if watch_route {
+        return "WATCH";
+    }
     if info.is_resource_request && CONNECT_SUBRESOURCES.contains(&info.subresource.as_str()) {
         return "CONNECT";
     }
@@ -486,9 +527,8 @@ pub(crate) fn reported_verb(
         })
     };
     match *method {
-        _ if info.verb == "watch" => "WATCH",
         Method::GET if watched() => "WATCH",
-        Method::GET | Method::HEAD if matches!(scope(info), "namespace" | "cluster") => "LIST",
+        Method::GET | Method::HEAD if !matches!(scope, "resource" | "") => "LIST",
         Method::GET | Method::HEAD => "GET",
         Method::POST => "POST",
         Method::PUT => "PUT",
@@ -521,12 +561,14 @@ fn dry_run(query: Option<&str>) -> &'static str {
     if asked { "All" } else { "" }
 }
 
-/// kube's `CleanScope`, as its API installer scopes a route
-/// (`staging/src/k8s.io/apiserver/pkg/endpoints/installer.go`): one named
-/// object, or a create, is `resource`; then `namespace`, `cluster`, and
+/// The scope kube's API installer gives the route a request reaches
+/// (`requestScope` in `staging/src/k8s.io/apiserver/pkg/endpoints/installer.go`):
+/// a path naming one object (`{resource}/{name}...`), or a create, is
+/// `resource`; a collection is `namespace` or `cluster`, whatever object
+/// a `metadata.name` field selector names (the route is the list's);
 /// empty for a non-resource request.
-pub(crate) fn scope(info: &RequestInfo) -> &'static str {
-    if !info.name.is_empty() || info.verb == "create" {
+fn route_scope(info: &RequestInfo) -> &'static str {
+    if info.parts.len() >= 2 || info.verb == "create" {
         "resource"
     } else if !info.namespace.is_empty() {
         "namespace"
@@ -534,6 +576,16 @@ pub(crate) fn scope(info: &RequestInfo) -> &'static str {
         "cluster"
     } else {
         ""
+    }
+}
+
+/// kube's `CleanScope`: a request info's name (the path's, or a
+/// `metadata.name` field selector's) is `resource`; else the route's scope.
+fn scope(info: &RequestInfo) -> &'static str {
+    if info.name.is_empty() {
+        route_scope(info)
+    } else {
+        "resource"
     }
 }
 
@@ -638,6 +690,86 @@ impl<'a> Names<'a> {
             version,
             resource,
             subresource,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// method, URL, content type; then `MonitorRequest`'s verb and scope,
+    /// and `RecordLongRunning`'s.
+    type WordsRow = (
+        &'static str,
+        &'static str,
+        &'static str,
+        (&'static str, &'static str),
+        (&'static str, &'static str),
+    );
+
+    #[rustfmt::skip]
+    const WORDS: &[WordsRow] = &[
+        ("GET", "/api/v1/pods", "", ("LIST", "cluster"), ("LIST", "cluster")),
+        ("GET", "/api/v1/namespaces/ns/pods", "", ("LIST", "namespace"), ("LIST", "namespace")),
+        ("HEAD", "/api/v1/namespaces/ns/pods", "", ("LIST", "namespace"), ("LIST", "namespace")),
+        ("GET", "/api/v1/namespaces/ns/pods/p", "", ("GET", "resource"), ("GET", "resource")),
+        ("GET", "/api/v1/nodes/n", "", ("GET", "resource"), ("GET", "resource")),
+        ("GET", "/api/v1/namespaces/ns", "", ("GET", "resource"), ("GET", "resource")),
+        ("PUT", "/api/v1/namespaces/ns/finalize", "", ("PUT", "resource"), ("PUT", "resource")),
+        ("POST", "/api/v1/namespaces/ns/pods", "", ("POST", "resource"), ("POST", "resource")),
+        ("DELETE", "/api/v1/namespaces/ns/pods", "", ("DELETE", "namespace"), ("DELETE", "namespace")),
+        ("PATCH", "/api/v1/namespaces/ns/pods/p", "application/apply-patch+yaml", ("APPLY", "resource"), ("APPLY", "resource")),
+        ("PATCH", "/api/v1/namespaces/ns/pods/p", "application/apply-patch+yaml; charset=utf-8", ("PATCH", "resource"), ("PATCH", "resource")),
+        ("PATCH", "/api/v1/namespaces/ns/pods/p", "application/merge-patch+json", ("PATCH", "resource"), ("PATCH", "resource")),
+        // A watch is a GET's (getVerbIfWatch), of a collection or of one object.
+        ("GET", "/api/v1/namespaces/ns/pods?watch=1", "", ("WATCH", "namespace"), ("WATCH", "namespace")),
+        ("GET", "/api/v1/namespaces/ns/pods/p?watch=true", "", ("WATCH", "resource"), ("WATCH", "resource")),
+        ("GET", "/api/v1/namespaces/ns/pods?watch=false", "", ("LIST", "namespace"), ("LIST", "namespace")),
+        ("HEAD", "/api/v1/namespaces/ns/pods?watch=1", "", ("LIST", "namespace"), ("LIST", "namespace")),
+        // strings.ToLower, not EqualFold: request info's list, kube's WATCH label.
+        ("GET", "/api/v1/namespaces/ns/pods?watch=fal%C5%BFe", "", ("WATCH", "namespace"), ("WATCH", "namespace")),
+        // A `metadata.name` field selector names the object of a list or
+        // watch (request info's name): its route is still the list's.
+        ("GET", "/api/v1/namespaces/ns/pods?fieldSelector=metadata.name%3Dp", "", ("LIST", "namespace"), ("GET", "resource")),
+        ("GET", "/api/v1/nodes?fieldSelector=metadata.name%3Dn&watch=1", "", ("WATCH", "cluster"), ("WATCH", "resource")),
+        ("DELETE", "/api/v1/namespaces/ns/pods?fieldSelector=metadata.name%3Dp", "", ("DELETE", "namespace"), ("DELETE", "namespace")),
+        // The deprecated watch paths: the route's WATCH and WATCHLIST, and
+        // no suggested verb outside MonitorRequest.
+        ("GET", "/api/v1/watch/namespaces/ns/pods", "", ("WATCH", "namespace"), ("LIST", "namespace")),
+        ("GET", "/api/v1/watch/namespaces/ns/pods/p", "", ("WATCH", "resource"), ("GET", "resource")),
+        // Connect subresources are CONNECT, whatever the method.
+        ("GET", "/api/v1/namespaces/ns/pods/p/log", "", ("CONNECT", "resource"), ("CONNECT", "resource")),
+        ("POST", "/api/v1/namespaces/ns/pods/p/exec", "", ("CONNECT", "resource"), ("CONNECT", "resource")),
+        ("OPTIONS", "/api/v1/namespaces/ns/pods/p/portforward", "", ("CONNECT", "resource"), ("CONNECT", "resource")),
+        ("GET", "/api/v1/namespaces/ns/services/s/proxy/x", "", ("CONNECT", "resource"), ("CONNECT", "resource")),
+        ("GET", "/api/v1/namespaces/ns/pods/p/status", "", ("GET", "resource"), ("GET", "resource")),
+        // Methods kube does not report.
+        ("OPTIONS", "/api/v1/namespaces/ns/pods", "", ("other", "namespace"), ("other", "namespace")),
+        ("FROB", "/api/v1/pods", "", ("other", "cluster"), ("other", "cluster")),
+        // Non-resource requests have the empty scope.
+        ("GET", "/healthz", "", ("GET", ""), ("GET", "")),
+        ("GET", "/healthz?watch=1", "", ("WATCH", ""), ("WATCH", "")),
+        ("HEAD", "/version", "", ("GET", ""), ("GET", "")),
+        ("POST", "/logs/exec", "", ("POST", ""), ("POST", "")),
+    ];
+
+    #[test]
+    fn verbs_and_scopes_are_kubes() {
+        for &(method, url, content_type, monitored, recorded) in WORDS {
+            let method = Method::from_bytes(method.as_bytes()).expect("a method");
+            let (path, query) = match url.split_once('?') {
+                Some((path, query)) => (path, Some(query)),
+                None => (url, None),
+            };
+            let info = RequestInfo::resolve(&method, path, query);
+            let (words, long) = Words::of(&info, &method, query, content_type);
+            assert_eq!((words.verb, words.scope), monitored, "{method} {url}");
+            assert_eq!(
+                (long.verb, long.scope),
+                recorded,
+                "{method} {url}: recorded"
+            );
         }
     }
 }

@@ -232,6 +232,36 @@ async fn known_traffic_is_counted_under_kubes_names_labels_and_buckets() {
     assert!(text.contains("\nwasmgate_chain_generation 1\n"), "{text}");
 }
 
+/// kube's `MonitorRequest` labels a request by the route it reaches
+/// (`installer.go`): a list or watch that a `metadata.name` field selector
+/// narrows to one object (request info's name) is still a collection's,
+/// and only a GET watches (`getVerbIfWatch`, `metrics.go`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_by_name_and_a_head_with_watch_are_labelled_by_kubes_route() {
+    let upstream = Upstream::start().await;
+    let (_dir, gateway) = spawn(&manifest(&upstream));
+    let client = http_client();
+    let by_name = format!("{WIDGETS}?fieldSelector=metadata.name%3Dw1");
+    for (method, path) in [
+        (reqwest::Method::GET, by_name.clone()),
+        (reqwest::Method::GET, format!("{by_name}&watch=1")),
+        (reqwest::Method::HEAD, format!("{WIDGETS}?watch=1")),
+    ] {
+        let answer = send(client.request(method, gateway.url(&path))).await;
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+    }
+    let text = scrape(&gateway).await;
+    let count = |verb: &str, labels: &str| {
+        let labels = format!(r#"verb="{verb}",{labels},code="200""#);
+        sample(&text, "apiserver_request_total", &labels)
+    };
+    assert_eq!(count("LIST", WIDGET_LABELS), Some(2.0), "{text}");
+    assert_eq!(count("WATCH", WIDGET_LABELS), Some(1.0), "{text}");
+    let one_widget = WIDGET_LABELS.replace(r#"scope="namespace""#, r#"scope="resource""#);
+    assert_eq!(count("GET", &one_widget), None, "{text}");
+    assert_eq!(count("WATCH", &one_widget), None, "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_random_paths_leave_the_series_bounded() {
     let upstream = Upstream::start().await;
