@@ -1039,7 +1039,8 @@ async fn a_watch_on_a_member_cut_off_from_its_quorum_fails_and_comes_back() {
 
 /// A gateway given the three members of its etcd
 /// (`etcd://A,B,C/PREFIX`, as kube-apiserver's `--etcd-servers` lists
-/// them) watches through the first; when that one is frozen (SIGSTOP: its
+/// them) watches through the one that answered its first read first; when
+/// that one is frozen (SIGSTOP: its
 /// connections open and silent, as a member cut off or hung), the watch's
 /// keep-alive gives up on it and the gateway watches through the next
 /// member, fetches a revision's new components from it, and applies it. A
@@ -1052,16 +1053,25 @@ async fn a_gateway_given_three_members_follows_a_push_through_another_when_its_o
     let One {
         members, client, ..
     } = one_on_chain_a(&url, dir.path()).await;
-    let frozen = &cluster.members[0];
-    let on_frozen = format!("; watching 127.0.0.1:{}", frozen.client_port);
+    // The watch is on the member that answered the first read first.
     let (readyz, _) = watch_status(&client, &members[0]).await;
-    assert!(readyz.contains(&on_frozen), "{readyz}");
+    let frozen = cluster
+        .members
+        .iter()
+        .find(|member| readyz.contains(&format!("; watching 127.0.0.1:{}", member.client_port)))
+        .unwrap_or_else(|| panic!("the watch is on none of the members: {readyz}"));
+    let on_frozen = format!("; watching 127.0.0.1:{}", frozen.client_port);
 
     frozen.freeze();
     // Pushed through a member of the two that go on (once they have
     // elected a leader, should the frozen one have been it).
     let b = chain_b_with_fresh_components(dir.path());
-    let healthy = cluster.members[1].url("members");
+    let healthy = cluster
+        .members
+        .iter()
+        .find(|member| member.client_port != frozen.client_port)
+        .expect("a member left")
+        .url("members");
     let started = Instant::now();
     let second = loop {
         match try_push(&b, &healthy) {
