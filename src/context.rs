@@ -7,7 +7,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, LazyLock, OnceLock};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use rustls_pki_types::CertificateDer;
@@ -49,6 +49,10 @@ pub struct RequestContext {
     pub(crate) user: Option<Arc<UserInfo>>,
     /// The `Authorization` values authentication took off the request.
     pub(crate) credentials: Option<ClientCredentials>,
+    /// How long the authentication union took (for audit's latency
+    /// annotations, kube's authentication tracker); None when no filter
+    /// was asked.
+    pub(crate) authenticated_in: Option<Duration>,
 }
 
 /// The context of a request no step has added to.
@@ -63,6 +67,7 @@ static NOTHING_LEARNT: RequestContext = RequestContext {
     deadline: None,
     user: None,
     credentials: None,
+    authenticated_in: None,
 };
 
 impl RequestContext {

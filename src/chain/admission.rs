@@ -20,6 +20,7 @@ use http::{HeaderValue, StatusCode};
 use http_body_util::BodyExt;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
+use super::audit::{AuditContext, Layer};
 use super::stage::{self, Failure, Watchers};
 use crate::body::{Body, Request, Response};
 use crate::config::DEFAULT_MAX_REQUEST_BODY;
@@ -170,22 +171,41 @@ impl Admission {
         let watchers = Watchers::of(&parts.extensions);
         // kube's step metric: each phase's time, and whether it rejected.
         let operation_name = operation_label(operation);
+        let audit = parts.extensions.get::<AuditContext>();
         for (phase, mutating) in [(&self.mutating, true), (&self.validating, false)] {
             let started = Instant::now();
+            // Audit's latency annotations, under kube's keys for the
+            // admission webhooks these filters stand for.
+            let layer = if mutating {
+                Layer::MutatingAdmission
+            } else {
+                Layer::ValidatingAdmission
+            };
+            let note = |took| {
+                if let Some(audit) = audit {
+                    audit.took(layer, took);
+                }
+            };
+            let mut asked = false;
             for controller in phase.selected(info) {
+                asked = true;
                 given_to(&controller.filter, &mut review, info, user);
                 let step = self
                     .run(controller, &mut review, &mut draft, mutating, &watchers)
                     .await;
                 if let Step::Stop(error) = step {
-                    phase.timer.observe(operation_name, true, started.elapsed());
+                    let took = started.elapsed();
+                    phase.timer.observe(operation_name, true, took);
+                    note(took);
                     return Err(error);
                 }
             }
             if !phase.filters.is_empty() {
-                phase
-                    .timer
-                    .observe(operation_name, false, started.elapsed());
+                let took = started.elapsed();
+                phase.timer.observe(operation_name, false, took);
+                if asked {
+                    note(took);
+                }
             }
             // What the mutations made is held to the request's path before
             // the validating filters see it, as kube's registry holds it

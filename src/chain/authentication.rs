@@ -332,9 +332,11 @@ impl Authentication {
         identified: Identified,
         started: Instant,
     ) -> BoxFuture<'_, Response> {
+        let took = started.elapsed();
         crate::metrics::metrics()
             .stages
-            .authentication(identified.result(self.anonymous), started.elapsed());
+            .authentication(identified.result(self.anonymous), took);
+        RequestContext::learn(&mut parts.extensions).authenticated_in = Some(took);
         let user = match identified {
             Identified::User(user) => {
                 remove_credentials(&mut parts);

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use futures_util::future::BoxFuture;
 
-use super::audit::AuditContext;
+use super::audit::{AuditContext, Layer};
 use super::stage::{self, Failure, Watchers};
 use crate::body::{Request, Response};
 use crate::config::stages::{Mode, Reads};
@@ -266,12 +266,17 @@ pub(crate) struct Authorization {
 impl Handler for Authorization {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
         let watchers = Watchers::of(request.extensions());
+        // Timed for audit's latency annotations, when the request is audited.
+        let started = request
+            .extensions()
+            .get::<AuditContext>()
+            .map(|_| Instant::now());
         let deciding = match requester(&request) {
             Ok((user, info)) => self.authorizers.decide_kept(user, info, &watchers),
             Err(error) => Deciding::Decided(Verdict::Failed(error)),
         };
         match deciding {
-            Deciding::Decided(verdict) => self.conclude(request, verdict),
+            Deciding::Decided(verdict) => self.conclude(request, verdict, started),
             Deciding::Asking(asking) => Box::pin(async move {
                 let verdict = match requester(&request) {
                     Ok((user, info)) => {
@@ -281,16 +286,25 @@ impl Handler for Authorization {
                     }
                     Err(error) => Verdict::Failed(error),
                 };
-                self.conclude(request, verdict).await
+                self.conclude(request, verdict, started).await
             }),
         }
     }
 }
 
 impl Authorization {
-    /// Hands an allowed request on, or answers it with the verdict.
-    fn conclude(&self, mut request: Request, verdict: Verdict) -> BoxFuture<'_, Response> {
+    /// Hands an allowed request on, or answers it with the verdict; an
+    /// audited request's union was `started` then.
+    fn conclude(
+        &self,
+        mut request: Request,
+        verdict: Verdict,
+        started: Option<Instant>,
+    ) -> BoxFuture<'_, Response> {
         let audit = request.extensions().get::<AuditContext>();
+        if let (Some(audit), Some(started)) = (audit, started) {
+            audit.took(Layer::Authorization, started.elapsed());
+        }
         let response = match verdict {
             Verdict::Allow => {
                 // kube adds the allowing authorizer's reason beside its

@@ -15,6 +15,7 @@ use std::time::Instant;
 use futures_util::future::BoxFuture;
 use http::HeaderName;
 
+use super::audit::{AuditContext, Layer};
 use crate::body::{Request, Response};
 use crate::context::{RequestContext, Terminated};
 use crate::flow_control::{Controller, RequestDetail, Work, width};
@@ -69,7 +70,14 @@ impl PriorityAndFairness {
             let received = context.received.map_or_else(Instant::now, |r| r.instant);
             let until = self.controller.queue_deadline(received, context.deadline);
             let detail = || RequestDetail::new(&flow, info, user);
+            // Timed for audit's latency annotations (kube's APF queue-wait
+            // tracker), when the request is audited.
+            let audit = request.extensions().get::<AuditContext>();
+            let asked = audit.map(|_| Instant::now());
             let admitted = self.controller.admit(&flow, work, until, detail).await;
+            if let (Some(audit), Some(asked)) = (audit, asked) {
+                audit.took(Layer::ApfQueueWait, asked.elapsed());
+            }
             (admitted, uids, watch)
         };
         let (admitted, (schema_uid, level_uid), watch) = admitted;

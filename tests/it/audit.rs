@@ -1052,26 +1052,8 @@ async fn a_request_cut_while_its_response_complete_is_written_is_completed() {
 /// request's (a decision and a reason each, the allowed one's empty).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_authorizers_failure_is_audited_as_kubes_internal_error() {
-    build_filters();
     let upstream = Upstream::start().await;
-    let manifest = plaintext(
-        &[
-            "[authentication]\nanonymous = true\n".to_owned(),
-            filter(
-                "authorization.filters",
-                "failing-authz",
-                "fault-authz",
-                None,
-                "timeout = \"100ms\"\n",
-            ),
-            "\n[audit]\nmode = \"blocking\"\n[[audit.policy]]\nlevel = \"Metadata\"\n".to_owned(),
-            audit_log_sink(),
-            routes(&upstream.url()),
-        ]
-        .concat(),
-    );
-    let gateway = TestGateway::start(&manifest).await;
-    let log = gateway.dir.path().join("audit.jsonl");
+    let (gateway, log) = fault_authz_audited(&upstream, "100ms").await;
     let client = http_client();
     for (word, code) in [("error", 500), ("trap", 500), ("loop", 503)] {
         let answer = send(client.get(gateway.url(&format!("/fault/{word}")))).await;
@@ -1155,4 +1137,98 @@ async fn a_panic_is_audited_at_stage_panic_naming_it() {
             "{path}"
         );
     }
+}
+
+/// kube's latency annotations (`writeLatencyToAnnotation` in
+/// `staging/src/k8s.io/apiserver/pkg/endpoints/filters/audit.go`): the
+/// ResponseComplete of a request slower than 500 ms says how long each
+/// layer took, as Go writes a duration, and the total. An authorizer that
+/// spins until its 700 ms timeout makes such a request: its event has the
+/// authorization union's time and the total, and no layer that took none
+/// (no authenticator was asked); a quick request's has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_request_is_completed_with_the_time_each_layer_took() {
+    let upstream = Upstream::start().await;
+    let (gateway, log) = fault_authz_audited(&upstream, "700ms").await;
+    let client = http_client();
+
+    let slow = send(client.get(gateway.url("/fault/loop"))).await;
+    assert_eq!(slow.status, 503, "{}", slow.body);
+    let events = events_of(&log, &audit_id(&slow));
+    let complete = annotations(events.last().expect("a ResponseComplete"));
+    let latency = |layer: &str| {
+        let written = complete[format!("apiserver.latency.k8s.io/{layer}")]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {layer} latency: {complete}"))
+            .to_owned();
+        go_seconds(&written)
+    };
+    let (authorization, total) = (latency("authorization"), latency("total"));
+    assert!(
+        (0.69..=total).contains(&authorization) && total > 0.5,
+        "{complete}"
+    );
+    let keys: Vec<&String> = complete
+        .as_object()
+        .expect("annotations")
+        .keys()
+        .filter(|key| key.starts_with("apiserver.latency.k8s.io/"))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "apiserver.latency.k8s.io/authorization",
+            "apiserver.latency.k8s.io/total"
+        ],
+        "{complete}"
+    );
+
+    let quick = send(client.get(gateway.url("/fault/allow"))).await;
+    assert_eq!(quick.status, 200, "{}", quick.body);
+    let events = events_of(&log, &audit_id(&quick));
+    let complete = annotations(events.last().expect("a ResponseComplete"));
+    assert!(
+        !complete.to_string().contains("apiserver.latency.k8s.io"),
+        "{complete}"
+    );
+    gateway.shutdown().await;
+}
+
+/// Seconds from a duration as Go writes one below a minute (`512.3ms`,
+/// `1.5s`).
+fn go_seconds(written: &str) -> f64 {
+    let (number, scale) = match written.strip_suffix("ms") {
+        Some(number) => (number, 1e-3),
+        None => (
+            written.strip_suffix('s').expect("a Go duration in seconds"),
+            1.0,
+        ),
+    };
+    number.parse::<f64>().expect("a number") * scale
+}
+
+/// A gateway whose one authorizer is fault-authz with `timeout`, auditing
+/// every request at level Metadata, blocking, into `audit.jsonl`; returns
+/// it and that file's path.
+async fn fault_authz_audited(upstream: &Upstream, timeout: &str) -> (TestGateway, PathBuf) {
+    build_filters();
+    let manifest = plaintext(
+        &[
+            "[authentication]\nanonymous = true\n".to_owned(),
+            filter(
+                "authorization.filters",
+                "fault-authz",
+                "fault-authz",
+                None,
+                &format!("timeout = \"{timeout}\"\n"),
+            ),
+            "\n[audit]\nmode = \"blocking\"\n[[audit.policy]]\nlevel = \"Metadata\"\n".to_owned(),
+            audit_log_sink(),
+            routes(&upstream.url()),
+        ]
+        .concat(),
+    );
+    let gateway = TestGateway::start(&manifest).await;
+    let log = gateway.dir.path().join("audit.jsonl");
+    (gateway, log)
 }

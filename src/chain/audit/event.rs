@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use http_body_util::BodyExt;
 use serde_json::Value;
@@ -20,6 +20,8 @@ use crate::config::stages::{AuditLevel, AuditStage, ManagedFields};
 use crate::context::{RequestContext, UserInfo};
 use crate::status::Status;
 
+use super::latency::{Latencies, Layer};
+
 /// Filled in by the stages inside audit (authorization's decision, the
 /// impersonated user) and read when the later events are made.
 #[derive(Clone, Default)]
@@ -29,6 +31,7 @@ pub(crate) struct AuditContext(Arc<Mutex<AuditNotes>>);
 struct AuditNotes {
     annotations: Annotations,
     impersonated: Option<Arc<UserInfo>>,
+    latencies: Latencies,
 }
 
 impl AuditContext {
@@ -41,6 +44,26 @@ impl AuditContext {
     pub(crate) fn impersonating(&self, user: &Arc<UserInfo>) {
         if let Ok(mut notes) = self.0.lock() {
             notes.impersonated = Some(user.clone());
+        }
+    }
+
+    /// `layer` took `took` (kube's latency trackers).
+    pub(crate) fn took(&self, layer: Layer, took: Duration) {
+        if let Ok(mut notes) = self.0.lock() {
+            notes.latencies.add(layer, took);
+        }
+    }
+
+    /// The request took `total` in all: kube's latency annotations, when
+    /// it was slow.
+    pub(super) fn completed_in(&self, total: Duration) {
+        if let Ok(mut notes) = self.0.lock() {
+            let AuditNotes {
+                annotations,
+                latencies,
+                ..
+            } = &mut *notes;
+            latencies.annotate(annotations, total);
         }
     }
 

@@ -20,18 +20,22 @@
 //! * `buffer`: that queue, its events grouped in batches as they come, as
 //!   events or as the JSON lines every auditor takes;
 //! * `failed_authentication`: the event for a request authentication refused
-//!   (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/authn_audit.go`).
+//!   (`staging/src/k8s.io/apiserver/pkg/endpoints/filters/authn_audit.go`);
+//! * `latency`: the time each layer took, in a slow request's
+//!   ResponseComplete (kube's `writeLatencyToAnnotation`, in audit.go).
 
 mod backend;
 mod buffer;
 mod event;
 mod failed_authentication;
+mod latency;
 mod policy;
 
 use backend::Writing;
 pub(crate) use backend::{AuditBackend, AuditWriters};
 pub(crate) use event::AuditContext;
 pub(crate) use failed_authentication::FailedAuthenticationAudit;
+pub(crate) use latency::Layer;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -74,6 +78,13 @@ impl Handler for Audit {
             let (level, omitted) = (rule.level, rule.omit_stages.as_slice());
             let mut request = request;
             let context = AuditContext::default();
+            let received = {
+                let learnt = RequestContext::of(request.extensions());
+                if let Some(took) = learnt.authenticated_in {
+                    context.took(Layer::Authentication, took);
+                }
+                learnt.received.map_or_else(Instant::now, |r| r.instant)
+            };
             request.extensions_mut().insert(context.clone());
             let long_running = crate::context::is_long_running(&request);
             let emits = |stage: AuditStage| !omitted.contains(&stage);
@@ -88,6 +99,7 @@ impl Handler for Audit {
                 event: Some(base_event(&request, level)),
                 omitted: !emits(AuditStage::ResponseComplete),
                 interruption: Interruption::of(&request),
+                received,
                 context: context.clone(),
                 backend: self.backend.clone(),
                 writing: None,
@@ -181,6 +193,9 @@ struct Completion {
     /// True when the policy omits the stage.
     omitted: bool,
     interruption: Interruption,
+    /// When the request arrived: a slow one's ResponseComplete says where
+    /// its time went.
+    received: Instant,
     context: AuditContext,
     backend: Arc<AuditBackend>,
     /// The request's blocking-mode write still going.
@@ -236,6 +251,7 @@ impl Completion {
         if let Some(event) = self.event.take()
             && !self.omitted
         {
+            self.context.completed_in(self.received.elapsed());
             let event = stamped(event, AuditStage::ResponseComplete, &self.context);
             self.emit(event).await;
         }
@@ -262,6 +278,7 @@ impl Drop for Completion {
             if event.response_status.is_none() {
                 event.response_status = Some(self.interruption.status());
             }
+            self.context.completed_in(self.received.elapsed());
             let event = stamped(event, AuditStage::ResponseComplete, &self.context);
             self.backend.emit_detached(event, after);
         }
