@@ -15,7 +15,7 @@
 //! `WithFailedAuthenticationAudit`): it never reaches the audit stage.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use http::HeaderMap;
@@ -296,7 +296,7 @@ impl Handler for Authentication {
     fn call(&self, request: Request) -> BoxFuture<'_, Response> {
         let (parts, body) = request.into_parts();
         if self.filters.is_empty() {
-            return self.pass_on(parts, body, UserInfo::anonymous());
+            return self.pass_on(parts, body, UserInfo::anonymous(), None);
         }
         let started = Instant::now();
         let watchers = Watchers::of(&parts.extensions);
@@ -336,7 +336,6 @@ impl Authentication {
         crate::metrics::metrics()
             .stages
             .authentication(identified.result(self.anonymous), took);
-        RequestContext::learn(&mut parts.extensions).authenticated_in = Some(took);
         let user = match identified {
             Identified::User(user) => {
                 remove_credentials(&mut parts);
@@ -353,20 +352,24 @@ impl Authentication {
             }
             Identified::Failed(error) => return Box::pin(self.refuse(parts, body, error)),
         };
-        self.pass_on(parts, body, user)
+        self.pass_on(parts, body, user, Some(took))
     }
 
-    /// Hands the request on as `user`'s.
+    /// Hands the request on as `user`'s, identified by the union in
+    /// `took` (None when no filter was asked).
     fn pass_on(
         &self,
         mut parts: http::request::Parts,
         body: crate::body::Body,
         user: Arc<UserInfo>,
+        took: Option<Duration>,
     ) -> BoxFuture<'_, Response> {
         if let Some(report) = parts.extensions.get::<RequestReport>() {
             report.authenticated(&user);
         }
-        RequestContext::learn(&mut parts.extensions).user = Some(user);
+        let learnt = RequestContext::learn(&mut parts.extensions);
+        learnt.user = Some(user);
+        learnt.authenticated_in = took;
         self.next.call(http::Request::from_parts(parts, body))
     }
 
